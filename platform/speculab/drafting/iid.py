@@ -1,0 +1,71 @@
+"""I.i.d. multi-path drafting: K independent paths of length L from an autoregressive draft.
+
+The K paths of a prompt are decoded together as a forest in the draft's own KV cache (each
+path attends to the committed context and its own earlier tokens), so the context is never
+copied K times. Works with any model that can extend a forest (`ForestLM`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from speculab.drafting.sampling import draft_probs
+from speculab.drafting.tree import DraftTree
+
+
+class ForestLM(Protocol):
+    def extend(self, nodes: DraftTree) -> torch.Tensor:
+        """Append nodes whose parents index earlier uncommitted nodes (-1: the context); logits [B, N, V]."""
+        ...
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_k: int = 0  # draft only; 0 = no limit
+    top_p: float = 1.0  # draft only
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tree: DraftTree  # the K paths merged into a prefix tree rooted at the root token
+    paths: torch.Tensor  # [B, K, L] int64 drafted tokens
+    q: torch.Tensor  # [B, K, L, V] draft probs that produced each drafted token
+
+
+def step_nodes(tokens: torch.Tensor, step: int) -> DraftTree:
+    """The forest nodes for drafted step `step` (0-based) of K paths: tokens [B, K].
+
+    Node (k, step) hangs under (k, step - 1), which sits at forest index (step - 1) * K + k.
+    """
+    B, K = tokens.shape
+    ks = torch.arange(K, device=tokens.device).expand(B, K)
+    parents = (step - 1) * K + ks if step > 0 else torch.full_like(ks, -1)
+    depth = torch.full_like(ks, step)
+    return DraftTree(tokens, parents, depth, torch.ones_like(tokens, dtype=torch.bool))
+
+
+def sample_iid_paths(
+    lm: ForestLM,
+    root: torch.Tensor,  # [B] int64 root token (already processed by lm)
+    root_logits: torch.Tensor,  # [B, V] draft logits after the root
+    num_paths: int,
+    length: int,
+    sampling: SamplingParams,
+    rng: torch.Generator,
+) -> Proposal:
+    """Draw K i.i.d. paths of L tokens; L - 1 forest extensions after the root."""
+    B, V = root_logits.shape
+    q = draft_probs(root_logits, sampling.temperature, sampling.top_k, sampling.top_p)  # [B, V]
+    qs = [q[:, None, :].expand(B, num_paths, V)]
+    tokens = [torch.multinomial(q, num_paths, replacement=True, generator=rng)]  # [B, K]
+    for step in range(length - 1):
+        logits = lm.extend(step_nodes(tokens[-1], step))  # [B, K, V]
+        q = draft_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+        qs.append(q)
+        tokens.append(torch.multinomial(q.reshape(B * num_paths, V), 1, generator=rng).reshape(B, num_paths))
+    paths = torch.stack(tokens, dim=2)  # [B, K, L]
+    return Proposal(DraftTree.from_paths(root, paths), paths, torch.stack(qs, dim=2))

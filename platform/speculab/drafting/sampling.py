@@ -1,0 +1,42 @@
+"""Next-token distributions at the sampling temperature, and draft-side truncation.
+
+Temperature 0 means greedy decoding: the distribution is one-hot at the argmax (ties go to
+the lowest token id), so every verifier sees exact zeros and ones, never 0/0. Top-k and
+top-p are for the draft only: verifiers use the truncated q that actually produced the
+draft, which keeps verification lossless.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def tempered_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits [..., V] -> probabilities [..., V] in float32 at `temperature` (0 = one-hot argmax)."""
+    logits = logits.float()
+    if temperature == 0:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+def truncate_probs(probs: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Keep the top_k most likely tokens and the smallest top_p nucleus, renormalised.
+
+    probs [..., V]; top_k 0 means no limit. The most likely token always survives.
+    """
+    if top_k <= 0 and top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep = torch.ones_like(sorted_probs, dtype=torch.bool)
+    if top_k > 0:
+        keep[..., top_k:] = False
+    if top_p < 1.0:
+        # A token stays if the mass strictly before it is below top_p.
+        keep &= (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs * keep)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def draft_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """The draft's sampling distribution: tempered, then truncated. logits [..., V]."""
+    return truncate_probs(tempered_probs(logits, temperature), top_k, top_p)

@@ -1,0 +1,256 @@
+"""The decoding loop of DESIGN.md: propose, score, verify, commit, record.
+
+`decode` runs speculative decoding over prompts in batches, with any target and drafter
+that follow the model protocols (in-process or Ray actor proxies) and any verifier that
+follows the verifier contract. The autoregressive baseline is the same loop with a
+drafter that proposes nothing (L = 0) and a verifier that samples the target's next token,
+so both are timed and truncated by the same code. This module does no I/O and no logging.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from speculab.drafting.iid import Proposal, SamplingParams
+from speculab.drafting.tree import DraftTree
+from speculab.verify.verdict import Verdict
+
+
+class TargetModel(Protocol):
+    def prefill(self, contexts: list[list[int]]) -> None: ...
+    def score(self, tree: DraftTree, temperature: float) -> torch.Tensor: ...  # p [B, N, V]
+    def commit(self, accepted_nodes: torch.Tensor) -> None: ...  # [B, M]
+    def retain(self, rows: torch.Tensor) -> None: ...
+    def kv_bytes(self) -> int: ...
+
+
+class Drafter(Protocol):
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None: ...
+    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal: ...
+    def commit(self, emitted: list[list[int]]) -> None: ...
+    def retain(self, rows: torch.Tensor) -> None: ...
+    def kv_bytes(self) -> int: ...
+
+
+Verifier = Callable[..., Verdict]
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    num_paths: int  # K
+    length: int  # L
+    sampling: SamplingParams
+    max_new_tokens: int
+    batch_size: int = 1
+    seed: int = 0
+    eos_token_id: int | None = None
+
+
+@dataclass
+class RoundRecord:
+    """One round of one batch; per-row lists follow the batch rows of that round."""
+
+    rows: int
+    tree_nodes: list[int]
+    accepted: list[int]  # tau per row
+    kept: list[int]  # tokens kept per row after eos / max-new-tokens truncation
+    time_draft_s: float
+    time_target_s: float
+    time_verify_s: float
+    time_other_s: float
+    kv_target_bytes: int  # peak since this batch's prefill
+    kv_draft_bytes: int
+
+
+@dataclass
+class PromptRecord:
+    index: int
+    prompt_tokens: int
+    tokens: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)  # tau per round
+    stop: str = ""  # "eos" or "max_new_tokens"
+
+
+@dataclass
+class RunResult:
+    prompts: list[PromptRecord]
+    rounds: list[RoundRecord]
+    wall_s: float
+    prefill_target_s: float
+    prefill_draft_s: float
+
+
+class PhaseClock:
+    """Accumulates wall time per phase; waits for queued GPU work before reading the clock."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - start
+
+    def take(self, name: str) -> float:
+        return self.spent.pop(name, 0.0)
+
+
+def accepted_nodes(tree: DraftTree, verdict: Verdict) -> torch.Tensor:
+    """[B, L+1] tree nodes of the root and the accepted tokens, -1 padded."""
+    rows = torch.arange(tree.batch_size, device=tree.tokens.device)
+    nodes = tree.path_nodes[rows, verdict.path.to(rows.device)]  # [B, L+1]
+    cols = torch.arange(nodes.shape[1], device=nodes.device)
+    return torch.where(cols[None, :] < verdict.num_tokens.to(nodes.device)[:, None], nodes, -1)
+
+
+def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tensor:
+    """Path-major target probs [B, K, L+1, V] from node-major p [B, N, V]."""
+    B, K, M = path_nodes.shape
+    flat = path_nodes.reshape(B, K * M).to(p_nodes.device)
+    return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
+
+
+def truncate(tokens: list[int], room: int, eos: int | None) -> tuple[list[int], str]:
+    """Cut emitted tokens at the first eos (kept) or when the budget `room` runs out."""
+    if eos is not None and eos in tokens[:room]:
+        return tokens[: tokens.index(eos) + 1], "eos"
+    return tokens[:room], "max_new_tokens" if len(tokens) >= room else ""
+
+
+def decode(
+    target: TargetModel,
+    drafter: Drafter,
+    verifier: Verifier,
+    prompts: list[list[int]],
+    settings: DecodeSettings,
+    on_prompt_done: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records."""
+    records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
+    rounds: list[RoundRecord] = []
+    clock = PhaseClock()
+    rng = torch.Generator().manual_seed(settings.seed)
+    start = time.perf_counter()
+    for first in range(0, len(prompts), settings.batch_size):
+        batch = records[first : first + settings.batch_size]
+        with clock.phase("prefill_target"):
+            target.prefill([prompts[r.index][:-1] for r in batch])
+        with clock.phase("prefill_draft"):
+            drafter.prefill([prompts[r.index][:-1] for r in batch], [prompts[r.index][-1] for r in batch], settings.seed + first)
+        carry = None
+        while batch:
+            active, carry = _round(target, drafter, verifier, batch, carry, settings, rng, clock, rounds)
+            for record in batch:
+                if record.stop and on_prompt_done:
+                    on_prompt_done(record.index)
+            batch = active
+    wall = time.perf_counter() - start
+    return RunResult(records, rounds, wall, clock.take("prefill_target"), clock.take("prefill_draft"))
+
+
+def _round(
+    target: TargetModel,
+    drafter: Drafter,
+    verifier: Verifier,
+    batch: list[PromptRecord],
+    carry: Any,
+    settings: DecodeSettings,
+    rng: torch.Generator,
+    clock: PhaseClock,
+    rounds: list[RoundRecord],
+) -> tuple[list[PromptRecord], Any]:
+    """One round for the active rows; returns the rows still decoding and the next carry."""
+    start = time.perf_counter()
+    with clock.phase("draft"):
+        proposal = drafter.propose(settings.num_paths, settings.length, settings.sampling)
+    with clock.phase("target"):
+        p_nodes = target.score(proposal.tree, settings.sampling.temperature)
+    with clock.phase("verify"):
+        p = gather_paths(p_nodes, proposal.tree.path_nodes)
+        verdict = verifier(proposal.paths.to(p.device), p, proposal.q.to(p.device), rng=rng, carry=carry)
+        emitted = verdict.rows()
+    with clock.phase("target"):
+        target.commit(accepted_nodes(proposal.tree, verdict))
+    with clock.phase("draft"):
+        drafter.commit(emitted)
+    taus = (verdict.num_tokens - 1).tolist()
+    kept = []
+    for record, tokens, tau in zip(batch, emitted, taus):
+        tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
+        record.tokens += tokens
+        record.accepted.append(tau)
+        kept.append(len(tokens))
+    live = [i for i, record in enumerate(batch) if not record.stop]
+    carry = verdict.carry
+    if len(live) < len(batch):
+        rows = torch.tensor(live, dtype=torch.long)
+        target.retain(rows)
+        drafter.retain(rows)
+        carry = carry.select(rows) if carry is not None else None
+    draft, target_s, verify = clock.take("draft"), clock.take("target"), clock.take("verify")
+    rounds.append(
+        RoundRecord(
+            rows=len(batch),
+            tree_nodes=proposal.tree.num_nodes.tolist(),
+            accepted=taus,
+            kept=kept,
+            time_draft_s=draft,
+            time_target_s=target_s,
+            time_verify_s=verify,
+            time_other_s=max(0.0, time.perf_counter() - start - draft - target_s - verify),
+            kv_target_bytes=target.kv_bytes(),
+            kv_draft_bytes=drafter.kv_bytes(),
+        )
+    )
+    return [batch[i] for i in live], carry
+
+
+class RootOnlyDrafter:
+    """The autoregressive baseline's drafter: every round proposes the root alone (L = 0)."""
+
+    def __init__(self) -> None:
+        self.roots: list[int] = []
+
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None:
+        self.roots = list(roots)
+
+    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
+        paths = torch.empty(len(self.roots), 1, 0, dtype=torch.long)
+        return Proposal(DraftTree.from_paths(torch.tensor(self.roots), paths), paths, torch.empty(len(self.roots), 1, 0, 0))
+
+    def commit(self, emitted: list[list[int]]) -> None:
+        self.roots = [row[-1] for row in emitted]
+
+    def retain(self, rows: torch.Tensor) -> None:
+        self.roots = [self.roots[r] for r in rows.tolist()]
+
+    def kv_bytes(self) -> int:
+        return 0
+
+
+# paths [B, 1, 0]; p [B, 1, 1, V]; q [B, 1, 0, 0]
+def sample_target(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None) -> Verdict:
+    """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
+    token = torch.multinomial(p[:, 0, 0], 1, generator=rng)  # [B, 1]
+    zeros = torch.zeros(len(token), dtype=torch.long)
+    return Verdict(token, zeros + 1, zeros)
+
+
+def autoregressive(
+    target: TargetModel,
+    prompts: list[list[int]],
+    settings: DecodeSettings,
+    on_prompt_done: Callable[[int], None] | None = None,
+) -> RunResult:
+    """The baseline: one target call per token, same prompts, batching and truncation."""
+    ar = DecodeSettings(1, 0, settings.sampling, settings.max_new_tokens, settings.batch_size, settings.seed, settings.eos_token_id)
+    return decode(target, RootOnlyDrafter(), sample_target, prompts, ar, on_prompt_done)

@@ -1,0 +1,88 @@
+"""One experiment point: validate, load prompts and models, decode, measure, track, report.
+
+`run` is what the Hydra entry point calls with a validated `Config`; everything below it
+takes plain values. The autoregressive baseline runs on the same target and prompts in the
+same process, so speedup_vs_ar compares like with like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from rich.progress import Progress
+from transformers import AutoTokenizer
+
+from speculab.config import Config, resolve_path, tracking_uri, validate
+from speculab.data import encode_prompt, load_prompts
+from speculab.drafting.iid import SamplingParams
+from speculab.engine import DecodeSettings, RunResult, autoregressive, decode
+from speculab.models import LMSpec
+from speculab.runtime import start_models
+from speculab.tracking.callbacks import parent_run_id
+from speculab.tracking.metrics import summarize
+from speculab.tracking.mlflow_tracker import MlflowTracker, NoopTracker, flatten
+from speculab.tracking.report import acceptance_figure, print_summary, records_jsonl, time_split_figure
+from speculab.verify import get_verifier
+
+
+def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
+    model = cfg.model
+    common = dict(backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads)
+    return (LMSpec(path=str(resolve_path(model.target_path)), **common),
+            LMSpec(path=str(resolve_path(model.draft_path)), **common))
+
+
+def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
+    s = cfg.sampling
+    return DecodeSettings(
+        num_paths=cfg.algorithm.K,
+        length=cfg.algorithm.L,
+        sampling=SamplingParams(s.temperature, s.top_k, s.top_p),
+        max_new_tokens=s.max_new_tokens,
+        batch_size=s.batch_size,
+        seed=s.seed,
+        eos_token_id=eos_token_id,
+    )
+
+
+def run_name(cfg: Config) -> str:
+    a = cfg.algorithm
+    return f"{a.name} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
+
+
+def with_progress(label: str, total: int, work) -> RunResult:
+    """Run work(on_prompt_done) under a progress bar over prompts."""
+    with Progress(transient=False) as progress:
+        task = progress.add_task(label, total=total)
+        return work(lambda _index: progress.advance(task))
+
+
+def run(cfg: Config) -> dict[str, float]:
+    """Decode the dataset speculatively (and autoregressively), log to MLflow, print a summary."""
+    validate(cfg)
+    prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
+    target_spec, draft_spec = model_specs(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
+    encoded = [encode_prompt(p, tokenizer) for p in prompts]
+    settings = settings_of(cfg, tokenizer.eos_token_id)
+    target, drafter = start_models(cfg.runtime.kind, target_spec, draft_spec, cfg.cluster.address,
+                                   cfg.cluster.num_cpus, cfg.cluster.actor_cpus)
+    verifier = get_verifier(cfg.algorithm.name)
+    spec = with_progress(run_name(cfg), len(encoded),
+                         lambda done: decode(target, drafter, verifier, encoded, settings, done))
+    baseline = None
+    if cfg.baseline:
+        baseline = with_progress("autoregressive baseline", len(encoded),
+                                 lambda done: autoregressive(target, encoded, settings, done))
+    metrics = print_summary(run_name(cfg), spec, baseline)
+    tracker = MlflowTracker(tracking_uri(cfg.tracking), cfg.tracking.experiment) if cfg.tracking.enabled else NoopTracker()
+    with tracker.run(run_name(cfg), parent_run_id()):
+        tracker.log_params(flatten(asdict(cfg)))
+        tracker.log_metrics(metrics)
+        if baseline:
+            tracker.log_metrics({f"ar_{k}": v for k, v in summarize(baseline).items() if k != "speedup_vs_ar"})
+        texts = [tokenizer.decode(p.tokens) for p in spec.prompts]
+        tracker.log_text(records_jsonl(spec, [p.id for p in prompts], texts), "records.jsonl")
+        tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
+        tracker.log_figure(time_split_figure(metrics), "time_split.png")
+    return metrics

@@ -1,0 +1,151 @@
+"""transformers backend: a causal LM from a local path, decoded over trees with a KV cache.
+
+`TreeLM` is the one piece that talks to transformers. It keeps a padded batch of KV caches
+with a validity mask per slot, so prompts of different lengths and different numbers of
+accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, or the K
+paths being drafted) form a forest after the committed slots; one forward pass extends it
+with a 4-D additive float mask and explicit position ids, and `commit` keeps chosen nodes
+by index-selecting cache entries. The target and drafter roles (`models.roles`) drive it.
+Loading happens here; what to load and how to validate it is the config's business.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from speculab.drafting.tree import DraftTree
+
+
+def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
+    """AutoModelForCausalLM from a local directory, with an attention that takes 4-D masks."""
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), dtype=getattr(torch, dtype), attn_implementation="sdpa", local_files_only=True
+    )
+    return model.to(device).eval()
+
+
+def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-aligned token rows: tokens [B, N] and valid [B, N] (left padding is invalid)."""
+    width = max((len(r) for r in rows), default=0)
+    tokens = torch.zeros(len(rows), width, dtype=torch.long)
+    valid = torch.zeros(len(rows), width, dtype=torch.bool)
+    for b, row in enumerate(rows):
+        if row:
+            tokens[b, width - len(row):] = torch.tensor(row)
+            valid[b, width - len(row):] = True
+    return tokens.to(device), valid.to(device)
+
+
+class TreeLM:
+    """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.reset(0)
+
+    def reset(self, batch_size: int) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
+        self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
+        self.forest: DraftTree | None = None  # uncommitted nodes, slots [committed, S)
+        self.peak_bytes = 0  # largest cache footprint since reset
+
+    @property
+    def context_len(self) -> torch.Tensor:
+        """[B] committed tokens per row: the position of the next one."""
+        return self.slot_valid[:, : self.committed].sum(dim=1)
+
+    def _attention_mask(self, nodes: DraftTree) -> torch.Tensor:
+        """[B, 1, N, S + N] additive mask: committed slots, then forest ancestors and self."""
+        forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
+        N = nodes.tokens.shape[1]
+        allowed_forest = forest.ancestor_mask()[:, -N:, :]  # [B, N, F]
+        allowed_context = self.slot_valid[:, None, : self.committed] & nodes.valid[:, :, None]
+        allowed = torch.cat([allowed_context, allowed_forest], dim=2)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[:, None]
+
+    @torch.inference_mode()
+    def extend(self, nodes: DraftTree) -> torch.Tensor:
+        """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V]."""
+        out = self.model(
+            input_ids=nodes.tokens,
+            attention_mask=self._attention_mask(nodes),
+            position_ids=self.context_len[:, None] + nodes.depth,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
+        self.slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)
+        self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
+        return out.logits
+
+    def commit(self, keep: torch.Tensor) -> None:
+        """Keep forest nodes keep [B, M] (forest indices, -1 = none) after the committed slots."""
+        B = self.slot_valid.shape[0]
+        kept = keep.clamp(min=0) + self.committed
+        index = torch.cat([torch.arange(self.committed, device=self.device).expand(B, -1), kept], dim=1)
+        valid = torch.cat([self.slot_valid[:, : self.committed], (keep >= 0) & self.slot_valid.gather(1, kept)], dim=1)
+        self._select_slots(index, valid)
+        if int(self.slot_valid.sum(dim=1).max()) < self.slot_valid.shape[1] * 3 // 4:
+            self._repack()
+
+    def commit_forest(self) -> None:
+        """Commit every forest node in slot order (used for chains of committed tokens)."""
+        F = self.slot_valid.shape[1] - self.committed
+        self.commit(torch.arange(F, device=self.device).expand(self.slot_valid.shape[0], F))
+
+    def _repack(self) -> None:
+        """Drop holes: each row's valid slots in order, left-padded to the longest row."""
+        order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices
+        width = int(self.slot_valid.sum(dim=1).max())
+        index = order[:, order.shape[1] - width:]
+        self._select_slots(index, self.slot_valid.gather(1, index))
+
+    def _select_slots(self, index: torch.Tensor, valid: torch.Tensor) -> None:
+        """New cache slot j of row b = old slot index[b, j] (every layer); all committed."""
+        for layer in self._filled_layers():
+            gather = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys = layer.keys.gather(2, gather)
+            layer.values = layer.values.gather(2, gather)
+        self.slot_valid = valid
+        self.committed = index.shape[1]
+        self.forest = None
+
+    def retain(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows [R] (finished prompts leave the batch)."""
+        if self.forest is not None:
+            raise RuntimeError("retain() with uncommitted nodes: commit first")
+        for layer in self._filled_layers():
+            layer.keys = layer.keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+        self.slot_valid = self.slot_valid.index_select(0, rows)
+
+    def feed(self, rows: list[list[int]]) -> torch.Tensor:
+        """Run and commit committed tokens per row (right-aligned chain); logits at each row's last."""
+        tokens, valid = padded_rows(rows, self.device)
+        logits = self.extend(DraftTree.chain(tokens, valid))
+        self.commit_forest()
+        return logits[:, -1]
+
+    def kv_bytes(self) -> int:
+        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self._filled_layers())
+
+    def _filled_layers(self) -> list:
+        """Cache layers that hold tensors (layers stay empty until the first forward)."""
+        return [layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0]
+
+
+def _concat_forest(old: DraftTree, new: DraftTree) -> DraftTree:
+    """Forest of old nodes followed by new ones (new parents already index the joint forest)."""
+    return DraftTree(
+        torch.cat([old.tokens, new.tokens], 1),
+        torch.cat([old.parents, new.parents], 1),
+        torch.cat([old.depth, new.depth], 1),
+        torch.cat([old.valid, new.valid], 1),
+    )

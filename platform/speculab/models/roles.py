@@ -1,0 +1,120 @@
+"""The target and drafter roles over any decoder backend (transformers or toy).
+
+`TreeTarget` and `IIDDrafter` implement DESIGN.md's `TargetModel` and `Drafter` protocols.
+They build their decoder from an `LMSpec` inside the process that owns them, so a Ray actor
+wrapping either one loads weights on its own side and ships only tokens and probabilities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from speculab.drafting.iid import Proposal, SamplingParams, sample_iid_paths
+from speculab.drafting.sampling import tempered_probs
+from speculab.drafting.tree import DraftTree
+
+
+class DecoderLM(Protocol):
+    def reset(self, batch_size: int) -> None: ...
+    def feed(self, rows: list[list[int]]) -> torch.Tensor: ...  # logits [B, V]
+    def extend(self, nodes: DraftTree) -> torch.Tensor: ...  # logits [B, N, V]
+    def commit(self, keep: torch.Tensor) -> None: ...  # keep [B, M]
+    def retain(self, rows: torch.Tensor) -> None: ...
+    peak_bytes: int  # largest KV cache footprint since reset
+
+
+@dataclass(frozen=True)
+class LMSpec:
+    """What to load: `hf` (a local transformers checkpoint) or `toy` (a bigram table)."""
+
+    backend: str
+    path: str = ""
+    dtype: str = "float32"
+    device: str = "cpu"
+    threads: int = 0  # torch CPU threads in the owning process; 0 = leave as is
+    table: torch.Tensor | None = field(default=None, compare=False)  # toy: [V, V]
+
+
+def build_lm(spec: LMSpec) -> DecoderLM:
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    if spec.backend == "hf":
+        from speculab.models.hf import TreeLM, load_causal_lm
+
+        return TreeLM(load_causal_lm(spec.path, spec.dtype, spec.device))
+    if spec.backend == "toy":
+        from speculab.models.toy import BigramLM
+
+        return BigramLM(spec.table)
+    raise ValueError(f"model backend must be one of hf, toy; got {spec.backend!r}")
+
+
+class TreeTarget:
+    """TargetModel: prefill, score a batch of trees in one pass, commit the accepted path."""
+
+    def __init__(self, spec: LMSpec) -> None:
+        self.lm = build_lm(spec)
+
+    def prefill(self, contexts: list[list[int]]) -> None:
+        """Process each prompt but its last token (the first round's root)."""
+        self.lm.reset(len(contexts))
+        if any(contexts):
+            self.lm.feed(contexts)
+
+    def score(self, tree: DraftTree, temperature: float) -> torch.Tensor:
+        """Target probabilities p [B, N, V] at every node, in one forward pass."""
+        return tempered_probs(self.lm.extend(tree), temperature)
+
+    def commit(self, accepted_nodes: torch.Tensor) -> None:
+        """accepted_nodes [B, M]: tree nodes to keep, root first, -1 padded."""
+        self.lm.commit(accepted_nodes)
+
+    def retain(self, rows: torch.Tensor) -> None:
+        self.lm.retain(rows)
+
+    def kv_bytes(self) -> int:
+        """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""
+        return self.lm.peak_bytes
+
+
+class IIDDrafter:
+    """Drafter: K i.i.d. paths of length L per prompt from an autoregressive draft model.
+
+    Tokens committed since the last round (accepted tokens, then the extra token) are fed at
+    the start of the next proposal, in the same pass that yields the first draft step.
+    """
+
+    def __init__(self, spec: LMSpec) -> None:
+        self.lm = build_lm(spec)
+        self.pending: list[list[int]] = []
+        self.rng = torch.Generator(device=spec.device)
+
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None:
+        """Process each prompt but its last token; the roots wait for the first proposal."""
+        self.lm.reset(len(contexts))
+        self.rng.manual_seed(seed)
+        if any(contexts):
+            self.lm.feed(contexts)
+        self.pending = [[root] for root in roots]
+
+    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
+        root_logits = self.lm.feed(self.pending)
+        root = torch.tensor([row[-1] for row in self.pending], device=root_logits.device)
+        proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)
+        self.lm.commit(torch.empty(len(self.pending), 0, dtype=torch.long, device=root_logits.device))
+        return proposal
+
+    def commit(self, emitted: list[list[int]]) -> None:
+        """Tokens each row committed this round (accepted, then the extra token)."""
+        self.pending = emitted
+
+    def retain(self, rows: torch.Tensor) -> None:
+        self.lm.retain(rows)
+        self.pending = [self.pending[r] for r in rows.tolist()]
+
+    def kv_bytes(self) -> int:
+        """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""
+        return self.lm.peak_bytes

@@ -1,0 +1,89 @@
+"""What a person sees of a run: the summary table, the plots, the per-prompt records."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from speculab.engine import RunResult  # noqa: E402
+from speculab.tracking.metrics import acceptance_histogram, summarize  # noqa: E402
+
+
+def summary_table(title: str, metrics: dict[str, float], baseline: dict[str, float] | None) -> Table:
+    """Every metric, beside the autoregressive baseline's where it has one."""
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("speculative", justify="right")
+    if baseline:
+        table.add_column("autoregressive", justify="right")
+    for key, value in metrics.items():
+        row = [key, _fmt(value)]
+        if baseline:
+            row.append(_fmt(baseline[key]) if key in baseline and not key.startswith(("speedup", "kv_peak_mb_draft")) else "")
+        table.add_row(*row)
+    return table
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.4g}"
+
+
+def print_summary(title: str, run: RunResult, baseline: RunResult | None) -> dict[str, float]:
+    metrics = summarize(run, baseline)
+    Console().print(summary_table(title, metrics, summarize(baseline) if baseline else None))
+    return metrics
+
+
+def acceptance_figure(run: RunResult) -> Figure:
+    counts = acceptance_histogram(run)
+    figure, axes = plt.subplots(figsize=(5, 3.2))
+    axes.bar(list(counts), list(counts.values()), color="#4477aa")
+    axes.set_xlabel("accepted draft tokens per round (tau)")
+    axes.set_ylabel("sequence-rounds")
+    axes.set_title("acceptance length")
+    figure.tight_layout()
+    return figure
+
+
+def time_split_figure(metrics: dict[str, float]) -> Figure:
+    phases = ["draft", "target", "verify", "other"]
+    figure, axes = plt.subplots(figsize=(5, 1.8))
+    left = 0.0
+    for phase, color in zip(phases, ["#4477aa", "#ee6677", "#228833", "#bbbbbb"]):
+        share = metrics[f"share_{phase}"]
+        axes.barh([0], [share], left=left, color=color, label=f"{phase} {share:.0%}")
+        left += share
+    axes.set_xlim(0, 1)
+    axes.set_yticks([])
+    axes.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize=8, frameon=False)
+    axes.set_title("wall-time split")
+    figure.tight_layout()
+    return figure
+
+
+def records_jsonl(run: RunResult, prompt_ids: list[str], texts: list[str]) -> str:
+    """One JSON object per prompt: id, generated tokens and text, tau per round, stop reason."""
+    lines = [
+        json.dumps(
+            {
+                "id": prompt_ids[p.index],
+                "prompt_tokens": p.prompt_tokens,
+                "generated_tokens": len(p.tokens),
+                "rounds": len(p.accepted),
+                "accepted": p.accepted,
+                "stop": p.stop,
+                "tokens": p.tokens,
+                "text": texts[p.index],
+            }
+        )
+        for p in run.prompts
+    ]
+    return "\n".join(lines) + "\n"

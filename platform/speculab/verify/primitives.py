@@ -1,0 +1,63 @@
+"""Tensor building blocks shared by the verifiers (batched and reference alike).
+
+The reference implementations call these on single rows so that both implementations do the
+same arithmetic; every function is safe for zeros in p or q (no 0/0 anywhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+# dist [..., V]; tokens [...] int64
+def token_probs(dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``dist[..., tokens]``: the probability of each token under its own distribution."""
+    return dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+# num [...]; den [...] non-negative
+def clipped_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``min(1, num / den)``, with 1 where ``den == 0`` (a drafted token never has q = 0)."""
+    return torch.where(num >= den, torch.ones_like(num), num / torch.where(den > 0, den, 1))
+
+
+# a [..., 1] or scalar; p [..., V]; s [..., 1] or scalar; q [..., V]
+def positive_part(a: torch.Tensor, p: torch.Tensor, s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``max(a p - s q, 0)`` elementwise: the unnormalised residual of BV eq. 3-5 and App. C."""
+    return (a * p - s * q).clamp_min(0)
+
+
+# weights [..., V] non-negative; target [..., V]
+def residual_or_target(weights: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``weights`` where they have mass, else ``target``.
+
+    An empty residual is a probability-zero event that rounding can make reachable; falling
+    back to the target keeps the sample defined instead of dividing 0 by 0.
+    """
+    return torch.where(weights.sum(-1, keepdim=True) > 0, weights, target)
+
+
+# x [B, L, ...]; index [B] int64 in [0, L)
+def select_positions(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[b, index[b]]`` for every row b: ``[B, ...]``."""
+    rows = torch.arange(x.shape[0], device=x.device)
+    return x[rows, index]
+
+
+@dataclass
+class SinglePath:
+    """One drafted path per prompt, with its target and draft distributions."""
+
+    draft: torch.Tensor  # [B, L] int64 drafted tokens
+    p: torch.Tensor  # [B, L+1, V] target distribution after each prefix of the path
+    q: torch.Tensor  # [B, L, V] draft distribution that produced each drafted token
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; index [B] int64 in [0, K)
+def select_path(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+                index: torch.Tensor) -> SinglePath:
+    """Path ``index[b]`` of every prompt b."""
+    return SinglePath(select_positions(paths, index), select_positions(p, index),
+                      select_positions(q, index))
