@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Multi-threaded OpenBLAS makes SciPy's L-BFGS-B (global resolution) ~20x slower on 2 busy cores.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tokenizers import Tokenizer, decoders, models
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_PAIR = REPO / "assets" / "tiny-pycode"
 
 
-def save_random_llama(path: Path, layers: int, hidden: int, vocab: int = 97, seed: int = 0) -> Path:
+VOCAB = 128
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per printable ASCII character (and newline), <unk> for the rest, <eos> = 1."""
+    chars = ["<unk>", "<eos>", "\n", *map(chr, range(32, 127))]
+    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[], unk_token="<unk>"))
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
+
+
+def save_random_llama(path: Path, layers: int, hidden: int, vocab: int = VOCAB, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
@@ -24,11 +40,12 @@ def save_random_llama(path: Path, layers: int, hidden: int, vocab: int = 97, see
         max_position_embeddings=256,
     )
     LlamaForCausalLM(config).save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
     return path
 
 
 @pytest.fixture(scope="session")
 def random_llama_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(target, draft) random-weight Llama checkpoints sharing a 97-token vocabulary."""
+    """(target, draft) random-weight Llama checkpoints sharing a character tokenizer."""
     root = tmp_path_factory.mktemp("llama")
     return save_random_llama(root / "target", 3, 64, seed=1), save_random_llama(root / "draft", 1, 32, seed=2)

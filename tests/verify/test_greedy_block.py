@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from toy_instances import replay_reference, sample_batch
+from toy_instances import assert_greedy_matching, replay_reference, sample_batch, toy_pair
 
 from speculab.verify.block import block_verify_reference
 from speculab.verify.decisions import draw_uniforms
@@ -20,10 +20,6 @@ PAIRS = [  # (vocab, length, context, zeros, one_hot)
     (2, 3, "bigram", False, False),
     (3, 2, "full", False, True),
 ]
-
-
-def toy_pair(vocab: int, context: str, zeros: bool, one_hot: bool, seed: int) -> tuple[ToyModel, ToyModel]:
-    return ToyModel(vocab, seed, context, zeros, one_hot), ToyModel(vocab, seed + 1, context, zeros, one_hot)
 
 
 def modified_continuation(carry: ModifiedTarget, target: ToyModel, draft: ToyModel,
@@ -130,8 +126,5 @@ def test_temperature_zero_is_greedy_matching_over_rounds() -> None:
     for round_index in range(3):
         paths, p, q = sample_batch(target, draft, batch=32, paths=1, length=4, seed=round_index)
         verdict = greedy_block_verify(paths, p, q, rng=torch.Generator().manual_seed(0), carry=carry)
-        greedy = p.argmax(-1)[:, 0]
-        for b, row in enumerate(verdict.rows()):
-            match = int((paths[b, 0] == greedy[b, :-1]).long().cumprod(0).sum())
-            assert row == paths[b, 0, :match].tolist() + [int(greedy[b, match])]
+        assert_greedy_matching(verdict, paths, p)
         carry = verdict.carry

@@ -25,17 +25,22 @@ a ``Verdict``: ``tokens [B, L+1]`` (accepted tokens, then the extra token, padde
 ``num_tokens [B]`` (tau + 1), ``path [B]`` and ``carry``.
 
 Every algorithm also has a scalar reference implementation (one prompt, following its paper
-line by line, randomness through ``decisions.Decisions``) that ``verify.exact`` enumerates to
-certify losslessness; the batched implementations are tested to agree with them.
+line by line, randomness through ``decisions.Decisions``; ``get_reference(name)``) that
+``verify.exact`` enumerates to certify losslessness; the batched implementations are tested to
+agree with them.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from .block import block_verify, token_verify
-from .gbv import gbv_verify
-from .greedy_block import greedy_block_verify
+from .block import block_verify, block_verify_reference, token_verify, token_verify_reference
+from .exact import Reference
+from .gbv import gbv_verify, gbv_verify_reference
+from .greedy_block import greedy_block_verify, greedy_block_verify_reference
+from .node_rules import NODE_RULES
+from .traversal import traversal_verify, traversal_verify_reference
+from .tree_walk import nss_verify, specinfer_verify, spectr_verify, tree_walk_reference
 from .verdict import Verdict
 
 Verifier = Callable[..., Verdict]
@@ -45,6 +50,19 @@ _REGISTRY: dict[str, Verifier] = {
     "block": block_verify,
     "greedy_block": greedy_block_verify,
     "gbv": gbv_verify,
+    "spectr": spectr_verify,
+    "specinfer": specinfer_verify,
+    "nss": nss_verify,
+    "traversal": traversal_verify,
+}
+
+_REFERENCES: dict[str, Reference] = {
+    "token": token_verify_reference,
+    "block": block_verify_reference,
+    "greedy_block": greedy_block_verify_reference,
+    "gbv": gbv_verify_reference,
+    **{name: tree_walk_reference(rule) for name, rule in NODE_RULES.items()},
+    "traversal": traversal_verify_reference,
 }
 
 VERIFIERS: tuple[str, ...] = tuple(_REGISTRY)
@@ -57,4 +75,10 @@ def get_verifier(name: str) -> Verifier:
     return _REGISTRY[name]
 
 
-__all__ = ["VERIFIERS", "Verdict", "Verifier", "get_verifier"]
+def get_reference(name: str) -> Reference:
+    """The scalar reference of a registered verifier (the oracle of the exact certificates)."""
+    get_verifier(name)
+    return _REFERENCES[name]
+
+
+__all__ = ["VERIFIERS", "Reference", "Verdict", "Verifier", "get_reference", "get_verifier"]

@@ -8,20 +8,17 @@ to give the verified token. Solvers (`SOLVERS`): `lp` (relaxed OTLP, eq. 2-3, Hi
 as the per-node rule of the top-down tree walk. This package does not walk trees.
 """
 
-from speculab.verify.ot.node_rule import OT_NODE_RULES, NodeRule, OTNodeRule, kseq, sample_target
+from speculab.verify.ot.node_rule import OT_NODE_RULES, OTNodeRule
 from speculab.verify.ot.plan import TransportPlan
 from speculab.verify.ot.solvers import SOLVERS, Solver
 from speculab.verify.ot.subset import best_subset, optimal_acceptance
 
 __all__ = [
     "OT_NODE_RULES",
-    "NodeRule",
     "OTNodeRule",
     "SOLVERS",
     "Solver",
     "TransportPlan",
     "best_subset",
-    "kseq",
     "optimal_acceptance",
-    "sample_target",
 ]

@@ -34,7 +34,8 @@ def max_flow(supply: np.ndarray, columns: DraftColumns, edges: np.ndarray) -> np
     flow = np.zeros(columns.token.shape[0])
     if graph.number_of_edges() == 0:
         return flow
-    residual = nx.flow.preflow_push(graph, SOURCE, SINK)
+    # shortest augmenting paths: robust to float capacities (preflow-push can fail to relabel)
+    residual = nx.flow.shortest_augmenting_path(graph, SOURCE, SINK)
     succ = residual.succ
     flow[edges] = [succ[i][c]["flow"] for i, c in zip(token.tolist(), column.tolist())]
     return flow

@@ -4,27 +4,25 @@ A node rule maps (p [V], q [V], drafts [n], rng) to the verified token y: the wa
 child whose token is y, else stops and emits y. The OT rules solve on the support of q, the
 top-k truncated draft distribution that produced the children (App. N); a target token outside
 that support is drawn from p's remaining mass. Global resolution can give up on a tuple; its
-rule then defers to a fallback rule (the paper's chain: K-SEQ, or plain sampling from p).
-Randomness goes through `verify.decisions`, so the exact enumerator can certify the walk.
+rule then defers to a fallback rule, itself possibly an `OTNodeRule` with its own fallback:
+the paper's chain is K-SEQ (`kseq_rule`), or plain sampling from p (`nss_rule`, App. R).
+Randomness goes through `verify.decisions` (a torch.Generator is wrapped), so the exact
+enumerator of `verify.exact` can certify the walk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
 
 from speculab.verify.decisions import Decisions, as_decisions
+from speculab.verify.node_rules import NodeRule, kseq_rule
 from speculab.verify.ot.solvers import SOLVERS, Solver
 
 Randomness = Union[torch.Generator, Decisions]
-
-
-class NodeRule(Protocol):
-    # p [V], q [V], drafts [n] int64 (one entry per path through the node)
-    def __call__(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Randomness) -> int: ...
 
 
 # probs [V]
@@ -32,34 +30,6 @@ def as_distribution(probs: torch.Tensor) -> np.ndarray:
     """[V] float64 numpy copy renormalised to sum to one."""
     values = probs.detach().to("cpu", torch.float64).numpy()
     return values / values.sum()
-
-
-# p [V], q [V], drafts [n]
-def sample_target(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Randomness) -> int:
-    """y ~ p: lossless, accepting x with probability p(x) P(x drafted) (the fallback of App. R)."""
-    return as_decisions(rng).categorical(torch.from_numpy(as_distribution(p)))
-
-
-# p [V], q [V], drafts [n]
-def kseq(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Randomness) -> int:
-    """K-SEQ (SpecTr): accept the i-th draft w.p. min(1, p / (rho* q)), else [p - rho* q]_+.
-
-    rho* in [1, n] solves 1 - (1 - beta)^n = rho beta, beta(rho) = sum_x min(q(x), p(x) / rho).
-    Stands in until the verification library's node rules land.
-    """
-    decisions = as_decisions(rng)
-    p64, q64 = as_distribution(p), as_distribution(q)
-    n = drafts.numel()
-    lo, hi = 1.0, float(n)
-    for _ in range(60):
-        rho = 0.5 * (lo + hi)
-        beta = np.minimum(q64, p64 / rho).sum()
-        lo, hi = (rho, hi) if 1.0 - (1.0 - beta) ** n > rho * beta else (lo, rho)
-    for x in drafts.tolist():
-        if decisions.bernoulli(min(1.0, p64[x] / (hi * q64[x]))):
-            return int(x)
-    residual = np.maximum(p64 - hi * q64, 0.0)
-    return decisions.categorical(torch.from_numpy(residual if residual.sum() > 0 else p64))
 
 
 @dataclass(frozen=True)
@@ -72,12 +42,13 @@ class OTNodeRule:
 
     # p [V], q [V], drafts [n]
     def __call__(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Randomness) -> int:
+        decisions = as_decisions(rng)
         verified = self.verified_distribution(p, q, drafts)
         if verified is not None:
-            return as_decisions(rng).categorical(torch.from_numpy(verified))
+            return decisions.categorical(torch.from_numpy(verified))
         if self.fallback is None:
             raise RuntimeError("the OT solver gave up and no fallback rule is configured")
-        return self.fallback(p, q, drafts, rng)
+        return self.fallback(p, q, drafts, decisions)
 
     # p [V], q [V], drafts [n]
     def verified_distribution(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> Optional[np.ndarray]:
@@ -100,5 +71,5 @@ OT_NODE_RULES: dict[str, NodeRule] = {
     "lp": OTNodeRule(SOLVERS["lp"]),
     "maxflow": OTNodeRule(SOLVERS["maxflow"]),
     "maxflow_opt": OTNodeRule(SOLVERS["maxflow_opt"]),
-    "global_resolution": OTNodeRule(SOLVERS["global_resolution"], fallback=kseq),
+    "global_resolution": OTNodeRule(SOLVERS["global_resolution"], fallback=kseq_rule),
 }

@@ -1,0 +1,107 @@
+"""GBV (GBV paper Alg. 1, eq. 19-23): certificates, skewed draft, stability, agreement."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import pytest
+import torch
+from toy_instances import (MULTI_PATH_INSTANCES, one_round_error, replay_reference, sample_batch,
+                           toy_pair)
+
+from speculab.verify.block import block_verify
+from speculab.verify.decisions import draw_uniforms
+from speculab.verify.exact import ToyModel, path_distribution, verifier_inputs
+from speculab.verify.gbv import (gbv_verify, gbv_verify_reference, select_path_reference,
+                                 skewed_draft_probs, skewed_draft_reference)
+from speculab.verify.primitives import SinglePath
+
+@pytest.mark.parametrize("instance", MULTI_PATH_INSTANCES)
+def test_certificate_one_round_matches_target(instance: tuple) -> None:
+    assert one_round_error(gbv_verify_reference, instance, seed=31) < 1e-9
+
+
+def brute_force_skewed(target: ToyModel, draft: ToyModel, length: int, paths: int) -> dict:
+    """GBV eq. 19 by enumeration: the distribution of the selected path over all K-tuples."""
+    singles = list(path_distribution(draft, (), length))
+    selected: dict[tuple[int, ...], float] = {}
+    for draft_set in itertools.product(singles, repeat=paths):
+        chosen = tuple(path for path, _ in draft_set)
+        k0 = select_path_reference(*verifier_inputs(target, draft, (), chosen))
+        prob = 1.0
+        for _, single in draft_set:
+            prob *= single
+        selected[chosen[k0]] = selected.get(chosen[k0], 0.0) + prob
+    return selected
+
+
+@pytest.mark.parametrize("vocab,length,paths,zeros", [(3, 2, 2, False), (2, 3, 3, False), (3, 2, 3, True)])
+def test_skewed_draft_equals_brute_force_selection(vocab: int, length: int, paths: int, zeros: bool) -> None:
+    target, draft = toy_pair(vocab, "full", zeros, False, seed=41)
+    selected = brute_force_skewed(target, draft, length, paths)
+
+    def prefix_mass(prefix: tuple[int, ...]) -> float:
+        return sum(prob for path, prob in selected.items() if path[: len(prefix)] == prefix)
+
+    for path, _ in path_distribution(draft, (), length):
+        tokens, p, q = verifier_inputs(target, draft, (), (path,))
+        reference = skewed_draft_reference(tokens[0], p[0], q[0], paths)
+        batched = skewed_draft_probs(SinglePath(tokens, p[:, :], q), paths)[0]
+        for t in range(length):
+            parent = prefix_mass(path[:t])
+            brute = torch.tensor([prefix_mass(path[:t] + (x,)) / parent for x in range(vocab)],
+                                 dtype=torch.float64)
+            torch.testing.assert_close(reference[t], brute, rtol=0, atol=1e-12)
+            torch.testing.assert_close(batched[t], brute, rtol=0, atol=1e-12)
+
+
+def exact_skewed(draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor, paths: int) -> list[list[Fraction]]:
+    """GBV eq. 22-23 in exact rational arithmetic (same ranking as the float code)."""
+    mass, below, rows = Fraction(1), Fraction(0), []
+    vocab = q.shape[-1]
+    for t in range(draft.shape[0]):
+        ratio = [float(p[t, x] / q[t, x]) if q[t, x] > 0 else float("inf") for x in range(vocab)]
+        qf = [Fraction(float(v)) for v in q[t]]
+        lower = [below + mass * sum(qf[y] for y in range(vocab) if (ratio[y], y) < (ratio[x], x))
+                 for x in range(vocab)]
+        parent = (below + mass) ** paths - below ** paths
+        rows.append([((lower[x] + mass * qf[x]) ** paths - lower[x] ** paths) / parent for x in range(vocab)])
+        x = int(draft[t])
+        below, mass = lower[x], mass * qf[x]
+    return rows
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+def test_skewed_draft_is_stable_for_eight_paths(dtype: torch.dtype, tolerance: float) -> None:
+    """K = 8 along an L = 8 path of improbable tokens: the naive difference of powers cancels."""
+    gen = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(1, 9, 6, generator=gen, dtype=torch.float64) * 3, -1)
+    q = torch.softmax(torch.randn(1, 8, 6, generator=gen, dtype=torch.float64) * 3, -1)
+    draft = q.argmin(-1)  # the least likely tokens: q(a_{1:t}) becomes tiny
+    skewed = skewed_draft_probs(SinglePath(draft, p.to(dtype), q.to(dtype)), 8)[0].double()
+    exact = torch.tensor([[float(v) for v in row] for row in exact_skewed(draft[0], p[0], q[0], 8)],
+                         dtype=torch.float64)
+    assert torch.isfinite(skewed).all()
+    torch.testing.assert_close(skewed, exact, rtol=tolerance, atol=tolerance)
+
+
+def test_one_path_equals_block_exactly() -> None:
+    target, draft = toy_pair(7, "full", True, False, seed=5)
+    paths, p, q = sample_batch(target, draft, batch=64, paths=1, length=4, seed=2)
+    gbv = gbv_verify(paths, p, q, rng=torch.Generator().manual_seed(4))
+    block = block_verify(paths, p, q, rng=torch.Generator().manual_seed(4))
+    assert torch.equal(gbv.tokens, block.tokens) and torch.equal(gbv.path, block.path)
+    skewed = skewed_draft_probs(SinglePath(paths[:, 0], p[:, 0], q[:, 0]), 1)
+    assert torch.equal(skewed, q[:, 0])
+
+
+@pytest.mark.parametrize("zeros,one_hot", [(False, False), (True, False), (False, True)])
+def test_batched_equals_reference_for_identical_draws(zeros: bool, one_hot: bool) -> None:
+    target, draft = toy_pair(5, "full", zeros, one_hot, seed=7)
+    paths, p, q = sample_batch(target, draft, batch=48, paths=3, length=3, seed=1)
+    verdict = gbv_verify(paths, p, q, rng=torch.Generator().manual_seed(9))
+    uniforms = draw_uniforms(torch.Generator().manual_seed(9), 48, 4, p.device)
+    expected = replay_reference(gbv_verify_reference, paths, p, q, uniforms)
+    assert verdict.rows() == [v.rows()[0] for v in expected]
+    assert verdict.path.tolist() == [int(v.path[0]) for v in expected]
