@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from speculab.drafting.tree import DraftTree
@@ -40,14 +41,15 @@ def test_from_paths_merges_prefixes() -> None:
         assert set(torch.nonzero(mask[n]).flatten().tolist()) == ancestors
 
 
-def test_tree_logits_equal_sequential(random_llama_pair) -> None:
+@pytest.mark.parametrize(("seed", "K", "L"), [(0, 4, 3), (1, 3, 5), (2, 8, 2), (3, 1, 4)])
+def test_tree_logits_equal_sequential(random_llama_pair, seed: int, K: int, L: int) -> None:
     model = load_causal_lm(random_llama_pair[0])
     lm = TreeLM(model)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     prompts = [[3, 14, 15, 92, 65], [35, 89]]  # different lengths: left padding
     lm.reset(2)
     lm.feed([p[:-1] for p in prompts])
-    paths = torch.randint(0, 4, (2, 4, 3), generator=gen) + 10  # small alphabet: shared prefixes
+    paths = torch.randint(0, 3, (2, K, L), generator=gen) + 10  # small alphabet: shared prefixes
     tree = DraftTree.from_paths(torch.tensor([p[-1] for p in prompts]), paths)
     logits = lm.extend(tree)
     for b, prompt in enumerate(prompts):
@@ -57,10 +59,11 @@ def test_tree_logits_equal_sequential(random_llama_pair) -> None:
             seq = prompt[:-1] + node_sequence(tree, b, node)
             torch.testing.assert_close(logits[b, node], sequential_logits(model, seq)[-1], atol=1e-5, rtol=1e-5)
 
-    # Keep path 2 of row 0 (root + 2 nodes) and path 1 of row 1 (root only), then continue.
-    keep = torch.tensor([[0, *tree.path_nodes[0, 2, 1:3].tolist()], [0, -1, -1]])
+    # Keep the last path's first two nodes in row 0 and the root alone in row 1, then continue.
+    accepted = min(2, L)
+    keep = torch.tensor([[0, *tree.path_nodes[0, -1, 1 : accepted + 1].tolist()], [0] + [-1] * accepted])
     lm.commit(keep)
-    contexts = [prompts[0] + paths[0, 2, :2].tolist(), prompts[1]]
+    contexts = [prompts[0] + paths[0, -1, :accepted].tolist(), prompts[1]]
     next_tokens = [[7], [8]]
     after = lm.feed(next_tokens)
     for b in range(2):
