@@ -39,7 +39,7 @@ def decode_tokens(name: str, target: ToyModel, draft: ToyModel, batch: int, path
     """``[B, tokens]`` the first tokens of speculative decoding, every row from the empty context."""
     p_table, q_table = bigram_table(target), bigram_table(draft)
     gen = torch.Generator().manual_seed(seed)
-    out = torch.zeros(batch, tokens + length + 1, dtype=torch.int64)
+    out = torch.zeros(batch, tokens * (length + 1) + 1, dtype=torch.int64)  # last column: discard
     count = torch.zeros(batch, dtype=torch.int64)
     carry = None
     rows = torch.arange(batch)

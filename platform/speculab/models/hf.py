@@ -15,12 +15,14 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
+from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 
 
 def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
     """AutoModelForCausalLM from a local directory, with an attention that takes 4-D masks."""
+    hf_logging.disable_progress_bar()  # per-shard bars would interleave with the run's own progress
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=getattr(torch, dtype), attn_implementation="sdpa", local_files_only=True
     )
