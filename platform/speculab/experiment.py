@@ -7,7 +7,7 @@ same process, so speedup_vs_ar compares like with like.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from rich.progress import Progress
 from transformers import AutoTokenizer
@@ -57,6 +57,13 @@ def with_progress(label: str, total: int, work) -> RunResult:
         return work(lambda _index: progress.advance(task))
 
 
+def warm_up(target, drafter, verifier, prompt: list[int], settings: DecodeSettings) -> None:
+    """A few untimed rounds of both methods, so one-off start-up costs bias neither."""
+    short = replace(settings, max_new_tokens=2 * (settings.length + 1), batch_size=1)
+    decode(target, drafter, verifier, [prompt], short)
+    autoregressive(target, [prompt], short)
+
+
 def run(cfg: Config) -> dict[str, float]:
     """Decode the dataset speculatively (and autoregressively), log to MLflow, print a summary."""
     validate(cfg)
@@ -68,6 +75,7 @@ def run(cfg: Config) -> dict[str, float]:
     target, drafter = start_models(cfg.runtime.kind, target_spec, draft_spec, cfg.cluster.address,
                                    cfg.cluster.num_cpus, cfg.cluster.actor_cpus)
     verifier = get_verifier(cfg.algorithm.name)
+    warm_up(target, drafter, verifier, encoded[0], settings)
     spec = with_progress(run_name(cfg), len(encoded),
                          lambda done: decode(target, drafter, verifier, encoded, settings, done))
     baseline = None

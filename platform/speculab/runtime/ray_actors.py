@@ -35,15 +35,28 @@ def actor_name(role: str, spec: LMSpec) -> str:
     return f"{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
+# Methods that return nothing: submitted without waiting (an actor runs its calls in order);
+# the next waiting call also waits on them, so their errors still surface, in the same phase.
+FIRE_AND_FORGET = frozenset({"commit", "retain"})
+
+
 class ActorProxy:
     """Calls methods of a Ray actor as if it were the local object."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
+        self.in_flight: list[Any] = []
 
     def __getattr__(self, method: str) -> Any:
         remote = getattr(self.handle, method)
-        return lambda *args, **kwargs: ray.get(remote.remote(*args, **kwargs))
+        return lambda *args, **kwargs: self._call(method, remote.remote(*args, **kwargs))
+
+    def _call(self, method: str, ref: Any) -> Any:
+        self.in_flight.append(ref)
+        if method in FIRE_AND_FORGET:
+            return None
+        results, self.in_flight = ray.get(self.in_flight), []
+        return results[-1]
 
 
 def spawn(role: type, spec: LMSpec, cpus: float, gpus: float = 0.0) -> ActorProxy:
@@ -57,4 +70,6 @@ def spawn_pair(target: LMSpec, draft: LMSpec, cpus: float) -> tuple[ActorProxy, 
     def gpu_share(spec: LMSpec) -> float:
         return 0.5 if spec.device == "cuda" else 0.0
 
-    return spawn(TreeTarget, target, cpus, gpu_share(target)), spawn(IIDDrafter, draft, cpus, gpu_share(draft))
+    pair = spawn(TreeTarget, target, cpus, gpu_share(target)), spawn(IIDDrafter, draft, cpus, gpu_share(draft))
+    ray.get([proxy.handle.kv_bytes.remote() for proxy in pair])  # both load in parallel; timing starts after
+    return pair

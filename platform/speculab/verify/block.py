@@ -16,7 +16,7 @@ import torch
 
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
 from .primitives import (SinglePath, clipped_ratio, positive_part, residual_or_target,
-                         select_path, select_positions, token_probs)
+                         select_positions, token_probs)
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 
@@ -140,7 +140,7 @@ def verify_first_path(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rng
                       outcome: Callable[[SinglePath, torch.Tensor], Outcome]) -> Verdict:
     """Run a single-path ``outcome`` on path 0 with ``[B, L+1]`` fresh uniforms."""
     first = torch.zeros(paths.shape[0], dtype=torch.int64, device=paths.device)
-    path = select_path(paths, p, q, first)
+    path = SinglePath(paths[:, 0], p[:, 0], q[:, 0])  # views: no copy of the rows
     u = draw_uniforms(rng, paths.shape[0], paths.shape[2] + 1, p.device)
     return assemble_verdict(path.draft, outcome(path, u), first)
 

@@ -44,7 +44,7 @@ def sample_inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """
     cdf = weights.to(torch.float64).cumsum(-1)
     threshold = u.to(torch.float64) * cdf[:, -1]
-    index = (cdf <= threshold.unsqueeze(-1)).sum(-1)
+    index = torch.searchsorted(cdf, threshold.unsqueeze(-1), right=True).squeeze(-1)  # #{cdf <= threshold}
     return index.clamp_max(weights.shape[-1] - 1)
 
 

@@ -78,7 +78,7 @@ def gbv_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
 def select_path_index(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """GBV Alg. 1 lines 1-3, batched: ``[B]`` index of the lexicographically largest path."""
     length = paths.shape[2]
-    ratios = token_probs(local_ranking(p[:, :, :length], q), paths).to(torch.float64)
+    ratios = local_ranking(token_probs(p[:, :, :length], paths), token_probs(q, paths)).to(torch.float64)
     candidate = torch.ones(paths.shape[:2], dtype=torch.bool, device=paths.device)
     for i in range(length):
         for key in (ratios[:, :, i], paths[:, :, i].to(torch.float64)):
@@ -106,6 +106,19 @@ def mass_ranked_below(ranking: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(q).scatter_(-1, order, exclusive)
 
 
+# qx [B, L] draft probability of each drafted token; cx [B, L] draft mass ranked below it
+def selection_masses(qx: torch.Tensor, cx: torch.Tensor) -> torch.Tensor:
+    """``[B, L]`` u_t = q(a_{1:t}) / (mass ranked at or below a_{1:t}'s subtree), u_0 = 1.
+
+    u_{t+1} = u_t q(a_{t+1}) / hi(a_{t+1}) with hi(x) = 1 - u_t (1 - C(x)) + u_t q(x).
+    """
+    u = [torch.ones_like(qx[:, 0])]
+    for t in range(qx.shape[1] - 1):
+        hi = (1 - u[-1] * (1 - cx[:, t])) + u[-1] * qx[:, t]
+        u.append(u[-1] * qx[:, t] / hi)
+    return torch.stack(u, dim=1)
+
+
 # path: the selected path (draft [B, L], p [B, L+1, V], q [B, L, V]); paths: K
 def skewed_draft_probs(path: SinglePath, paths: int) -> torch.Tensor:
     """GBV eq. 22-23 along the selected path: ``[B, L, V]`` conditionals q^Gamma(x | a_{1:t}).
@@ -114,18 +127,17 @@ def skewed_draft_probs(path: SinglePath, paths: int) -> torch.Tensor:
     fraction in [0, 1]: lo(x) = 1 - u (1 - C(x)), hi(x) = lo(x) + u q(x), and
     q^Gamma(x | a_{1:t}) = q(x) G(hi, lo) / G(1, 1 - u) with G the power difference quotient,
     so no difference of nearly equal powers is ever formed (stable for K up to 8 and beyond).
+    All L positions share one batched sort; with K = 1 the skewed draft is q itself.
     """
-    u = torch.ones(path.draft.shape[0], 1, dtype=path.q.dtype, device=path.q.device)
-    rows = []
-    for t in range(path.draft.shape[1]):
-        p_t, q_t = path.p[:, t], path.q[:, t]
-        lo = 1 - u * (1 - mass_ranked_below(local_ranking(p_t, q_t), q_t))
-        hi = lo + u * q_t
-        rows.append(q_t * power_difference_quotient(hi, lo, paths)
-                    / power_difference_quotient(torch.ones_like(u), 1 - u, paths))
-        x = path.draft[:, t:t + 1]
-        u = u * q_t.gather(-1, x) / hi.gather(-1, x)  # u_{t+1} = q(a_{1:t+1}) / upper(a_{t+1})
-    return torch.stack(rows, dim=1)
+    if paths == 1:
+        return path.q
+    length = path.draft.shape[1]
+    below = mass_ranked_below(local_ranking(path.p[:, :length], path.q), path.q)  # C(x), [B, L, V]
+    u = selection_masses(token_probs(path.q, path.draft), token_probs(below, path.draft)).unsqueeze(-1)
+    lo = 1 - u * (1 - below)
+    hi = lo + u * path.q
+    return path.q * power_difference_quotient(hi, lo, paths) / power_difference_quotient(
+        torch.ones_like(u), 1 - u, paths)
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]

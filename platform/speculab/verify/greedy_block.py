@@ -14,8 +14,8 @@ import torch
 from .block import longest_accepted, sample_extra
 from .decisions import Decisions, draw_uniforms
 from .modification import JointMasses, ModifiedTarget, joint_masses, modify_path, next_carry
-from .primitives import (SinglePath, clipped_ratio, positive_part, residual_or_target, select_path,
-                         select_positions, token_probs)
+from .primitives import (SinglePath, clipped_ratio, positive_part, residual_or_target, select_positions,
+                         token_probs)
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 
@@ -87,7 +87,7 @@ def greedy_block_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *
     """Greedy block verification (BV Alg. 4-6) of path 0; the carry holds BV eq. 31's state."""
     batch, _, length = paths.shape
     first = torch.zeros(batch, dtype=torch.int64, device=paths.device)
-    path = select_path(paths, p, q, first)
+    path = SinglePath(paths[:, 0], p[:, 0], q[:, 0])  # views: no copy of the rows
     carry = _empty_carry(carry, batch, length, p.device)
     modified = modify_path(carry, path.draft, path.p, path.q)
     target_path = SinglePath(path.draft, modified.p, path.q)

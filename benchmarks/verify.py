@@ -1,0 +1,179 @@
+"""Verification time per round for every registered verifier, on random distributions.
+
+    PYTHONPATH=platform python benchmarks/verify.py [--quick] [--threads 1] [--device cuda] [--verifiers gbv,block]
+
+For every grid point (batch, K paths, draft length L, vocabulary V) the batched verifier's
+time per call is printed beside two baselines measured in the same run: the scalar reference
+(one prompt, only at batch 1 and a small vocabulary, ``--reference-vocab``, cut off after
+``--reference-seconds``) and a straightforward NumPy transcription of the BV paper's App. A
+sketch of block verification (looping over the prompts of the batch). Ratios are baseline
+time over batched time. The device defaults to CUDA when available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import signal
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from speculab.verify import VERIFIERS, get_reference, get_verifier
+from speculab.verify.decisions import generator_decisions
+
+
+@dataclass
+class Inputs:
+    """Random verifier inputs of one grid point (the contract's tensors)."""
+
+    paths: torch.Tensor  # [B, K, L] int64 drafted tokens, sampled from q
+    p: torch.Tensor  # [B, K, L+1, V] float32 target distributions
+    q: torch.Tensor  # [B, K, L, V] float32 draft distributions
+
+
+def random_inputs(batch: int, paths: int, length: int, vocab: int, device: torch.device,
+                  seed: int = 0) -> Inputs:
+    """Peaked random distributions (softmax of scaled normals) and paths drawn from q."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    p = torch.softmax(torch.randn(batch, paths, length + 1, vocab, generator=gen, device=device) * 3, -1)
+    q = torch.softmax(torch.randn(batch, paths, length, vocab, generator=gen, device=device) * 3, -1)
+    drafted = torch.multinomial(q.flatten(0, 2), 1, generator=gen).view(batch, paths, length)
+    return Inputs(drafted, p, q)
+
+
+def wall_ms(run: Callable[[], object], device: torch.device, budget_s: float = 1.0) -> float:
+    """Median wall time of ``run`` in ms (one warm-up call, then up to 5 calls within the budget)."""
+    run()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 5 and (not times or time.perf_counter() - start < budget_s):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        tick = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - tick) * 1e3)
+    return statistics.median(times)
+
+
+def limited_ms(run: Callable[[], object], seconds: int) -> float | None:
+    """One timed call of ``run`` in ms, or None if it did not finish within ``seconds``."""
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        tick = time.perf_counter()
+        run()
+        return (time.perf_counter() - tick) * 1e3
+    except TimeoutError:
+        return None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ps [L+1, V]; qs [L, V]; drafts [L]
+def block_verification_appendix_a(ps: np.ndarray, qs: np.ndarray, drafts: np.ndarray,
+                                  rng: np.random.Generator) -> list[int]:
+    """BV paper App. A sketch of block verification (Alg. 2), its typos fixed, nothing optimised."""
+    draft_length, vocab_size = qs.shape
+    qs = np.concatenate([qs, np.zeros((1, vocab_size), qs.dtype)])  # append a zero vector
+    token_sequence: list[int] = []
+    accept_probability = 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        probability_ratios = ps / qs
+    vocab_plus_one = np.arange(vocab_size + 1)
+    sampling_weights = np.zeros(vocab_size + 1)
+    for token_index, token_value in enumerate(list(drafts) + [None]):
+        sampling_weights[:vocab_size] = np.maximum(0, ps[token_index] * accept_probability - qs[token_index])
+        sampling_weights[vocab_size] = 1 - accept_probability
+        sampling_weights /= np.sum(sampling_weights)
+        chosen_token = rng.choice(vocab_plus_one, p=sampling_weights)
+        if chosen_token < vocab_size:
+            token_sequence = [int(x) for x in drafts[:token_index]] + [int(chosen_token)]
+        if token_value is not None:
+            accept_probability = min(1.0, probability_ratios[token_index, token_value] * accept_probability)
+    return token_sequence
+
+
+# inputs: the grid point's tensors (path 0 of every prompt is verified)
+def numpy_baseline(inputs: Inputs) -> Callable[[], object]:
+    """The App. A sketch over the prompts of the batch, on host float64 arrays."""
+    ps = inputs.p[:, 0].double().cpu().numpy()
+    qs = inputs.q[:, 0].double().cpu().numpy()
+    drafts = inputs.paths[:, 0].cpu().numpy()
+    rng = np.random.default_rng(0)
+    return lambda: [block_verification_appendix_a(ps[b], qs[b], drafts[b], rng) for b in range(len(ps))]
+
+
+def batched_call(name: str, inputs: Inputs) -> Callable[[], object]:
+    rng = torch.Generator(device=inputs.p.device).manual_seed(0)
+    verifier = get_verifier(name)
+    return lambda: verifier(inputs.paths, inputs.p, inputs.q, rng=rng)
+
+
+def reference_call(name: str, inputs: Inputs) -> Callable[[], object]:
+    reference = get_reference(name)
+    paths, p, q = inputs.paths[0].cpu(), inputs.p[0].cpu(), inputs.q[0].cpu()
+    decisions = generator_decisions(torch.Generator().manual_seed(0))
+    return lambda: reference(paths, p, q, decisions, None)
+
+
+def ratio(baseline: float | None, batched: float) -> str:
+    return "-" if baseline is None else f"{baseline / batched:.1f}x"
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small grid")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--verifiers", default=",".join(VERIFIERS))
+    parser.add_argument("--reference-vocab", type=int, default=4096)
+    parser.add_argument("--reference-seconds", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads (on a shared machine 1 avoids stalls at every op)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    names = args.verifiers.split(",")
+    if args.quick:
+        grid = [(1, 1, 8, 32768), (1, 4, 8, 131072), (8, 2, 4, 32768)]
+        reference_grid = [(1, 2, 4, args.reference_vocab)]
+    else:
+        grid = list(itertools.product((1, 8, 64), (1, 2, 4), (4, 8), (32768, 131072)))
+        reference_grid = list(itertools.product((1,), (1, 2, 4), (4, 8), (args.reference_vocab,)))
+    table = Table(title=f"verification ms per round on {device} ({torch.get_num_threads()} threads)")
+    for column in ("verifier", "B", "K", "L", "V", "batched ms", "reference ms", "ref/batched",
+                   "numpy BV ms", "numpy/batched"):
+        table.add_column(column, justify="left" if column == "verifier" else "right")
+    for point in reference_grid + grid:
+        batch, paths, length, vocab = point
+        inputs = random_inputs(batch, paths, length, vocab, device)
+        baseline = wall_ms(numpy_baseline(inputs), torch.device("cpu"))
+        for name in names:
+            batched = wall_ms(batched_call(name, inputs), device)
+            reference = limited_ms(reference_call(name, inputs), args.reference_seconds) \
+                if point in reference_grid else None
+            table.add_row(name, *map(str, point), ms(batched), ms(reference), ratio(reference, batched),
+                          ms(baseline), ratio(baseline, batched))
+        del inputs
+    Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    main()
