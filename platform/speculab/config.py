@@ -37,6 +37,7 @@ class AlgorithmConfig:
     name: str = "block"
     K: int = 1  # i.i.d. draft paths per round
     L: int = 4  # draft length
+    node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
 
 
 @dataclass
@@ -146,10 +147,13 @@ def _vocabulary(path: Path) -> tuple[int, Any]:
 def validate(cfg: Config) -> None:
     """Raise ConfigError listing every invalid field; touches no weights and starts nothing."""
     from speculab.data import DATASETS, check_dataset
-    from speculab.verify import VERIFIERS
+    from speculab.verify import get_verifier
 
     errors: list[str] = []
-    _choice(errors, "algorithm.name", cfg.algorithm.name, VERIFIERS)
+    try:
+        get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
+    except ValueError as err:
+        errors.append(str(err))
     _at_least(errors, "algorithm.K", cfg.algorithm.K, 1)
     _at_least(errors, "algorithm.L", cfg.algorithm.L, 1)
     if cfg.sampling.temperature < 0:

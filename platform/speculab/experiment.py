@@ -47,7 +47,8 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
 
 def run_name(cfg: Config) -> str:
     a = cfg.algorithm
-    return f"{a.name} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
+    rule = f"/{a.node_rule}" if a.node_rule != "kseq" else ""
+    return f"{a.name}{rule} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
 
 
 def with_progress(label: str, total: int, work) -> RunResult:
@@ -74,7 +75,7 @@ def run(cfg: Config) -> dict[str, float]:
     settings = settings_of(cfg, tokenizer.eos_token_id)
     target, drafter = start_models(cfg.runtime.kind, target_spec, draft_spec, cfg.cluster.address,
                                    cfg.cluster.num_cpus, cfg.cluster.actor_cpus)
-    verifier = get_verifier(cfg.algorithm.name)
+    verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     warm_up(target, drafter, verifier, encoded[0], settings)
     spec = with_progress(run_name(cfg), len(encoded),
                          lambda done: decode(target, drafter, verifier, encoded, settings, done))

@@ -32,6 +32,7 @@ agree with them.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 from .block import block_verify, block_verify_reference, token_verify, token_verify_reference
@@ -40,7 +41,7 @@ from .gbv import gbv_verify, gbv_verify_reference
 from .greedy_block import greedy_block_verify, greedy_block_verify_reference
 from .node_rules import NODE_RULES
 from .traversal import traversal_verify, traversal_verify_reference
-from .tree_walk import nss_verify, specinfer_verify, spectr_verify, tree_walk_reference
+from .tree_walk import nss_verify, rowwise_walk_verify, specinfer_verify, spectr_verify, tree_walk_reference
 from .verdict import Verdict
 
 Verifier = Callable[..., Verdict]
@@ -67,12 +68,31 @@ _REFERENCES: dict[str, Reference] = {
 
 VERIFIERS: tuple[str, ...] = tuple(_REGISTRY)
 
+# Per-node rules of `spectr`'s top-down walk: K-SEQ (its own), the SpecInfer and NSS rules,
+# and the optimal-transport solvers of the Global Resolution paper (App. R), run row by row.
+_BATCHED_NODE_RULES: dict[str, Verifier] = {"kseq": spectr_verify, "specinfer": specinfer_verify, "nss": nss_verify}
+OT_RULES = ("lp", "maxflow", "maxflow_opt", "global_resolution")
+NODE_RULES_FOR_SPECTR: tuple[str, ...] = (*_BATCHED_NODE_RULES, *OT_RULES)
 
-def get_verifier(name: str) -> Verifier:
-    """The batched verifier registered under a config name (see ``VERIFIERS``)."""
+
+def get_verifier(name: str, node_rule: str = "kseq") -> Verifier:
+    """The batched verifier registered under a config name (see ``VERIFIERS``).
+
+    ``node_rule`` (one of ``NODE_RULES_FOR_SPECTR``) picks the per-node rule of ``spectr``.
+    """
     if name not in _REGISTRY:
-        raise ValueError(f"unknown verifier {name!r}; choose one of {', '.join(VERIFIERS)}")
-    return _REGISTRY[name]
+        raise ValueError(f"algorithm.name={name!r}: must be one of {', '.join(VERIFIERS)}")
+    if node_rule == "kseq":
+        return _REGISTRY[name]
+    if name != "spectr":
+        raise ValueError(f"algorithm.node_rule={node_rule!r}: only algorithm=spectr takes a node rule (others: kseq)")
+    if node_rule in _BATCHED_NODE_RULES:
+        return _BATCHED_NODE_RULES[node_rule]
+    if node_rule in OT_RULES:
+        from .ot import OT_NODE_RULES
+
+        return partial(rowwise_walk_verify, rule=OT_NODE_RULES[node_rule])
+    raise ValueError(f"algorithm.node_rule={node_rule!r}: must be one of {', '.join(NODE_RULES_FOR_SPECTR)}")
 
 
 def get_reference(name: str) -> Reference:
@@ -81,4 +101,4 @@ def get_reference(name: str) -> Reference:
     return _REFERENCES[name]
 
 
-__all__ = ["VERIFIERS", "Reference", "Verdict", "Verifier", "get_reference", "get_verifier"]
+__all__ = ["NODE_RULES_FOR_SPECTR", "VERIFIERS", "Reference", "Verdict", "Verifier", "get_reference", "get_verifier"]

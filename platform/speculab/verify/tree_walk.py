@@ -86,6 +86,14 @@ def walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: t
     return assemble_verdict(paths[rows, node], Outcome(tau, extra), node)
 
 
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
+def rowwise_walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator,
+                        carry: None = None, rule: NodeRule) -> Verdict:
+    """``tree_walk`` row by row, for rules with no batched form (the optimal-transport solvers)."""
+    verdicts = [tree_walk(paths[b], p[b], q[b], rule, rng) for b in range(paths.shape[0])]
+    return Verdict(*(torch.cat([getattr(v, field) for v in verdicts]) for field in ("tokens", "num_tokens", "path")))
+
+
 spectr_verify = partial(walk_verify, rule=batched_kseq)
 specinfer_verify = partial(walk_verify, rule=batched_specinfer)
 nss_verify = partial(walk_verify, rule=batched_nss)
