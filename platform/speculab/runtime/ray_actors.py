@@ -61,7 +61,13 @@ class ActorProxy:
 
 def spawn(role: type, spec: LMSpec, cpus: float, gpus: float = 0.0) -> ActorProxy:
     """The named actor for (role, spec), created on first use and reused afterwards."""
-    options = dict(name=actor_name(role.__name__, spec), get_if_exists=True, num_cpus=cpus, num_gpus=gpus)
+    options = dict(
+        name=actor_name(role.__name__, spec),
+        get_if_exists=True,
+        num_cpus=cpus,
+        num_gpus=gpus,
+        runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}},  # see speculab/__init__
+    )
     return ActorProxy(ray.remote(role).options(**options).remote(spec))
 
 
