@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 
+import matplotlib.pyplot as plt
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
@@ -94,4 +95,5 @@ def run(cfg: Config) -> dict[str, float]:
         tracker.log_text(records_jsonl(spec, [p.id for p in prompts], texts), "records.jsonl")
         tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
         tracker.log_figure(time_split_figure(metrics), "time_split.png")
+    plt.close("all")  # a sweep runs many points in this process
     return metrics
