@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -252,5 +252,4 @@ def autoregressive(
     on_prompt_done: Callable[[int], None] | None = None,
 ) -> RunResult:
     """The baseline: one target call per token, same prompts, batching and truncation."""
-    ar = DecodeSettings(1, 0, settings.sampling, settings.max_new_tokens, settings.batch_size, settings.seed, settings.eos_token_id)
-    return decode(target, RootOnlyDrafter(), sample_target, prompts, ar, on_prompt_done)
+    return decode(target, RootOnlyDrafter(), sample_target, prompts, replace(settings, num_paths=1, length=0), on_prompt_done)

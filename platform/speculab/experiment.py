@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from speculab.config import Config, resolve_path, tracking_uri, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.iid import SamplingParams
-from speculab.engine import DecodeSettings, RunResult, autoregressive, decode
+from speculab.engine import DecodeSettings, Drafter, RunResult, TargetModel, Verifier, autoregressive, decode
 from speculab.models import LMSpec
 from speculab.runtime import start_models
 from speculab.tracking.callbacks import parent_run_id
@@ -59,7 +59,7 @@ def with_progress(label: str, total: int, work) -> RunResult:
         return work(lambda _index: progress.advance(task))
 
 
-def warm_up(target, drafter, verifier, prompt: list[int], settings: DecodeSettings) -> None:
+def warm_up(target: TargetModel, drafter: Drafter, verifier: Verifier, prompt: list[int], settings: DecodeSettings) -> None:
     """A few untimed rounds of both methods, so one-off start-up costs bias neither."""
     short = replace(settings, max_new_tokens=2 * (settings.length + 1), batch_size=1)
     decode(target, drafter, verifier, [prompt], short)
