@@ -69,6 +69,10 @@ class ClusterConfig:
     address: str | None = None  # None: embedded local Ray; "auto" or ray://host:port: existing cluster
     num_cpus: int | None = None  # embedded cluster size; None = every core
     actor_cpus: float = 1.0  # CPUs each model actor reserves
+    tp_size: int = 1  # target tensor-parallel ranks (one GPU each; CPU processes when num_gpus = 0)
+    num_gpus: int = 0  # GPUs the cluster offers (0: CPU only)
+    gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
+    draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
 
 
 @dataclass
@@ -164,6 +168,7 @@ def validate(cfg: Config) -> None:
     _at_least(errors, "sampling.max_new_tokens", cfg.sampling.max_new_tokens, 1)
     _at_least(errors, "sampling.batch_size", cfg.sampling.batch_size, 1)
     _choice(errors, "runtime.kind", cfg.runtime.kind, RUNTIMES)
+    _at_least(errors, "cluster.tp_size", cfg.cluster.tp_size, 1)
     if cfg.dataset.num_prompts is not None:
         _at_least(errors, "dataset.num_prompts", cfg.dataset.num_prompts, 1)
     if cfg.dataset.name not in DATASETS:
