@@ -61,6 +61,7 @@ class DatasetConfig:
 class RuntimeConfig:
     kind: str = "ray"  # inline: one process; ray: target and draft in their own actors
     torch_threads: int = 0  # per model process; 0 = all cores
+    max_restarts: int = 3  # ray: times a model group is recreated after losing an actor
 
 
 @dataclass
@@ -169,6 +170,9 @@ def validate(cfg: Config) -> None:
     _at_least(errors, "sampling.batch_size", cfg.sampling.batch_size, 1)
     _choice(errors, "runtime.kind", cfg.runtime.kind, RUNTIMES)
     _at_least(errors, "cluster.tp_size", cfg.cluster.tp_size, 1)
+    if cfg.runtime.kind == "inline" and cfg.cluster.tp_size > 1:
+        errors.append(f"cluster.tp_size={cfg.cluster.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
+    _at_least(errors, "runtime.max_restarts", cfg.runtime.max_restarts, 0)
     if cfg.dataset.num_prompts is not None:
         _at_least(errors, "dataset.num_prompts", cfg.dataset.num_prompts, 1)
     if cfg.dataset.name not in DATASETS:

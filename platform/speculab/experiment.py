@@ -18,7 +18,7 @@ from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.iid import SamplingParams
 from speculab.engine import DecodeSettings, Drafter, RunResult, TargetModel, Verifier, autoregressive, decode
 from speculab.models import LMSpec
-from speculab.runtime import start_models
+from speculab.runtime import runtime_metrics, start_models
 from speculab.tracking.callbacks import parent_run_id
 from speculab.tracking.metrics import summarize
 from speculab.tracking.mlflow_tracker import MlflowTracker, NoopTracker, flatten
@@ -29,7 +29,7 @@ from speculab.verify import get_verifier
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
     common = dict(backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads)
-    return (LMSpec(path=str(resolve_path(model.target_path)), **common),
+    return (LMSpec(path=str(resolve_path(model.target_path)), tp_size=cfg.cluster.tp_size, **common),
             LMSpec(path=str(resolve_path(model.draft_path)), **common))
 
 
@@ -74,17 +74,19 @@ def run(cfg: Config) -> dict[str, float]:
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     settings = settings_of(cfg, tokenizer.eos_token_id)
-    target, drafter = start_models(cfg.runtime.kind, target_spec, draft_spec, cfg.cluster.address,
-                                   cfg.cluster.num_cpus, cfg.cluster.actor_cpus)
+    c = cfg.cluster
+    target, drafter = start_models(cfg.runtime.kind, target_spec, draft_spec, c.address, c.num_cpus, c.actor_cpus,
+                                   c.draft_gpu, cfg.runtime.max_restarts)
     verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     warm_up(target, drafter, verifier, encoded[0], settings)
-    spec = with_progress(run_name(cfg), len(encoded),
-                         lambda done: decode(target, drafter, verifier, encoded, settings, done))
+    with runtime_metrics(target, drafter) as measured:
+        spec = with_progress(run_name(cfg), len(encoded),
+                             lambda done: decode(target, drafter, verifier, encoded, settings, done))
     baseline = None
     if cfg.baseline:
         baseline = with_progress("autoregressive baseline", len(encoded),
                                  lambda done: autoregressive(target, encoded, settings, done))
-    metrics = print_summary(run_name(cfg), spec, baseline)
+    metrics = print_summary(run_name(cfg), spec, baseline) | measured
     tracker = MlflowTracker(tracking_uri(cfg.tracking), cfg.tracking.experiment) if cfg.tracking.enabled else NoopTracker()
     with tracker.run(run_name(cfg), parent_run_id()):
         tracker.log_params(flatten(asdict(cfg)))

@@ -35,6 +35,7 @@ class LMSpec:
     dtype: str = "float32"
     device: str = "cpu"
     threads: int = 0  # torch CPU threads in the owning process; 0 = leave as is
+    tp_size: int = 1  # > 1: this process holds one AutoTP shard (its TP world must exist already)
     table: torch.Tensor | None = field(default=None, compare=False)  # toy: [V, V]
 
 
@@ -44,6 +45,10 @@ def build_lm(spec: LMSpec) -> DecoderLM:
     if spec.backend == "hf":
         from speculab.models.hf import TreeLM, load_causal_lm
 
+        if spec.tp_size > 1:
+            from speculab.models.tp import load_tp_causal_lm
+
+            return TreeLM(load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size))
         return TreeLM(load_causal_lm(spec.path, spec.dtype, spec.device))
     if spec.backend == "toy":
         from speculab.models.toy import BigramLM

@@ -1,81 +1,110 @@
-"""Ray actors for the target and the drafter: thin shells around the in-process roles.
+"""The Ray actors: `ModelHost` (one rank of a model group) and `LoadLedger` (loads per job).
 
-`ray.remote(TreeTarget)` is the whole actor: it builds its model from an `LMSpec` in its own
-process and returns CPU tensors or small structs. `ActorProxy` makes a handle look like the
-plain object (each call is `.remote()` then one `ray.get`), so the engine has one code path.
-Actors are named by a hash of what they load, so a sweep in one Ray job reuses them.
+A `ModelHost` is a thin shell around the in-process roles (`TreeTarget`, `IIDDrafter`): it
+joins its group's torch.distributed world when the group has several ranks, builds the role
+from an `LMSpec` on its own side, and runs calls on it, returning the result (rank 0 only;
+the ranks of a TP group compute the same thing) with its own compute time, so the
+coordinator can tell Ray's transfer time from model time. Groups, placement and restarts
+are `speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import ray
+import torch
 
 from speculab.models import IIDDrafter, LMSpec, TreeTarget
 
-NAMESPACE = "speculab"
+ROLES = {"target": TreeTarget, "draft": IIDDrafter}
+NAMESPACE_PREFIX = "speculab-"
+LEDGER = "speculab-load-ledger"
+# Results every rank reports (summed by the coordinator): each rank holds a slice of the KV heads.
+PER_RANK = frozenset({"kv_bytes"})
 
 
 def connect(address: str | None, num_cpus: int | None) -> None:
-    """Attach to a running cluster, or start an embedded one sized to this machine."""
+    """Attach to a running cluster, or start an embedded one sized to this machine.
+
+    Each driver gets its own namespace, so the named actors of two jobs on one cluster never
+    meet, and the leftovers of any job can be found by prefix (`speculab.runtime.cleanup`).
+    """
     if ray.is_initialized():
         return
+    namespace = NAMESPACE_PREFIX + uuid.uuid4().hex[:8]
     if address:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=True)
+        ray.init(address=address, namespace=namespace, log_to_driver=True)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), namespace=NAMESPACE, include_dashboard=False, log_to_driver=True)
+        ray.init(num_cpus=num_cpus or os.cpu_count(), namespace=namespace, include_dashboard=False, log_to_driver=True)
 
 
-def actor_name(role: str, spec: LMSpec) -> str:
-    """Stable name from everything that determines the loaded model (get_if_exists ignores args)."""
-    key = f"{role}|{spec.backend}|{os.path.abspath(spec.path)}|{spec.dtype}|{spec.device}|{spec.threads}"
-    return f"{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+@dataclass(frozen=True)
+class Reply:
+    value: Any  # None on ranks > 0 (except PER_RANK methods)
+    compute_s: float  # time inside the model call, on this rank
+    peak_bytes: int  # CUDA peak allocated memory during the call (0 on CPU)
 
 
-# Methods that return nothing: submitted without waiting (an actor runs its calls in order);
-# the next waiting call also waits on them, so their errors still surface, in the same phase.
-FIRE_AND_FORGET = frozenset({"commit", "retain"})
+class ModelHost:
+    """Rank `rank` of a group of `world` actors holding one model role."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.role: TreeTarget | IIDDrafter | None = None
+
+    def endpoint(self) -> tuple[str, int]:
+        """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def is_loaded(self) -> bool:
+        return self.role is not None
+
+    def load(self, role: str, spec: LMSpec, group: str, address: str, port: int) -> None:
+        """Join the group's world (if several ranks), then load the model; all ranks concurrently."""
+        if spec.device == "cuda":
+            torch.cuda.set_device(0)  # Ray shows this actor only its own GPU
+        if self.world > 1:
+            from speculab.models.tp import join_process_group
+
+            join_process_group(self.rank, self.world, address, port, spec.device)
+        self.role = ROLES[role](spec)
+        if self.rank == 0:
+            ray.get_actor(LEDGER).record.remote(group)
+
+    def call(self, method: str, args: tuple, kwargs: dict) -> Reply:
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        value = getattr(self.role, method)(*args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        compute = time.perf_counter() - start
+        keep = self.rank == 0 or method in PER_RANK
+        return Reply(value if keep else None, compute, torch.cuda.max_memory_allocated() if cuda else 0)
 
 
-class ActorProxy:
-    """Calls methods of a Ray actor as if it were the local object."""
+class LoadLedger:
+    """Counts model loads per group name in this job (a sweep that reuses actors loads once)."""
 
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
-        self.in_flight: list[Any] = []
+    def __init__(self) -> None:
+        self.loads: dict[str, int] = {}
 
-    def __getattr__(self, method: str) -> Any:
-        remote = getattr(self.handle, method)
-        return lambda *args, **kwargs: self._call(method, remote.remote(*args, **kwargs))
+    def record(self, group: str) -> None:
+        self.loads[group] = self.loads.get(group, 0) + 1
 
-    def _call(self, method: str, ref: Any) -> Any:
-        self.in_flight.append(ref)
-        if method in FIRE_AND_FORGET:
-            return None
-        results, self.in_flight = ray.get(self.in_flight), []
-        return results[-1]
+    def counts(self) -> dict[str, int]:
+        return dict(self.loads)
 
 
-def spawn(role: type, spec: LMSpec, cpus: float, gpus: float = 0.0) -> ActorProxy:
-    """The named actor for (role, spec), created on first use and reused afterwards."""
-    options = dict(
-        name=actor_name(role.__name__, spec),
-        get_if_exists=True,
-        num_cpus=cpus,
-        num_gpus=gpus,
-        runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}},  # see speculab/__init__
-    )
-    return ActorProxy(ray.remote(role).options(**options).remote(spec))
-
-
-def spawn_pair(target: LMSpec, draft: LMSpec, cpus: float) -> tuple[ActorProxy, ActorProxy]:
-    """Target and drafter actors; on one GPU they share it (multi-GPU groups are separate)."""
-    def gpu_share(spec: LMSpec) -> float:
-        return 0.5 if spec.device == "cuda" else 0.0
-
-    pair = spawn(TreeTarget, target, cpus, gpu_share(target)), spawn(IIDDrafter, draft, cpus, gpu_share(draft))
-    ray.get([proxy.handle.kv_bytes.remote() for proxy in pair])  # both load in parallel; timing starts after
-    return pair
+def ledger() -> Any:
+    """This job's ledger actor (created on first use)."""
+    return ray.remote(LoadLedger).options(name=LEDGER, get_if_exists=True, num_cpus=0).remote()

@@ -1,0 +1,90 @@
+"""DeepSpeed AutoTP: this rank's shard of a transformers causal LM.
+
+`join_process_group` puts the calling process into a torch.distributed world (gloo on CPU,
+NCCL on GPU) through DeepSpeed; `load_tp_causal_lm` then builds the model on the meta
+device and lets DeepSpeed's AutoTP load each checkpoint shard file in turn, keeping only
+this rank's slices of the attention and MLP projections and of the lm head, so no rank ever
+holds the full model. HF modules stay (only o_proj / down_proj / lm_head become all-reduce
+linears), so `TreeLM`'s 4-D masks, position ids and KV compaction work unchanged.
+Which process runs which rank, and keeping ranks in lock step, is `speculab.runtime`'s job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+
+
+def disable_cpu_shm_allreduce() -> None:
+    """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce (see NOTES.md).
+
+    That op segfaults unless every rank shares one host with ~66 MiB of /dev/shm each, and
+    leaves files in /dev/shm; without it DeepSpeed's CPU all-reduce falls back to gloo.
+    `import deepspeed.comm.torch` binds the name to torch, hence the sys.modules lookup.
+    """
+    import deepspeed.comm.torch  # noqa: F401  (loads the module we patch)
+
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+
+
+def join_process_group(rank: int, world: int, address: str, port: int, device: str) -> None:
+    """Join the torch.distributed world of a TP group; every rank must call this concurrently."""
+    import deepspeed
+
+    os.environ.update(MASTER_ADDR=address, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    # Ray shows each GPU actor only its own GPU, so the local device index is 0 there.
+    os.environ.update(LOCAL_RANK="0" if device == "cuda" else str(rank), LOCAL_SIZE=str(world))
+    disable_cpu_shm_allreduce()
+    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", timeout=timedelta(minutes=10))
+
+
+def checkpoint_files(path: Path) -> list[str]:
+    """Weight files of a local HF checkpoint, relative to it (sharded or single file)."""
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = path / index_name
+        if index.is_file():
+            return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (path / single).is_file():
+            return [single]
+    raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin (or their index)")
+
+
+def recreate_rotary_buffers(model: torch.nn.Module, device: str) -> None:
+    """Recompute rotary inv_freq buffers: they are not in checkpoints, so meta construction loses them."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for module in model.modules():
+        if isinstance(getattr(module, "inv_freq", None), torch.Tensor) and hasattr(module, "rope_type"):
+            init = module.compute_default_rope_parameters if module.rope_type == "default" else ROPE_INIT_FUNCTIONS[module.rope_type]
+            inv_freq, module.attention_scaling = init(module.config, device=device)
+            module.inv_freq = inv_freq
+            module.original_inv_freq = inv_freq.clone()
+
+
+def load_tp_causal_lm(path: str | Path, dtype: str, device: str, tp_size: int) -> torch.nn.Module:
+    """This rank's AutoTP shard; the process must already be in a world of tp_size ranks."""
+    import deepspeed
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    torch_dtype = getattr(torch, dtype)
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    with deepspeed.OnDevice(dtype=torch_dtype, device="meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation="sdpa")
+    checkpoint = {"type": "ds_model", "checkpoints": checkpoint_files(path), "version": 1.0}
+    engine = deepspeed.init_inference(
+        model.eval(), tensor_parallel={"tp_size": tp_size}, dtype=torch_dtype,
+        checkpoint=checkpoint, base_dir=str(path), replace_with_kernel_inject=False,
+    )
+    module = engine.module.to(device)
+    recreate_rotary_buffers(module, device)
+    left = [name for name, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"{path}: tensors still on the meta device after loading: {left[:5]}")
+    return module.eval()

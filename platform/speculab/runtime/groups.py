@@ -1,0 +1,155 @@
+"""Model groups on Ray: the ranks of one model in a STRICT_PACK placement group, named for reuse.
+
+A target group is `tp_size` `ModelHost` actors, one bundle each ({"CPU": c} on CPU,
+{"GPU": 1, "CPU": c} on GPU); rank 0 publishes an address and a free port and every rank
+joins the TP world and loads its shard. A draft group is one actor outside that world: on
+its own GPU, or (`draft_gpu` < 1) on the share of rank 0's GPU that the target's first
+bundle leaves free. Groups are named by a hash of everything that determines what they
+load and where, in the job's namespace, so every point of a sweep attaches to the same
+loaded actors (`get_if_exists` ignores constructor arguments, hence the hash). Ray collects
+a named actor once no handle to it is left, so `POOL` keeps this driver's open groups (and
+the load ledger) between sweep points until `close_all`. A group is used whole or not at
+all: if any rank is missing it is torn down and created again.
+This module does not keep ranks in lock step or replay calls (`speculab.runtime.proxy`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Any
+
+import ray
+from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from speculab.models import LMSpec
+from speculab.runtime.ray_actors import ModelHost, ledger
+
+Bundle = dict[str, float]
+
+
+def target_bundles(tp_size: int, device: str, cpus: float, draft_gpu: float) -> list[Bundle]:
+    """One bundle per TP rank; with draft_gpu < 1 rank 0 leaves that share of its GPU to the draft."""
+    if device != "cuda":
+        return [{"CPU": cpus}] * tp_size
+    first = 1.0 - draft_gpu if draft_gpu < 1 else 1.0
+    return [{"GPU": first, "CPU": cpus}] + [{"GPU": 1.0, "CPU": cpus}] * (tp_size - 1)
+
+
+def draft_bundles(device: str, cpus: float, draft_gpu: float) -> list[Bundle]:
+    return [{"GPU": min(draft_gpu, 1.0), "CPU": cpus}] if device == "cuda" else [{"CPU": cpus}]
+
+
+def group_name(role: str, spec: LMSpec, bundles: list[Bundle]) -> str:
+    """Stable name from the model path, TP size, dtype, device kind, threads and placement."""
+    key = f"{role}|{spec.backend}|{os.path.abspath(spec.path)}|{spec.tp_size}|{spec.dtype}|{spec.device}|{spec.threads}|{bundles}"
+    return f"speculab-{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
+class ActorGroup:
+    """The ranks of one model (`role` "target" or "draft"), created or attached by name."""
+
+    def __init__(self, role: str, spec: LMSpec, bundles: list[Bundle], ready_timeout_s: float = 300.0) -> None:
+        self.role, self.spec, self.bundles = role, spec, bundles
+        self.name = group_name(role, spec, bundles)
+        self.ready_timeout_s = ready_timeout_s
+        self.members: list[Any] = []
+        self.open()
+
+    @property
+    def size(self) -> int:
+        return len(self.bundles)
+
+    def open(self) -> None:
+        """Attach to the named group if every rank is loaded; otherwise create and load it."""
+        self.pg = self._placement_group()
+        self.members = [self._member(rank) for rank in range(self.size)]
+        loaded = ray.get([m.is_loaded.remote() for m in self.members])
+        if all(loaded):
+            return
+        if any(loaded):  # a rank was lost: never use a partial group
+            self.close()
+            return self.open()
+        address, port = ray.get(self.members[0].endpoint.remote())
+        # Every rank's load is submitted before waiting on any: the rendezvous needs all of them.
+        ray.get([m.load.remote(self.role, self.spec, self.name, address, port) for m in self.members])
+
+    def submit(self, method: str, args: tuple, kwargs: dict) -> list[Any]:
+        """The same call on every rank, in order; one reference per rank (rank 0 first)."""
+        payload = ray.put(args) if self.size > 1 else args  # serialised once for all ranks
+        return [m.call.remote(method, payload, kwargs) for m in self.members]
+
+    def close(self) -> None:
+        """Kill every rank and free the placement group; returns once the names are free."""
+        for member in self.members:
+            ray.kill(member, no_restart=True)
+        remove_placement_group(self.pg)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(self._exists(f"{self.name}-r{r}") for r in range(self.size)):
+            time.sleep(0.05)
+        self.members = []
+
+    def _placement_group(self) -> Any:
+        # Ray's placement group table does not record namespaces: the name carries it, for cleanup.
+        name = f"{ray.get_runtime_context().namespace}:{self.name}"
+        try:
+            pg = get_placement_group(name)
+        except ValueError:
+            pg = placement_group(self.bundles, strategy="STRICT_PACK", name=name)
+        try:
+            ray.get(pg.ready(), timeout=self.ready_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(pg)
+            raise RuntimeError(
+                f"{self.role} group: bundles {self.bundles} (STRICT_PACK, one node) not placed within "
+                f"{self.ready_timeout_s:.0f} s; the cluster has {ray.available_resources()} free"
+            ) from None
+        return pg
+
+    def _member(self, rank: int) -> Any:
+        bundle = self.bundles[rank]
+        return ray.remote(ModelHost).options(
+            name=f"{self.name}-r{rank}",
+            get_if_exists=True,
+            num_cpus=bundle["CPU"],
+            num_gpus=bundle.get("GPU", 0.0),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
+            runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}},  # see speculab/__init__
+        ).remote(rank, self.size)
+
+    @staticmethod
+    def _exists(name: str) -> bool:
+        try:
+            ray.get_actor(name)
+            return True
+        except ValueError:
+            return False
+
+
+class GroupPool:
+    """This driver's open groups by name, and the load ledger: holding the handles keeps them alive."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, ActorGroup] = {}
+        self.ledger: Any = None
+
+    def get(self, role: str, spec: LMSpec, bundles: list[Bundle]) -> ActorGroup:
+        """The open group for (role, spec, bundles), created and loaded on first use."""
+        if self.ledger is None:
+            self.ledger = ledger()
+        name = group_name(role, spec, bundles)
+        if name not in self.groups:
+            self.groups[name] = ActorGroup(role, spec, bundles)
+        return self.groups[name]
+
+    def close_all(self) -> None:
+        for group in self.groups.values():
+            group.close()
+        if self.ledger is not None:
+            ray.kill(self.ledger)
+        self.groups, self.ledger = {}, None
+
+
+POOL = GroupPool()

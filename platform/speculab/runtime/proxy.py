@@ -1,0 +1,118 @@
+"""`GroupProxy`: a model group used as if it were the plain role object, surviving lost actors.
+
+Each call goes to every rank of the group in the same order (a TP group's ranks must see
+identical forward and cache calls, or their collectives hang) and returns rank 0's result.
+Calls that return nothing (`commit`, `retain`) are submitted without waiting; the next
+waiting call also waits on them, so their errors still surface.
+
+Faults: when any rank of a group dies, the whole group is torn down and created again, and
+the calls since the current batch's `prefill` are replayed on it, so the interrupted
+prompts restart from their prompt while finished ones are kept and the engine never
+notices. Replayed calls are deterministic (the drafter reseeds at prefill), so a run with
+a restart produces the same tokens as one without. Each restart is logged and counted.
+
+Time split: the coordinator's time blocked in a group's calls, less the ranks' own compute
+time for the calls it waited on (clamped at zero per wait), is Ray's share (scheduling,
+serialisation, transfer): `ProxyStats.ray_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from speculab.runtime.groups import ActorGroup
+from speculab.runtime.ray_actors import PER_RANK, Reply
+
+log = logging.getLogger(__name__)
+
+# Methods that return nothing: submitted without waiting (an actor runs its calls in order).
+FIRE_AND_FORGET = frozenset({"commit", "retain"})
+# Methods that change no state: not replayed after a restart.
+READ_ONLY = frozenset({"kv_bytes"})
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    args: tuple
+    kwargs: dict
+
+
+@dataclass
+class ProxyStats:
+    ray_s: float = 0.0  # blocked in Ray calls minus the ranks' compute for them
+    compute_s: float = 0.0  # rank 0's compute time of the calls waited on
+    restarts: int = 0
+    peak_bytes: dict[str, int] = field(default_factory=dict)  # method -> CUDA peak over ranks
+
+
+class GroupProxy:
+    """Calls the methods of a model group's role (TreeTarget or IIDDrafter) on all its ranks."""
+
+    def __init__(self, group: ActorGroup, max_restarts: int) -> None:
+        self.group = group
+        self.max_restarts = max_restarts
+        self.stats = ProxyStats()
+        self.batch_calls: list[Call] = []  # state-changing calls since the last prefill
+        self.in_flight: list[tuple[str, list[Any]]] = []  # (method, one reference per rank)
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self._call(Call(method, args, kwargs))
+
+    def _call(self, call: Call) -> Any:
+        if call.method == "prefill":
+            self.batch_calls = []  # prefill resets the model: nothing before it matters
+        if call.method not in READ_ONLY:
+            self.batch_calls.append(call)
+        self.in_flight.append((call.method, self.group.submit(call.method, call.args, call.kwargs)))
+        if call.method in FIRE_AND_FORGET:
+            return None
+        while True:
+            try:
+                return self._wait()
+            except RayActorError as err:
+                self._restart(err)
+                self.in_flight = [(c.method, self.group.submit(c.method, c.args, c.kwargs)) for c in self.batch_calls]
+                if call.method in READ_ONLY:
+                    self.in_flight.append((call.method, self.group.submit(call.method, call.args, call.kwargs)))
+
+    def _wait(self) -> Any:
+        """Wait on every call in flight; the last one's result (summed over ranks for PER_RANK)."""
+        start = time.perf_counter()
+        pending = [ref for _, refs in self.in_flight for ref in refs]
+        while pending:  # one at a time, so a dead rank raises even while the others hang in a collective
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready)
+        replies: list[list[Reply]] = [ray.get(refs) for _, refs in self.in_flight]  # [call][rank]
+        methods = [method for method, _ in self.in_flight]
+        self.in_flight = []
+        compute = sum(ranks[0].compute_s for ranks in replies)
+        self.stats.ray_s += max(0.0, time.perf_counter() - start - compute)
+        self.stats.compute_s += compute
+        for method, ranks in zip(methods, replies):
+            peak = max(r.peak_bytes for r in ranks)
+            if peak:
+                self.stats.peak_bytes[method] = max(self.stats.peak_bytes.get(method, 0), peak)
+        last = replies[-1]
+        return sum(r.value for r in last) if methods[-1] in PER_RANK else last[0].value
+
+    def _restart(self, err: RayActorError) -> None:
+        """Replace the whole group (a partial group is never used), or give up past max_restarts."""
+        if self.stats.restarts >= self.max_restarts:
+            raise RuntimeError(f"{self.group.role} group {self.group.name}: lost an actor after "
+                               f"{self.stats.restarts} restarts (runtime.max_restarts)") from err
+        self.stats.restarts += 1
+        log.warning("%s group %s lost an actor (%s); recreating all %d rank(s) and replaying %d call(s) "
+                    "of the interrupted batch (restart %d of at most %d)", self.group.role, self.group.name,
+                    type(err).__name__, self.group.size, len(self.batch_calls), self.stats.restarts, self.max_restarts)
+        self.in_flight = []
+        self.group.close()
+        self.group.open()
