@@ -87,11 +87,13 @@ class GroupProxy:
     def _wait(self) -> Any:
         """Wait on every call in flight; the last one's result (summed over ranks for PER_RANK)."""
         start = time.perf_counter()
-        pending = [ref for _, refs in self.in_flight for ref in refs]
+        flat = [ref for _, refs in self.in_flight for ref in refs]
+        pending = flat if self.group.size > 1 else []
         while pending:  # one at a time, so a dead rank raises even while the others hang in a collective
-            ready, pending = ray.wait(pending, num_returns=1)
+            ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
             ray.get(ready)
-        replies: list[list[Reply]] = [ray.get(refs) for _, refs in self.in_flight]  # [call][rank]
+        values, size = ray.get(flat), self.group.size
+        replies: list[list[Reply]] = [values[i : i + size] for i in range(0, len(values), size)]  # [call][rank]
         methods = [method for method, _ in self.in_flight]
         self.in_flight = []
         compute = sum(ranks[0].compute_s for ranks in replies)
