@@ -189,7 +189,7 @@ def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
             f"{c.num_gpus}; lower cluster.tp_size, set cluster.draft_gpu < 1 (draft beside a target shard), "
             "or use a cluster with more GPUs"
         )
-    if errors or len(dirs) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
+    if len(dirs) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
         return errors
     try:
         target, draft = read_architecture(dirs["target"]), read_architecture(dirs["draft"])
