@@ -28,6 +28,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 from speculab.drafting.iid import SamplingParams, sample_iid_paths
 from speculab.drafting.tree import DraftTree
@@ -141,8 +142,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=None, help="context tokens (default 1024 GPU, 128 small)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 128 GPU, 32 small")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args()
+    hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     small = args.small or device == "cpu"
@@ -150,7 +152,7 @@ def main() -> None:
     dtype = "float32" if device == "cpu" else "bfloat16"
     context_len = args.context or (128 if small else 1024)
     max_new = args.max_new_tokens or (32 if small else 128)
-    console = Console()
+    console = Console(width=140)
     where = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {args.threads} threads"
     with tempfile.TemporaryDirectory() as tmp:
         n_target = save_random_llama(Path(tmp, "target"), target_shape, vocab, getattr(torch, dtype), seed=1)
