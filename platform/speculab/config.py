@@ -25,8 +25,10 @@ DEVICES = ("cpu", "cuda")
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    target_path: str = MISSING  # local checkpoint dir; relative paths are from the project root
-    draft_path: str = MISSING
+    target_path: str | None = None  # local checkpoint dir (relative: from the project root); wins over target_id
+    draft_path: str | None = None
+    target_id: str | None = None  # Hugging Face hub id, found in the local HF cache (never downloaded)
+    draft_id: str | None = None
     backend: str = "hf"
     dtype: str = "float32"
     device: str = "cpu"
@@ -74,6 +76,7 @@ class ClusterConfig:
     num_gpus: int = 0  # GPUs the cluster offers (0: CPU only)
     gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
     draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
+    plan_prompt_tokens: int = 2048  # prompt length the memory plan reserves KV cache for (not enforced)
 
 
 @dataclass
@@ -120,25 +123,87 @@ def _at_least(errors: list[str], key: str, value: int, low: int) -> None:
         errors.append(f"{key}={value}: must be an integer >= {low}")
 
 
-def _model_errors(cfg: ModelConfig) -> list[str]:
+def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
+    """The local directory of the `role` ("target" or "draft") checkpoint, without downloading.
+
+    `model.<role>_path` if set, else the snapshot of `model.<role>_id` in the Hugging Face
+    cache (HF_HOME / HF_HUB_CACHE). ValueError naming the keys and how to download when absent.
+    """
+    path, hub_id = getattr(cfg, f"{role}_path"), getattr(cfg, f"{role}_id")
+    if path is not None:
+        local = resolve_path(path)
+        if not (local / "config.json").is_file():
+            raise ValueError(f"model.{role}_path={str(local)!r}: no checkpoint there (expected a directory with config.json)")
+        return local
+    if hub_id is None:
+        raise ValueError(f"model.{role}_path and model.{role}_id are both null: set a local checkpoint dir or a hub id")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(hub_id, "config.json")
+    if not isinstance(cached, str):
+        raise ValueError(
+            f"model.{role}_id={hub_id!r}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            f"model.{role}_path is null; download it with `hf download {hub_id}` (gated models need "
+            f"`hf auth login` first), or `hf download {hub_id} --local-dir DIR` and set model.{role}_path=DIR"
+        )
+    return Path(cached).parent
+
+
+def _model_errors(cfg: ModelConfig) -> tuple[list[str], dict[str, Path]]:
+    """(errors, checkpoint dir per role found)."""
     errors: list[str] = []
     _choice(errors, "model.backend", cfg.backend, BACKENDS)
     _choice(errors, "model.dtype", cfg.dtype, DTYPES)
     _choice(errors, "model.device", cfg.device, DEVICES)
-    vocab = {}
-    for key in ("target_path", "draft_path"):
-        path = resolve_path(getattr(cfg, key))
-        if not (path / "config.json").is_file():
-            errors.append(f"model.{key}={str(path)!r}: no checkpoint there (expected a directory with config.json)")
-        else:
-            vocab[key] = _vocabulary(path)
-    if len(vocab) == 2 and vocab["target_path"] != vocab["draft_path"]:
+    dirs: dict[str, Path] = {}
+    for role in ("target", "draft"):
+        try:
+            dirs[role] = checkpoint_dir(cfg, role)
+        except ValueError as err:
+            errors.append(str(err))
+    vocab = {role: _vocabulary(path) for role, path in dirs.items()}
+    if len(vocab) == 2 and vocab["target"] != vocab["draft"]:
         errors.append(
             "model.draft_path: draft and target vocabularies differ "
-            f"(target {vocab['target_path'][0]} tokens, draft {vocab['draft_path'][0]}); "
+            f"(target {vocab['target'][0]} tokens, draft {vocab['draft'][0]}); "
             "speculative decoding needs one shared tokenizer"
         )
-    return errors
+    return errors, dirs
+
+
+def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
+    """GPU count, TP divisibility and the memory plan (speculab.models.memory); reads config.json only."""
+    from speculab.models.memory import DTYPE_BYTES, Workload, fit_errors, plan_memory, read_architecture, tp_errors
+
+    c = cfg.cluster
+    errors: list[str] = []
+    _at_least(errors, "cluster.num_gpus", c.num_gpus, 0)
+    _at_least(errors, "cluster.plan_prompt_tokens", c.plan_prompt_tokens, 1)
+    if not 0 < c.draft_gpu <= 1:
+        errors.append(f"cluster.draft_gpu={c.draft_gpu}: must be in (0, 1] (1: own GPU; < 1: beside a target shard)")
+    if c.num_gpus > 0 and c.gpu_memory_gib <= 0:
+        errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be > 0 when cluster.num_gpus > 0")
+    beside = c.draft_gpu < 1
+    if c.num_gpus > 0 and c.tp_size + (0 if beside else 1) > c.num_gpus:
+        errors.append(
+            f"cluster.tp_size={c.tp_size} target GPUs + {0 if beside else 1} draft GPU > cluster.num_gpus="
+            f"{c.num_gpus}; lower cluster.tp_size, set cluster.draft_gpu < 1 (draft beside a target shard), "
+            "or use a cluster with more GPUs"
+        )
+    if len(dirs) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
+        return errors
+    try:
+        target, draft = read_architecture(dirs["target"]), read_architecture(dirs["draft"])
+    except (ValueError, KeyError) as err:
+        if c.tp_size == 1 and c.num_gpus == 0:
+            return errors  # one CPU process: no split and no GPU memory to plan
+        return [*errors, f"model.name={cfg.model.name!r}: cannot plan tensor parallelism or memory from config.json ({err!r})"]
+    errors += tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)")
+    if errors or c.num_gpus == 0 or cfg.model.device != "cuda":
+        return errors
+    a, s = cfg.algorithm, cfg.sampling
+    work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, a.K * a.L + 1, DTYPE_BYTES[cfg.model.dtype])
+    return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
 
 def _vocabulary(path: Path) -> tuple[int, Any]:
@@ -182,6 +247,7 @@ def validate(cfg: Config) -> None:
             check_dataset(cfg.dataset.name, cfg.dataset.path)
         except (ValueError, RuntimeError) as err:
             errors.append(str(err))
-    errors += _model_errors(cfg.model)
+    model_errors, dirs = _model_errors(cfg.model)
+    errors += model_errors + _cluster_errors(cfg, dirs)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
-from speculab.config import Config, resolve_path, tracking_uri, validate
+from speculab.config import Config, checkpoint_dir, tracking_uri, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.iid import SamplingParams
 from speculab.engine import DecodeSettings, Drafter, RunResult, TargetModel, Verifier, autoregressive, decode
@@ -29,8 +29,8 @@ from speculab.verify import get_verifier
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
     common = dict(backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads)
-    return (LMSpec(path=str(resolve_path(model.target_path)), tp_size=cfg.cluster.tp_size, **common),
-            LMSpec(path=str(resolve_path(model.draft_path)), **common))
+    return (LMSpec(path=str(checkpoint_dir(model, "target")), tp_size=cfg.cluster.tp_size, **common),
+            LMSpec(path=str(checkpoint_dir(model, "draft")), **common))
 
 
 def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:

@@ -1,0 +1,216 @@
+"""Memory planner: bytes per GPU of a target/draft pair on a cluster, from config.json alone.
+
+Parameters are counted from the architecture numbers in config.json (Llama-style decoders:
+llama, mistral, qwen2, qwen3, qwen3_moe and the Llama-shaped DeepSeek-Coder; and OPT), so a
+plan needs no weights and no download beyond config.json. Per GPU it adds:
+
+- weights / tp_size: DeepSpeed AutoTP shards every linear layer and the embedding (0.19's
+  `_slice_embedding`); the replicated norms are < 0.01% and ignored;
+- the KV cache for batch x (prompt + max new tokens + largest tree), K and V in every layer,
+  split over the TP ranks by KV head, with the slack of `TreeLM`'s lazy repacking;
+- activations of the largest forward pass (the prefill, or the largest tree pass);
+- the draft (weights, KV, activations) on its own GPU or beside one target shard.
+
+It is an estimate for refusing configs that cannot fit, not an allocator: fragmentation and
+the CUDA context are covered by a fixed reserve per GPU. It does not read weights, start
+anything, or decide placement (the runtime does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+RESERVE_BYTES = 1 * GIB  # per GPU: CUDA context, NCCL buffers, allocator slack
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# TreeLM repacks its cache only when fewer than 3/4 of the slots hold valid tokens.
+KV_SLACK = 4 / 3
+LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The numbers of a config.json that a memory plan needs."""
+
+    model_type: str
+    params: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int  # MLP width a token passes through (top-k experts together for MoE)
+    vocab: int
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V of one token in every layer, summed over all TP ranks."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one decoding pass holds: batch x (prompt + new tokens + tree)."""
+
+    batch: int
+    prompt_tokens: int
+    max_new_tokens: int
+    tree_nodes: int  # largest scored tree, root included (K*L + 1 for K i.i.d. paths of L)
+    dtype_bytes: int
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """Bytes one model (or one TP shard of it) holds on one GPU."""
+
+    weights: int
+    kv_cache: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU bytes of a target split over tp_size GPUs and its draft."""
+
+    tp_size: int
+    target_shard: GpuShare
+    draft: GpuShare
+    draft_beside_shard: bool  # True: the draft shares a GPU with one target shard
+
+    @property
+    def busiest_gpu(self) -> int:
+        """Bytes on the fullest GPU, the fixed reserve included."""
+        shard = self.target_shard.total + RESERVE_BYTES
+        if self.draft_beside_shard:
+            return shard + self.draft.total
+        return max(shard, self.draft.total + RESERVE_BYTES)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp_size + (0 if self.draft_beside_shard else 1)
+
+
+def _llama_like_params(c: dict[str, Any], head_dim: int, experts: int) -> int:
+    hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+    heads = c["num_attention_heads"]
+    kv_heads = c.get("num_key_value_heads") or heads
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    attention = hidden * (q_out + 2 * kv_out) + q_out * hidden
+    if c.get("attention_bias"):
+        attention += q_out + 2 * kv_out + hidden
+    elif c["model_type"] == "qwen2":  # q, k, v biases always
+        attention += q_out + 2 * kv_out
+    if c["model_type"] in ("qwen3", "qwen3_moe"):  # per-head q and k RMSNorms
+        attention += 2 * head_dim
+    if experts:
+        mlp = experts * 3 * hidden * c["moe_intermediate_size"] + hidden * experts  # experts + router
+    else:
+        mlp = 3 * hidden * c["intermediate_size"]  # gate, up, down
+    per_layer = attention + mlp + 2 * hidden  # two RMSNorms
+    head = 0 if c.get("tie_word_embeddings", False) else vocab * hidden
+    return vocab * hidden + layers * per_layer + hidden + head
+
+
+def _opt_params(c: dict[str, Any]) -> int:
+    hidden, ffn, layers = c["hidden_size"], c["ffn_dim"], c["num_hidden_layers"]
+    project = c.get("word_embed_proj_dim") or hidden
+    embed = c["vocab_size"] * project + (c["max_position_embeddings"] + 2) * hidden  # OPT offsets positions by 2
+    projections = 2 * project * hidden if project != hidden else 0
+    per_layer = 4 * (hidden * hidden + hidden) + 2 * hidden * ffn + ffn + hidden + 2 * 2 * hidden
+    final_norm = 2 * hidden if c.get("do_layer_norm_before", True) and not c.get("_remove_final_layer_norm") else 0
+    return embed + projections + layers * per_layer + final_norm  # lm_head tied to the embedding
+
+
+def architecture(config: dict[str, Any]) -> Architecture:
+    """The plan's numbers from a parsed config.json; ValueError for an unknown model_type."""
+    kind = config.get("model_type", "")
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    if kind == "opt":
+        return Architecture(kind, _opt_params(config), hidden, config["num_hidden_layers"], heads, heads,
+                            hidden // heads, config["ffn_dim"], config["vocab_size"])
+    if kind not in LLAMA_LIKE:
+        raise ValueError(f"model_type {kind!r}: the memory planner knows {', '.join(('opt', *LLAMA_LIKE))}")
+    head_dim = config.get("head_dim") or hidden // heads
+    experts = config.get("num_experts") or config.get("num_local_experts") or 0
+    width = config["moe_intermediate_size"] * config["num_experts_per_tok"] if experts else config["intermediate_size"]
+    return Architecture(kind, _llama_like_params(config, head_dim, experts), hidden, config["num_hidden_layers"],
+                        heads, config.get("num_key_value_heads") or heads, head_dim, width, config["vocab_size"])
+
+
+def read_architecture(checkpoint: Path) -> Architecture:
+    """Architecture of a checkpoint directory; reads config.json only."""
+    return architecture(json.loads((checkpoint / "config.json").read_text()))
+
+
+def pass_activations(arch: Architecture, batch: int, queries: int, keys: int, tp_size: int, dtype_bytes: int) -> int:
+    """Transient bytes of one forward pass of `queries` tokens over `keys` cached + new tokens.
+
+    An upper estimate: residual stream and norms (4 x [B, n, hidden]), q/k/v of the pass,
+    the additive 4-D mask [B, 1, n, keys], one layer's attention scores [B, heads/tp, n, keys]
+    and MLP ([B, n, 3 x intermediate/tp]), then logits [B, n, V] in the model dtype and
+    probabilities in float32.
+    """
+    tokens = batch * queries
+    qkv = tokens * (arch.heads + 2 * arch.kv_heads) * arch.head_dim // tp_size
+    hidden = 4 * tokens * arch.hidden + qkv
+    mask = tokens * keys
+    scores = tokens * arch.heads // tp_size * keys
+    mlp = tokens * 3 * arch.intermediate // tp_size
+    logits = tokens * arch.vocab
+    return (hidden + mask + scores + mlp + logits) * dtype_bytes + 4 * logits
+
+
+def model_share(arch: Architecture, work: Workload, tp_size: int, tree_nodes: int) -> GpuShare:
+    """One GPU's share of a model split over tp_size ranks (1 = the whole model)."""
+    per_sequence = work.prompt_tokens + work.max_new_tokens + tree_nodes
+    kv = int(work.batch * per_sequence * arch.kv_bytes_per_token(work.dtype_bytes) * KV_SLACK) // tp_size
+    prefill = pass_activations(arch, work.batch, work.prompt_tokens, work.prompt_tokens, tp_size, work.dtype_bytes)
+    tree = pass_activations(arch, work.batch, tree_nodes, per_sequence, tp_size, work.dtype_bytes)
+    return GpuShare(arch.params * work.dtype_bytes // tp_size, kv, max(prefill, tree))
+
+
+def plan_memory(target: Architecture, draft: Architecture, work: Workload, tp_size: int,
+                draft_beside_shard: bool) -> MemoryPlan:
+    """Per-GPU bytes of the target split over tp_size GPUs, and of the draft.
+
+    The draft decodes its K paths as a forest in its own cache, so it holds the same
+    tokens per sequence as the target (the tree's non-root nodes).
+    """
+    return MemoryPlan(tp_size, model_share(target, work, tp_size, work.tree_nodes),
+                      model_share(draft, work, 1, work.tree_nodes - 1), draft_beside_shard)
+
+
+def tp_errors(arch: Architecture, tp_size: int, key: str) -> list[str]:
+    """AutoTP splits attention by head: tp_size must divide the query and the KV heads."""
+    if arch.heads % tp_size == 0 and arch.kv_heads % tp_size == 0:
+        return []
+    fits = [n for n in range(1, arch.kv_heads + 1) if arch.heads % n == 0 and arch.kv_heads % n == 0]
+    return [f"cluster.tp_size={tp_size}: must divide the {arch.heads} attention heads and {arch.kv_heads} KV heads "
+            f"of {key}; use one of {', '.join(map(str, fits))}"]
+
+
+def _gb(n: int) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def fit_errors(plan: MemoryPlan, gpu_memory_gib: float) -> list[str]:
+    """An error naming every number of the plan when its busiest GPU exceeds one GPU's memory."""
+    if plan.busiest_gpu <= gpu_memory_gib * GIB:
+        return []
+    t, d = plan.target_shard, plan.draft
+    where = "beside a target shard" if plan.draft_beside_shard else "on its own GPU"
+    return [
+        f"cluster.gpu_memory_gib={gpu_memory_gib}: the model does not fit; the busiest GPU needs "
+        f"{_gb(plan.busiest_gpu)}: target shard (tp_size={plan.tp_size}) weights {_gb(t.weights)} + "
+        f"KV {_gb(t.kv_cache)} + activations {_gb(t.activations)}; draft {where}: weights {_gb(d.weights)} + "
+        f"KV {_gb(d.kv_cache)} + activations {_gb(d.activations)}; reserve {_gb(RESERVE_BYTES)} per GPU. "
+        "Raise cluster.tp_size, give the draft its own GPU (cluster.draft_gpu=1), lower "
+        "sampling.batch_size / cluster.plan_prompt_tokens / sampling.max_new_tokens, or use a cluster "
+        "with more GPU memory"
+    ]
