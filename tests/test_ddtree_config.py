@@ -22,7 +22,7 @@ def test_every_drafter_option_composes(pair: list[str]) -> None:  # noqa: F811
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=8"], "algorithm.budget=8", "16..1024"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=2048"], "algorithm.budget=2048", "16..1024"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.tree=bush"], "algorithm.tree='bush'", "best_first, chain"),
-        (["algorithm=ddtree", "drafter=block", "drafter.path=/nowhere"], "drafter.path='/nowhere'", "config.json"),
+        (["algorithm=ddtree", "drafter=block", "drafter.path=/nowhere"], "drafter.path='/nowhere'", "block.json"),
         (["algorithm=ddtree", "drafter.name=nope"], "drafter.name='nope'", "iid, ar_marginals, block"),
     ],
 )

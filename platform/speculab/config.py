@@ -176,8 +176,12 @@ def _ddtree_errors(algorithm: AlgorithmConfig, drafter: DrafterConfig) -> list[s
         if not low <= algorithm.budget <= high:
             errors.append(f"algorithm.budget={algorithm.budget}: must be an integer in {low}..{high}")
         _choice(errors, "algorithm.tree", algorithm.tree, TREES)
-    if drafter.name == "block" and not (drafter.path and (resolve_path(drafter.path) / "config.json").is_file()):
-        errors.append(f"drafter.path={drafter.path!r}: no block drafter there (expected a directory with config.json)")
+    if drafter.name == "block":
+        block_json = resolve_path(drafter.path or "") / "block.json"
+        if not (drafter.path and block_json.is_file()):
+            errors.append(f"drafter.path={drafter.path!r}: no block drafter there (expected a directory with block.json)")
+        elif algorithm.L > (size := json.loads(block_json.read_text())["block_size"]):
+            errors.append(f"algorithm.L={algorithm.L}: the block drafter drafts at most {size} tokens (1..{size})")
     return errors
 
 

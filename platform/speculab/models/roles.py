@@ -29,7 +29,7 @@ class DecoderLM(Protocol):
 
 @dataclass(frozen=True)
 class LMSpec:
-    """What to load: `hf` (a local transformers checkpoint) or `toy` (a bigram table)."""
+    """What to load: `hf` (a local transformers checkpoint), `block` (a block drafter) or `toy` (a bigram table)."""
 
     backend: str
     path: str = ""
@@ -50,7 +50,11 @@ def build_lm(spec: LMSpec) -> DecoderLM:
         from speculab.models.toy import BigramLM
 
         return BigramLM(spec.table)
-    raise ValueError(f"model backend must be one of hf, toy; got {spec.backend!r}")
+    if spec.backend == "block":
+        from speculab.models.block import BlockLM
+
+        return BlockLM(spec.path, spec.dtype, spec.device)
+    raise ValueError(f"model backend must be one of hf, toy, block; got {spec.backend!r}")
 
 
 class TreeTarget:
