@@ -28,7 +28,7 @@ import torch
 
 from speculab.drafting.tree import DraftTree
 
-CHUNK = 256  # vocabulary chunk whose maximum stands for it when locating reachable tokens
+CHUNK = 256  # largest vocabulary chunk whose maximum stands for it when locating reachable tokens
 MARGIN = 1e-5  # relative slack on the reachability threshold: float rounding never drops a token
 
 
@@ -129,12 +129,12 @@ def best_first_tree_reference(q: torch.Tensor, root: torch.Tensor, budget: int) 
     return _build(root, [list(v) for v in values], [list(i) for i in ids], budget, q.shape[1])
 
 
-def _chunk_maxima(q: torch.Tensor) -> torch.Tensor:
-    """[R, C] maximum of each vocabulary chunk of CHUNK tokens (the last may be shorter). q [R, V]."""
-    full = q.shape[1] // CHUNK
-    maxima = [q[:, : full * CHUNK].unflatten(1, (full, CHUNK)).amax(dim=2)] if full else []
-    if q.shape[1] > full * CHUNK:
-        maxima.append(q[:, full * CHUNK:].amax(dim=1, keepdim=True))
+def _chunk_maxima(q: torch.Tensor, chunk: int) -> torch.Tensor:
+    """[R, C] maximum of each vocabulary chunk of `chunk` tokens (the last may be shorter). q [R, V]."""
+    full = q.shape[1] // chunk
+    maxima = [q[:, : full * chunk].unflatten(1, (full, chunk)).amax(dim=2)] if full else []
+    if q.shape[1] > full * chunk:
+        maxima.append(q[:, full * chunk:].amax(dim=1, keepdim=True))
     return torch.cat(maxima, dim=1)
 
 
@@ -165,11 +165,11 @@ def best_first_tree(q: torch.Tensor, root: torch.Tensor, budget: int) -> DraftTr
     """
     B, L, V = q.shape
     rows = q.float().reshape(B * L, V).contiguous()
-    maxima = _chunk_maxima(rows)  # [B*L, C]
+    chunk = max(1, min(CHUNK, V * L // (2 * budget)))  # at least 2B chunk maxima feed the bound
+    maxima = _chunk_maxima(rows, chunk)  # [B*L, C]
     threshold = reachability_threshold(maxima.reshape(B, L, -1), budget).reshape(B * L)
     hit_row, hit_chunk = (maxima >= threshold[:, None]).nonzero(as_tuple=True)  # chunks with candidates
-    offsets = torch.arange(CHUNK)
-    token = hit_chunk[:, None] * CHUNK + offsets  # [H, CHUNK]
+    token = hit_chunk[:, None] * chunk + torch.arange(chunk)  # [H, chunk]
     inside = token < V
     values = rows.reshape(-1)[(hit_row[:, None] * V + token.clamp(max=V - 1))]
     hit, offset = (inside & (values >= threshold[hit_row, None])).nonzero(as_tuple=True)
