@@ -40,6 +40,14 @@ class AlgorithmConfig:
     K: int = 1  # i.i.d. draft paths per round
     L: int = 4  # draft length
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
+    budget: int = 64  # ddtree only: node budget B (16..1024)
+    tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
+
+
+@dataclass
+class DrafterConfig:
+    name: str = "iid"  # iid: K sampled paths (path algorithms); ar_marginals, block: per-depth marginals (ddtree)
+    path: str | None = None  # block: the block drafter's checkpoint dir
 
 
 @dataclass
@@ -90,6 +98,7 @@ class TrackingConfig:
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    drafter: DrafterConfig = field(default_factory=DrafterConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
@@ -214,6 +223,34 @@ def _vocabulary(path: Path) -> tuple[int, Any]:
     return size, vocab
 
 
+DRAFTERS = {"iid": "path", "ar_marginals": "ddtree", "block": "ddtree"}  # drafter -> what it drafts for
+BUDGET_RANGE = (16, 1024)
+
+
+def _ddtree_errors(algorithm: AlgorithmConfig, drafter: DrafterConfig) -> list[str]:
+    """ddtree needs a marginal drafter and a budget in range; path algorithms need iid paths."""
+    from speculab.drafting.ddtree import TREES
+
+    errors: list[str] = []
+    _choice(errors, "drafter.name", drafter.name, tuple(DRAFTERS))
+    wanted = "ddtree" if algorithm.name == "ddtree" else "path"
+    if DRAFTERS.get(drafter.name, wanted) != wanted:
+        allowed = ", ".join(name for name, kind in DRAFTERS.items() if kind == wanted)
+        errors.append(f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {allowed}")
+    if algorithm.name == "ddtree":
+        low, high = BUDGET_RANGE
+        if not low <= algorithm.budget <= high:
+            errors.append(f"algorithm.budget={algorithm.budget}: must be an integer in {low}..{high}")
+        _choice(errors, "algorithm.tree", algorithm.tree, TREES)
+    if drafter.name == "block":
+        block_json = resolve_path(drafter.path or "") / "block.json"
+        if not (drafter.path and block_json.is_file()):
+            errors.append(f"drafter.path={drafter.path!r}: no block drafter there (expected a directory with block.json)")
+        elif algorithm.L > (size := json.loads(block_json.read_text())["block_size"]):
+            errors.append(f"algorithm.L={algorithm.L}: the block drafter drafts at most {size} tokens (1..{size})")
+    return errors
+
+
 def validate(cfg: Config) -> None:
     """Raise ConfigError listing every invalid field; touches no weights and starts nothing."""
     from speculab.data import DATASETS, check_dataset
@@ -221,9 +258,10 @@ def validate(cfg: Config) -> None:
 
     errors: list[str] = []
     try:
-        get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
+        if cfg.algorithm.name != "ddtree":  # ddtree is verified by the walk, not a path verifier
+            get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     except ValueError as err:
-        errors.append(str(err))
+        errors.append(f"{err} (or ddtree)")
     _at_least(errors, "algorithm.K", cfg.algorithm.K, 1)
     _at_least(errors, "algorithm.L", cfg.algorithm.L, 1)
     if cfg.sampling.temperature < 0:
@@ -248,6 +286,6 @@ def validate(cfg: Config) -> None:
         except (ValueError, RuntimeError) as err:
             errors.append(str(err))
     model_errors, dirs = _model_errors(cfg.model)
-    errors += model_errors + _cluster_errors(cfg, dirs)
+    errors += model_errors + _cluster_errors(cfg, dirs) + _ddtree_errors(cfg.algorithm, cfg.drafter)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))

@@ -20,6 +20,7 @@ import torch
 from speculab.drafting.iid import Proposal, SamplingParams
 from speculab.drafting.tree import DraftTree
 from speculab.verify.verdict import Verdict
+from speculab.verify.walk import walk
 
 
 class TargetModel(Protocol):
@@ -64,6 +65,7 @@ class RoundRecord:
     time_target_s: float
     time_verify_s: float
     time_other_s: float
+    time_tree_build_s: float  # part of time_draft_s: building a deterministic tree (DDTree)
     kv_target_bytes: int  # peak since this batch's prefill
     kv_draft_bytes: int
 
@@ -175,8 +177,11 @@ def _round(
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
     with clock.phase("verify"):
-        p = gather_paths(p_nodes, proposal.tree.path_nodes)
-        verdict = verifier(proposal.paths.to(p.device), p, proposal.q.to(p.device), rng=rng, carry=carry)
+        if proposal.paths is None:  # a deterministic tree (DDTree): the walk on node-major p
+            verdict = walk(proposal.tree, p_nodes, rng=rng)
+        else:
+            p = gather_paths(p_nodes, proposal.tree.path_nodes)
+            verdict = verifier(proposal.paths.to(p.device), p, proposal.q.to(p.device), rng=rng, carry=carry)
         emitted = verdict.rows()
     with clock.phase("target"):
         target.commit(accepted_nodes(proposal.tree, verdict))
@@ -207,6 +212,7 @@ def _round(
             time_target_s=target_s,
             time_verify_s=verify,
             time_other_s=max(0.0, time.perf_counter() - start - draft - target_s - verify),
+            time_tree_build_s=proposal.build_s,
             kv_target_bytes=target.kv_bytes(),
             kv_draft_bytes=drafter.kv_bytes(),
         )

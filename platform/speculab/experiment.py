@@ -13,8 +13,9 @@ import matplotlib.pyplot as plt
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
-from speculab.config import Config, checkpoint_dir, tracking_uri, validate
+from speculab.config import Config, checkpoint_dir, resolve_path, tracking_uri, validate
 from speculab.data import encode_prompt, load_prompts
+from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.iid import SamplingParams
 from speculab.engine import DecodeSettings, Drafter, RunResult, TargetModel, Verifier, autoregressive, decode
 from speculab.models import LMSpec
@@ -23,14 +24,16 @@ from speculab.tracking.callbacks import parent_run_id
 from speculab.tracking.metrics import summarize
 from speculab.tracking.mlflow_tracker import MlflowTracker, NoopTracker, flatten
 from speculab.tracking.report import acceptance_figure, print_summary, records_jsonl, time_split_figure
-from speculab.verify import get_verifier
+from speculab.verify import get_verifier, walk
 
 
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
     common = dict(backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads)
-    return (LMSpec(path=str(checkpoint_dir(model, "target")), tp_size=cfg.cluster.tp_size, **common),
-            LMSpec(path=str(checkpoint_dir(model, "draft")), **common))
+    draft = LMSpec(path=str(checkpoint_dir(model, "draft")), **common)
+    if cfg.drafter.name == "block":
+        draft = LMSpec(**{**common, "backend": "block"}, path=str(resolve_path(cfg.drafter.path)))
+    return LMSpec(path=str(checkpoint_dir(model, "target")), tp_size=cfg.cluster.tp_size, **common), draft
 
 
 def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
@@ -49,6 +52,9 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
 def run_name(cfg: Config) -> str:
     a = cfg.algorithm
     rule = f"/{a.node_rule}" if a.node_rule != "kseq" else ""
+    if a.name == "ddtree":
+        shape = f"{a.tree} B={a.budget}" if a.tree == "best_first" else a.tree
+        return f"ddtree/{cfg.drafter.name} {shape} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
     return f"{a.name}{rule} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
 
 
@@ -75,11 +81,14 @@ def run(cfg: Config) -> dict[str, float]:
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     settings = settings_of(cfg, tokenizer.eos_token_id)
     c = cfg.cluster
-    target, drafter = start_models(cfg.runtime.kind, target_spec, draft_spec, c.address, c.num_cpus, c.actor_cpus,
-                                   c.draft_gpu, cfg.runtime.max_restarts)
-    verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
+    target, draft_model = start_models(cfg.runtime.kind, target_spec, draft_spec, c.address, c.num_cpus,
+                                       c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts)
+    if cfg.algorithm.name == "ddtree":  # the drafter's marginals become one tree per prompt, verified by the walk
+        drafter, verifier = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget)), walk
+    else:
+        drafter, verifier = draft_model, get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     warm_up(target, drafter, verifier, encoded[0], settings)
-    with runtime_metrics(target, drafter) as measured:
+    with runtime_metrics(target, draft_model) as measured:
         spec = with_progress(run_name(cfg), len(encoded),
                              lambda done: decode(target, drafter, verifier, encoded, settings, done))
     baseline = None

@@ -32,8 +32,9 @@ class SamplingParams:
 @dataclass(frozen=True)
 class Proposal:
     tree: DraftTree  # the K paths merged into a prefix tree rooted at the root token
-    paths: torch.Tensor  # [B, K, L] int64 drafted tokens
-    q: torch.Tensor  # [B, K, L, V] draft probs that produced each drafted token
+    paths: torch.Tensor | None  # [B, K, L] int64 drafted tokens; None: a deterministic tree (DDTree)
+    q: torch.Tensor | None  # [B, K, L, V] draft probs that produced each drafted token; None with paths
+    build_s: float = 0.0  # seconds spent building a deterministic tree from marginals
 
 
 def step_nodes(tokens: torch.Tensor, step: int) -> DraftTree:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from speculab.drafting.ddtree import greedy_marginals
 from speculab.drafting.iid import Proposal, SamplingParams, sample_iid_paths
 from speculab.drafting.sampling import tempered_probs
 from speculab.drafting.tree import DraftTree
@@ -28,7 +29,7 @@ class DecoderLM(Protocol):
 
 @dataclass(frozen=True)
 class LMSpec:
-    """What to load: `hf` (a local transformers checkpoint) or `toy` (a bigram table)."""
+    """What to load: `hf` (a local transformers checkpoint), `block` (a block drafter) or `toy` (a bigram table)."""
 
     backend: str
     path: str = ""
@@ -54,7 +55,11 @@ def build_lm(spec: LMSpec) -> DecoderLM:
         from speculab.models.toy import BigramLM
 
         return BigramLM(spec.table)
-    raise ValueError(f"model backend must be one of hf, toy; got {spec.backend!r}")
+    if spec.backend == "block":
+        from speculab.models.block import BlockLM
+
+        return BlockLM(spec.path, spec.dtype, spec.device)
+    raise ValueError(f"model backend must be one of hf, toy, block; got {spec.backend!r}")
 
 
 class TreeTarget:
@@ -107,10 +112,27 @@ class IIDDrafter:
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
         root_logits = self.lm.feed(self.pending)
-        root = torch.tensor([row[-1] for row in self.pending], device=root_logits.device)
+        root = self._root().to(root_logits.device)
         proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)
-        self.lm.commit(torch.empty(len(self.pending), 0, dtype=torch.long, device=root_logits.device))
+        self._drop_forest(root_logits.device)
         return proposal
+
+    def marginals(self, length: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(root [B], q [B, L, V]) for DDTree: a block drafter's one pass, or the greedy rollout
+        of an autoregressive draft (`ar_marginals`, L passes)."""
+        if hasattr(self.lm, "block_marginals"):
+            return self._root(), self.lm.block_marginals(self.pending, length, temperature).cpu()
+        q = greedy_marginals(self.lm, self.lm.feed(self.pending), length, temperature)
+        self._drop_forest(q.device)
+        return self._root(), q.cpu()
+
+    def _root(self) -> torch.Tensor:
+        """[B] the pending bonus token of every row."""
+        return torch.tensor([row[-1] for row in self.pending])
+
+    def _drop_forest(self, device: torch.device) -> None:
+        """Discard drafted nodes: the next round feeds what was actually committed."""
+        self.lm.commit(torch.empty(len(self.pending), 0, dtype=torch.long, device=device))
 
     def commit(self, emitted: list[list[int]]) -> None:
         """Tokens each row committed this round (accepted, then the extra token)."""

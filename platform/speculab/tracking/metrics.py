@@ -7,6 +7,7 @@ Definitions (the README repeats them):
   included); speedup_vs_ar: tokens_per_s over the autoregressive baseline's, same prompts.
 - time_*_s: wall time per phase (prefills count to target and draft); time_other_s is the
   rest of the wall time, so the four shares add up to 1.
+- time_tree_build_s: building DDTree trees from marginals (part of time_draft_s).
 - kv_peak_mb_*: largest KV cache held at any point (MiB), trees and drafted paths included.
 """
 
@@ -23,6 +24,7 @@ METRIC_KEYS = (
     "time_target_s",
     "time_verify_s",
     "time_other_s",
+    "time_tree_build_s",
     "share_draft",
     "share_target",
     "share_verify",
@@ -58,6 +60,7 @@ def summarize(run: RunResult, baseline: RunResult | None = None) -> dict[str, fl
         "speedup_vs_ar": rate / tokens_per_second(baseline) if baseline else float("nan"),
         "kv_peak_mb_target": max(r.kv_target_bytes for r in run.rounds) / 2**20,
         "kv_peak_mb_draft": max(r.kv_draft_bytes for r in run.rounds) / 2**20,
+        "time_tree_build_s": sum(r.time_tree_build_s for r in run.rounds),
         "tree_nodes_mean": sum(sum(r.tree_nodes) for r in run.rounds) / sequence_rounds,
         "accepted_mean": sum(sum(r.accepted) for r in run.rounds) / sequence_rounds,
         "target_calls": float(len(run.rounds)),

@@ -43,6 +43,7 @@ from .node_rules import NODE_RULES
 from .traversal import traversal_verify, traversal_verify_reference
 from .tree_walk import nss_verify, rowwise_walk_verify, specinfer_verify, spectr_verify, tree_walk_reference
 from .verdict import Verdict
+from .walk import walk  # deterministic trees (DDTree): walk(tree, p[B, N, V], rng=...) -> Verdict
 
 Verifier = Callable[..., Verdict]
 

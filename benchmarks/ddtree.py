@@ -1,0 +1,113 @@
+"""DDTree: tree build time (batched builder vs the heapq reference) and end-to-end budget sweep.
+
+    python benchmarks/ddtree.py [--threads 1] [--prompts 8] [--max-new-tokens 64] [--skip-e2e]
+
+Part 1 times `best_first_tree` (reachable ranks only) against `best_first_tree_reference`
+(top-K per depth, K = min(B, V), then the same heap) on one prompt's seeded marginals,
+softmax(4 * standard normal logits), per (B, L, V); median of repeats after a warm-up.
+Part 2 decodes HumanEval prompts with the shipped tiny target, inline, at T = 0 and 1: the
+autoregressive baseline and the single-chain baseline (argmax per depth, same drafter, same
+walk) are measured in the same run; ratios are tokens/s over them. tau includes the bonus
+token, as in the DDTree paper (tau = accepted + 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from transformers import AutoTokenizer
+
+from speculab.config import resolve_path
+from speculab.data import encode_prompt, load_prompts
+from speculab.drafting.best_first import best_first_tree, best_first_tree_reference
+from speculab.drafting.ddtree import TreeDrafter, tree_builder
+from speculab.drafting.iid import SamplingParams
+from speculab.engine import DecodeSettings, autoregressive, decode
+from speculab.models import IIDDrafter, LMSpec, TreeTarget
+from speculab.tracking.metrics import summarize
+from speculab.verify import walk
+
+BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def median_ms(build, repeats: int) -> float:
+    build()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        build()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def build_table(repeats: int) -> Table:
+    table = Table(title=f"tree build time, 1 prompt, {torch.get_num_threads()} threads (median ms)")
+    for column in ("V", "L", "B", "batched", "heapq reference", "reference / batched"):
+        table.add_column(column, justify="right")
+    gen = torch.Generator().manual_seed(0)
+    root = torch.tensor([0])
+    for vocab in (32_000, 150_000):
+        for length in (8, 16):
+            q = torch.softmax(4 * torch.randn(1, length, vocab, generator=gen), dim=-1)
+            for budget in BUDGETS:
+                fast = median_ms(lambda: best_first_tree(q, root, budget), repeats)
+                ref = median_ms(lambda: best_first_tree_reference(q, root, budget), repeats)
+                table.add_row(f"{vocab // 1000}k", str(length), str(budget), f"{fast:.2f}", f"{ref:.2f}", f"{ref / fast:.1f}x")
+    return table
+
+
+def e2e_table(args: argparse.Namespace) -> Table:
+    root = resolve_path(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(root / "target")
+    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
+    target = TreeTarget(LMSpec("hf", str(root / "target")))
+    sources = {"block": IIDDrafter(LMSpec("block", str(root / "block"))), "ar_marginals": IIDDrafter(LMSpec("hf", str(root / "draft")))}
+    table = Table(title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, L={args.L}, batch 1, "
+                        f"{torch.get_num_threads()} threads")
+    for column in ("T", "drafter", "tree", "tau (incl. bonus)", "nodes", "build ms/round", "tokens/s", "vs AR", "vs chain"):
+        table.add_column(column, justify="right")
+    for temperature in (0.0, 1.0):
+        s = DecodeSettings(1, args.L, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id)
+        ar = autoregressive(target, prompts, s)
+        table.add_row(f"{temperature:g}", "-", "autoregressive", "1.00", "1", "-", f"{summarize(ar)['tokens_per_s']:.1f}", "1.00x", "-")
+        for name, source in sources.items():
+            chain = None
+            for budget in (0, *args.budgets):
+                drafter = TreeDrafter(source, tree_builder("chain" if budget == 0 else "best_first", budget))
+                run = decode(target, drafter, walk, prompts, s)
+                m = summarize(run, ar)
+                chain = chain or m
+                build_ms = 1000 * m["time_tree_build_s"] / m["target_calls"]
+                table.add_row(f"{temperature:g}", name, "chain" if budget == 0 else f"B={budget}", f"{m['accepted_mean'] + 1:.2f}",
+                              f"{m['tree_nodes_mean']:.0f}", f"{build_ms:.2f}", f"{m['tokens_per_s']:.1f}",
+                              f"{m['speedup_vs_ar']:.2f}x", f"{m['tokens_per_s'] / chain['tokens_per_s']:.2f}x")
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="assets/tiny-pycode")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--L", type=int, default=8)
+    parser.add_argument("--budgets", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    parser.add_argument("--skip-build", action="store_true")
+    parser.add_argument("--skip-e2e", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    console = Console(width=140)
+    if not args.skip_build:
+        console.print(build_table(args.repeats))
+    if not args.skip_e2e:
+        console.print(e2e_table(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""A one-pass parallel block drafter (DFlash-style) behind the drafter role.
+
+Weights are a small transformers causal LM; what makes it a block drafter is how it is run.
+Committed tokens go through its own KV cache causally, like any draft model; then one
+forward pass over the block [bonus, mask x S] (S = the trained block size) with
+bidirectional attention inside the block and full attention to the context gives, at mask
+position j, the marginal q_j of the token j steps after the bonus. The block's cache
+entries are dropped afterwards, and the bonus token is fed causally at the next call, when
+it has been committed. Conditions on the context only (no target hidden features).
+`block.json` beside the weights holds the mask token id and the block size.
+Trained by jobs/train_block_drafter.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from speculab.drafting.sampling import tempered_probs
+from speculab.models.hf import TreeLM, load_causal_lm
+
+
+def read_block_spec(path: str | Path) -> dict[str, int]:
+    """{"mask_token_id", "block_size"} of a saved block drafter."""
+    return json.loads((Path(path) / "block.json").read_text())
+
+
+# context_valid [B, S] committed slots; returns [B, 1, 1 + block, S + 1 + block] additive mask
+def block_attention_mask(context_valid: torch.Tensor, block: int, dtype: torch.dtype) -> torch.Tensor:
+    """Block rows see every valid context slot and every block position (bidirectional)."""
+    B = context_valid.shape[0]
+    allowed = torch.cat([context_valid[:, None, :].expand(B, block + 1, -1),
+                         torch.ones(B, block + 1, block + 1, dtype=torch.bool, device=context_valid.device)], dim=2)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=context_valid.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+class BlockLM:
+    """DecoderLM for the context (through `TreeLM`) plus `block_marginals`, the one-pass draft."""
+
+    def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
+        self.tree_lm = TreeLM(load_causal_lm(path, dtype, device))
+        spec = read_block_spec(path)
+        self.mask_token_id, self.block_size = spec["mask_token_id"], spec["block_size"]
+        self.held: list[list[int]] = []  # per row: the last bonus token, not yet in the cache
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.tree_lm.peak_bytes
+
+    def reset(self, batch_size: int) -> None:
+        self.tree_lm.reset(batch_size)
+        self.held = [[] for _ in range(batch_size)]
+
+    def feed(self, rows: list[list[int]]) -> torch.Tensor:
+        return self.tree_lm.feed(rows)
+
+    def commit(self, keep: torch.Tensor) -> None:
+        self.tree_lm.commit(keep)
+
+    def retain(self, rows: torch.Tensor) -> None:
+        self.tree_lm.retain(rows)
+        self.held = [self.held[r] for r in rows.tolist()]
+
+    @torch.inference_mode()
+    def block_marginals(self, pending: list[list[int]], length: int, temperature: float) -> torch.Tensor:
+        """q [B, L, V] after each row's last pending token (the bonus); earlier ones are committed."""
+        lm = self.tree_lm
+        context = [held + row[:-1] for held, row in zip(self.held, pending)]
+        if any(context):
+            lm.feed(context)
+        self.held = [row[-1:] for row in pending]
+        B = len(pending)
+        tokens = torch.full((B, 1 + self.block_size), self.mask_token_id, dtype=torch.long, device=lm.device)
+        tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=lm.device)
+        out = lm.model(
+            input_ids=tokens,
+            attention_mask=block_attention_mask(lm.slot_valid, self.block_size, lm.dtype),
+            position_ids=lm.context_len[:, None] + torch.arange(1 + self.block_size, device=lm.device),
+            past_key_values=lm.cache,
+            use_cache=True,
+        )
+        lm.peak_bytes = max(lm.peak_bytes, lm.kv_bytes())
+        lm.cache.crop(-(1 + self.block_size))  # drop the block: only committed tokens stay
+        return tempered_probs(out.logits[:, 1 : 1 + length], temperature)
