@@ -20,7 +20,6 @@ import torch
 from speculab.drafting.iid import Proposal, SamplingParams
 from speculab.drafting.tree import DraftTree
 from speculab.verify.verdict import Verdict
-from speculab.verify.walk import walk
 
 
 class TargetModel(Protocol):
@@ -177,8 +176,8 @@ def _round(
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
     with clock.phase("verify"):
-        if proposal.paths is None:  # a deterministic tree (DDTree): the walk on node-major p
-            verdict = walk(proposal.tree, p_nodes, rng=rng)
+        if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
+            verdict = verifier(proposal.tree, p_nodes, rng=rng)
         else:
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
             verdict = verifier(proposal.paths.to(p.device), p, proposal.q.to(p.device), rng=rng, carry=carry)
