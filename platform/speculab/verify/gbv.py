@@ -195,20 +195,27 @@ def bound_classes(ranking: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: to
 def member_residuals(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, members: torch.Tensor,
                      bottom_mass: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
                      paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row, token, max(w p - q^Gamma, 0)) of the members, their C(x) from one sort of them only.
+    """(row, token, max(w p - q^Gamma, 0)) of the members, their C(x) from sorting them only.
 
     The members must be contiguous in the ranking right above the bottom, so that C(x) is the
     bottom mass plus the members ranked below x.
     """
+    # pack each row's members left in a [R, M] table (M: the most members of any row), sort
+    # the rows of the table by (pi, id) and take exclusive cumulative sums along them
+    slot = members.cumsum(-1) - 1  # [R, V] each member's place in its row's table
+    width = max(int(members.sum(-1).max()), 1)
     row, token = members.nonzero(as_tuple=True)
-    # order by (row, pi, id): nonzero lists (row, id) in order, and both sorts are stable
-    order = torch.sort(ranking[row, token], stable=True).indices
-    order = order[torch.sort(row[order], stable=True).indices]
-    row, token = row[order], token[order]
-    q_member = q[row, token].to(torch.float64)
-    inclusive = q_member.cumsum(0)
-    starts = torch.searchsorted(row, row)  # each row's first member
-    exclusive = inclusive - q_member - (inclusive[starts] - q_member[starts])
+    keys = torch.full((members.shape[0], width), torch.inf, dtype=ranking.dtype, device=ranking.device)
+    ids = torch.zeros(keys.shape, dtype=torch.int64, device=ranking.device)
+    keys[row, slot[row, token]] = ranking[row, token]
+    ids[row, slot[row, token]] = token
+    order = torch.sort(keys, dim=-1, stable=True).indices  # padding (+inf, last) after real +inf
+    ids = ids.gather(-1, order)
+    filled = torch.arange(width, device=ids.device) < members.sum(-1, keepdim=True)
+    q_sorted = torch.where(filled, q.gather(-1, ids), 0).to(torch.float64)
+    exclusive = q_sorted.cumsum(-1) - q_sorted
+    row, place = filled.nonzero(as_tuple=True)
+    token, q_member, exclusive = ids[row, place], q_sorted[row, place], exclusive[row, place]
     skewed = skewed_probs(q_member, bottom_mass[row, 0] + exclusive, u[row, 0], paths)
     return row, token, (w[row, 0] * p[row, token].to(torch.float64) - skewed).clamp_min(0)
 
@@ -240,6 +247,8 @@ def skewed_residual_rows(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
     tokens above the bottom, whose residual is 0."""
     w, u = w.unsqueeze(-1), u.unsqueeze(-1)
     bottom, _, bottom_mass, _ = bound_classes(ranking, q, w, u, paths)
+    if 2 * int((~bottom).sum(-1).max()) > p.shape[-1]:  # mostly undecided (u near 1): sort whole rows
+        return (w * p.to(torch.float64) - skewed_rows(p, q, u.squeeze(-1), paths).to(torch.float64)).clamp_min(0)
     row, token, residual = member_residuals(p, q, ranking, ~bottom, bottom_mass, w, u, paths)
     weights = torch.zeros(p.shape, dtype=torch.float64, device=p.device)
     weights[row, token] = residual
