@@ -1,6 +1,7 @@
 """Single-step OT solvers side by side: Tables 1 and 2 of the Global Resolution paper.
 
     python benchmarks/ot_solvers.py [--quick] [--model-pair assets/tiny-pycode] [--columns tuples]
+    python benchmarks/ot_solvers.py --e2e-prompts 8 [--e2e-top-k 10]   # spectr per node rule, end to end
 
 Per (k, n) cell: mean solve time per token (plan + slice of the drafted tuple, ms) and success
 rate for lp, maxflow, maxflow_opt and global resolution (tau = 1e-3, 1e-4), with the ratio to LP
@@ -10,6 +11,11 @@ Sec. 7.2). Token distributions are synthetic (correlated softmax of Gaussian log
 --model-pair, next-token distributions of a local HF target/draft pair at T = 1. q is top-k
 truncated (App. N). A solver that exceeds its per-cell budget stops early and is reported as a lower bound ("> t"); one predicted to need more than the budget for a single
 token (from its time per relaxed-OTLP variable on smaller cells) is "not run".
+
+With --e2e-prompts, instead: block efficiency of `spectr` with every node rule at K in {2, 3, 4},
+L = 4, T = 1 on the shipped tiny pair (HumanEval prompts, inline, batch 1), the draft top-k
+truncated (App. N, R) so that the exact solvers stay tractable; every rule sees the same drafts'
+law and seed.
 """
 
 from __future__ import annotations
@@ -213,6 +219,38 @@ def benchmark(pairs: list, grid: list, tokens_per_cell: int, budget_s: float, gr
     return results
 
 
+def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int) -> str:
+    """Markdown table: spectr block efficiency and verify ms per round for each node rule."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from speculab.config import resolve_path
+    from speculab.data import encode_prompt, load_prompts
+    from speculab.drafting.iid import SamplingParams
+    from speculab.engine import DecodeSettings, decode
+    from speculab.models import IIDDrafter, LMSpec, TreeTarget
+    from speculab.tracking.metrics import summarize
+    from speculab.verify import NODE_RULES_FOR_SPECTR, get_verifier
+
+    torch.set_num_threads(1)
+    root = resolve_path("assets/tiny-pycode")
+    tokenizer = AutoTokenizer.from_pretrained(root / "target")
+    encoded = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", prompts)]
+    target, drafter = TreeTarget(LMSpec("hf", str(root / "target"))), IIDDrafter(LMSpec("hf", str(root / "draft")))
+    lines = ["| node rule | K=2 | K=3 | K=4 |", "|---|---|---|---|"]
+    for rule in NODE_RULES_FOR_SPECTR:
+        row = [rule]
+        for paths in (2, 3, 4):
+            settings = DecodeSettings(paths, 4, SamplingParams(1.0, top_k), max_new_tokens, 1, seed,
+                                      tokenizer.eos_token_id)
+            run = decode(target, drafter, get_verifier("spectr", rule), encoded, settings)
+            metrics = summarize(run)
+            row.append(f"{metrics['block_efficiency']:.2f} ({1e3 * metrics['time_verify_s'] / metrics['target_calls']:.1f} ms)")
+            print(rule, paths, row[-1], flush=True)
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small grid, few tokens")
@@ -222,7 +260,15 @@ def main() -> None:
     parser.add_argument("--columns", choices=["sets", "tuples"], default="sets",
                         help="exact solvers on set-grouped columns (App. K) or the k^n tuples of eq. 2")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--e2e-prompts", type=int, help="run the end-to-end spectr node-rule table instead")
+    parser.add_argument("--e2e-top-k", type=int, default=10)
+    parser.add_argument("--e2e-max-new-tokens", type=int, default=48)
     args = parser.parse_args()
+    if args.e2e_prompts:
+        print(f"spectr on tiny-pycode, {args.e2e_prompts} HumanEval prompts x {args.e2e_max_new_tokens} tokens, "
+              f"L=4, T=1, draft top-k {args.e2e_top_k}: block efficiency (verify ms per round)\n")
+        print(end_to_end(args.e2e_prompts, args.e2e_max_new_tokens, args.e2e_top_k, args.seed))
+        return
     grid = QUICK_GRID if args.quick else FULL_GRID
     tokens = args.tokens or (10 if args.quick else 40)
     budget = args.budget_s or (5.0 if args.quick else 30.0)

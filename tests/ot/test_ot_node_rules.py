@@ -67,7 +67,8 @@ def test_exact_rules_reach_optimal_acceptance() -> None:
             mass = float(np.prod([q[x].item() for x in drafts]))
             law = RULES[name].verified_distribution(p, q, torch.tensor(drafts))
             accepted += mass * law[sorted(set(drafts))].sum()
-        assert accepted == pytest.approx(alpha, abs=1e-9)
+        # maxflow rounds capacities down to multiples of 2^-30 (ot/maxflow.py): optimal to (k + m) 2^-30
+        assert accepted == pytest.approx(alpha, abs=1e-7 if name == "maxflow" else 1e-9)
 
 
 @pytest.mark.parametrize("name", list(RULES))

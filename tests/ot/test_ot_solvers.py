@@ -31,7 +31,10 @@ def test_exact_solvers_are_lossless_and_optimal(name: str, kind: str, grouped: b
         p, q = random_instance(rng, k, kind)
         outcome = plan_outcome(SOLVERS[name](p, q, n, grouped=grouped), q, n)
         np.testing.assert_allclose(outcome.output, np.append(p, 1 - p.sum()), atol=1e-9)
-        assert outcome.acceptance == pytest.approx(optimal_acceptance(p, q, n), abs=1e-9)
+        # maxflow rounds capacities down to multiples of 2^-30: feasible, so still exactly lossless,
+        # and optimal up to (k + m) 2^-30 with m <= k^n columns
+        shortfall = (k + k**n) * 2.0**-30 if name == "maxflow" else 1e-9
+        assert outcome.acceptance == pytest.approx(optimal_acceptance(p, q, n), abs=shortfall)
 
 
 @pytest.mark.parametrize("tau", [1e-3, 1e-4])

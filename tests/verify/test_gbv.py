@@ -105,3 +105,34 @@ def test_batched_equals_reference_for_identical_draws(zeros: bool, one_hot: bool
     expected = replay_reference(gbv_verify_reference, paths, p, q, uniforms)
     assert verdict.rows() == [v.rows()[0] for v in expected]
     assert verdict.path.tolist() == [int(v.path[0]) for v in expected]
+
+
+@pytest.mark.parametrize("paths", [2, 4, 8])
+def test_residual_mass_without_full_sort_equals_full_rows(paths: int) -> None:
+    """The band/telescoping residual mass equals the sum over fully sorted skewed rows."""
+    from speculab.verify.gbv import local_ranking, skewed_residual_mass, skewed_rows
+
+    gen = torch.Generator().manual_seed(paths)
+    rows, vocab = 24, 3000
+    p = torch.softmax(torch.randn(rows, vocab, generator=gen, dtype=torch.float64) * 3, -1)
+    q = torch.softmax(torch.randn(rows, vocab, generator=gen, dtype=torch.float64) * 3, -1)
+    q[:4, :100] = 0.0  # zeros in q (ranked +inf), and ties in the ranking
+    p[4:8, :50] = q[4:8, :50]
+    q = q / q.sum(-1, keepdim=True)
+    w = torch.rand(rows, generator=gen, dtype=torch.float64)
+    u = torch.rand(rows, generator=gen, dtype=torch.float64) ** 3
+    u[-2:] = 1.0
+    full = (w[:, None] * p - skewed_rows(p, q, u, paths)).clamp_min(0).sum(-1)
+    torch.testing.assert_close(skewed_residual_mass(p, q, local_ranking(p, q), w, u, paths), full, rtol=1e-12, atol=1e-12)
+
+
+def test_batched_equals_reference_on_a_large_vocabulary() -> None:
+    gen = torch.Generator().manual_seed(11)
+    batch, paths, length, vocab = 16, 4, 5, 700
+    p = torch.softmax(torch.randn(batch, paths, length + 1, vocab, generator=gen, dtype=torch.float64) * 3, -1)
+    q = torch.softmax(torch.randn(batch, paths, length, vocab, generator=gen, dtype=torch.float64) * 3, -1)
+    drafted = torch.multinomial(q.flatten(0, 2), 1, generator=gen).view(batch, paths, length)
+    verdict = gbv_verify(drafted, p, q, rng=torch.Generator().manual_seed(9))
+    uniforms = draw_uniforms(torch.Generator().manual_seed(9), batch, length + 1, p.device)
+    expected = replay_reference(gbv_verify_reference, drafted, p, q, uniforms)
+    assert verdict.rows() == [v.rows()[0] for v in expected]

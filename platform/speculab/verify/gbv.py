@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from .block import block_outcome, block_verify_reference
-from .decisions import Decisions, draw_uniforms
-from .primitives import SinglePath, select_path, token_probs
-from .verdict import Verdict, assemble_verdict
+from .block import block_acceptance, block_outcome, block_verify_reference, block_weights, longest_accepted
+from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
+from .primitives import (SinglePath, residual_or_target, select_path, select_positions,
+                         token_probs)
+from .verdict import Outcome, Verdict, assemble_verdict
 
 
 # p [..., V]; q [..., V]
@@ -97,13 +98,22 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
     return total
 
 
-# ranking [B, V]; q [B, V]
+# ranking [R, V]; q [R, V]
 def mass_ranked_below(ranking: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """C(x) = sum of q(t) over tokens t with pi(t) < pi(x) (ties: smaller id first), via a sort."""
     order = torch.sort(ranking, dim=-1, stable=True).indices
     sorted_q = q.gather(-1, order)
     exclusive = sorted_q.cumsum(-1) - sorted_q
     return torch.empty_like(q).scatter_(-1, order, exclusive)
+
+
+# ranking [R, V]; q [R, V]; tokens [R]
+def mass_ranked_below_token(ranking: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``[R]`` C(x) of one token per row, by a masked sum (no sort)."""
+    own = token_probs(ranking, tokens).unsqueeze(-1)
+    ids = torch.arange(q.shape[-1], device=q.device)
+    below = (ranking < own) | ((ranking == own) & (ids < tokens.unsqueeze(-1)))
+    return (q * below).sum(-1)
 
 
 # qx [B, L] draft probability of each drafted token; cx [B, L] draft mass ranked below it
@@ -119,25 +129,160 @@ def selection_masses(qx: torch.Tensor, cx: torch.Tensor) -> torch.Tensor:
     return torch.stack(u, dim=1)
 
 
+# q [...]; below [...] C(x); u [...] broadcastable; paths: K
+def skewed_probs(q: torch.Tensor, below: torch.Tensor, u: torch.Tensor, paths: int) -> torch.Tensor:
+    """GBV eq. 22-23 for tokens with draft mass q and ranked-below mass C, at selection mass u.
+
+    With lo = 1 - u (1 - C) and hi = lo + u q, all fractions in [0, 1],
+    q^Gamma = (hi^K - lo^K) / (1 - (1 - u)^K) = q G(hi, lo) / G(1, 1 - u) with G the power
+    difference quotient: no difference of nearly equal powers is formed (stable for K = 8).
+    """
+    lo = 1 - u * (1 - below)
+    return q * power_difference_quotient(lo + u * q, lo, paths) / power_difference_quotient(
+        torch.ones_like(u), 1 - u, paths)
+
+
+# p, q [R, V] one position's rows; u [R]; paths: K
+def skewed_rows(p: torch.Tensor, q: torch.Tensor, u: torch.Tensor, paths: int) -> torch.Tensor:
+    """``[R, V]`` full skewed draft rows (one sort per row)."""
+    below = mass_ranked_below(local_ranking(p, q), q)
+    return skewed_probs(q, below, u.to(q.dtype).unsqueeze(-1), paths)
+
+
 # path: the selected path (draft [B, L], p [B, L+1, V], q [B, L, V]); paths: K
 def skewed_draft_probs(path: SinglePath, paths: int) -> torch.Tensor:
     """GBV eq. 22-23 along the selected path: ``[B, L, V]`` conditionals q^Gamma(x | a_{1:t}).
 
-    With u_t = q(a_{1:t}) / (mass ranked at or below a_{1:t}'s subtree), every quantity is a
-    fraction in [0, 1]: lo(x) = 1 - u (1 - C(x)), hi(x) = lo(x) + u q(x), and
-    q^Gamma(x | a_{1:t}) = q(x) G(hi, lo) / G(1, 1 - u) with G the power difference quotient,
-    so no difference of nearly equal powers is ever formed (stable for K up to 8 and beyond).
-    All L positions share one batched sort; with K = 1 the skewed draft is q itself.
+    With K = 1 the skewed draft is q itself. (The verifier itself needs only a few of these
+    values: see ``skewed_residual_mass``.)
     """
     if paths == 1:
         return path.q
-    length = path.draft.shape[1]
-    below = mass_ranked_below(local_ranking(path.p[:, :length], path.q), path.q)  # C(x), [B, L, V]
-    u = selection_masses(token_probs(path.q, path.draft), token_probs(below, path.draft)).unsqueeze(-1)
-    lo = 1 - u * (1 - below)
-    hi = lo + u * path.q
-    return path.q * power_difference_quotient(hi, lo, paths) / power_difference_quotient(
-        torch.ones_like(u), 1 - u, paths)
+    batch, length = path.draft.shape
+    p, q = path.p[:, :length].flatten(0, 1), path.q.flatten(0, 1)
+    ranking = local_ranking(p, q)
+    below = mass_ranked_below_token(ranking, q, path.draft.flatten()).view(batch, length)
+    u = selection_masses(token_probs(path.q, path.draft), below)
+    return skewed_rows(p, q, u.flatten(), paths).view_as(path.q)
+
+
+# ranking, q [R, V]; w, u [R, 1] float64; paths: K
+def bound_classes(ranking: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
+                  paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tokens whose residual max(w p - q^Gamma, 0) bounds on C(x) already decide.
+
+    q^Gamma(x) = q(x) phi(x) with phi = G(hi, lo) / G1 between K lo^(K-1) / G1 and
+    K hi^(K-1) / G1 (G1 = G(1, 1 - u)), so the residual is 0 where pi = p / q <= phi_min / w
+    (bottom) and w p - q^Gamma > 0 where pi > phi_max / w (top). Both are sets of the ranking
+    (lower, upper), which is what the telescoping sums need. A second pass tightens the
+    bounds with the first pass's masses (C >= bottom mass above the bottom; C + q <= bottom +
+    band mass inside the band). Returns bottom, top ``[R, V]`` bool and their complements'
+    masses: bottom mass, band mass ``[R, 1]`` float64.
+    """
+    g1 = power_difference_quotient(torch.ones_like(u), 1 - u, paths)
+    bottom_mass, band_mass = torch.zeros_like(u), torch.ones_like(u)
+    for _ in range(2):
+        lo, hi = 1 - u * (1 - bottom_mass), 1 - u * (1 - bottom_mass - band_mass)
+        bottom = ranking <= (paths * lo ** (paths - 1) / g1 / w).to(ranking.dtype)
+        top = ranking > (paths * hi ** (paths - 1) / g1 / w).to(ranking.dtype)
+        bottom_mass = torch.where(bottom, q, 0).sum(-1, keepdim=True).to(torch.float64)
+        band_mass = (1 - bottom_mass - torch.where(top, q, 0).sum(-1, keepdim=True).to(torch.float64)).clamp_min(0)
+    return bottom, top, bottom_mass, band_mass
+
+
+# p, q, ranking [R, V]; members [R, V] bool, every token ranked above the bottom or a band;
+# bottom_mass, w, u [R, 1] float64; paths: K
+def member_residuals(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, members: torch.Tensor,
+                     bottom_mass: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
+                     paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(row, token, max(w p - q^Gamma, 0)) of the members, their C(x) from sorting them only.
+
+    The members must be contiguous in the ranking right above the bottom, so that C(x) is the
+    bottom mass plus the members ranked below x.
+    """
+    # pack each row's members left in a [R, M] table (M: the most members of any row), sort
+    # the rows of the table by (pi, id) and take exclusive cumulative sums along them
+    slot = members.cumsum(-1) - 1  # [R, V] each member's place in its row's table
+    width = max(int(members.sum(-1).max()), 1)
+    row, token = members.nonzero(as_tuple=True)
+    keys = torch.full((members.shape[0], width), torch.inf, dtype=ranking.dtype, device=ranking.device)
+    ids = torch.zeros(keys.shape, dtype=torch.int64, device=ranking.device)
+    keys[row, slot[row, token]] = ranking[row, token]
+    ids[row, slot[row, token]] = token
+    order = torch.sort(keys, dim=-1, stable=True).indices  # padding (+inf, last) after real +inf
+    ids = ids.gather(-1, order)
+    filled = torch.arange(width, device=ids.device) < members.sum(-1, keepdim=True)
+    q_sorted = torch.where(filled, q.gather(-1, ids), 0).to(torch.float64)
+    exclusive = q_sorted.cumsum(-1) - q_sorted
+    row, place = filled.nonzero(as_tuple=True)
+    token, q_member, exclusive = ids[row, place], q_sorted[row, place], exclusive[row, place]
+    skewed = skewed_probs(q_member, bottom_mass[row, 0] + exclusive, u[row, 0], paths)
+    return row, token, (w[row, 0] * p[row, token].to(torch.float64) - skewed).clamp_min(0)
+
+
+# p, q, ranking [R, V]; w, u [R] float64; paths: K
+def skewed_residual_mass(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
+                         u: torch.Tensor, paths: int) -> torch.Tensor:
+    """``[R]`` sum_x max(w p(x) - q^Gamma(x), 0) without sorting the whole vocabulary.
+
+    Bottom tokens add 0; the top's q^Gamma telescopes to (1 - lo_top^K) / (1 - (1 - u)^K) =
+    (1 - C_top) G(1, lo_top) / G1 (C_top: the draft mass ranked below the top); only the band
+    between them is sorted (``bound_classes``).
+    """
+    w, u = w.unsqueeze(-1), u.unsqueeze(-1)
+    bottom, top, bottom_mass, band_mass = bound_classes(ranking, q, w, u, paths)
+    below_top = bottom_mass + band_mass
+    top_q = (1 - below_top) * power_difference_quotient(torch.ones_like(u), 1 - u * (1 - below_top), paths) \
+        / power_difference_quotient(torch.ones_like(u), 1 - u, paths)
+    top_p = torch.where(top, p, 0).sum(-1, keepdim=True).to(torch.float64)
+    mass = (w * top_p - top_q).clamp_min(0).squeeze(-1)
+    row, _, residual = member_residuals(p, q, ranking, ~(bottom | top), bottom_mass, w, u, paths)
+    return mass.index_add_(0, row, residual)
+
+
+# p, q, ranking [R, V]; w, u [R] float64; paths: K
+def skewed_residual_rows(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
+                         u: torch.Tensor, paths: int) -> torch.Tensor:
+    """``[R, V]`` max(w p - q^Gamma, 0) (BV eq. 4 with the skewed draft), sorting only the
+    tokens above the bottom, whose residual is 0."""
+    w, u = w.unsqueeze(-1), u.unsqueeze(-1)
+    bottom, _, bottom_mass, _ = bound_classes(ranking, q, w, u, paths)
+    if 2 * int((~bottom).sum(-1).max()) > p.shape[-1]:  # mostly undecided (u near 1): sort whole rows
+        return (w * p.to(torch.float64) - skewed_rows(p, q, u.squeeze(-1), paths).to(torch.float64)).clamp_min(0)
+    row, token, residual = member_residuals(p, q, ranking, ~bottom, bottom_mass, w, u, paths)
+    weights = torch.zeros(p.shape, dtype=torch.float64, device=p.device)
+    weights[row, token] = residual
+    return weights
+
+
+# path: the selected path; paths: K; uniforms [B, L+1]
+def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome:
+    """Block verification (BV Alg. 2, eq. 4-5) of the selected path with draft q^Gamma.
+
+    Needs q^Gamma only at the drafted tokens (one masked sum per position), the residual masses
+    of positions 1..L-1 and the residual row at tau for the extra token, each sorting only the
+    tokens whose residual bounds on C(x) leave open.
+    """
+    if paths == 1:
+        return block_outcome(path, uniforms)
+    batch, length = path.draft.shape
+    p, q = path.p[:, :length], path.q
+    ranking = local_ranking(p, q)  # [B, L, V]
+    qx = token_probs(q, path.draft).to(torch.float64)
+    cx = mass_ranked_below_token(ranking.flatten(0, 1), q.flatten(0, 1), path.draft.flatten()).view(batch, length)
+    u = selection_masses(qx, cx.to(torch.float64))
+    w = block_weights(token_probs(p, path.draft), skewed_probs(qx, cx.to(torch.float64), u, paths))
+    mass = skewed_residual_mass(p[:, 1:].flatten(0, 1), q[:, 1:].flatten(0, 1), ranking[:, 1:].flatten(0, 1),
+                                w[:, 1:length].flatten(), u[:, 1:].flatten(), paths).view(batch, length - 1)
+    h = torch.cat([block_acceptance(w[:, 1:length], mass), w[:, length:]], dim=1)
+    tau = longest_accepted(uniforms[:, :length] < h)
+    full = tau == length
+    p_tau = select_positions(path.p, tau)
+    at = tau.clamp_max(length - 1)
+    residual = skewed_residual_rows(select_positions(p, at), select_positions(q, at), select_positions(ranking, at),
+                                    select_positions(w, at), select_positions(u, at), paths)
+    residual = torch.where(full.unsqueeze(-1), p_tau.to(torch.float64), residual)
+    return Outcome(tau, sample_inverse_cdf(residual_or_target(residual, p_tau.to(torch.float64)), uniforms[:, length]))
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
@@ -147,6 +292,5 @@ def gbv_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
     batch, count, length = paths.shape
     chosen = select_path_index(paths, p, q)
     path = select_path(paths, p, q, chosen)
-    skewed = SinglePath(path.draft, path.p, skewed_draft_probs(path, count))
-    outcome = block_outcome(skewed, draw_uniforms(rng, batch, length + 1, p.device))
+    outcome = gbv_outcome(path, count, draw_uniforms(rng, batch, length + 1, p.device))
     return assemble_verdict(path.draft, outcome, chosen)

@@ -11,7 +11,14 @@ R(y) = T(y) (1 - min(D(y) / T(y), 1))^K:
     eq. 4   y ~ R(x^tau .) normalised        (Alg. 2 modifies the next L - tau - 1 positions alike)
 
 Each distinct drafted prefix gets one coin: a prefix rejected on one path is skipped on the
-others (the set H of Alg. 1). The expected accepted length equals the bound of Lemma 5.1.
+others (the set H of Alg. 1). For K = 1 this is greedy block verification: lossless over rounds
+and at the Lemma 5.1 bound. For K >= 2 this scan is NOT lossless and is therefore not registered:
+Lemma A.1 (eq. 7) adds the acceptance masses of sibling sub-blocks as if at most one were drafted,
+but two i.i.d. drafts can carry two siblings whose coins both succeed, and only one is kept (at
+L = 1, K = 2, target (1/2, 1/2), draft (0.9, 0.1) the first token comes out (0.457, 0.543)). A
+selection accepting each sub-block v with probability A(v) - sum_x A(v x) exists and makes eq. 4
+and Alg. 2 lossless at the bound (tests/verify/test_spectr_gbv.py finds it by an LP over every
+drafted tuple); a closed form for it is open.
 """
 
 from __future__ import annotations

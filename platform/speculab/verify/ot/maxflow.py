@@ -1,8 +1,12 @@
 """The relaxed OTLP as bipartite max-flow (Sec. 5.2) and its reduced systems (Sec. 5.3).
 
-networkx takes real-valued capacities, so the flow is the LP optimum up to float rounding.
-SciPy's `maximum_flow` is faster but only takes int32 capacities: probabilities carry 53 bits,
-so scaling them to 31 bits would lose up to (k + m) * 2^-31 of acceptance; we keep networkx.
+`maxflow` runs SciPy's `maximum_flow` (Dinic, compiled) on capacities scaled by 2^30 and
+rounded DOWN to int32: the flow it returns, scaled back, is feasible for the real capacities,
+and eq. 3 completes any feasible flow into an exact coupling of p and p_draft (`flow_plan`
+recomputes the residuals from the flow), so the plan stays exactly lossless; only its
+acceptance may fall short of alpha* by at most (k + m) 2^-30 (k source arcs, m sink arcs).
+`maxflow_opt` keeps networkx's real-valued max-flow: its slices pair each system's flow with
+the closed-form residuals of Thm 6.2, which a rounded-down flow would no longer meet exactly.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ import functools
 
 import networkx as nx
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import maximum_flow
 
 from speculab.verify.ot.columns import DraftColumns, draft_columns
 from speculab.verify.ot.plan import AcceptedSlice, TransportPlan, flow_plan, flow_slice, slackness_plan
 from speculab.verify.ot.subset import best_subset, outer_residuals
 
 SOURCE, SINK = "s", "t"
+SCALE = 2**30  # int32 capacities: a probability times SCALE fits, and so does the total flow
 
 
 # supply [k], edges [E] bool
@@ -41,11 +48,29 @@ def max_flow(supply: np.ndarray, columns: DraftColumns, edges: np.ndarray) -> np
     return flow
 
 
+# supply [k]
+def integer_max_flow(supply: np.ndarray, columns: DraftColumns) -> np.ndarray:
+    """[E] the max-flow of ``max_flow``'s network on capacities floor(SCALE * c), over SCALE.
+
+    Nodes: 0 source, 1..k tokens, k+1..k+m columns, k+m+1 sink. Token-column arcs get SCALE,
+    more than any flow can use (the total is at most SCALE * sum(supply) <= SCALE).
+    """
+    k, m = supply.shape[0], columns.mass.shape[0]
+    sink = k + m + 1
+    tails = np.concatenate([np.zeros(k, np.int64), columns.token + 1, k + 1 + np.arange(m)])
+    heads = np.concatenate([1 + np.arange(k), columns.column + k + 1, np.full(m, sink)])
+    capacity = np.concatenate([np.floor(supply * SCALE), np.full(columns.token.shape[0], SCALE),
+                               np.floor(columns.mass * SCALE)]).astype(np.int32)
+    graph = csr_matrix((capacity, (tails, heads)), shape=(sink + 1, sink + 1))
+    flow = maximum_flow(graph, 0, sink, method="dinic").flow.tocsr()
+    return np.asarray(flow[columns.token + 1, columns.column + k + 1]).ravel() / SCALE
+
+
 # p [k], q [k]
 def solve_maxflow(p: np.ndarray, q: np.ndarray, n: int, grouped: bool = True) -> TransportPlan:
     """OT plan from max-flow on the network Omega of Sec. 5.2, completed by eq. 3."""
     columns = draft_columns(q, n, grouped)
-    return flow_plan(p, columns, max_flow(p, columns, np.ones(columns.token.shape[0], dtype=bool)))
+    return flow_plan(p, columns, integer_max_flow(p, columns))
 
 
 # supply [k], inside [k] bool
