@@ -25,7 +25,7 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from speculab.drafting.tree import DraftTree
-from speculab.models.roles import LMSpec, build_lm
+from speculab.models.roles import DecoderLM, LMSpec, build_lm
 from speculab.models.tp import recreate_rotary_buffers
 
 from conftest import TINY_PAIR
@@ -69,8 +69,11 @@ def tree() -> DraftTree:
 
 
 def forward(spec: LMSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    return scores(build_lm(spec))
+
+
+def scores(lm: DecoderLM) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits of prefill [B, V] and of scoring one tree after it [B, N, V]."""
-    lm = build_lm(spec)
     lm.reset(len(CONTEXTS))
     return lm.feed(CONTEXTS).float(), lm.extend(tree()).float()
 
@@ -115,9 +118,7 @@ def rank_main(rank: int, port: int, checkpoints: dict[str, str], out: str) -> No
         lm = build_lm(LMSpec("hf", path, CASES[case][1], threads=1, tp_size=WORLD))
         samples.append(materialised_bytes(lm.model))  # rotary buffers and the sliced lm head come last
         shapes = {name: (tuple(p.shape), p.nbytes) for name, p in lm.model.named_parameters(remove_duplicate=False)}
-        lm.reset(len(CONTEXTS))
-        logits = lm.feed(CONTEXTS).float(), lm.extend(tree()).float()
-        torch.save({"peak": max(samples), "shapes": shapes, "logits": logits}, f"{out}/{case}-{rank}.pt")
+        torch.save({"peak": max(samples), "shapes": shapes, "logits": scores(lm)}, f"{out}/{case}-{rank}.pt")
 
 
 def free_port() -> int:
