@@ -2,9 +2,11 @@
 
 `join_process_group` puts the calling process into a torch.distributed world (gloo on CPU,
 NCCL on GPU) through DeepSpeed; `load_tp_causal_lm` then builds the model on the meta
-device and lets DeepSpeed's AutoTP load each checkpoint shard file in turn, keeping only
-this rank's slices of the attention and MLP projections and of the lm head, so no rank ever
-holds the full model. HF modules stay (only o_proj / down_proj / lm_head become all-reduce
+device and lets DeepSpeed's AutoTP read the checkpoint one shard file at a time (safetensors
+or torch .bin, HF key names): each module found in the file is filled on the host at full
+size and, for the attention and MLP projections, cut to this rank's slice at once; the
+embedding stays whole and the lm head is sliced after the last file. So a rank holds its
+slices, the embedding, one shard file and one full tensor at a time, never the full model. HF modules stay (only o_proj / down_proj / lm_head become all-reduce
 linears), so `TreeLM`'s 4-D masks, position ids and KV compaction work unchanged.
 Which process runs which rank, and keeping ranks in lock step, is `speculab.runtime`'s job.
 """
