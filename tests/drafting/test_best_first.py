@@ -8,9 +8,14 @@ import pytest
 import torch
 
 from speculab.drafting.best_first import (
+    _chunk_maxima,
     best_first_tree,
     best_first_tree_reference,
     chain_tree,
+    node_paths,
+    reachability_threshold,
+    reachable_tokens,
+    refined_threshold,
     surrogate_value,
 )
 from speculab.drafting.tree import DraftTree
@@ -90,6 +95,61 @@ def test_batched_builder_equals_reference(vocab: int) -> None:
         for q in (peaked, tied_marginals(gen, 3, length, vocab)):
             root = torch.randint(0, vocab, (3,), generator=gen)
             assert_same_tree(best_first_tree(q, root, budget), best_first_tree_reference(q, root, budget))
+
+
+@pytest.mark.parametrize(("vocab", "length", "budget"), [(32_000, 16, 1024), (150_000, 8, 512)])
+def test_batched_builder_equals_reference_at_benchmark_sizes(vocab: int, length: int, budget: int) -> None:
+    gen = torch.Generator().manual_seed(budget)
+    q = torch.softmax(torch.randn(2, length, vocab, generator=gen) * 4, dim=-1)
+    root = torch.tensor([5, 6])
+    assert_same_tree(best_first_tree(q, root, budget), best_first_tree_reference(q, root, budget))
+
+
+@pytest.mark.parametrize(("vocab", "chunk"), [(1000, 64), (1024, 64), (40, 64), (7, 3)])
+def test_reachable_tokens_equal_a_full_threshold_scan(vocab: int, chunk: int) -> None:
+    gen = torch.Generator().manual_seed(vocab)
+    rows = torch.softmax(torch.randn(5, vocab, generator=gen) * 3, dim=-1)
+    threshold = torch.stack([torch.tensor(0.0), *rows[1:].max(1).values * torch.tensor([1.0, 0.5, 0.01, 1e-9])])
+    row, token, q = reachable_tokens(rows, _chunk_maxima(rows, chunk), chunk, threshold)
+    want_row, want_token = (rows >= threshold[:, None]).nonzero(as_tuple=True)  # (row, token) order
+    for r in range(5):  # within a row in token order (the builder's tie-break relies on it)
+        assert token[row == r].tolist() == want_token[want_row == r].tolist()
+    assert torch.equal(q, rows[row, token])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_refined_threshold_is_tighter_and_below_every_tree_token(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    B, L, V, budget, chunk, group = 3, 6, 4000, 128, 8, 4
+    peaked = torch.softmax(torch.randn(B, L, V, generator=gen) * (2 + seed), dim=-1)
+    for q in (peaked, tied_marginals(gen, B, L, V)):
+        fine = _chunk_maxima(q.reshape(B * L, V), chunk)
+        coarse = _chunk_maxima(fine, group)
+        best = coarse.amax(1).double().log().reshape(B, L)
+        above = torch.cumsum(best, 1) - best
+        refined = refined_threshold(fine, coarse, above, group, budget).reshape(B, L)
+        comb = (above[..., None] + coarse.double().log().reshape(B, L, -1)).reshape(B, -1)
+        assert (refined >= reachability_threshold(comb, above, budget).float()).all()
+        tree = best_first_tree_reference(q, torch.zeros(B, dtype=torch.long), budget)
+        node_q = q[torch.arange(B)[:, None], (tree.depth - 1).clamp(min=0), tree.tokens]  # [B, N]
+        node_threshold = refined.gather(1, (tree.depth - 1).clamp(min=0))
+        assert (node_q >= node_threshold)[tree.valid & (tree.depth > 0)].all()
+
+
+def test_node_paths_match_a_parent_walk_including_padding() -> None:
+    parents = torch.tensor([[-1, 0, 0, 1, 3, -1], [-1, 0, 1, -1, -1, -1]])
+    depth = torch.tensor([[0, 1, 1, 2, 3, 0], [0, 1, 2, 0, 0, 0]])
+    valid = torch.tensor([[True] * 5 + [False], [True] * 3 + [False] * 3])
+    want = torch.full((2, 6, 5), -1)
+    for b in range(2):
+        for node in range(6):
+            walk, at = [], node
+            while valid[b, node] and at >= 0:
+                walk.append(at)
+                at = int(parents[b, at])
+            walk = walk[::-1] or [node]  # a padding node's path is itself at column 0
+            want[b, node, : len(walk)] = torch.tensor(walk)
+    assert torch.equal(node_paths(parents, depth, 4), want)
 
 
 def test_node_paths_follow_parents() -> None:
