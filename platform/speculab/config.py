@@ -211,7 +211,8 @@ def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
     if errors or c.num_gpus == 0 or cfg.model.device != "cuda":
         return errors
     a, s = cfg.algorithm, cfg.sampling
-    work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, a.K * a.L + 1, DTYPE_BYTES[cfg.model.dtype])
+    tree_nodes = a.budget + 1 if a.name == "ddtree" else a.K * a.L + 1
+    work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, tree_nodes, DTYPE_BYTES[cfg.model.dtype])
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
 
