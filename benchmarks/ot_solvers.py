@@ -36,6 +36,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from speculab.verify import NODE_RULES_FOR_SPECTR  # noqa: E402
 from speculab.verify.ot import optimal_acceptance  # noqa: E402
 from speculab.verify.ot.global_resolution import solve_global_resolution  # noqa: E402
 from speculab.verify.ot.lp import solve_lp  # noqa: E402
@@ -219,7 +220,7 @@ def benchmark(pairs: list, grid: list, tokens_per_cell: int, budget_s: float, gr
     return results
 
 
-def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int) -> str:
+def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: list[str]) -> str:
     """Markdown table: spectr block efficiency and verify ms per round for each node rule."""
     import torch
     from transformers import AutoTokenizer
@@ -230,7 +231,7 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int) -> str:
     from speculab.engine import DecodeSettings, decode
     from speculab.models import IIDDrafter, LMSpec, TreeTarget
     from speculab.tracking.metrics import summarize
-    from speculab.verify import NODE_RULES_FOR_SPECTR, get_verifier
+    from speculab.verify import get_verifier
 
     torch.set_num_threads(1)
     root = resolve_path("assets/tiny-pycode")
@@ -238,7 +239,7 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int) -> str:
     encoded = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", prompts)]
     target, drafter = TreeTarget(LMSpec("hf", str(root / "target"))), IIDDrafter(LMSpec("hf", str(root / "draft")))
     lines = ["| node rule | K=2 | K=3 | K=4 |", "|---|---|---|---|"]
-    for rule in NODE_RULES_FOR_SPECTR:
+    for rule in rules:
         row = [rule]
         for paths in (2, 3, 4):
             settings = DecodeSettings(paths, 4, SamplingParams(1.0, top_k), max_new_tokens, 1, seed,
@@ -263,11 +264,12 @@ def main() -> None:
     parser.add_argument("--e2e-prompts", type=int, help="run the end-to-end spectr node-rule table instead")
     parser.add_argument("--e2e-top-k", type=int, default=10)
     parser.add_argument("--e2e-max-new-tokens", type=int, default=48)
+    parser.add_argument("--e2e-rules", nargs="+", default=list(NODE_RULES_FOR_SPECTR), choices=NODE_RULES_FOR_SPECTR)
     args = parser.parse_args()
     if args.e2e_prompts:
         print(f"spectr on tiny-pycode, {args.e2e_prompts} HumanEval prompts x {args.e2e_max_new_tokens} tokens, "
               f"L=4, T=1, draft top-k {args.e2e_top_k}: block efficiency (verify ms per round)\n")
-        print(end_to_end(args.e2e_prompts, args.e2e_max_new_tokens, args.e2e_top_k, args.seed))
+        print(end_to_end(args.e2e_prompts, args.e2e_max_new_tokens, args.e2e_top_k, args.seed, args.e2e_rules))
         return
     grid = QUICK_GRID if args.quick else FULL_GRID
     tokens = args.tokens or (10 if args.quick else 40)
