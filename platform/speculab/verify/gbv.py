@@ -255,6 +255,48 @@ def skewed_residual_rows(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
     return weights
 
 
+# p, q [R, V]; w, u [R] float64; paths: K
+def residual_mass_bounds(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
+                         paths: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[R]`` lower and upper bounds on sum_x max(w p(x) - q^Gamma(x), 0), one pass, no C(x).
+
+    q^Gamma = q phi with K (1 - u)^(K-1) / G1 <= phi <= K / G1 whatever C(x) is (see
+    ``bound_classes``). Rounding is covered by a margin, so the bounds hold for the mass that
+    ``skewed_residual_mass`` computes.
+    """
+    g1 = power_difference_quotient(torch.ones_like(u), 1 - u, paths)
+    wp = (w.unsqueeze(-1) * p).to(q.dtype)
+    phi_min = (paths * (1 - u) ** (paths - 1) / g1).to(q.dtype).unsqueeze(-1)
+    phi_max = (paths / g1).to(q.dtype).unsqueeze(-1)
+    upper = (wp - phi_min * q).clamp_min_(0).sum(-1).to(torch.float64)
+    lower = (wp - phi_max * q).clamp_min_(0).sum(-1).to(torch.float64)
+    return lower * (1 - 1e-3) - 1e-12, upper * (1 + 1e-3) + 1e-12
+
+
+# p, q, ranking [B, L-1, V] positions 1..L-1; w [B, L+1]; u [B, L] float64; eta [B, L]; paths: K
+def longest_accepted_lazily(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
+                            u: torch.Tensor, eta: torch.Tensor, paths: int) -> torch.Tensor:
+    """``[B]`` tau of BV Alg. 2 (largest i with eta_i < h_i), computing exact residual masses
+    (eq. 5) only where bounds on h_i leave the comparison open and no larger i is surely
+    accepted: tau is a maximum, so the positions below a sure acceptance never matter."""
+    batch, length = eta.shape
+    w_mid, u_mid = w[:, 1:length].flatten(), u[:, 1:].flatten()
+    lower, upper = residual_mass_bounds(p.flatten(0, 1), q.flatten(0, 1), w_mid, u_mid, paths)
+    h_low = block_acceptance(w[:, 1:length], lower.view(batch, -1).clamp_min(0))
+    h_high = block_acceptance(w[:, 1:length], upper.view(batch, -1))
+    sure = torch.cat([eta[:, :-1] < h_low, eta[:, -1:] < w[:, length:]], dim=1)  # [B, L]
+    surely_accepted = longest_accepted(sure)
+    open_ = (eta[:, :-1] < h_high) & ~sure[:, :-1] \
+        & (torch.arange(1, length, device=eta.device) > surely_accepted.unsqueeze(-1))  # [B, L-1]
+    h = torch.cat([sure[:, :-1].to(torch.float64), w[:, length:]], dim=1)  # 1: surely accepted
+    rows = open_.flatten().nonzero().squeeze(-1)
+    if rows.numel():
+        mass = skewed_residual_mass(p.flatten(0, 1)[rows], q.flatten(0, 1)[rows], ranking.flatten(0, 1)[rows],
+                                    w_mid[rows], u_mid[rows], paths)
+        h[:, :-1] = h[:, :-1].flatten().index_put((rows,), block_acceptance(w_mid[rows], mass)).view(batch, -1)
+    return longest_accepted(eta < h)
+
+
 # path: the selected path; paths: K; uniforms [B, L+1]
 def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome:
     """Block verification (BV Alg. 2, eq. 4-5) of the selected path with draft q^Gamma.
@@ -272,10 +314,7 @@ def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome
     cx = mass_ranked_below_token(ranking.flatten(0, 1), q.flatten(0, 1), path.draft.flatten()).view(batch, length)
     u = selection_masses(qx, cx.to(torch.float64))
     w = block_weights(token_probs(p, path.draft), skewed_probs(qx, cx.to(torch.float64), u, paths))
-    mass = skewed_residual_mass(p[:, 1:].flatten(0, 1), q[:, 1:].flatten(0, 1), ranking[:, 1:].flatten(0, 1),
-                                w[:, 1:length].flatten(), u[:, 1:].flatten(), paths).view(batch, length - 1)
-    h = torch.cat([block_acceptance(w[:, 1:length], mass), w[:, length:]], dim=1)
-    tau = longest_accepted(uniforms[:, :length] < h)
+    tau = longest_accepted_lazily(p[:, 1:], q[:, 1:], ranking[:, 1:], w, u, uniforms[:, :length], paths)
     full = tau == length
     p_tau = select_positions(path.p, tau)
     at = tau.clamp_max(length - 1)
