@@ -98,10 +98,27 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
     return total
 
 
+# ranking [R, N] non-negative (+inf allowed)
+def ranking_order(ranking: torch.Tensor) -> torch.Tensor:
+    """``[R, N]`` indices sorting each row ascending, ties by position (a stable argsort).
+
+    Non-negative float32 values order like their bit patterns read as integers, so the rows
+    become one 1-D int64 key (row in the high word), which PyTorch sorts by radix sort on CPU:
+    several times faster than a row-wise float sort over a 128k vocabulary.
+    """
+    if ranking.dtype != torch.float32:
+        return torch.sort(ranking, dim=-1, stable=True).indices
+    rows, width = ranking.shape
+    offsets = torch.arange(rows, device=ranking.device).unsqueeze(-1)
+    bits = (ranking + 0.0).view(torch.int32).to(torch.int64)  # + 0.0 turns -0.0 into +0.0
+    order = torch.sort((bits + (offsets << 32)).flatten(), stable=True).indices.view(rows, width)
+    return order - offsets * width
+
+
 # ranking [R, V]; q [R, V]
 def mass_ranked_below(ranking: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """C(x) = sum of q(t) over tokens t with pi(t) < pi(x) (ties: smaller id first), via a sort."""
-    order = torch.sort(ranking, dim=-1, stable=True).indices
+    order = ranking_order(ranking)
     sorted_q = q.gather(-1, order)
     exclusive = sorted_q.cumsum(-1) - sorted_q
     return torch.empty_like(q).scatter_(-1, order, exclusive)
@@ -209,7 +226,7 @@ def member_residuals(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, me
     ids = torch.zeros(keys.shape, dtype=torch.int64, device=ranking.device)
     keys[row, slot[row, token]] = ranking[row, token]
     ids[row, slot[row, token]] = token
-    order = torch.sort(keys, dim=-1, stable=True).indices  # padding (+inf, last) after real +inf
+    order = ranking_order(keys)  # padding (+inf, last) after real +inf
     ids = ids.gather(-1, order)
     filled = torch.arange(width, device=ids.device) < members.sum(-1, keepdim=True)
     q_sorted = torch.where(filled, q.gather(-1, ids), 0).to(torch.float64)
@@ -261,16 +278,21 @@ def residual_mass_bounds(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: t
     """``[R]`` lower and upper bounds on sum_x max(w p(x) - q^Gamma(x), 0), one pass, no C(x).
 
     q^Gamma = q phi with K (1 - u)^(K-1) / G1 <= phi <= K / G1 whatever C(x) is (see
-    ``bound_classes``). Rounding is covered by a margin, so the bounds hold for the mass that
-    ``skewed_residual_mass`` computes.
+    ``bound_classes``), and the mass is w sum_x max(p - (phi / w) q, 0). The factors phi / w are
+    rounded outwards (a tiny one to 0, a huge one to a 0 lower bound) so that the float32 pass
+    never meets subnormal numbers (slow on CPU); a margin covers the rounding, so the bounds
+    hold for the mass that ``skewed_residual_mass`` computes.
     """
     g1 = power_difference_quotient(torch.ones_like(u), 1 - u, paths)
-    wp = (w.unsqueeze(-1) * p).to(q.dtype)
-    phi_min = (paths * (1 - u) ** (paths - 1) / g1).to(q.dtype).unsqueeze(-1)
-    phi_max = (paths / g1).to(q.dtype).unsqueeze(-1)
-    upper = (wp - phi_min * q).clamp_min_(0).sum(-1).to(torch.float64)
-    lower = (wp - phi_max * q).clamp_min_(0).sum(-1).to(torch.float64)
-    return lower * (1 - 1e-3) - 1e-12, upper * (1 + 1e-3) + 1e-12
+    alive = w > 0
+    w_safe = torch.where(alive, w, 1)
+    low_factor = paths * (1 - u) ** (paths - 1) / g1 / w_safe
+    high_factor = paths / g1 / w_safe
+    low_factor = torch.where(low_factor < 1e-20, 0, low_factor).clamp_max(1e30).to(q.dtype).unsqueeze(-1)
+    upper = (p - low_factor * q).clamp_min_(0).sum(-1).to(torch.float64)
+    lower = (p - high_factor.clamp_max(1e30).to(q.dtype).unsqueeze(-1) * q).clamp_min_(0).sum(-1).to(torch.float64)
+    lower = torch.where(alive & (high_factor <= 1e30), w * lower * (1 - 1e-3) - 1e-12, 0)
+    return lower, torch.where(alive, w * upper * (1 + 1e-3) + 1e-12, 0)
 
 
 # p, q, ranking [B, L-1, V] positions 1..L-1; w [B, L+1]; u [B, L] float64; eta [B, L]; paths: K
