@@ -136,3 +136,50 @@ def test_batched_equals_reference_on_a_large_vocabulary() -> None:
     uniforms = draw_uniforms(torch.Generator().manual_seed(9), batch, length + 1, p.device)
     expected = replay_reference(gbv_verify_reference, drafted, p, q, uniforms)
     assert verdict.rows() == [v.rows()[0] for v in expected]
+
+
+def test_ranking_order_equals_stable_float_sort() -> None:
+    """The integer-key radix sort orders float32 rows like a stable float sort (ties, 0, -0, inf)."""
+    from speculab.verify.gbv import ranking_order
+
+    gen = torch.Generator().manual_seed(5)
+    ranking = torch.rand(6, 5000, generator=gen) * 10.0 ** torch.randint(-40, 30, (6, 5000), generator=gen)
+    ranking = torch.where(torch.rand(6, 5000, generator=gen) < 0.2, ranking[:, :1], ranking)  # ties
+    ranking[:, ::7], ranking[:, 3::11], ranking[1:3, 5::13] = 0.0, torch.inf, -0.0
+    expected = torch.sort(ranking, dim=-1, stable=True).indices
+    assert torch.equal(ranking_order(ranking), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lazy_tau_equals_tau_from_every_mass(dtype: torch.dtype) -> None:
+    """Exact residual masses only where the bounds leave eta_i < h_i open: the same tau as with
+    every mass, for uniforms drawn at random and right next to h (zeros, ties, w = 0)."""
+    from speculab.verify.block import block_acceptance, block_weights, longest_accepted
+    from speculab.verify.gbv import (local_ranking, longest_accepted_lazily, mass_ranked_below_token,
+                                     selection_masses, skewed_probs, skewed_residual_mass)
+    from speculab.verify.primitives import token_probs
+
+    gen = torch.Generator().manual_seed(8)
+    batch, length, vocab, paths = 40, 5, 2000, 4
+    p = torch.softmax(torch.randn(batch, length + 1, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+    q = torch.softmax(torch.randn(batch, length, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+    p[:8, :length, :300] = q[:8, :, :300]  # ties in the ranking, often drafted
+    q[8:16, :, :200] = 0.0
+    p[16:24, :, 200:700] = 0.0
+    p, q = (p / p.sum(-1, keepdim=True)).to(dtype), (q / q.sum(-1, keepdim=True)).to(dtype)
+    draft = torch.multinomial(q.flatten(0, 1), 1, generator=gen).view(batch, length)
+    draft[16:24, 1] = 250  # p = 0 there: w = 0 from position 1 on
+    ranking = local_ranking(p[:, :length], q)
+    qx = token_probs(q, draft).to(torch.float64)
+    cx = mass_ranked_below_token(ranking.flatten(0, 1), q.flatten(0, 1), draft.flatten()).view(batch, length)
+    u = selection_masses(qx, cx.to(torch.float64))
+    w = block_weights(token_probs(p[:, :length], draft), skewed_probs(qx, cx.to(torch.float64), u, paths))
+    mass = skewed_residual_mass(p[:, 1:length].flatten(0, 1), q[:, 1:].flatten(0, 1), ranking[:, 1:].flatten(0, 1),
+                                w[:, 1:length].flatten(), u[:, 1:].flatten(), paths).view(batch, length - 1)
+    h = torch.cat([block_acceptance(w[:, 1:length], mass), w[:, length:]], dim=1)
+    for trial in range(6):
+        eta = torch.rand(batch, length, generator=gen, dtype=torch.float64)
+        if trial % 2:  # right next to h, on either side
+            eta = (h + (eta - 0.5) * 1e-6).clamp(0, 1 - 1e-12)
+        lazy = longest_accepted_lazily(p[:, 1:length], q[:, 1:], ranking[:, 1:], w, u, eta, paths)
+        assert torch.equal(lazy, longest_accepted(eta < h))

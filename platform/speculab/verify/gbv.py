@@ -249,7 +249,8 @@ def skewed_residual_mass(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
     w, u = w.unsqueeze(-1), u.unsqueeze(-1)
     bottom, top, bottom_mass, band_mass = bound_classes(ranking, q, w, u, paths)
     below_top = bottom_mass + band_mass
-    top_q = (1 - below_top) * power_difference_quotient(torch.ones_like(u), 1 - u * (1 - below_top), paths) \
+    above = (1 - below_top).clamp_min(0)  # a float32 sum of q can round past 1
+    top_q = above * power_difference_quotient(torch.ones_like(u), 1 - u * above, paths) \
         / power_difference_quotient(torch.ones_like(u), 1 - u, paths)
     top_p = torch.where(top, p, 0).sum(-1, keepdim=True).to(torch.float64)
     mass = (w * top_p - top_q).clamp_min(0).squeeze(-1)
