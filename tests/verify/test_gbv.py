@@ -138,16 +138,35 @@ def test_batched_equals_reference_on_a_large_vocabulary() -> None:
     assert verdict.rows() == [v.rows()[0] for v in expected]
 
 
-def test_ranking_order_equals_stable_float_sort() -> None:
-    """The integer-key radix sort orders float32 rows like a stable float sort (ties, 0, -0, inf)."""
-    from speculab.verify.gbv import ranking_order
-
+def awkward_ranking(dtype: torch.dtype) -> torch.Tensor:
+    """``[6, 5000]`` ratios over many magnitudes with ties, 0, -0 and +inf."""
     gen = torch.Generator().manual_seed(5)
     ranking = torch.rand(6, 5000, generator=gen) * 10.0 ** torch.randint(-40, 30, (6, 5000), generator=gen)
-    ranking = torch.where(torch.rand(6, 5000, generator=gen) < 0.2, ranking[:, :1], ranking)  # ties
+    ranking = torch.where(torch.rand(6, 5000, generator=gen) < 0.2, ranking[:, :1], ranking).to(dtype)  # ties
     ranking[:, ::7], ranking[:, 3::11], ranking[1:3, 5::13] = 0.0, torch.inf, -0.0
-    expected = torch.sort(ranking, dim=-1, stable=True).indices
-    assert torch.equal(ranking_order(ranking), expected)
+    return ranking
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [1, 6])
+def test_ranking_order_equals_stable_float_sort(dtype: torch.dtype, rows: int) -> None:
+    """The integer-key radix sort orders rows like a stable float sort."""
+    from speculab.verify.gbv import ranking_order
+
+    ranking = awkward_ranking(dtype)[:rows]
+    assert torch.equal(ranking_order(ranking), torch.sort(ranking, dim=-1, stable=True).indices)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mass_ranked_below_token_by_bits_equals_float_comparisons(dtype: torch.dtype) -> None:
+    from speculab.verify.gbv import mass_ranked_below_token
+
+    ranking = awkward_ranking(dtype)
+    q = torch.rand(ranking.shape, generator=torch.Generator().manual_seed(6), dtype=dtype)
+    tokens = torch.tensor([0, 7, 3, 4999, 1234, 3 + 11 * 5])  # ties (0, inf) and plain tokens
+    own, ids = ranking.gather(-1, tokens[:, None]), torch.arange(ranking.shape[-1])
+    below = (ranking < own) | ((ranking == own) & (ids < tokens[:, None]))
+    assert torch.equal(mass_ranked_below_token(ranking, q, tokens), torch.where(below, q, 0).sum(-1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -25,7 +25,7 @@ from .verdict import Outcome, Verdict, assemble_verdict
 # p [..., V]; q [..., V]
 def local_ranking(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """GBV eq. 21: pi(x) = p(x) / q(x), +inf where q(x) = 0 (ties broken by token id)."""
-    return torch.where(q > 0, p / torch.where(q > 0, q, 1), torch.inf)
+    return torch.nan_to_num_(p / q, nan=torch.inf, posinf=torch.inf)  # x / 0 = inf, 0 / 0 = nan
 
 
 # ---------------------------------------------------------------- scalar reference
@@ -98,21 +98,29 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
     return total
 
 
+# ranking [...] non-negative float32 or float64 (+inf allowed)
+def ranking_bits(ranking: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of the values as int32 / int64: non-negative floats order like them."""
+    integer = {torch.float32: torch.int32, torch.float64: torch.int64}[ranking.dtype]
+    return (ranking + 0.0).view(integer)  # + 0.0 turns -0.0 into +0.0
+
+
 # ranking [R, N] non-negative (+inf allowed)
 def ranking_order(ranking: torch.Tensor) -> torch.Tensor:
     """``[R, N]`` indices sorting each row ascending, ties by position (a stable argsort).
 
-    Non-negative float32 values order like their bit patterns read as integers, so the rows
-    become one 1-D int64 key (row in the high word), which PyTorch sorts by radix sort on CPU:
-    several times faster than a row-wise float sort over a 128k vocabulary.
+    The rows become one 1-D integer key (``ranking_bits``, the row in the high word of a
+    float32 key), which PyTorch sorts by radix sort on CPU: several times faster than a
+    row-wise float sort over a 128k vocabulary.
     """
+    rows, width = ranking.shape
+    if rows == 1:
+        return torch.sort(ranking_bits(ranking[0]), stable=True).indices.unsqueeze(0)
     if ranking.dtype != torch.float32:
         return torch.sort(ranking, dim=-1, stable=True).indices
-    rows, width = ranking.shape
     offsets = torch.arange(rows, device=ranking.device).unsqueeze(-1)
-    bits = (ranking + 0.0).view(torch.int32).to(torch.int64)  # + 0.0 turns -0.0 into +0.0
-    order = torch.sort((bits + (offsets << 32)).flatten(), stable=True).indices.view(rows, width)
-    return order - offsets * width
+    keys = ranking_bits(ranking).to(torch.int64) + (offsets << 32)
+    return torch.sort(keys.flatten(), stable=True).indices.view(rows, width) - offsets * width
 
 
 # ranking [R, V]; q [R, V]
@@ -127,10 +135,11 @@ def mass_ranked_below(ranking: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 # ranking [R, V]; q [R, V]; tokens [R]
 def mass_ranked_below_token(ranking: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``[R]`` C(x) of one token per row, by a masked sum (no sort)."""
-    own = token_probs(ranking, tokens).unsqueeze(-1)
+    bits = ranking_bits(ranking)
+    # t ranks below x iff bits(t) < bits(x) + [t < x] (ties: smaller id first)
     ids = torch.arange(q.shape[-1], device=q.device)
-    below = (ranking < own) | ((ranking == own) & (ids < tokens.unsqueeze(-1)))
-    return (q * below).sum(-1)
+    threshold = token_probs(bits, tokens).unsqueeze(-1) + (ids < tokens.unsqueeze(-1)).to(bits.dtype)
+    return torch.where(bits < threshold, q, 0).sum(-1)
 
 
 # qx [B, L] draft probability of each drafted token; cx [B, L] draft mass ranked below it
