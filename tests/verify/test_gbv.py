@@ -147,7 +147,7 @@ def awkward_ranking(dtype: torch.dtype) -> torch.Tensor:
     return ranking
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("rows", [1, 6])
 def test_ranking_order_equals_stable_float_sort(dtype: torch.dtype, rows: int) -> None:
     """The integer-key radix sort orders rows like a stable float sort."""
@@ -157,7 +157,7 @@ def test_ranking_order_equals_stable_float_sort(dtype: torch.dtype, rows: int) -
     assert torch.equal(ranking_order(ranking), torch.sort(ranking, dim=-1, stable=True).indices)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 def test_mass_ranked_below_token_by_bits_equals_float_comparisons(dtype: torch.dtype) -> None:
     from speculab.verify.gbv import mass_ranked_below_token
 

@@ -100,8 +100,9 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
 
 # ranking [...] non-negative float32 or float64 (+inf allowed)
 def ranking_bits(ranking: torch.Tensor) -> torch.Tensor:
-    """The bit patterns of the values as int32 / int64: non-negative floats order like them."""
-    integer = {torch.float32: torch.int32, torch.float64: torch.int64}[ranking.dtype]
+    """The bit patterns of the values as integers of their width: non-negative floats order like them."""
+    integer = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+               torch.float64: torch.int64}[ranking.dtype]
     return (ranking + 0.0).view(integer)  # + 0.0 turns -0.0 into +0.0
 
 
