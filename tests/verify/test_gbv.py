@@ -139,12 +139,20 @@ def test_batched_equals_reference_on_a_large_vocabulary() -> None:
 
 
 def awkward_ranking(dtype: torch.dtype) -> torch.Tensor:
-    """``[6, 5000]`` ratios over many magnitudes with ties, 0, -0 and +inf."""
+    """``[6, 5000]`` ratios as ``local_ranking`` makes them: many magnitudes, ties, 0, +inf."""
     gen = torch.Generator().manual_seed(5)
     ranking = torch.rand(6, 5000, generator=gen) * 10.0 ** torch.randint(-40, 30, (6, 5000), generator=gen)
     ranking = torch.where(torch.rand(6, 5000, generator=gen) < 0.2, ranking[:, :1], ranking).to(dtype)  # ties
-    ranking[:, ::7], ranking[:, 3::11], ranking[1:3, 5::13] = 0.0, torch.inf, -0.0
+    ranking[:, ::7], ranking[:, 3::11] = 0.0, torch.inf
     return ranking
+
+
+def test_local_ranking_has_no_negative_zero() -> None:
+    """-0.0 would sort below +0.0 by its bit pattern (``ranking_bits``)."""
+    from speculab.verify.gbv import local_ranking
+
+    ranking = local_ranking(torch.tensor([-0.0, 0.0, 0.5, 0.0]), torch.tensor([0.5, 0.5, 0.0, 0.0]))
+    assert torch.equal(ranking.view(torch.int32), torch.tensor([0.0, 0.0, torch.inf, torch.inf]).view(torch.int32))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])

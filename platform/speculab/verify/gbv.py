@@ -24,8 +24,12 @@ from .verdict import Outcome, Verdict, assemble_verdict
 
 # p [..., V]; q [..., V]
 def local_ranking(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """GBV eq. 21: pi(x) = p(x) / q(x), +inf where q(x) = 0 (ties broken by token id)."""
-    return torch.nan_to_num_(p / q, nan=torch.inf, posinf=torch.inf)  # x / 0 = inf, 0 / 0 = nan
+    """GBV eq. 21: pi(x) = p(x) / q(x), +inf where q(x) = 0 (ties broken by token id).
+
+    Never -0.0, so that ``ranking_bits`` orders the values like the floats.
+    """
+    ranking = torch.nan_to_num_(p / q, nan=torch.inf, posinf=torch.inf)  # x / 0 = inf, 0 / 0 = nan
+    return ranking.add_(0.0)  # -0.0 + 0.0 = +0.0
 
 
 # ---------------------------------------------------------------- scalar reference
@@ -98,12 +102,13 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
     return total
 
 
-# ranking [...] non-negative float32 or float64 (+inf allowed)
+# ranking [...] non-negative floats (+inf allowed, no -0.0: ``local_ranking`` values)
 def ranking_bits(ranking: torch.Tensor) -> torch.Tensor:
-    """The bit patterns of the values as integers of their width: non-negative floats order like them."""
+    """The bit patterns of the values as integers of their width (a view, no copy):
+    non-negative floats order like them."""
     integer = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
                torch.float64: torch.int64}[ranking.dtype]
-    return (ranking + 0.0).view(integer)  # + 0.0 turns -0.0 into +0.0
+    return ranking.view(integer)
 
 
 # ranking [R, N] non-negative (+inf allowed)
@@ -134,8 +139,9 @@ def mass_ranked_below_token(ranking: torch.Tensor, q: torch.Tensor, tokens: torc
     bits = ranking_bits(ranking)
     # t ranks below x iff bits(t) < bits(x) + [t < x] (ties: smaller id first)
     ids = torch.arange(q.shape[-1], device=q.device)
-    threshold = token_probs(bits, tokens).unsqueeze(-1) + (ids < tokens.unsqueeze(-1)).to(bits.dtype)
-    return torch.where(bits < threshold, q, 0).sum(-1)
+    threshold = (ids < tokens.unsqueeze(-1)).to(bits.dtype)
+    threshold += token_probs(bits, tokens).unsqueeze(-1)  # in place: each [R, V] temporary costs
+    return q.mul(bits < threshold).sum(-1)
 
 
 # qx [B, L] draft probability of each drafted token; cx [B, L] draft mass ranked below it
