@@ -136,3 +136,77 @@ def test_batched_equals_reference_on_a_large_vocabulary() -> None:
     uniforms = draw_uniforms(torch.Generator().manual_seed(9), batch, length + 1, p.device)
     expected = replay_reference(gbv_verify_reference, drafted, p, q, uniforms)
     assert verdict.rows() == [v.rows()[0] for v in expected]
+
+
+def awkward_ranking(dtype: torch.dtype) -> torch.Tensor:
+    """``[6, 5000]`` ratios as ``local_ranking`` makes them: many magnitudes, ties, 0, +inf."""
+    gen = torch.Generator().manual_seed(5)
+    ranking = torch.rand(6, 5000, generator=gen) * 10.0 ** torch.randint(-40, 30, (6, 5000), generator=gen)
+    ranking = torch.where(torch.rand(6, 5000, generator=gen) < 0.2, ranking[:, :1], ranking).to(dtype)  # ties
+    ranking[:, ::7], ranking[:, 3::11] = 0.0, torch.inf
+    return ranking
+
+
+def test_local_ranking_has_no_negative_zero() -> None:
+    """-0.0 would sort below +0.0 by its bit pattern (``ranking_bits``)."""
+    from speculab.verify.gbv import local_ranking
+
+    ranking = local_ranking(torch.tensor([-0.0, 0.0, 0.5, 0.0]), torch.tensor([0.5, 0.5, 0.0, 0.0]))
+    assert torch.equal(ranking.view(torch.int32), torch.tensor([0.0, 0.0, torch.inf, torch.inf]).view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("rows", [1, 6])
+def test_ranking_order_equals_stable_float_sort(dtype: torch.dtype, rows: int) -> None:
+    """The integer-key radix sort orders rows like a stable float sort."""
+    from speculab.verify.gbv import ranking_order
+
+    ranking = awkward_ranking(dtype)[:rows]
+    assert torch.equal(ranking_order(ranking), torch.sort(ranking, dim=-1, stable=True).indices)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_mass_ranked_below_token_by_bits_equals_float_comparisons(dtype: torch.dtype) -> None:
+    from speculab.verify.gbv import mass_ranked_below_token
+
+    ranking = awkward_ranking(dtype)
+    q = torch.rand(ranking.shape, generator=torch.Generator().manual_seed(6), dtype=dtype)
+    tokens = torch.tensor([0, 7, 3, 4999, 1234, 3 + 11 * 5])  # ties (0, inf) and plain tokens
+    own, ids = ranking.gather(-1, tokens[:, None]), torch.arange(ranking.shape[-1])
+    below = (ranking < own) | ((ranking == own) & (ids < tokens[:, None]))
+    assert torch.equal(mass_ranked_below_token(ranking, q, tokens), torch.where(below, q, 0).sum(-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lazy_tau_equals_tau_from_every_mass(dtype: torch.dtype) -> None:
+    """Exact residual masses only where the bounds leave eta_i < h_i open: the same tau as with
+    every mass, for uniforms drawn at random and right next to h (zeros, ties, w = 0)."""
+    from speculab.verify.block import block_acceptance, block_weights, longest_accepted
+    from speculab.verify.gbv import (local_ranking, longest_accepted_lazily, mass_ranked_below_token,
+                                     selection_masses, skewed_probs, skewed_residual_mass)
+    from speculab.verify.primitives import token_probs
+
+    gen = torch.Generator().manual_seed(8)
+    batch, length, vocab, paths = 40, 5, 2000, 4
+    p = torch.softmax(torch.randn(batch, length + 1, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+    q = torch.softmax(torch.randn(batch, length, vocab, generator=gen, dtype=torch.float64) * 2, -1)
+    p[:8, :length, :300] = q[:8, :, :300]  # ties in the ranking, often drafted
+    q[8:16, :, :200] = 0.0
+    p[16:24, :, 200:700] = 0.0
+    p, q = (p / p.sum(-1, keepdim=True)).to(dtype), (q / q.sum(-1, keepdim=True)).to(dtype)
+    draft = torch.multinomial(q.flatten(0, 1), 1, generator=gen).view(batch, length)
+    draft[16:24, 1] = 250  # p = 0 there: w = 0 from position 1 on
+    ranking = local_ranking(p[:, :length], q)
+    qx = token_probs(q, draft).to(torch.float64)
+    cx = mass_ranked_below_token(ranking.flatten(0, 1), q.flatten(0, 1), draft.flatten()).view(batch, length)
+    u = selection_masses(qx, cx.to(torch.float64))
+    w = block_weights(token_probs(p[:, :length], draft), skewed_probs(qx, cx.to(torch.float64), u, paths))
+    mass = skewed_residual_mass(p[:, 1:length].flatten(0, 1), q[:, 1:].flatten(0, 1), ranking[:, 1:].flatten(0, 1),
+                                w[:, 1:length].flatten(), u[:, 1:].flatten(), paths).view(batch, length - 1)
+    h = torch.cat([block_acceptance(w[:, 1:length], mass), w[:, length:]], dim=1)
+    for trial in range(6):
+        eta = torch.rand(batch, length, generator=gen, dtype=torch.float64)
+        if trial % 2:  # right next to h, on either side
+            eta = (h + (eta - 0.5) * 1e-6).clamp(0, 1 - 1e-12)
+        lazy = longest_accepted_lazily(p[:, 1:length], q[:, 1:], ranking[:, 1:], w, u, eta, paths)
+        assert torch.equal(lazy, longest_accepted(eta < h))

@@ -24,8 +24,12 @@ from .verdict import Outcome, Verdict, assemble_verdict
 
 # p [..., V]; q [..., V]
 def local_ranking(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """GBV eq. 21: pi(x) = p(x) / q(x), +inf where q(x) = 0 (ties broken by token id)."""
-    return torch.where(q > 0, p / torch.where(q > 0, q, 1), torch.inf)
+    """GBV eq. 21: pi(x) = p(x) / q(x), +inf where q(x) = 0 (ties broken by token id).
+
+    Never -0.0, so that ``ranking_bits`` orders the values like the floats.
+    """
+    ranking = torch.nan_to_num_(p / q, nan=torch.inf, posinf=torch.inf)  # x / 0 = inf, 0 / 0 = nan
+    return ranking.add_(0.0)  # -0.0 + 0.0 = +0.0
 
 
 # ---------------------------------------------------------------- scalar reference
@@ -98,10 +102,32 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
     return total
 
 
+# ranking [...] non-negative floats (+inf allowed, no -0.0: ``local_ranking`` values)
+def ranking_bits(ranking: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of the values as integers of their width (a view, no copy):
+    non-negative floats order like them."""
+    integer = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+               torch.float64: torch.int64}[ranking.dtype]
+    return ranking.view(integer)
+
+
+# ranking [R, N] non-negative (+inf allowed)
+def ranking_order(ranking: torch.Tensor) -> torch.Tensor:
+    """``[R, N]`` indices sorting each row ascending, ties by position (a stable argsort).
+
+    On CPU each row is sorted as a 1-D integer key (``ranking_bits``), which PyTorch sorts by
+    radix sort: several times faster than a row-wise float sort over a 128k vocabulary (and
+    than one combined int64 key for all rows). Elsewhere the row-wise float sort is used.
+    """
+    if ranking.device.type != "cpu":
+        return torch.sort(ranking, dim=-1, stable=True).indices
+    return torch.stack([torch.sort(row, stable=True).indices for row in ranking_bits(ranking)])
+
+
 # ranking [R, V]; q [R, V]
 def mass_ranked_below(ranking: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """C(x) = sum of q(t) over tokens t with pi(t) < pi(x) (ties: smaller id first), via a sort."""
-    order = torch.sort(ranking, dim=-1, stable=True).indices
+    order = ranking_order(ranking)
     sorted_q = q.gather(-1, order)
     exclusive = sorted_q.cumsum(-1) - sorted_q
     return torch.empty_like(q).scatter_(-1, order, exclusive)
@@ -110,10 +136,12 @@ def mass_ranked_below(ranking: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 # ranking [R, V]; q [R, V]; tokens [R]
 def mass_ranked_below_token(ranking: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``[R]`` C(x) of one token per row, by a masked sum (no sort)."""
-    own = token_probs(ranking, tokens).unsqueeze(-1)
+    bits = ranking_bits(ranking)
+    # t ranks below x iff bits(t) < bits(x) + [t < x] (ties: smaller id first)
     ids = torch.arange(q.shape[-1], device=q.device)
-    below = (ranking < own) | ((ranking == own) & (ids < tokens.unsqueeze(-1)))
-    return (q * below).sum(-1)
+    threshold = (ids < tokens.unsqueeze(-1)).to(bits.dtype)
+    threshold += token_probs(bits, tokens).unsqueeze(-1)  # in place: each [R, V] temporary costs
+    return q.mul(bits < threshold).sum(-1)
 
 
 # qx [B, L] draft probability of each drafted token; cx [B, L] draft mass ranked below it
@@ -209,7 +237,7 @@ def member_residuals(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, me
     ids = torch.zeros(keys.shape, dtype=torch.int64, device=ranking.device)
     keys[row, slot[row, token]] = ranking[row, token]
     ids[row, slot[row, token]] = token
-    order = torch.sort(keys, dim=-1, stable=True).indices  # padding (+inf, last) after real +inf
+    order = ranking_order(keys)  # padding (+inf, last) after real +inf
     ids = ids.gather(-1, order)
     filled = torch.arange(width, device=ids.device) < members.sum(-1, keepdim=True)
     q_sorted = torch.where(filled, q.gather(-1, ids), 0).to(torch.float64)
@@ -232,7 +260,8 @@ def skewed_residual_mass(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
     w, u = w.unsqueeze(-1), u.unsqueeze(-1)
     bottom, top, bottom_mass, band_mass = bound_classes(ranking, q, w, u, paths)
     below_top = bottom_mass + band_mass
-    top_q = (1 - below_top) * power_difference_quotient(torch.ones_like(u), 1 - u * (1 - below_top), paths) \
+    above = (1 - below_top).clamp_min(0)  # a float32 sum of q can round past 1
+    top_q = above * power_difference_quotient(torch.ones_like(u), 1 - u * above, paths) \
         / power_difference_quotient(torch.ones_like(u), 1 - u, paths)
     top_p = torch.where(top, p, 0).sum(-1, keepdim=True).to(torch.float64)
     mass = (w * top_p - top_q).clamp_min(0).squeeze(-1)
@@ -255,6 +284,53 @@ def skewed_residual_rows(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
     return weights
 
 
+# p, q [R, V]; w, u [R] float64; paths: K
+def residual_mass_bounds(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
+                         paths: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[R]`` lower and upper bounds on sum_x max(w p(x) - q^Gamma(x), 0), one pass, no C(x).
+
+    q^Gamma = q phi with K (1 - u)^(K-1) / G1 <= phi <= K / G1 whatever C(x) is (see
+    ``bound_classes``), and the mass is w sum_x max(p - (phi / w) q, 0). The factors phi / w are
+    rounded outwards (a tiny one to 0, a huge one to a 0 lower bound) so that the float32 pass
+    never meets subnormal numbers (slow on CPU); a margin covers the rounding, so the bounds
+    hold for the mass that ``skewed_residual_mass`` computes.
+    """
+    g1 = power_difference_quotient(torch.ones_like(u), 1 - u, paths)
+    alive = w > 0
+    w_safe = torch.where(alive, w, 1)
+    low_factor = paths * (1 - u) ** (paths - 1) / g1 / w_safe
+    high_factor = paths / g1 / w_safe
+    low_factor = torch.where(low_factor < 1e-20, 0, low_factor).clamp_max(1e30).to(q.dtype).unsqueeze(-1)
+    upper = (p - low_factor * q).clamp_min_(0).sum(-1).to(torch.float64)
+    lower = (p - high_factor.clamp_max(1e30).to(q.dtype).unsqueeze(-1) * q).clamp_min_(0).sum(-1).to(torch.float64)
+    lower = torch.where(alive & (high_factor <= 1e30), w * lower * (1 - 1e-3) - 1e-12, 0)
+    return lower, torch.where(alive, w * upper * (1 + 1e-3) + 1e-12, 0)
+
+
+# p, q, ranking [B, L-1, V] positions 1..L-1; w [B, L+1]; u [B, L] float64; eta [B, L]; paths: K
+def longest_accepted_lazily(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
+                            u: torch.Tensor, eta: torch.Tensor, paths: int) -> torch.Tensor:
+    """``[B]`` tau of BV Alg. 2 (largest i with eta_i < h_i), computing exact residual masses
+    (eq. 5) only where bounds on h_i leave the comparison open and no larger i is surely
+    accepted: tau is a maximum, so the positions below a sure acceptance never matter."""
+    batch, length = eta.shape
+    w_mid, u_mid = w[:, 1:length].flatten(), u[:, 1:].flatten()
+    lower, upper = residual_mass_bounds(p.flatten(0, 1), q.flatten(0, 1), w_mid, u_mid, paths)
+    h_low = block_acceptance(w[:, 1:length], lower.view(batch, -1).clamp_min(0))
+    h_high = block_acceptance(w[:, 1:length], upper.view(batch, -1))
+    sure = torch.cat([eta[:, :-1] < h_low, eta[:, -1:] < w[:, length:]], dim=1)  # [B, L]
+    surely_accepted = longest_accepted(sure)
+    open_ = (eta[:, :-1] < h_high) & ~sure[:, :-1] \
+        & (torch.arange(1, length, device=eta.device) > surely_accepted.unsqueeze(-1))  # [B, L-1]
+    h = torch.cat([sure[:, :-1].to(torch.float64), w[:, length:]], dim=1)  # 1: surely accepted
+    rows = open_.flatten().nonzero().squeeze(-1)
+    if rows.numel():
+        mass = skewed_residual_mass(p.flatten(0, 1)[rows], q.flatten(0, 1)[rows], ranking.flatten(0, 1)[rows],
+                                    w_mid[rows], u_mid[rows], paths)
+        h[:, :-1] = h[:, :-1].flatten().index_put((rows,), block_acceptance(w_mid[rows], mass)).view(batch, -1)
+    return longest_accepted(eta < h)
+
+
 # path: the selected path; paths: K; uniforms [B, L+1]
 def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome:
     """Block verification (BV Alg. 2, eq. 4-5) of the selected path with draft q^Gamma.
@@ -272,10 +348,7 @@ def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome
     cx = mass_ranked_below_token(ranking.flatten(0, 1), q.flatten(0, 1), path.draft.flatten()).view(batch, length)
     u = selection_masses(qx, cx.to(torch.float64))
     w = block_weights(token_probs(p, path.draft), skewed_probs(qx, cx.to(torch.float64), u, paths))
-    mass = skewed_residual_mass(p[:, 1:].flatten(0, 1), q[:, 1:].flatten(0, 1), ranking[:, 1:].flatten(0, 1),
-                                w[:, 1:length].flatten(), u[:, 1:].flatten(), paths).view(batch, length - 1)
-    h = torch.cat([block_acceptance(w[:, 1:length], mass), w[:, length:]], dim=1)
-    tau = longest_accepted(uniforms[:, :length] < h)
+    tau = longest_accepted_lazily(p[:, 1:], q[:, 1:], ranking[:, 1:], w, u, uniforms[:, :length], paths)
     full = tau == length
     p_tau = select_positions(path.p, tau)
     at = tau.clamp_max(length - 1)
