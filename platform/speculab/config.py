@@ -259,10 +259,9 @@ def validate(cfg: Config) -> None:
 
     errors: list[str] = []
     try:
-        if cfg.algorithm.name != "ddtree":  # ddtree is verified by the walk, not a path verifier
-            get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
+        get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     except ValueError as err:
-        errors.append(f"{err} (or ddtree)")
+        errors.append(str(err))
     _at_least(errors, "algorithm.K", cfg.algorithm.K, 1)
     _at_least(errors, "algorithm.L", cfg.algorithm.L, 1)
     if cfg.sampling.temperature < 0:

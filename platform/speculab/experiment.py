@@ -24,7 +24,7 @@ from speculab.tracking.callbacks import parent_run_id
 from speculab.tracking.metrics import summarize
 from speculab.tracking.mlflow_tracker import MlflowTracker, NoopTracker, flatten
 from speculab.tracking.report import acceptance_figure, print_summary, records_jsonl, time_split_figure
-from speculab.verify import get_verifier, walk
+from speculab.verify import get_verifier
 
 
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
@@ -83,10 +83,10 @@ def run(cfg: Config) -> dict[str, float]:
     c = cfg.cluster
     target, draft_model = start_models(cfg.runtime.kind, target_spec, draft_spec, c.address, c.num_cpus,
                                        c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts)
-    if cfg.algorithm.name == "ddtree":  # the drafter's marginals become one tree per prompt, verified by the walk
-        drafter, verifier = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget)), walk
-    else:
-        drafter, verifier = draft_model, get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
+    verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
+    drafter = draft_model
+    if cfg.algorithm.name == "ddtree":  # the drafter's marginals become one tree per prompt
+        drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
     warm_up(target, drafter, verifier, encoded[0], settings)
     with runtime_metrics(target, draft_model) as measured:
         spec = with_progress(run_name(cfg), len(encoded),

@@ -68,6 +68,8 @@ _REFERENCES: dict[str, Reference] = {
 }
 
 VERIFIERS: tuple[str, ...] = tuple(_REGISTRY)
+# Verifiers of deterministic draft trees (no i.i.d. paths): walk(tree, p [B, N, V], rng=...).
+TREE_VERIFIERS: dict[str, Verifier] = {"ddtree": walk}
 
 # Per-node rules of `spectr`'s top-down walk: K-SEQ (its own), the SpecInfer and NSS rules,
 # and the optimal-transport solvers of the Global Resolution paper (App. R), run row by row.
@@ -80,11 +82,12 @@ def get_verifier(name: str, node_rule: str = "kseq") -> Verifier:
     """The batched verifier registered under a config name (see ``VERIFIERS``).
 
     ``node_rule`` (one of ``NODE_RULES_FOR_SPECTR``) picks the per-node rule of ``spectr``.
+    Names in ``TREE_VERIFIERS`` give a verifier of deterministic trees, ``(tree, p, rng=...)``.
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"algorithm.name={name!r}: must be one of {', '.join(VERIFIERS)}")
+    if name not in _REGISTRY and name not in TREE_VERIFIERS:
+        raise ValueError(f"algorithm.name={name!r}: must be one of {', '.join((*VERIFIERS, *TREE_VERIFIERS))}")
     if node_rule == "kseq":
-        return _REGISTRY[name]
+        return _REGISTRY.get(name) or TREE_VERIFIERS[name]
     if name != "spectr":
         raise ValueError(f"algorithm.node_rule={node_rule!r}: only algorithm=spectr takes a node rule (others: kseq)")
     if node_rule in _BATCHED_NODE_RULES:
@@ -102,4 +105,4 @@ def get_reference(name: str) -> Reference:
     return _REFERENCES[name]
 
 
-__all__ = ["NODE_RULES_FOR_SPECTR", "VERIFIERS", "Reference", "Verdict", "Verifier", "get_reference", "get_verifier"]
+__all__ = ["NODE_RULES_FOR_SPECTR", "TREE_VERIFIERS", "VERIFIERS", "Reference", "Verdict", "Verifier", "get_reference", "get_verifier"]
