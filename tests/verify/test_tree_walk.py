@@ -10,7 +10,7 @@ from toy_instances import (MULTI_PATH_INSTANCES, one_round_error, replay_referen
 from speculab.verify import get_verifier
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import enumerate_outcomes
-from speculab.verify.node_rules import NODE_RULES, kseq_beta, kseq_rho
+from speculab.verify.node_rules import NODE_RULES, kseq_rho
 from speculab.verify.tree_walk import tree_walk, tree_walk_reference
 
 @pytest.mark.parametrize("name", sorted(NODE_RULES))
@@ -39,12 +39,13 @@ def test_node_rule_output_is_the_target(name: str, count: int) -> None:
 
 
 def test_kseq_rho_solves_its_equation() -> None:
+    """beta(rho) = sum_x min(q(x), p(x) / rho) over the whole vocabulary, as SpecTr defines it."""
     gen = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(64, 50, generator=gen, dtype=torch.float64) * 2, -1)
     q = torch.softmax(torch.randn(64, 50, generator=gen, dtype=torch.float64) * 2, -1)
     k = torch.randint(1, 9, (64,), generator=gen).double()
     rho = kseq_rho(p, q, k)
-    beta = kseq_beta(p, q, rho)
+    beta = torch.minimum(q, p / rho.unsqueeze(-1)).sum(-1)
     assert ((rho >= 1) & (rho <= k)).all()
     torch.testing.assert_close(1 - (1 - beta) ** k, rho * beta, rtol=0, atol=1e-12)
 

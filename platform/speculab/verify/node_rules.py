@@ -30,26 +30,30 @@ class NodeRule(Protocol):
 
 # p, q [..., V]; k [...] number of drafts (float)
 def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """SpecTr K-SEQ: rho* in [1, k] with 1 - (1 - beta)^k = rho beta, beta = sum min(q, p / rho).
+    """SpecTr K-SEQ: rho* in [1, k] with 1 - (1 - beta)^k = rho beta, beta = sum_x min(q, p / rho).
 
     Bisection: f(rho) = 1 - (1 - beta)^k - rho beta is >= 0 at rho = 1 and <= 0 at rho = k.
+    Only tokens with q < p < k q switch between the two sides of the min inside [1, k]; the
+    others are summed once, so each bisection step reads that active set, not the vocabulary.
     Iterates to the precision of p's dtype.
     """
-    lo = torch.ones_like(k, dtype=torch.float64)
-    hi = k.to(torch.float64).clamp_min(1)
+    shape, vocab = k.shape, p.shape[-1]
+    p, q, k = p.reshape(-1, vocab), q.reshape(-1, vocab), k.reshape(-1).to(torch.float64)
+    saturated = p >= q * k.to(q.dtype).unsqueeze(1)  # min(q, p / rho) = q for every rho <= k
+    unsaturated = p <= q  # = p / rho for every rho >= 1
+    fixed_q = torch.where(saturated, q, 0).sum(-1, dtype=torch.float64)
+    fixed_p = torch.where(unsaturated & ~saturated, p, 0).sum(-1, dtype=torch.float64)
+    row, col = (~saturated & ~unsaturated).nonzero(as_tuple=True)
+    active_p, active_q = p[row, col].to(torch.float64), q[row, col].to(torch.float64)
+    lo, hi = torch.ones_like(k), k.clamp_min(1)
     steps = int(-torch.log2(torch.tensor(torch.finfo(p.dtype).eps))) + 4
     for _ in range(steps):
         rho = (lo + hi) / 2
-        beta = kseq_beta(p, q, rho)
+        active = torch.minimum(active_q, active_p / rho[row])
+        beta = fixed_q + fixed_p / rho + torch.zeros_like(rho).index_add_(0, row, active)
         above = 1 - (1 - beta) ** k - rho * beta >= 0
         lo, hi = torch.where(above, rho, lo), torch.where(above, hi, rho)
-    return (lo + hi) / 2
-
-
-# p, q [..., V]; rho [...]
-def kseq_beta(p: torch.Tensor, q: torch.Tensor, rho: torch.Tensor) -> torch.Tensor:
-    """beta(rho) = sum_x min(q(x), p(x) / rho): the chance one draft is accepted."""
-    return torch.minimum(q, p / rho.to(p.dtype).unsqueeze(-1)).sum(-1).to(torch.float64)
+    return ((lo + hi) / 2).reshape(shape)
 
 
 def kseq_rule(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Decisions) -> int:

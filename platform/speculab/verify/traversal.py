@@ -162,67 +162,131 @@ def slot_tree(paths: torch.Tensor) -> SlotTree:
 
 @dataclass
 class TraversalState:
-    """Per-slot state of the batched traversal (rows of rejected parents kept lazily)."""
+    """Per-slot state of the batched traversal.
+
+    A rejection at node z replaces its target by the residual [w p - q]_+ of BV eq. 4; the
+    unnormalised residual rows of each step are kept as computed (``residuals``, no copies),
+    with the step and row that hold each node's latest one, and their sums (``p_mass``), so
+    p(.|z) is that row over ``p_mass`` once modified and the original row before. The draft after z is never
+    stored: it is the original row with the rejected children's tokens set to 0, renormalised
+    (the row as given before any rejection).
+    """
 
     pt: torch.Tensor  # [B, S] float64 p(t(v)|parent) under the parent's current target
     qt: torch.Tensor  # [B, S] float64 q(t(v)|parent) under the parent's current draft
     pinned: torch.Tensor  # [B, S] bool: the weight was set by a rejection (the root from the start)
     pin: torch.Tensor  # [B, S] float64 that weight
-    modified: torch.Tensor  # [B, S] bool: p_mod, q_mod hold the node's current rows
-    p_mod: torch.Tensor  # [B, S, V] float64 modified targets (valid where ``modified``)
-    q_mod: torch.Tensor  # [B, S, V] float64 drafts with rejected children removed
+    rejected: torch.Tensor  # [B, S] bool: the (canonical) node was rejected; its token left q(.|parent)
+    residuals: list[torch.Tensor]  # [n_s, V] float64 the residual rows computed at each step
+    held_by: torch.Tensor  # [B, S] int64 the step whose residuals hold the node's row (-1: original)
+    held_at: torch.Tensor  # [B, S] int64 its row there
+    p_mass: torch.Tensor  # [B, S] float64 their sums (1 where not modified)
 
 
 # tree: slots; state: per-slot edges and pins
 def traversal_weights(tree: SlotTree, state: TraversalState, length: int) -> torch.Tensor:
-    """``[B, S]`` w(v) = min(1, w(u) p(t(v)|u) / q(t(v)|u)), top-down, pinned weights kept."""
-    batch, slots = tree.parent.shape
+    """``[B, S]`` w(v) = min(1, w(u) p(t(v)|u) / q(t(v)|u)) (0 where q is 0), top-down, pins kept."""
+    batch = tree.parent.shape[0]
+    inverse_q = torch.where(state.qt > 0, 1 / state.qt, 0.0).view(batch, -1, length + 1)
+    pt = state.pt.view(batch, -1, length + 1)
+    parent = tree.parent.view(batch, -1, length + 1)
+    pinned = state.pinned.view(batch, -1, length + 1)
     w = state.pin.view(batch, -1, length + 1).clone()
     for d in range(1, length + 1):
-        parent_w = w.flatten(1).gather(1, tree.parent.view(batch, -1, length + 1)[:, :, d])
-        pt, qt = state.pt.view(batch, -1, length + 1)[:, :, d], state.qt.view(batch, -1, length + 1)[:, :, d]
-        fresh = torch.where(qt > 0, clipped_ratio(parent_w * pt, qt), 0.0)
-        w[:, :, d] = torch.where(state.pinned.view(batch, -1, length + 1)[:, :, d], w[:, :, d], fresh)
+        fresh = (w.flatten(1).gather(1, parent[:, :, d]) * pt[:, :, d] * inverse_q[:, :, d]).clamp_max(1)
+        w[:, :, d] = torch.where(pinned[:, :, d], w[:, :, d], fresh)
     return w.flatten(1)
 
 
-# p_flat [B, S, V] target rows by slot; q_flat [B, K*L, V] draft rows; z [B] slots (depth < L)
-def current_rows(state: TraversalState, p_flat: torch.Tensor, q_flat: torch.Tensor, z: torch.Tensor,
-                 length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, V]`` float64 current target and draft rows of node z (modified or original)."""
-    rows = torch.arange(z.shape[0], device=z.device)
-    changed = state.modified[rows, z].unsqueeze(-1)
-    q_slot = (z // (length + 1)) * length + (z % (length + 1)).clamp_max(length - 1)
-    p_z = torch.where(changed, state.p_mod[rows, z], p_flat[rows, z].double())
-    q_z = torch.where(changed, state.q_mod[rows, z], q_flat[rows, q_slot].double())
-    return p_z, q_z
+@dataclass
+class Rows:
+    """The vocabulary rows a traversal reads, and reusable buffers for copies of them.
+
+    Every step reads a few rows; copying them into the same buffers (``index_select`` with
+    ``out=``) avoids touching fresh memory at every step, which costs as much as the arithmetic.
+    """
+
+    p: torch.Tensor  # [B*S, V] target rows by slot
+    q: torch.Tensor  # [B*K*L, V] draft rows by slot
+    p_copy: torch.Tensor  # [B, V] buffer in p's dtype
+    q_copy: torch.Tensor  # [B, V] buffer in q's dtype
+    q_scaled: torch.Tensor  # [B, V] float64 buffer
+
+    @classmethod
+    def of(cls, p: torch.Tensor, q: torch.Tensor) -> "Rows":
+        vocab, batch = p.shape[-1], p.shape[0]
+        return cls(p.reshape(-1, vocab), q.reshape(-1, vocab), p.new_empty(batch, vocab), q.new_empty(batch, vocab),
+                   q.new_empty(batch, vocab, dtype=torch.float64))
 
 
-# reject [B] rows rejecting node y [B] (slots) at this step; w [B, S] current weights
-def reject_batched(tree: SlotTree, state: TraversalState, p_flat: torch.Tensor, q_flat: torch.Tensor,
-                   y: torch.Tensor, reject: torch.Tensor, w: torch.Tensor, length: int) -> None:
-    """``reject`` for every row at once: update the parent's rows, weight and children edges."""
-    rows = torch.arange(y.shape[0], device=y.device)
-    z = tree.parent.gather(1, y.unsqueeze(1)).squeeze(1)
-    p_z, q_z = current_rows(state, p_flat, q_flat, z, length)
-    w_z = w.gather(1, z.unsqueeze(1))
-    residual = positive_part(w_z, p_z, 1, q_z)
-    mass = residual.sum(-1, keepdim=True)
-    p_new = torch.where(mass > 0, residual / mass, p_z)
-    w_new = torch.where(mass > 0, block_acceptance(w_z, mass), 0.0).squeeze(1)
-    q_new = q_z.scatter(1, tree.token.gather(1, y.unsqueeze(1)), 0.0)
-    q_sum = q_new.sum(-1, keepdim=True)
-    q_new = torch.where(q_sum > 0, q_new / q_sum, q_new)
-    keep = reject.unsqueeze(-1)
-    state.p_mod[rows, z] = torch.where(keep, p_new, p_z)
-    state.q_mod[rows, z] = torch.where(keep, q_new, q_z)
-    state.modified[rows, z] |= reject
-    state.pin[rows, z] = torch.where(reject, w_new, state.pin[rows, z])
-    state.pinned[rows, z] |= reject
-    children = (tree.parent == z.unsqueeze(1)) & keep
+# rows, z [n]: the nodes whose current target row is read; scale [n] applied to it
+def scaled_target(state: TraversalState, source: Rows, rows: torch.Tensor, z: torch.Tensor,
+                  scale: torch.Tensor) -> torch.Tensor:
+    """``[n, V]`` float64 fresh tensor: the unnormalised current target rows of nodes z times scale
+    (sums: ``p_mass * scale``)."""
+    slots = state.pt.shape[1]
+    step, at = state.held_by[rows, z], state.held_at[rows, z]
+    out = torch.empty(len(rows), source.p.shape[-1], dtype=torch.float64, device=rows.device)
+    for held in step.unique().tolist():
+        group = (step == held).nonzero().squeeze(1)
+        if held < 0:
+            table, index, buffer = source.p, rows[group] * slots + z[group], source.p_copy
+        else:
+            table, index, buffer = state.residuals[held], at[group], out.new_empty(len(group), out.shape[1])
+        copied = torch.index_select(table, 0, index, out=buffer[:len(group)])
+        if len(group) == len(rows):
+            return torch.mul(copied, scale.unsqueeze(1), out=out)
+        out[group] = copied * scale[group].unsqueeze(1)
+    return out
+
+
+# removed [n, S] slots whose token is out of q(.|z); tokens [n, S]; q_z [n, V] original rows; q_sum [n]
+def removed_tokens(removed: torch.Tensor, tokens: torch.Tensor, q_z: torch.Tensor,
+                   q_sum: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[n, S]`` which slots carry a removed token (any slot, duplicates included), and ``[n]``
+    the factor that renormalises the row without them (1 while none is removed, 0 if none is left)."""
+    hit = ((tokens.unsqueeze(2) == tokens.unsqueeze(1)) & removed.unsqueeze(1)).any(2)
+    kept = q_sum - torch.where(removed, q_z.gather(1, tokens), 0).sum(1, dtype=torch.float64)
+    scale = torch.where(kept > 0, 1 / torch.where(kept > 0, kept, 1), 0.0)
+    return hit, torch.where(removed.any(1), scale, 1.0)
+
+
+# rows, y [n] the rows that reject their node y at this step; w [B, S] current weights
+def reject_batched(tree: SlotTree, state: TraversalState, source: Rows, rows: torch.Tensor, y: torch.Tensor,
+                   w: torch.Tensor, length: int) -> None:
+    """``reject`` for the rejecting rows: the parent's residual target, weight and draft, and the
+    edges to its children, touching each vocabulary row a few times."""
+    z = tree.parent[rows, y]
+    children = tree.parent[rows] == z.unsqueeze(1)  # [n, S]
     children[:, 0] = False
-    state.pt = torch.where(children, p_new.gather(1, tree.token), state.pt)
-    state.qt = torch.where(children, q_new.gather(1, tree.token), state.qt)
+    tokens = tree.token[rows]  # [n, S]
+    count = tree.parent.shape[1] // (length + 1)
+    q_slot = rows * count * length + (z // (length + 1)) * length + (z % (length + 1)).clamp_max(length - 1)
+    q_z = torch.index_select(source.q, 0, q_slot, out=source.q_copy[:len(rows)])
+    q_sum = q_z.sum(-1, dtype=torch.float64)
+    removed_before, q_scale = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
+    state.rejected[rows, y] = True
+    removed_after, q_scale_after = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
+    # [w p - q]_+ with p the current target (w p at the removed tokens, where q is 0)
+    residual = scaled_target(state, source, rows, z, w[rows, z] / state.p_mass[rows, z])
+    kept_residual = residual.gather(1, tokens)
+    q_scaled = torch.mul(q_z, q_scale.unsqueeze(1), out=source.q_scaled[:len(rows)])
+    residual.sub_(q_scaled).clamp_min_(0)
+    residual.scatter_(1, tokens, torch.where(removed_before, kept_residual, residual.gather(1, tokens)))
+    mass = residual.sum(-1)
+    moved = mass > 0
+    state.held_by[rows, z] = torch.where(moved, len(state.residuals), state.held_by[rows, z])
+    state.held_at[rows, z] = torch.where(moved, torch.arange(len(rows), device=rows.device), state.held_at[rows, z])
+    state.residuals.append(residual)
+    state.p_mass[rows, z] = torch.where(moved, mass, state.p_mass[rows, z])
+    state.pin[rows, z] = torch.where(moved, block_acceptance(w[rows, z], mass), 0.0)
+    state.pinned[rows, z] = True
+    # edges to z's children under the new rows
+    new_p = torch.where(moved.unsqueeze(1), residual.gather(1, tokens) / torch.where(moved, mass, 1).unsqueeze(1),
+                        state.pt[rows])
+    new_q = torch.where(removed_after, 0.0, q_z.gather(1, tokens) * q_scale_after.unsqueeze(1))
+    state.pt[rows] = torch.where(children, new_p, state.pt[rows])
+    state.qt[rows] = torch.where(children, new_q, state.qt[rows])
 
 
 # paths [B, K, L]; p [B, K, L+1]; q [B, K, L, V]
@@ -232,24 +296,28 @@ def initial_state(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> Trav
     slots = count * (length + 1)
     pt = torch.nn.functional.pad(token_probs(p[:, :, :length], paths).double(), (1, 0)).flatten(1)
     qt = torch.nn.functional.pad(token_probs(q, paths).double(), (1, 0), value=1.0).flatten(1)
-    pinned = torch.zeros(batch, slots, dtype=torch.bool, device=p.device)
+    flags = torch.zeros(batch, slots, dtype=torch.bool, device=p.device)
+    pinned = flags.clone()
     pinned[:, 0] = True
-    pin = torch.ones(batch, slots, dtype=torch.float64, device=p.device)
-    mod = torch.empty(batch, slots, p.shape[-1], dtype=torch.float64, device=p.device)
-    return TraversalState(pt, qt, pinned, pin, torch.zeros_like(pinned), mod, torch.empty_like(mod))
+    ones = torch.ones(batch, slots, dtype=torch.float64, device=p.device)
+    original = torch.full((batch, slots), -1, dtype=torch.int64, device=p.device)
+    return TraversalState(pt, qt, pinned, ones, flags, [], original, torch.zeros_like(original), ones.clone())
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
 def traversal_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
                      rng: torch.Generator, carry: None = None) -> Verdict:
-    """Batched traversal verification: every row walks its post-order, one node per step."""
+    """Batched traversal verification: every row walks its post-order, one node per step.
+
+    The rows still walking are looked up once per step (one host sync), so finished rows
+    cost nothing and the loop ends when every row has stopped.
+    """
     batch, count, length = paths.shape
     slots = count * (length + 1)
     rows = torch.arange(batch, device=paths.device)
     tree = slot_tree(paths)
     state = initial_state(paths, p, q)
-    p_flat = p.reshape(batch, slots, p.shape[-1])
-    q_flat = q.reshape(batch, count * length, q.shape[-1])
+    source = Rows.of(p, q)
     u = draw_uniforms(rng, batch, slots + 1, p.device)
     done = torch.zeros(batch, dtype=torch.bool, device=p.device)
     stop = torch.zeros(batch, dtype=torch.int64, device=p.device)
@@ -261,10 +329,12 @@ def traversal_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
         stops = ~done & ((y == 0) | accept)
         stop = torch.where(stops, y, stop)
         extra_u = torch.where(stops, step + (y != 0).long(), extra_u)
-        reject_batched(tree, state, p_flat, q_flat, y, ~done & ~stops, w, length)
         done |= stops
-    changed = state.modified[rows, stop].unsqueeze(-1)
-    target = torch.where(changed, state.p_mod[rows, stop], p_flat[rows, stop].double())
+        rejecting = (~done).nonzero().squeeze(1)
+        if rejecting.numel() == 0:
+            break
+        reject_batched(tree, state, source, rejecting, y[rejecting], w, length)
+    target = scaled_target(state, source, rows, stop, torch.ones(batch, dtype=torch.float64, device=p.device))
     extra = sample_inverse_cdf(target, u.gather(1, extra_u.unsqueeze(1)).squeeze(1))
     path = stop // (length + 1)
     return assemble_verdict(paths[rows, path], Outcome(stop % (length + 1), extra), path)

@@ -71,6 +71,8 @@ def walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: t
     window = torch.arange(count + 1, device=paths.device)
     for depth in range(length):
         walking = tau == length
+        if not walking.any():  # one host sync per depth saves the V-wide work of finished rows
+            break
         node = first_alive(alive)
         decision = rule(p[rows, node, depth], q[rows, node, depth], paths[:, :, depth], alive,
                         u.gather(1, used.unsqueeze(1) + window))
