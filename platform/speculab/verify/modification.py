@@ -81,16 +81,23 @@ class LevelStep:
 def apply_slots(carry: ModifiedTarget, a: torch.Tensor, s: torch.Tensor,
                 position: int | torch.Tensor, p_row: torch.Tensor, q_row: torch.Tensor,
                 tokens: torch.Tensor) -> LevelStep:
-    """Apply the slots oldest first: each modifies the row the older ones produced."""
+    """Apply the slots oldest first: each modifies the row the older ones produced.
+
+    A slot that modifies this position in no row is skipped (one host sync for all slots):
+    usually only the last round's slot, and in a first round none, is still pending.
+    """
     row = p_row
     seen = []
+    active = carry.remaining > torch.as_tensor(position, device=p_row.device).reshape(-1, 1)  # [B, M]
+    pending = active.any(0).tolist()
     for j in range(carry.a.shape[1]):
         seen.append(token_probs(row, tokens).to(torch.float64))
+        if not pending[j]:
+            continue
         weights = modification_weights(a[:, j], row, s[:, j], q_row, carry.power)
         modified = residual_or_target(weights, row)
         modified = modified / modified.sum(-1, keepdim=True)
-        active = (carry.remaining[:, j] > position).unsqueeze(-1)
-        row = torch.where(active, modified, row)
+        row = torch.where(active[:, j:j + 1], modified, row)
     return LevelStep(row, torch.stack(seen, dim=1) if seen else a[:, :0])
 
 
