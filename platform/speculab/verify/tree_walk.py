@@ -19,7 +19,6 @@ import torch
 
 from .decisions import Decisions, as_decisions, draw_uniforms, sample_inverse_cdf
 from .node_rules import NodeDecision, NodeRule, batched_kseq, batched_nss, batched_specinfer
-from .primitives import select_positions
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 BatchedRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], NodeDecision]
@@ -70,21 +69,22 @@ def walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: t
     extra = torch.zeros(batch, dtype=torch.int64, device=paths.device)
     window = torch.arange(count + 1, device=paths.device)
     for depth in range(length):
-        walking = tau == length
-        if not walking.any():  # one host sync per depth saves the V-wide work of finished rows
+        live = (tau == length).nonzero().squeeze(1)  # rows still walking: the others cost nothing
+        if live.numel() == 0:
             break
-        node = first_alive(alive)
-        decision = rule(p[rows, node, depth], q[rows, node, depth], paths[:, :, depth], alive,
-                        u.gather(1, used.unsqueeze(1) + window))
-        matching = alive & (paths[:, :, depth] == decision.token.unsqueeze(1))
-        stops = walking & ~matching.any(dim=1)
-        tau = torch.where(stops, depth, tau)
-        extra = torch.where(stops, decision.token, extra)
-        alive = torch.where((walking & ~stops).unsqueeze(1), matching, alive)
-        used = used + torch.where(walking, decision.consumed, 0)
+        node = first_alive(alive[live])
+        drafts = paths[live, :, depth]
+        decision = rule(p[live, node, depth], q[live, node, depth], drafts, alive[live],
+                        u[live].gather(1, used[live].unsqueeze(1) + window))
+        matching = alive[live] & (drafts == decision.token.unsqueeze(1))
+        stops = ~matching.any(dim=1)
+        tau[live] = torch.where(stops, depth, length)
+        extra[live] = torch.where(stops, decision.token, 0)
+        alive[live] = torch.where(stops.unsqueeze(1), alive[live], matching)
+        used[live] += decision.consumed
     node = first_alive(alive)
-    bonus = sample_inverse_cdf(p[rows, node, length], select_positions(u, used))
-    extra = torch.where(tau == length, bonus, extra)
+    full = (tau == length).nonzero().squeeze(1)
+    extra[full] = sample_inverse_cdf(p[full, node[full], length], u[full].gather(1, used[full].unsqueeze(1)).squeeze(1))
     return assemble_verdict(paths[rows, node], Outcome(tau, extra), node)
 
 
