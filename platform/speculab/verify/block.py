@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import (SinglePath, clipped_ratio, positive_part, residual_or_target,
+from .primitives import (SinglePath, clipped_ratio, positive_part, residual_mass, residual_or_target,
                          select_positions, token_probs)
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
@@ -114,7 +114,7 @@ def block_outcome(path: SinglePath, u: torch.Tensor) -> Outcome:
     length = path.draft.shape[1]
     w = block_weights(token_probs(path.p[:, :length], path.draft), token_probs(path.q, path.draft))
     inner = w[:, 1:length].to(path.p.dtype).unsqueeze(-1)
-    mass = positive_part(inner, path.p[:, 1:length], 1, path.q[:, 1:length]).sum(-1)
+    mass = residual_mass(inner, path.p[:, 1:length], 1, path.q[:, 1:length])
     h = torch.cat([block_acceptance(w[:, 1:length], mass.to(torch.float64)), w[:, length:]], dim=1)
     tau = longest_accepted(u[:, :length] < h)
     full = tau == length

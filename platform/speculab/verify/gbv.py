@@ -17,7 +17,7 @@ import torch
 
 from .block import block_acceptance, block_outcome, block_verify_reference, block_weights, longest_accepted
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import (SinglePath, residual_or_target, select_path, select_positions,
+from .primitives import (SinglePath, residual_mass, residual_or_target, select_path, select_positions,
                          token_probs)
 from .verdict import Outcome, Verdict, assemble_verdict
 
@@ -301,8 +301,8 @@ def residual_mass_bounds(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: t
     low_factor = paths * (1 - u) ** (paths - 1) / g1 / w_safe
     high_factor = paths / g1 / w_safe
     low_factor = torch.where(low_factor < 1e-20, 0, low_factor).clamp_max(1e30).to(q.dtype).unsqueeze(-1)
-    upper = (p - low_factor * q).clamp_min_(0).sum(-1).to(torch.float64)
-    lower = (p - high_factor.clamp_max(1e30).to(q.dtype).unsqueeze(-1) * q).clamp_min_(0).sum(-1).to(torch.float64)
+    upper = residual_mass(1, p, low_factor, q).to(torch.float64)
+    lower = residual_mass(1, p, high_factor.clamp_max(1e30).to(q.dtype).unsqueeze(-1), q).to(torch.float64)
     lower = torch.where(alive & (high_factor <= 1e30), w * lower * (1 - 1e-3) - 1e-12, 0)
     return lower, torch.where(alive, w * upper * (1 + 1e-3) + 1e-12, 0)
 

@@ -14,8 +14,8 @@ import torch
 from .block import longest_accepted, sample_extra
 from .decisions import Decisions, draw_uniforms
 from .modification import JointMasses, ModifiedTarget, joint_masses, modify_path, next_carry
-from .primitives import (SinglePath, clipped_ratio, positive_part, residual_or_target, select_positions,
-                         token_probs)
+from .primitives import (SinglePath, clipped_ratio, positive_part, residual_mass, residual_or_target,
+                         select_positions, token_probs)
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 
@@ -70,8 +70,8 @@ def greedy_block_outcome(path: SinglePath, masses: JointMasses, u: torch.Tensor)
     a = masses.a[:, 1:length].to(dtype).unsqueeze(-1)
     s = masses.s[:, 1:length].to(dtype).unsqueeze(-1)
     inner_p, inner_q = path.p[:, 1:length], path.q[:, 1:length]
-    remain = positive_part(a, inner_p, s, inner_q).sum(-1).to(torch.float64)
-    rej = positive_part(s, inner_q, a, inner_p).sum(-1).to(torch.float64)
+    remain = residual_mass(a, inner_p, s, inner_q).to(torch.float64)
+    rej = residual_mass(s, inner_q, a, inner_p).to(torch.float64)
     last = clipped_ratio(masses.a[:, length:], masses.s[:, length:])
     h = torch.cat([greedy_acceptance(remain, rej), last], dim=1)
     tau = longest_accepted(u[:, :length] < h)
