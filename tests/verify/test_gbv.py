@@ -96,12 +96,13 @@ def test_one_path_equals_block_exactly() -> None:
     assert torch.equal(skewed, q[:, 0])
 
 
-@pytest.mark.parametrize("zeros,one_hot", [(False, False), (True, False), (False, True)])
-def test_batched_equals_reference_for_identical_draws(zeros: bool, one_hot: bool) -> None:
+@pytest.mark.parametrize("zeros,one_hot,length", [(False, False, 3), (True, False, 3), (False, True, 3),
+                                                  (False, False, 1)])
+def test_batched_equals_reference_for_identical_draws(zeros: bool, one_hot: bool, length: int) -> None:
     target, draft = toy_pair(5, "full", zeros, one_hot, seed=7)
-    paths, p, q = sample_batch(target, draft, batch=48, paths=3, length=3, seed=1)
+    paths, p, q = sample_batch(target, draft, batch=48, paths=3, length=length, seed=1)
     verdict = gbv_verify(paths, p, q, rng=torch.Generator().manual_seed(9))
-    uniforms = draw_uniforms(torch.Generator().manual_seed(9), 48, 4, p.device)
+    uniforms = draw_uniforms(torch.Generator().manual_seed(9), 48, length + 1, p.device)
     expected = replay_reference(gbv_verify_reference, paths, p, q, uniforms)
     assert verdict.rows() == [v.rows()[0] for v in expected]
     assert verdict.path.tolist() == [int(v.path[0]) for v in expected]

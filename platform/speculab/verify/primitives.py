@@ -41,7 +41,7 @@ def residual_mass(a: torch.Tensor | float, p: torch.Tensor, s: torch.Tensor | fl
     temporaries reach hundreds of MB, fresh memory (page faults, cache misses) costs several
     times the arithmetic.
     """
-    step = max(1, SLICE_ELEMENTS // max(p[0].numel(), 1))
+    step = max(1, SLICE_ELEMENTS // max(p.shape[1:].numel(), 1))
     scaled_p = p.new_empty((min(step, p.shape[0]), *p.shape[1:]))
     scaled_q = torch.empty_like(scaled_p)
     mass = p.new_empty(p.shape[:-1])

@@ -166,8 +166,8 @@ class TraversalState:
 
     A rejection at node z replaces its target by the residual [w p - q]_+ of BV eq. 4; the
     unnormalised residual rows of each step are kept as computed (``residuals``, no copies),
-    with the step and row that hold each node's latest one, and their sums (``p_mass``), so
-    p(.|z) is that row over ``p_mass`` once modified and the original row before. The draft after z is never
+    with the step and row that hold each node's latest one and its sum (``p_mass``): p(.|z) is
+    that row over ``p_mass`` once modified, the original row before. The draft after z is never
     stored: it is the original row with the rejected children's tokens set to 0, renormalised
     (the row as given before any rejection).
     """
