@@ -21,17 +21,16 @@ import time
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoTokenizer
-
 from speculab.config import resolve_path
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.best_first import best_first_tree, best_first_tree_reference
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
-from speculab.drafting.iid import SamplingParams
+from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, autoregressive, decode
-from speculab.models import IIDDrafter, LMSpec, TreeTarget
+from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
-from speculab.verify import walk
+from speculab.verify.ddtree_walk import ddtree_walk
+from transformers import AutoTokenizer
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
 
@@ -73,7 +72,7 @@ def e2e_table(args: argparse.Namespace) -> Table:
     tokenizer = AutoTokenizer.from_pretrained(root / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
     target = TreeTarget(LMSpec("hf", str(root / "target")))
-    sources = {"block": IIDDrafter(LMSpec("block", str(root / "block"))), "ar_marginals": IIDDrafter(LMSpec("hf", str(root / "draft")))}
+    sources = {"block": DraftModel(LMSpec("block", str(root / "block"))), "ar_marginals": DraftModel(LMSpec("hf", str(root / "draft")))}
     table = Table(title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, L={args.L}, batch 1, "
                         f"{torch.get_num_threads()} threads")
     for column in ("T", "drafter", "tree", "tau (incl. bonus)", "nodes", "build ms/round", "tokens/s", "vs AR", "vs chain"):
@@ -86,7 +85,7 @@ def e2e_table(args: argparse.Namespace) -> Table:
             chain = None
             for budget in (0, *args.budgets):
                 drafter = TreeDrafter(source, tree_builder("chain" if budget == 0 else "best_first", budget))
-                run = decode(target, drafter, walk, prompts, s)
+                run = decode(target, drafter, ddtree_walk, prompts, s)
                 m = summarize(run, ar)
                 chain = chain or m
                 build_ms = 1000 * m["time_tree_build_s"] / m["target_calls"]

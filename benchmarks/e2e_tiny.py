@@ -14,15 +14,14 @@ import argparse
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoTokenizer
-
+from speculab.algorithms import get_verifier
 from speculab.config import resolve_path
 from speculab.data import encode_prompt, load_prompts
-from speculab.drafting.iid import SamplingParams
+from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, autoregressive, decode
-from speculab.models import IIDDrafter, LMSpec, TreeTarget
+from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
-from speculab.verify import get_verifier
+from transformers import AutoTokenizer
 
 
 def main() -> None:
@@ -38,7 +37,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(root / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
     target = TreeTarget(LMSpec("hf", str(root / "target")))
-    drafter = IIDDrafter(LMSpec("hf", str(root / "draft")))
+    drafter = DraftModel(LMSpec("hf", str(root / "draft")))
 
     table = Table(title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, batch 1, {torch.get_num_threads()} threads")
     for column in ("T", "method", "L", "tokens/s", "ms/token", "block eff.", "speedup vs AR"):

@@ -27,15 +27,15 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.utils import logging as hf_logging
-
-from speculab.drafting.iid import SamplingParams, sample_iid_paths
+from speculab.algorithms import get_verifier
+from speculab.drafting.iid import sample_iid_paths
+from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
 from speculab.engine import DecodeSettings, decode
-from speculab.models import IIDDrafter, LMSpec, TreeTarget
+from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
-from speculab.verify import get_verifier
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
 
 # (hidden, layers, heads, kv heads, intermediate): Llama-3-8B's shape, a 0.6B-class draft, and CPU-sized ones.
 SHAPES = {
@@ -107,7 +107,7 @@ def tree_pass_table(target: TreeTarget, context: list[int], vocab: int, device: 
     return table
 
 
-def draft_table(drafter: IIDDrafter, context: list[int], length: int, device: str, repeats: int) -> Table:
+def draft_table(drafter: DraftModel, context: list[int], length: int, device: str, repeats: int) -> Table:
     table = Table("K paths", f"draft ms (L={length})", "ms / path")
     drafter.prefill([context[:-1]], [context[-1]], seed=0)
     root_logits = drafter.lm.feed(drafter.pending)
@@ -123,7 +123,7 @@ def draft_table(drafter: IIDDrafter, context: list[int], length: int, device: st
     return table
 
 
-def split_table(target: TreeTarget, drafter: IIDDrafter, prompts: list[list[int]], max_new: int) -> Table:
+def split_table(target: TreeTarget, drafter: DraftModel, prompts: list[list[int]], max_new: int) -> Table:
     table = Table("verifier", "K", "ms / token", "share draft", "share target", "share verify", "share other",
                   "tree nodes", "KV MB target", "KV MB draft")
     for name, k in (("block", 1), ("gbv", 2), ("gbv", 4)):
@@ -158,7 +158,7 @@ def main() -> None:
         n_target = save_random_llama(Path(tmp, "target"), target_shape, vocab, getattr(torch, dtype), seed=1)
         n_draft = save_random_llama(Path(tmp, "draft"), draft_shape, vocab, getattr(torch, dtype), seed=2)
         target = TreeTarget(LMSpec("hf", str(Path(tmp, "target")), dtype, device))
-        drafter = IIDDrafter(LMSpec("hf", str(Path(tmp, "draft")), dtype, device))
+        drafter = DraftModel(LMSpec("hf", str(Path(tmp, "draft")), dtype, device))
     console.print(f"{where}; {dtype}; target {n_target / 1e9:.2f}B params {target_shape}, draft "
                   f"{n_draft / 1e9:.3f}B {draft_shape}, vocab {vocab}; context {context_len} tokens")
     gen = torch.Generator().manual_seed(0)

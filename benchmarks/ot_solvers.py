@@ -30,13 +30,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import functools  # noqa: E402
 import time  # noqa: E402
-from math import comb  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from math import comb  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-from speculab.verify import NODE_RULES_FOR_SPECTR  # noqa: E402
+from speculab.algorithms import SPECTR_NODE_RULES  # noqa: E402
 from speculab.verify.ot import optimal_acceptance  # noqa: E402
 from speculab.verify.ot.global_resolution import solve_global_resolution  # noqa: E402
 from speculab.verify.ot.lp import solve_lp  # noqa: E402
@@ -223,21 +222,20 @@ def benchmark(pairs: list, grid: list, tokens_per_cell: int, budget_s: float, gr
 def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: list[str]) -> str:
     """Markdown table: spectr block efficiency and verify ms per round for each node rule."""
     import torch
-    from transformers import AutoTokenizer
-
+    from speculab.algorithms import get_verifier
     from speculab.config import resolve_path
     from speculab.data import encode_prompt, load_prompts
-    from speculab.drafting.iid import SamplingParams
+    from speculab.drafting.sampling import SamplingParams
     from speculab.engine import DecodeSettings, decode
-    from speculab.models import IIDDrafter, LMSpec, TreeTarget
+    from speculab.models import DraftModel, LMSpec, TreeTarget
     from speculab.tracking.metrics import summarize
-    from speculab.verify import get_verifier
+    from transformers import AutoTokenizer
 
     torch.set_num_threads(1)
     root = resolve_path("assets/tiny-pycode")
     tokenizer = AutoTokenizer.from_pretrained(root / "target")
     encoded = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", prompts)]
-    target, drafter = TreeTarget(LMSpec("hf", str(root / "target"))), IIDDrafter(LMSpec("hf", str(root / "draft")))
+    target, drafter = TreeTarget(LMSpec("hf", str(root / "target"))), DraftModel(LMSpec("hf", str(root / "draft")))
     lines = ["| node rule | K=2 | K=3 | K=4 |", "|---|---|---|---|"]
     for rule in rules:
         row = [rule]
@@ -264,7 +262,7 @@ def main() -> None:
     parser.add_argument("--e2e-prompts", type=int, help="run the end-to-end spectr node-rule table instead")
     parser.add_argument("--e2e-top-k", type=int, default=10)
     parser.add_argument("--e2e-max-new-tokens", type=int, default=48)
-    parser.add_argument("--e2e-rules", nargs="+", default=list(NODE_RULES_FOR_SPECTR), choices=NODE_RULES_FOR_SPECTR)
+    parser.add_argument("--e2e-rules", nargs="+", default=list(SPECTR_NODE_RULES), choices=SPECTR_NODE_RULES)
     args = parser.parse_args()
     if args.e2e_prompts:
         print(f"spectr on tiny-pycode, {args.e2e_prompts} HumanEval prompts x {args.e2e_max_new_tokens} tokens, "

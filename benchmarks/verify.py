@@ -24,8 +24,7 @@ import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
-
-from speculab.verify import VERIFIERS, get_reference, get_verifier
+from speculab.algorithms import PATH_ALGORITHMS, get_reference, get_verifier
 from speculab.verify.decisions import generator_decisions
 
 
@@ -147,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small grid")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--verifiers", default=",".join(VERIFIERS))
+    parser.add_argument("--verifiers", default=",".join(PATH_ALGORITHMS))
     parser.add_argument("--reference-vocab", type=int, default=4096)
     parser.add_argument("--reference-seconds", type=int, default=20)
     parser.add_argument("--threads", type=int, default=0,

@@ -1,4 +1,6 @@
-"""Shared fixtures: a random-weight tiny Llama saved to disk (loaded like any checkpoint)."""
+"""Shared fixtures: random-weight checkpoints on disk, and config checkpoints without weights.
+
+Helpers that are not fixtures live in `tests/support` (importable as `support.*`)."""
 
 from __future__ import annotations
 
@@ -9,39 +11,8 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest
-import torch
-from tokenizers import Tokenizer, decoders, models
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-REPO = Path(__file__).resolve().parents[1]
-TINY_PAIR = REPO / "assets" / "tiny-pycode"
-
-
-VOCAB = 128
-
-
-def char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per printable ASCII character (and newline), <unk> for the rest, <eos> = 1."""
-    chars = ["<unk>", "<eos>", "\n", *map(chr, range(32, 127))]
-    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[], unk_token="<unk>"))
-    backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
-
-
-def save_random_llama(path: Path, layers: int, hidden: int, vocab: int = VOCAB, seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    LlamaForCausalLM(config).save_pretrained(path)
-    char_tokenizer().save_pretrained(path)
-    return path
+from support.configs import fake_checkpoint
+from support.models import save_random_llama
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +20,11 @@ def random_llama_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, P
     """(target, draft) random-weight Llama checkpoints sharing a character tokenizer."""
     root = tmp_path_factory.mktemp("llama")
     return save_random_llama(root / "target", 3, 64, seed=1), save_random_llama(root / "draft", 1, 32, seed=2)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> list[str]:
+    """Overrides naming a target/draft pair of weightless checkpoints with one vocabulary."""
+    target = fake_checkpoint(tmp_path / "t", 10, {"a": 0})
+    draft = fake_checkpoint(tmp_path / "d", 10, {"a": 0})
+    return [f"model.target_path={target}", f"model.draft_path={draft}"]

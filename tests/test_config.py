@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
-
-import speculab.cli  # noqa: F401  registers the structured schema
 from speculab import experiment
-from speculab.config import PROJECT_ROOT, Config, ConfigError, validate
-
-CONF = PROJECT_ROOT / "conf"
-
-
-def fake_checkpoint(path: Path, vocab_size: int, vocab: dict[str, int] | None = None) -> Path:
-    """A checkpoint directory with config (and tokenizer) but no weights: validation only reads those."""
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"vocab_size": vocab_size, "model_type": "llama"}))
-    if vocab is not None:
-        (path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
-    return path
-
-
-def load(overrides: list[str]) -> Config:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return OmegaConf.to_object(compose("config", overrides=overrides))
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> list[str]:
-    target = fake_checkpoint(tmp_path / "t", 10, {"a": 0})
-    draft = fake_checkpoint(tmp_path / "d", 10, {"a": 0})
-    return [f"model.target_path={target}", f"model.draft_path={draft}"]
+from speculab.config import Config, ConfigError, validate
+from support.configs import CONF, fake_checkpoint, load
 
 
 def test_every_config_group_option_composes(pair: list[str]) -> None:
@@ -92,3 +65,16 @@ def test_run_refuses_bad_input_before_loading_anything(pair: list[str], monkeypa
     monkeypatch.setattr(experiment, "load_prompts", must_not_start)
     with pytest.raises(ConfigError, match="algorithm.K"):
         experiment.run(load([*pair, "algorithm.K=0"]))
+
+
+def test_a_drafter_with_its_own_weights_needs_no_draft_model() -> None:
+    """drafter=block reads drafter.path: model.draft_path / draft_id may be unset."""
+    validate(load(["algorithm=ddtree", "drafter=block", "model.draft_path=null", "model.draft_id=null"]))
+
+
+def test_block_drafter_vocabulary_must_match_the_target(tmp_path: Path) -> None:
+    target = fake_checkpoint(tmp_path / "t", 10, {"a": 0})
+    with pytest.raises(ConfigError) as err:
+        validate(load(["algorithm=ddtree", "drafter=block", f"model.target_path={target}"]))
+    line = next(line for line in str(err.value).splitlines() if "vocabularies differ" in line)
+    assert line.strip().startswith("drafter.path:") and "target 10 tokens, draft 4096" in line

@@ -3,32 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
-
-from speculab.drafting.iid import SamplingParams
-from speculab.engine import DecodeSettings, autoregressive, decode
-from speculab.models import IIDDrafter, LMSpec, TreeTarget
-from speculab.models.toy import random_bigram
-from speculab.verify import get_verifier
-
-PROMPTS = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]
-TOY_PROMPTS = [[1, 2, 3], [4], [0, 5], [2]]  # vocabulary of 6
-
-
-def settings(K: int = 2, L: int = 3, T: float = 0.0, batch: int = 2, max_new: int = 12, eos: int | None = None, seed: int = 0) -> DecodeSettings:
-    return DecodeSettings(K, L, SamplingParams(T), max_new, batch, seed, eos)
-
-
-def greedy_reference(target_path: str, prompt: list[int], max_new: int) -> list[int]:
-    """Plain transformers greedy decoding, no cache tricks."""
-    from speculab.models.hf import load_causal_lm
-
-    model = load_causal_lm(target_path)
-    ids = list(prompt)
-    with torch.inference_mode():
-        for _ in range(max_new):
-            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+from speculab.algorithms import get_verifier
+from speculab.engine import autoregressive, decode
+from speculab.models import DraftModel, LMSpec, TreeTarget
+from support.engine import PROMPTS, TOY_PROMPTS, greedy_reference, settings, toy_roles
 
 
 @pytest.mark.parametrize("verifier", ["token", "block"])
@@ -36,7 +14,7 @@ def greedy_reference(target_path: str, prompt: list[int], max_new: int) -> list[
 def test_greedy_speculative_equals_autoregressive(random_llama_pair, verifier: str, same_draft: bool) -> None:
     target_path, draft_path = (str(p) for p in random_llama_pair)
     target = TreeTarget(LMSpec("hf", target_path))
-    drafter = IIDDrafter(LMSpec("hf", target_path if same_draft else draft_path))
+    drafter = DraftModel(LMSpec("hf", target_path if same_draft else draft_path))
     s = settings()
     spec = decode(target, drafter, get_verifier(verifier), PROMPTS, s)
     ar = autoregressive(target, PROMPTS, s)
@@ -49,7 +27,7 @@ def test_greedy_speculative_equals_autoregressive(random_llama_pair, verifier: s
 
 def test_batch_size_does_not_change_greedy_output(random_llama_pair) -> None:
     target = TreeTarget(LMSpec("hf", str(random_llama_pair[0])))
-    drafter = IIDDrafter(LMSpec("hf", str(random_llama_pair[1])))
+    drafter = DraftModel(LMSpec("hf", str(random_llama_pair[1])))
     outs = [
         [p.tokens for p in decode(target, drafter, get_verifier("block"), PROMPTS, settings(batch=b)).prompts]
         for b in (1, 3, 4)
@@ -57,13 +35,8 @@ def test_batch_size_does_not_change_greedy_output(random_llama_pair) -> None:
     assert outs[0] == outs[1] == outs[2]
 
 
-def toy_pair(seed: int = 0) -> tuple[TreeTarget, IIDDrafter]:
-    g = torch.Generator().manual_seed(seed)
-    return TreeTarget(LMSpec("toy", table=random_bigram(6, g))), IIDDrafter(LMSpec("toy", table=random_bigram(6, g)))
-
-
 def test_same_seed_same_output_and_different_seed_differs() -> None:
-    target, drafter = toy_pair()
+    target, drafter = toy_roles()
     runs = [
         [p.tokens for p in decode(target, drafter, get_verifier("block"), TOY_PROMPTS, settings(T=1.0, seed=s, max_new=30)).prompts]
         for s in (7, 7, 8)
@@ -72,7 +45,7 @@ def test_same_seed_same_output_and_different_seed_differs() -> None:
 
 
 def test_eos_and_max_new_tokens_truncate() -> None:
-    target, drafter = toy_pair(1)
+    target, drafter = toy_roles(1)
     run = decode(target, drafter, get_verifier("token"), TOY_PROMPTS, settings(T=1.0, max_new=25, eos=5, L=4))
     for prompt in run.prompts:
         assert len(prompt.tokens) <= 25
@@ -84,7 +57,7 @@ def test_eos_and_max_new_tokens_truncate() -> None:
 
 
 def test_records_and_timings_are_consistent() -> None:
-    target, drafter = toy_pair(2)
+    target, drafter = toy_roles(2)
     run = decode(target, drafter, get_verifier("block"), TOY_PROMPTS, settings(T=1.0, K=3, L=2, max_new=20))
     assert sum(r.rows for r in run.rounds) == sum(len(p.accepted) for p in run.prompts)
     for r in run.rounds:

@@ -158,31 +158,51 @@ def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
     return Path(cached).parent
 
 
-def _model_errors(cfg: ModelConfig) -> tuple[list[str], dict[str, Path]]:
-    """(errors, checkpoint dir per role found)."""
+def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Path]]:
+    """(errors, checkpoint dir per role found). The draft role's weights are the pair's draft model
+    (`model.draft_*`) or, for a drafter with its own checkpoint, `drafter.path`."""
+    from speculab.algorithms import DRAFTERS
+
+    model = cfg.model
     errors: list[str] = []
-    _choice(errors, "model.backend", cfg.backend, BACKENDS)
-    _choice(errors, "model.dtype", cfg.dtype, DTYPES)
-    _choice(errors, "model.device", cfg.device, DEVICES)
+    _choice(errors, "model.backend", model.backend, BACKENDS)
+    _choice(errors, "model.dtype", model.dtype, DTYPES)
+    _choice(errors, "model.device", model.device, DEVICES)
+    own_weights = cfg.drafter.name in DRAFTERS and DRAFTERS[cfg.drafter.name].weights == "drafter.path"
     dirs: dict[str, Path] = {}
     for role in ("target", "draft"):
         try:
-            dirs[role] = checkpoint_dir(cfg, role)
+            dirs[role] = drafter_dir(cfg.drafter) if role == "draft" and own_weights else checkpoint_dir(model, role)
         except ValueError as err:
             errors.append(str(err))
     vocab = {role: _vocabulary(path) for role, path in dirs.items()}
     if len(vocab) == 2 and vocab["target"] != vocab["draft"]:
         errors.append(
-            "model.draft_path: draft and target vocabularies differ "
+            f"{'drafter.path' if own_weights else 'model.draft_path'}: draft and target vocabularies differ "
             f"(target {vocab['target'][0]} tokens, draft {vocab['draft'][0]}); "
             "speculative decoding needs one shared tokenizer"
         )
     return errors, dirs
 
 
+def drafter_dir(cfg: DrafterConfig) -> Path:
+    """The checkpoint dir of a drafter with its own weights (`drafter.path`, holding block.json)."""
+    if not (cfg.path and (resolve_path(cfg.path) / "block.json").is_file()):
+        raise ValueError(f"drafter.path={cfg.path!r}: no block drafter there (expected a directory with block.json)")
+    return resolve_path(cfg.path)
+
+
 def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
     """GPU count, TP divisibility and the memory plan (speculab.models.memory); reads config.json only."""
-    from speculab.models.memory import DTYPE_BYTES, Workload, fit_errors, plan_memory, read_architecture, tp_errors
+    from speculab.algorithms import ALGORITHMS
+    from speculab.models.memory import (
+        DTYPE_BYTES,
+        Workload,
+        fit_errors,
+        plan_memory,
+        read_architecture,
+        tp_errors,
+    )
 
     c = cfg.cluster
     errors: list[str] = []
@@ -211,7 +231,7 @@ def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
     if errors or c.num_gpus == 0 or cfg.model.device != "cuda":
         return errors
     a, s = cfg.algorithm, cfg.sampling
-    tree_nodes = a.budget + 1 if a.name == "ddtree" else a.K * a.L + 1
+    tree_nodes = a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
     work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, tree_nodes, DTYPE_BYTES[cfg.model.dtype])
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
@@ -224,44 +244,41 @@ def _vocabulary(path: Path) -> tuple[int, Any]:
     return size, vocab
 
 
-DRAFTERS = {"iid": "path", "ar_marginals": "ddtree", "block": "ddtree"}  # drafter -> what it drafts for
 BUDGET_RANGE = (16, 1024)
 
 
-def _ddtree_errors(algorithm: AlgorithmConfig, drafter: DrafterConfig) -> list[str]:
-    """ddtree needs a marginal drafter and a budget in range; path algorithms need iid paths."""
+def _algorithm_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
+    """Algorithm, node rule, drafter and tree settings against the registry (`speculab.algorithms`)."""
+    from speculab.algorithms import DRAFTERS, get_algorithm, node_rule_error
     from speculab.drafting.ddtree import TREES
 
+    algorithm, drafter = cfg.algorithm, cfg.drafter
     errors: list[str] = []
     _choice(errors, "drafter.name", drafter.name, tuple(DRAFTERS))
-    wanted = "ddtree" if algorithm.name == "ddtree" else "path"
-    if DRAFTERS.get(drafter.name, wanted) != wanted:
-        allowed = ", ".join(name for name, kind in DRAFTERS.items() if kind == wanted)
-        errors.append(f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {allowed}")
-    if algorithm.name == "ddtree":
+    try:
+        spec = get_algorithm(algorithm.name)
+    except ValueError as err:
+        return [*errors, str(err)]
+    if (rule_error := node_rule_error(spec, algorithm.node_rule)) is not None:
+        errors.append(rule_error)
+    if drafter.name in DRAFTERS and drafter.name not in spec.drafters:
+        errors.append(f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {', '.join(spec.drafters)}")
+    if spec.tree_builder:
         low, high = BUDGET_RANGE
         if not low <= algorithm.budget <= high:
             errors.append(f"algorithm.budget={algorithm.budget}: must be an integer in {low}..{high}")
         _choice(errors, "algorithm.tree", algorithm.tree, TREES)
-    if drafter.name == "block":
-        block_json = resolve_path(drafter.path or "") / "block.json"
-        if not (drafter.path and block_json.is_file()):
-            errors.append(f"drafter.path={drafter.path!r}: no block drafter there (expected a directory with block.json)")
-        elif algorithm.L > (size := json.loads(block_json.read_text())["block_size"]):
-            errors.append(f"algorithm.L={algorithm.L}: the block drafter drafts at most {size} tokens (1..{size})")
+    block_json = dirs.get("draft", Path()) / "block.json"
+    if block_json.is_file() and algorithm.L > (size := json.loads(block_json.read_text())["block_size"]):
+        errors.append(f"algorithm.L={algorithm.L}: the block drafter drafts at most {size} tokens (1..{size})")
     return errors
 
 
 def validate(cfg: Config) -> None:
     """Raise ConfigError listing every invalid field; touches no weights and starts nothing."""
     from speculab.data import DATASETS, check_dataset
-    from speculab.verify import get_verifier
 
     errors: list[str] = []
-    try:
-        get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
-    except ValueError as err:
-        errors.append(str(err))
     _at_least(errors, "algorithm.K", cfg.algorithm.K, 1)
     _at_least(errors, "algorithm.L", cfg.algorithm.L, 1)
     if cfg.sampling.temperature < 0:
@@ -285,7 +302,7 @@ def validate(cfg: Config) -> None:
             check_dataset(cfg.dataset.name, cfg.dataset.path)
         except (ValueError, RuntimeError) as err:
             errors.append(str(err))
-    model_errors, dirs = _model_errors(cfg.model)
-    errors += model_errors + _cluster_errors(cfg, dirs) + _ddtree_errors(cfg.algorithm, cfg.drafter)
+    model_errors, dirs = _model_errors(cfg)
+    errors += model_errors + _cluster_errors(cfg, dirs) + _algorithm_errors(cfg, dirs)
     if errors:
         raise ConfigError("invalid config:\n  " + "\n  ".join(errors))

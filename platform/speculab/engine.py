@@ -1,4 +1,4 @@
-"""The decoding loop of DESIGN.md: propose, score, verify, commit, record.
+"""The decoding loop (docs/architecture.md): propose, score, verify, commit, record.
 
 `decode` runs speculative decoding over prompts in batches, with any target and drafter
 that follow the model protocols (in-process or Ray actor proxies) and any verifier that
@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.drafting.iid import Proposal, SamplingParams
-from speculab.drafting.tree import DraftTree
+from speculab.drafting.sampling import SamplingParams
+from speculab.drafting.tree import DraftTree, Proposal
 from speculab.verify.verdict import Verdict
 
 

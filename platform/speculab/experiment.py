@@ -13,26 +13,41 @@ import matplotlib.pyplot as plt
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
-from speculab.config import Config, checkpoint_dir, resolve_path, tracking_uri, validate
+from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
+from speculab.config import Config, checkpoint_dir, drafter_dir, tracking_uri, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
-from speculab.drafting.iid import SamplingParams
-from speculab.engine import DecodeSettings, Drafter, RunResult, TargetModel, Verifier, autoregressive, decode
+from speculab.drafting.sampling import SamplingParams
+from speculab.engine import (
+    DecodeSettings,
+    Drafter,
+    RunResult,
+    TargetModel,
+    Verifier,
+    autoregressive,
+    decode,
+)
 from speculab.models import LMSpec
 from speculab.runtime import runtime_metrics, start_models
 from speculab.tracking.callbacks import parent_run_id
 from speculab.tracking.metrics import summarize
 from speculab.tracking.mlflow_tracker import MlflowTracker, NoopTracker, flatten
-from speculab.tracking.report import acceptance_figure, print_summary, records_jsonl, time_split_figure
-from speculab.verify import get_verifier
+from speculab.tracking.report import (
+    acceptance_figure,
+    print_summary,
+    records_jsonl,
+    time_split_figure,
+)
 
 
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
     common = dict(backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads)
-    draft = LMSpec(path=str(checkpoint_dir(model, "draft")), **common)
-    if cfg.drafter.name == "block":
-        draft = LMSpec(**{**common, "backend": "block"}, path=str(resolve_path(cfg.drafter.path)))
+    drafter = DRAFTERS[cfg.drafter.name]
+    if drafter.weights == "drafter.path":
+        draft = LMSpec(**{**common, "backend": drafter.backend}, path=str(drafter_dir(cfg.drafter)))
+    else:
+        draft = LMSpec(path=str(checkpoint_dir(model, "draft")), **common)
     return LMSpec(path=str(checkpoint_dir(model, "target")), tp_size=cfg.cluster.tp_size, **common), draft
 
 
@@ -51,10 +66,11 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
 
 def run_name(cfg: Config) -> str:
     a = cfg.algorithm
-    rule = f"/{a.node_rule}" if a.node_rule != "kseq" else ""
-    if a.name == "ddtree":
+    spec = get_algorithm(a.name)
+    rule = f"/{a.node_rule}" if spec.node_rules and a.node_rule != spec.node_rules[0] else ""
+    if spec.tree_builder:
         shape = f"{a.tree} B={a.budget}" if a.tree == "best_first" else a.tree
-        return f"ddtree/{cfg.drafter.name} {shape} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
+        return f"{a.name}/{cfg.drafter.name} {shape} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
     return f"{a.name}{rule} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
 
 
@@ -85,7 +101,7 @@ def run(cfg: Config) -> dict[str, float]:
                                        c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts)
     verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     drafter = draft_model
-    if cfg.algorithm.name == "ddtree":  # the drafter's marginals become one tree per prompt
+    if get_algorithm(cfg.algorithm.name).tree_builder:  # the drafter's marginals become one tree per prompt
         drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
     warm_up(target, drafter, verifier, encoded[0], settings)
     with runtime_metrics(target, draft_model) as measured:

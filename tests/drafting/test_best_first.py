@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 import torch
-
 from speculab.drafting.best_first import (
     _chunk_maxima,
     best_first_tree,

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import pytest
 import torch
-from toy_instances import MULTI_PATH_INSTANCES, one_round_error, replay_reference, sample_batch, toy_pair
-
-from speculab.verify import VERIFIERS, Verdict, get_verifier
-from speculab.verify.block import (block_verify, block_verify_reference, token_verify,
-                                   token_verify_reference)
+from speculab.algorithms import PATH_ALGORITHMS, get_verifier
+from speculab.verify import Verdict
+from speculab.verify.block import (
+    block_verify,
+    block_verify_reference,
+    token_verify,
+    token_verify_reference,
+)
 from speculab.verify.decisions import draw_uniforms
-from speculab.verify.exact import (ToyModel, decode_distribution, expected_accepted, max_difference,
-                                   round_outcomes, target_distribution)
+from speculab.verify.exact import (
+    ToyModel,
+    decode_distribution,
+    expected_accepted,
+    max_difference,
+    round_outcomes,
+    target_distribution,
+)
+from support.toy_instances import (
+    MULTI_PATH_INSTANCES,
+    one_round_error,
+    replay_reference,
+    sample_batch,
+    toy_pair,
+)
 
 REFERENCES = {"token": token_verify_reference, "block": block_verify_reference}
 BATCHED = {"token": token_verify, "block": block_verify}
@@ -75,7 +91,7 @@ def test_float32_zeros_and_one_hot_are_nan_free(name: str) -> None:
 def test_get_verifier_unknown_name_lists_registry() -> None:
     with pytest.raises(ValueError, match="nope.*token"):
         get_verifier("nope")
-    assert {"token", "block"} <= set(VERIFIERS)
+    assert {"token", "block"} <= set(PATH_ALGORITHMS)
 
 
 def test_verdict_make_dummy() -> None:

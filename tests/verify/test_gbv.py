@@ -7,15 +7,25 @@ from fractions import Fraction
 
 import pytest
 import torch
-from toy_instances import (MULTI_PATH_INSTANCES, one_round_error, replay_reference, sample_batch,
-                           toy_pair)
-
 from speculab.verify.block import block_verify
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import ToyModel, path_distribution, verifier_inputs
-from speculab.verify.gbv import (gbv_verify, gbv_verify_reference, select_path_reference,
-                                 skewed_draft_probs, skewed_draft_reference)
+from speculab.verify.gbv import (
+    gbv_verify,
+    gbv_verify_reference,
+    select_path_reference,
+    skewed_draft_probs,
+    skewed_draft_reference,
+)
 from speculab.verify.primitives import SinglePath
+from support.toy_instances import (
+    MULTI_PATH_INSTANCES,
+    one_round_error,
+    replay_reference,
+    sample_batch,
+    toy_pair,
+)
+
 
 @pytest.mark.parametrize("instance", MULTI_PATH_INSTANCES)
 def test_certificate_one_round_matches_target(instance: tuple) -> None:
@@ -183,8 +193,14 @@ def test_lazy_tau_equals_tau_from_every_mass(dtype: torch.dtype) -> None:
     """Exact residual masses only where the bounds leave eta_i < h_i open: the same tau as with
     every mass, for uniforms drawn at random and right next to h (zeros, ties, w = 0)."""
     from speculab.verify.block import block_acceptance, block_weights, longest_accepted
-    from speculab.verify.gbv import (local_ranking, longest_accepted_lazily, mass_ranked_below_token,
-                                     selection_masses, skewed_probs, skewed_residual_mass)
+    from speculab.verify.gbv import (
+        local_ranking,
+        longest_accepted_lazily,
+        mass_ranked_below_token,
+        selection_masses,
+        skewed_probs,
+        skewed_residual_mass,
+    )
     from speculab.verify.primitives import token_probs
 
     gen = torch.Generator().manual_seed(8)

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import pytest
 import torch
-from toy_instances import assert_greedy_matching, replay_reference, sample_batch, toy_pair
-
 from speculab.verify.block import block_verify_reference
 from speculab.verify.decisions import draw_uniforms
-from speculab.verify.exact import (ToyModel, acceptance_bound, decode_distribution,
-                                   expected_accepted, max_difference, path_distribution,
-                                   round_outcomes, target_distribution)
-from speculab.verify.greedy_block import greedy_block_verify, greedy_block_verify_reference
+from speculab.verify.exact import (
+    ToyModel,
+    acceptance_bound,
+    decode_distribution,
+    expected_accepted,
+    max_difference,
+    round_outcomes,
+    target_distribution,
+)
+from speculab.verify.greedy_block import (
+    greedy_block_verify,
+    greedy_block_verify_reference,
+)
 from speculab.verify.modification import ModifiedTarget, modify_path
+from support.toy_instances import (
+    assert_greedy_matching,
+    replay_reference,
+    sample_batch,
+    toy_pair,
+)
 
 PAIRS = [  # (vocab, length, context, zeros, one_hot)
     (2, 2, "full", False, False),

@@ -20,12 +20,19 @@ from typing import Callable
 import numpy as np
 import pytest
 from scipy.optimize import linprog
-from toy_instances import instance_pair
-
-from speculab.verify.exact import (Context, ToyModel, acceptance_bound, decode_distribution, expected_accepted,
-                                   max_difference, round_outcomes, sequence_probability,
-                                   target_distribution)
+from speculab.verify.exact import (
+    Context,
+    ToyModel,
+    acceptance_bound,
+    decode_distribution,
+    expected_accepted,
+    max_difference,
+    round_outcomes,
+    sequence_probability,
+    target_distribution,
+)
 from speculab.verify.spectr_gbv import spectr_gbv_verify_reference
+from support.toy_instances import instance_pair
 
 INSTANCES = [  # (vocab, length, paths, context, zeros, one_hot); K = 1 certifies the reference
     (2, 2, 1, "full", False, False),

@@ -11,10 +11,14 @@ import itertools
 import numpy as np
 import pytest
 from scipy.optimize import linprog
-from toy_instances import Instance, instance_pair
-
-from speculab.verify import VERIFIERS, get_reference
-from speculab.verify.exact import ToyModel, expected_accepted, round_outcomes, sequence_probability
+from speculab.algorithms import PATH_ALGORITHMS, get_reference
+from speculab.verify.exact import (
+    ToyModel,
+    expected_accepted,
+    round_outcomes,
+    sequence_probability,
+)
+from support.toy_instances import Instance, instance_pair
 
 Prefix = tuple[int, ...]
 
@@ -73,7 +77,7 @@ SINGLE_PATH: list[Instance] = [(2, 2, 1, "full", False, False), (3, 2, 1, "full"
 MULTI_PATH: list[Instance] = [(2, 2, 2, "full", False, False), (3, 2, 2, "bigram", False, False),
                               (2, 2, 3, "full", False, False)]
 # greedy block verification is valid only with its carry (BV App. C), not per round (Def. 3.1)
-ROUND_VALID = [name for name in VERIFIERS if name != "greedy_block"]
+ROUND_VALID = [name for name in PATH_ALGORITHMS if name != "greedy_block"]
 
 
 @pytest.mark.parametrize("instance", SINGLE_PATH)

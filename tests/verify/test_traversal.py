@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from toy_instances import (MULTI_PATH_INSTANCES, instance_pair, one_round_error, replay_reference,
-                           sample_batch, toy_pair)
-
-from speculab.verify import get_verifier
 from speculab.verify.block import block_verify_reference
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import max_difference, round_outcomes
 from speculab.verify.traversal import traversal_verify, traversal_verify_reference
+from support.toy_instances import (
+    MULTI_PATH_INSTANCES,
+    instance_pair,
+    one_round_error,
+    replay_reference,
+    sample_batch,
+    toy_pair,
+)
 
 SINGLE_PATH = [(2, 3, 1, "full", False, False), (3, 2, 1, "full", True, False),
                (2, 3, 1, "bigram", False, False), (3, 2, 1, "full", False, True)]

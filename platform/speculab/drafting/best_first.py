@@ -20,7 +20,7 @@ it tighter, and locate the fine chunks that can hold reachable tokens, so a few 
 tokens are sorted instead of a top-B per depth. The heap then runs per prompt in Python
 (about 0.4 ms at B = 512). `best_first_tree_reference` takes the full top-K per depth
 (K = min(B, V)) and runs the same heap. `chain_tree` is the single-path baseline (argmax
-per depth). This module knows no model; the verifier is `speculab.verify.walk`.
+per depth). This module knows no model; the verifier is `speculab.verify.ddtree_walk`.
 """
 
 from __future__ import annotations

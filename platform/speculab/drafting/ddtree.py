@@ -18,9 +18,9 @@ from typing import Callable, Protocol
 import torch
 
 from speculab.drafting.best_first import best_first_tree, chain_tree
-from speculab.drafting.iid import ForestLM, Proposal, SamplingParams, step_nodes
-from speculab.drafting.sampling import tempered_probs
-from speculab.drafting.tree import DraftTree
+from speculab.drafting.iid import ForestLM, step_nodes
+from speculab.drafting.sampling import SamplingParams, tempered_probs
+from speculab.drafting.tree import DraftTree, Proposal
 
 TREES = ("best_first", "chain")
 TreeBuilder = Callable[[torch.Tensor, torch.Tensor], DraftTree]  # (q [B, L, V], root [B]) -> tree

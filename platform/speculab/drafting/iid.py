@@ -7,34 +7,18 @@ copied K times. Works with any model that can extend a forest (`ForestLM`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from speculab.drafting.sampling import draft_probs
-from speculab.drafting.tree import DraftTree
+from speculab.drafting.sampling import SamplingParams, draft_probs
+from speculab.drafting.tree import DraftTree, Proposal
 
 
 class ForestLM(Protocol):
     def extend(self, nodes: DraftTree) -> torch.Tensor:
         """Append nodes whose parents index earlier uncommitted nodes (-1: the context); logits [B, N, V]."""
         ...
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_k: int = 0  # draft only; 0 = no limit
-    top_p: float = 1.0  # draft only
-
-
-@dataclass(frozen=True)
-class Proposal:
-    tree: DraftTree  # the K paths merged into a prefix tree rooted at the root token
-    paths: torch.Tensor | None  # [B, K, L] int64 drafted tokens; None: a deterministic tree (DDTree)
-    q: torch.Tensor | None  # [B, K, L, V] draft probs that produced each drafted token; None with paths
-    build_s: float = 0.0  # seconds spent building a deterministic tree from marginals
 
 
 def step_nodes(tokens: torch.Tensor, step: int) -> DraftTree:

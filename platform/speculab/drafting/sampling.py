@@ -8,7 +8,16 @@ draft, which keeps verification lossless.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_k: int = 0  # draft only; 0 = no limit
+    top_p: float = 1.0  # draft only
 
 
 def tempered_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:

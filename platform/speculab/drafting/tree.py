@@ -103,3 +103,13 @@ class DraftTree:
             if parent >= 0 and bool(self.valid[row, node]):
                 kids[parent].append(node)
         return kids
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a drafter proposes in one round: a tree to score and, for i.i.d. paths, the paths and q."""
+
+    tree: DraftTree  # the K paths merged into a prefix tree rooted at the root token, or a DDTree
+    paths: torch.Tensor | None  # [B, K, L] int64 drafted tokens; None: a deterministic tree (DDTree)
+    q: torch.Tensor | None  # [B, K, L, V] draft probs that produced each drafted token; None with paths
+    build_s: float = 0.0  # seconds spent building a deterministic tree from marginals

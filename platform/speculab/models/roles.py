@@ -1,6 +1,6 @@
 """The target and drafter roles over any decoder backend (transformers or toy).
 
-`TreeTarget` and `IIDDrafter` implement DESIGN.md's `TargetModel` and `Drafter` protocols.
+`TreeTarget` and `DraftModel` implement the engine's `TargetModel` and `Drafter` protocols (docs/architecture.md).
 They build their decoder from an `LMSpec` inside the process that owns them, so a Ray actor
 wrapping either one loads weights on its own side and ships only tokens and probabilities.
 """
@@ -13,9 +13,9 @@ from typing import Protocol
 import torch
 
 from speculab.drafting.ddtree import greedy_marginals
-from speculab.drafting.iid import Proposal, SamplingParams, sample_iid_paths
-from speculab.drafting.sampling import tempered_probs
-from speculab.drafting.tree import DraftTree
+from speculab.drafting.iid import sample_iid_paths
+from speculab.drafting.sampling import SamplingParams, tempered_probs
+from speculab.drafting.tree import DraftTree, Proposal
 
 
 class DecoderLM(Protocol):
@@ -90,7 +90,7 @@ class TreeTarget:
         return self.lm.peak_bytes
 
 
-class IIDDrafter:
+class DraftModel:
     """Drafter: K i.i.d. paths of length L per prompt from an autoregressive draft model.
 
     Tokens committed since the last round (accepted tokens, then the extra token) are fed at

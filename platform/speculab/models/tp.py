@@ -23,7 +23,7 @@ import torch
 
 
 def disable_cpu_shm_allreduce() -> None:
-    """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce (see NOTES.md).
+    """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce (see docs/runtime.md).
 
     That op segfaults unless every rank shares one host with ~66 MiB of /dev/shm each, and
     leaves files in /dev/shm; without it DeepSpeed's CPU all-reduce falls back to gloo.

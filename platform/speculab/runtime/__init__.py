@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from speculab.models import IIDDrafter, LMSpec, TreeTarget
+from speculab.models import DraftModel, LMSpec, TreeTarget
 
 
 def start_models(kind: str, target: LMSpec, draft: LMSpec, address: str | None = None, num_cpus: int | None = None,
@@ -22,7 +22,7 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, address: str | None =
     if kind == "inline":
         if target.tp_size > 1:
             raise ValueError(f"tensor parallelism (tp_size={target.tp_size}) needs runtime=ray")
-        return TreeTarget(target), IIDDrafter(draft)
+        return TreeTarget(target), DraftModel(draft)
     from speculab.runtime.groups import POOL, draft_bundles, target_bundles
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect

@@ -53,7 +53,7 @@ class ProxyStats:
 
 
 class GroupProxy:
-    """Calls the methods of a model group's role (TreeTarget or IIDDrafter) on all its ranks."""
+    """Calls the methods of a model group's role (TreeTarget or DraftModel) on all its ranks."""
 
     def __init__(self, group: ActorGroup, max_restarts: int) -> None:
         self.group = group

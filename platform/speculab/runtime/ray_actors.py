@@ -1,6 +1,6 @@
 """The Ray actors: `ModelHost` (one rank of a model group) and `LoadLedger` (loads per job).
 
-A `ModelHost` is a thin shell around the in-process roles (`TreeTarget`, `IIDDrafter`): it
+A `ModelHost` is a thin shell around the in-process roles (`TreeTarget`, `DraftModel`): it
 joins its group's torch.distributed world when the group has several ranks, builds the role
 from an `LMSpec` on its own side, and runs calls on it, returning the result (rank 0 only;
 the ranks of a TP group compute the same thing) with its own compute time, so the
@@ -20,9 +20,9 @@ from typing import Any
 import ray
 import torch
 
-from speculab.models import IIDDrafter, LMSpec, TreeTarget
+from speculab.models import DraftModel, LMSpec, TreeTarget
 
-ROLES = {"target": TreeTarget, "draft": IIDDrafter}
+ROLES = {"target": TreeTarget, "draft": DraftModel}
 NAMESPACE_PREFIX = "speculab-"
 LEDGER = "speculab-load-ledger"
 # Results every rank reports (summed by the coordinator): each rank holds a slice of the KV heads.
@@ -56,7 +56,7 @@ class ModelHost:
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
-        self.role: TreeTarget | IIDDrafter | None = None
+        self.role: TreeTarget | DraftModel | None = None
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""

@@ -1,2 +1,2 @@
-"""Metrics with DESIGN.md's names, MLflow runs (or a no-op tracker), the Hydra sweep callback,
+"""Metrics with the names of docs/architecture.md, MLflow runs (or a no-op tracker), the Hydra sweep callback,
 and what a person sees: the summary table, plots and per-prompt records."""

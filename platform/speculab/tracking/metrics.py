@@ -1,4 +1,4 @@
-"""Run metrics with the exact names of DESIGN.md, computed from engine records.
+"""Run metrics with the names docs/architecture.md defines, computed from engine records.
 
 Definitions (the README repeats them):
 - block_efficiency: tokens kept per target call per sequence (sum of kept tokens over the

@@ -15,8 +15,15 @@ from typing import Callable
 import torch
 
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import (SinglePath, clipped_ratio, positive_part, residual_mass, residual_or_target,
-                         select_positions, token_probs)
+from .primitives import (
+    SinglePath,
+    clipped_ratio,
+    positive_part,
+    residual_mass,
+    residual_or_target,
+    select_positions,
+    token_probs,
+)
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 

@@ -13,9 +13,22 @@ import torch
 
 from .block import longest_accepted, sample_extra
 from .decisions import Decisions, draw_uniforms
-from .modification import JointMasses, ModifiedTarget, joint_masses, modify_path, next_carry
-from .primitives import (SinglePath, clipped_ratio, positive_part, residual_mass, residual_or_target,
-                         select_positions, token_probs)
+from .modification import (
+    JointMasses,
+    ModifiedTarget,
+    joint_masses,
+    modify_path,
+    next_carry,
+)
+from .primitives import (
+    SinglePath,
+    clipped_ratio,
+    positive_part,
+    residual_mass,
+    residual_or_target,
+    select_positions,
+    token_probs,
+)
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 

@@ -1,4 +1,4 @@
-"""Per-node multi-draft rules for the top-down tree walks (``verify.tree_walk``).
+"""Per-node multi-draft rules for the top-down tree walks (``verify.multidraft_walk``).
 
 At a node of the tree formed by the K paths, the walk hands a rule the target p and draft q
 at that node and the tokens of the n i.i.d. drafted children (one entry per path through the
@@ -89,7 +89,7 @@ def nss_rule(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Decisi
     return rng.categorical(p)
 
 
-NODE_RULES: dict[str, NodeRule] = {"spectr": kseq_rule, "specinfer": specinfer_rule, "nss": nss_rule}
+NODE_RULES: dict[str, NodeRule] = {"kseq": kseq_rule, "specinfer": specinfer_rule, "nss": nss_rule}
 
 
 # ---------------------------------------------------------------- batched rules

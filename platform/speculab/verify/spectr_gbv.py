@@ -25,10 +25,16 @@ from __future__ import annotations
 
 import torch
 
-from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .modification import ModifiedPath, ModifiedTarget, modification_weights, modify_path, next_carry
-from .primitives import residual_or_target, select_positions, token_probs
-from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
+from .decisions import Decisions
+from .modification import (
+    ModifiedPath,
+    ModifiedTarget,
+    modification_weights,
+    modify_path,
+    next_carry,
+)
+from .primitives import residual_or_target, token_probs
+from .verdict import Verdict, reference_verdict
 
 
 # tokens [..., L]; p [..., L, V] (rows before each token); q [..., L, V]

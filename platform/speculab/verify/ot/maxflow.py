@@ -19,7 +19,13 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 from speculab.verify.ot.columns import DraftColumns, draft_columns
-from speculab.verify.ot.plan import AcceptedSlice, TransportPlan, flow_plan, flow_slice, slackness_plan
+from speculab.verify.ot.plan import (
+    AcceptedSlice,
+    TransportPlan,
+    flow_plan,
+    flow_slice,
+    slackness_plan,
+)
 from speculab.verify.ot.subset import best_subset, outer_residuals
 
 SOURCE, SINK = "s", "t"

@@ -1,0 +1,200 @@
+"""The algorithm registry: what the platform knows about each decoding algorithm and drafter.
+
+One `AlgorithmSpec` per `algorithm=` name (its batched verifier, scalar reference, the
+drafters it accepts, whether it takes K > 1, a node rule, a tree builder, a carry, whether it
+is lossless, and its paper) and one `DrafterSpec` per `drafter=` name. `config.validate`, the
+experiment, the benchmarks and the table in docs/algorithms.md (`python -m speculab.algorithms`
+prints it) all read these tables; nothing else branches on an algorithm's name. Adding an
+algorithm is one entry here plus its module under `speculab.verify`.
+
+Verifiers handed out by `get_verifier` are wrapped in the shape check of
+`speculab.verify.contracts`; the references are the oracles of the exact certificates
+(`speculab.verify.exact`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Literal
+
+from speculab.verify.block import (
+    block_verify,
+    block_verify_reference,
+    token_verify,
+    token_verify_reference,
+)
+from speculab.verify.contracts import (
+    PathVerifier,
+    TreeVerifier,
+    checked_path_verifier,
+    checked_tree_verifier,
+)
+from speculab.verify.ddtree_walk import ddtree_walk, ddtree_walk_reference
+from speculab.verify.exact import Reference
+from speculab.verify.gbv import gbv_verify, gbv_verify_reference
+from speculab.verify.greedy_block import (
+    greedy_block_verify,
+    greedy_block_verify_reference,
+)
+from speculab.verify.multidraft_walk import (
+    multidraft_walk_reference,
+    nss_verify,
+    rowwise_walk_verify,
+    specinfer_verify,
+    spectr_verify,
+)
+from speculab.verify.node_rules import NODE_RULES
+from speculab.verify.traversal import traversal_verify, traversal_verify_reference
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str
+    proposes: Literal["paths", "marginals"]  # K i.i.d. paths with q, or per-depth marginals q [B, L, V]
+    weights: Literal["model.draft", "drafter.path"]  # the draft model of the pair, or its own checkpoint
+    backend: str  # the `LMSpec` backend that loads it ("" = the model's own backend)
+    summary: str
+
+
+DRAFTERS: dict[str, DrafterSpec] = {
+    spec.name: spec
+    for spec in (
+        DrafterSpec("iid", "paths", "model.draft", "", "the draft model samples K i.i.d. paths of L tokens"),
+        DrafterSpec("ar_marginals", "marginals", "model.draft", "",
+                    "the draft model's distributions along its own greedy rollout (L passes)"),
+        DrafterSpec("block", "marginals", "drafter.path", "block",
+                    "a one-pass block drafter conditioned on the context only (one pass for L marginals)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    name: str
+    paper: str  # where its rule is defined (the papers of docs/algorithms.md)
+    verifier: PathVerifier | TreeVerifier  # the batched verifier (unchecked; `get_verifier` checks)
+    reference: Callable[..., Any]  # the scalar reference the exact certificates enumerate
+    drafters: tuple[str, ...]  # accepted `drafter=` names, the first is the usual one
+    multi_path: bool  # takes K > 1 i.i.d. paths
+    carry: bool = False  # modifies the next round's target (Verdict.carry)
+    lossless: bool = True  # certified by exact enumeration
+    node_rules: tuple[str, ...] = ()  # `algorithm.node_rule` choices, the first is the default
+    tree_builder: bool = False  # verifies one deterministic tree per prompt (`algorithm.tree`, `algorithm.budget`)
+
+
+PATH_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "paths")
+MARGINAL_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "marginals")
+
+# spectr's per-node rules: K-SEQ (its own) and the SpecInfer and NSS rules, batched; the
+# optimal-transport solvers of the Global Resolution paper (App. R), row by row.
+_BATCHED_NODE_RULES: dict[str, PathVerifier] = {"kseq": spectr_verify, "specinfer": specinfer_verify, "nss": nss_verify}
+OT_RULES = ("lp", "maxflow", "maxflow_opt", "global_resolution")
+SPECTR_NODE_RULES: tuple[str, ...] = (*_BATCHED_NODE_RULES, *OT_RULES)
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    spec.name: spec
+    for spec in (
+        AlgorithmSpec("token", "BV paper, Alg. 1", token_verify, token_verify_reference, PATH_DRAFTERS, False),
+        AlgorithmSpec("block", "BV paper, Alg. 2, eq. 3-5", block_verify, block_verify_reference, PATH_DRAFTERS, False),
+        AlgorithmSpec("greedy_block", "BV paper, App. C, Alg. 4-6", greedy_block_verify, greedy_block_verify_reference,
+                      PATH_DRAFTERS, False, carry=True),
+        AlgorithmSpec("gbv", "GBV paper, Alg. 1, eq. 19-23", gbv_verify, gbv_verify_reference, PATH_DRAFTERS, True),
+        AlgorithmSpec("spectr", "SpecTr K-SEQ per node (GBV paper, App. L); OT rules: Global Resolution paper, App. R",
+                      spectr_verify, multidraft_walk_reference(NODE_RULES["kseq"]), PATH_DRAFTERS, True,
+                      node_rules=SPECTR_NODE_RULES),
+        AlgorithmSpec("specinfer", "SpecInfer multi-step speculative sampling (GBV paper, App. L)", specinfer_verify,
+                      multidraft_walk_reference(NODE_RULES["specinfer"]), PATH_DRAFTERS, True),
+        AlgorithmSpec("nss", "naive speculative sampling (GBV paper, App. L)", nss_verify,
+                      multidraft_walk_reference(NODE_RULES["nss"]), PATH_DRAFTERS, True),
+        AlgorithmSpec("traversal", "traversal verification (GBV paper, App. L)", traversal_verify,
+                      traversal_verify_reference, PATH_DRAFTERS, True),
+        AlgorithmSpec("ddtree", "DDTree paper, Alg. 1 (tree), Sec. 4.4 (walk)", ddtree_walk, ddtree_walk_reference,
+                      MARGINAL_DRAFTERS, False, tree_builder=True),
+    )
+}
+PATH_ALGORITHMS: tuple[str, ...] = tuple(name for name, spec in ALGORITHMS.items() if not spec.tree_builder)
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    """The spec registered under an `algorithm=` name; ValueError listing the names otherwise."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm.name={name!r}: must be one of {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+def get_drafter(name: str) -> DrafterSpec:
+    if name not in DRAFTERS:
+        raise ValueError(f"drafter.name={name!r}: must be one of {', '.join(DRAFTERS)}")
+    return DRAFTERS[name]
+
+
+def node_rule_error(spec: AlgorithmSpec, node_rule: str) -> str | None:
+    """Why ``node_rule`` does not fit ``spec`` (None: it does). `kseq` stands for "the algorithm's own"."""
+    if not spec.node_rules:
+        return None if node_rule == "kseq" else (
+            f"algorithm.node_rule={node_rule!r}: only algorithm=spectr takes a node rule (others: kseq)")
+    if node_rule not in spec.node_rules:
+        return f"algorithm.node_rule={node_rule!r}: must be one of {', '.join(spec.node_rules)}"
+    return None
+
+
+def _scalar_node_rule(node_rule: str) -> Any:
+    """The scalar `NodeRule` of a spectr node rule (the OT ones import SciPy and networkx: only when asked for)."""
+    if node_rule in NODE_RULES:
+        return NODE_RULES[node_rule]
+    from speculab.verify.ot import OT_NODE_RULES
+
+    return OT_NODE_RULES[node_rule]
+
+
+def _unchecked_verifier(spec: AlgorithmSpec, node_rule: str) -> PathVerifier | TreeVerifier:
+    if not spec.node_rules or node_rule == spec.node_rules[0]:
+        return spec.verifier
+    if node_rule in _BATCHED_NODE_RULES:
+        return _BATCHED_NODE_RULES[node_rule]
+    return partial(rowwise_walk_verify, rule=_scalar_node_rule(node_rule))
+
+
+def get_verifier(name: str, node_rule: str = "kseq") -> Any:
+    """The batched verifier of ``name`` (with ``node_rule`` for spectr), behind the contract's shape check.
+
+    A `PathVerifier` ``(paths, p, q, *, rng, carry)`` or, for tree algorithms, a `TreeVerifier`
+    ``(tree, p, *, rng)``. ValueError naming the field and its choices for an unknown name or rule.
+    """
+    spec = get_algorithm(name)
+    if (error := node_rule_error(spec, node_rule)) is not None:
+        raise ValueError(error)
+    verify = _unchecked_verifier(spec, node_rule)
+    return checked_tree_verifier(verify) if spec.tree_builder else checked_path_verifier(verify)
+
+
+def get_reference(name: str, node_rule: str = "kseq") -> Reference:
+    """The scalar reference of a path algorithm (the oracle of its exact certificate)."""
+    spec = get_algorithm(name)
+    if (error := node_rule_error(spec, node_rule)) is not None:
+        raise ValueError(error)
+    if spec.node_rules and node_rule != spec.node_rules[0]:
+        return multidraft_walk_reference(_scalar_node_rule(node_rule))
+    return spec.reference
+
+
+def registry_markdown() -> str:
+    """The registry as the markdown table of docs/algorithms.md."""
+    yes = {True: "yes", False: "no"}
+    lines = [
+        "| algorithm | paper | drafters | K > 1 | node rules | tree builder | carry | lossless |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for spec in ALGORITHMS.values():
+        rules = ", ".join(f"`{r}`" for r in spec.node_rules) or "-"
+        drafters = ", ".join(f"`{d}`" for d in spec.drafters)
+        lines.append(f"| `{spec.name}` | {spec.paper} | {drafters} | {yes[spec.multi_path]} | {rules} | "
+                     f"{yes[spec.tree_builder]} | {yes[spec.carry]} | {yes[spec.lossless]} |")
+    lines += ["", "| drafter | proposes | weights from | what it is |", "|---|---|---|---|"]
+    lines += [f"| `{d.name}` | {d.proposes} | `{d.weights}` | {d.summary} |" for d in DRAFTERS.values()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(registry_markdown())

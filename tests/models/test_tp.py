@@ -1,0 +1,214 @@
+"""Loading a multi-shard checkpoint through the TP=2 path (`speculab.models.tp`) on CPU/gloo.
+
+The tiny target is re-saved as several safetensors shards with an index (HF format keys, as
+real Llama / Qwen checkpoints ship), once tied in fp32 and once untied in bf16, and so is a
+random-weight Qwen3 (q/k norms, untied head, fp32); two ranks in two plain processes (no Ray:
+the rendezvous is `join_process_group`'s) load each and score like the single-process model.
+
+What the memory check proves: DeepSpeed builds every real tensor of a meta-device model in
+`Loading.load` (one module's checkpoint tensor copied in, full size) while one shard file's
+state dict is held; AutoTP then slices it. The test samples, after every `Loading.load` and
+after every shard file, the bytes of all materialised (non-meta) parameter and buffer storages
+of the rank's model plus the bytes of the shard being read, and asserts that this plus the
+largest single checkpoint tensor (the slice being cut at an unsampled moment) stays below
+the full model. It does not see allocations outside the model and the shard's state dict.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from speculab.drafting.tree import DraftTree
+from speculab.models.roles import DecoderLM, LMSpec, build_lm
+from speculab.models.tp import recreate_rotary_buffers
+from support.models import TINY_PAIR
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    PreTrainedModel,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+WORLD = 2
+CONTEXTS = [[5, 17, 301, 42, 9, 77, 1000, 3], [12, 640, 2048]]
+
+
+def tiny_target(tied: bool) -> PreTrainedModel:
+    model = AutoModelForCausalLM.from_pretrained(TINY_PAIR / "target", dtype=torch.float32)
+    if not tied:  # an lm head of its own, as in Llama-3-70B; rolled so that a wrong tie shows
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().roll(1, dims=0))
+    return model
+
+
+def random_qwen3() -> PreTrainedModel:
+    """Layers outweigh embedding and head 3:1 as in real models (DeepSpeed slices the head last)."""
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False)
+    return Qwen3ForCausalLM(config)
+
+
+CASES = {  # name: (model, dtype it is saved and loaded in)
+    "llama-tied-float32": (lambda: tiny_target(True), "float32"),
+    "llama-untied-bfloat16": (lambda: tiny_target(False), "bfloat16"),
+    "qwen3-untied-float32": (random_qwen3, "float32"),
+}
+
+
+def save_sharded(model: PreTrainedModel, out: Path, dtype: str) -> Path:
+    """A multi-shard safetensors checkpoint: several files plus the index json."""
+    model.to(getattr(torch, dtype)).save_pretrained(out, max_shard_size="2MB")
+    return out
+
+
+def tree() -> DraftTree:
+    torch.manual_seed(1)
+    return DraftTree.from_paths(torch.tensor([8, 99]), torch.randint(2, 4096, (2, 3, 3)))  # K=3 paths, L=3
+
+
+def forward(spec: LMSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    return scores(build_lm(spec))
+
+
+def scores(lm: DecoderLM) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of prefill [B, V] and of scoring one tree after it [B, N, V]."""
+    lm.reset(len(CONTEXTS))
+    return lm.feed(CONTEXTS).float(), lm.extend(tree()).float()
+
+
+def materialised_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the distinct real (non-meta) storages behind a model's parameters and buffers."""
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in [*model.parameters(), *model.buffers()] if not t.is_meta}
+    return sum(storages.values())
+
+
+def observe_loading() -> list[int]:
+    """Materialised model bytes (plus the open shard's bytes) after each DeepSpeed load step, from now on."""
+    from deepspeed.module_inject import replace_module as rm
+    from deepspeed.module_inject.auto_tp import Loading
+
+    samples: list[int] = []
+    seen: dict[str, torch.nn.Module] = {}
+    replace_module, load = rm.replace_module, Loading.load
+
+    def shard_step(*args, **kwargs):
+        seen["model"] = kwargs["model"]
+        out = replace_module(*args, **kwargs)
+        samples.append(materialised_bytes(out))
+        return out
+
+    def module_load(module, state_dict, prefix, mp_group=None):
+        load(module, state_dict, prefix, mp_group)
+        samples.append(materialised_bytes(seen["model"]) + sum(t.nbytes for t in state_dict.values()))
+
+    rm.replace_module, Loading.load = shard_step, staticmethod(module_load)
+    return samples
+
+
+def rank_main(rank: int, port: int, checkpoints: dict[str, str], out: str) -> None:
+    from speculab.models.tp import join_process_group
+
+    join_process_group(rank, WORLD, "127.0.0.1", port, "cpu")
+    samples = observe_loading()
+    for case, path in checkpoints.items():
+        samples.clear()
+        lm = build_lm(LMSpec("hf", path, CASES[case][1], threads=1, tp_size=WORLD))
+        samples.append(materialised_bytes(lm.model))  # rotary buffers and the sliced lm head come last
+        shapes = {name: (tuple(p.shape), p.nbytes) for name, p in lm.model.named_parameters(remove_duplicate=False)}
+        torch.save({"peak": max(samples), "shapes": shapes, "logits": scores(lm)}, f"{out}/{case}-{rank}.pt")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tp_runs(tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
+    """Per case: the checkpoint and each rank's results."""
+    root = tmp_path_factory.mktemp("sharded")
+    checkpoints = {case: save_sharded(build(), root / case, dtype) for case, (build, dtype) in CASES.items()}
+    mp.spawn(rank_main, args=(free_port(), {c: str(p) for c, p in checkpoints.items()}, str(root)), nprocs=WORLD)
+    return {case: (path, [torch.load(root / f"{case}-{r}.pt") for r in range(WORLD)]) for case, path in checkpoints.items()}
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits, dim=-1)
+
+
+@pytest.mark.slow
+def test_the_checkpoint_is_really_sharded(tp_runs) -> None:
+    for path, _ in tp_runs.values():
+        assert len(list(path.glob("model-*-of-*.safetensors"))) >= 5 and (path / "model.safetensors.index.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["llama-tied-float32", "qwen3-untied-float32"])
+def test_tp2_sharded_fp32_logits_equal_the_single_process_model(tp_runs, case: str) -> None:
+    path, ranks = tp_runs[case]
+    reference = forward(LMSpec("hf", str(path), "float32", threads=1))
+    for rank in ranks:
+        for got, want in zip(rank["logits"], reference):
+            torch.testing.assert_close(log_probs(got), log_probs(want), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_tp2_sharded_bf16_untied_logits_match_the_single_process_model(tp_runs) -> None:
+    """bf16 rounds differently once partial sums are all-reduced: both bf16 models are held to
+    the same weights computed in fp32, the TP one within twice the single-process error."""
+    path, ranks = tp_runs["llama-untied-bfloat16"]
+    torch.testing.assert_close(ranks[1]["logits"], ranks[0]["logits"], rtol=0, atol=0)
+    single = forward(LMSpec("hf", str(path), "bfloat16", threads=1))
+    exact = forward(LMSpec("hf", str(path), "float32", threads=1))
+    for got, want, fp32 in zip(ranks[0]["logits"], single, exact):
+        single_error = (log_probs(want) - log_probs(fp32)).abs().max()
+        assert (log_probs(got) - log_probs(fp32)).abs().max() <= 2 * single_error
+
+
+@pytest.mark.slow
+def test_no_rank_materialises_the_full_model(tp_runs) -> None:
+    for case, (path, ranks) in tp_runs.items():
+        full = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, CASES[case][1]))
+        full_shapes = {name: tuple(p.shape) for name, p in full.named_parameters(remove_duplicate=False)}
+        full_bytes = sum(p.nbytes for p in full.parameters())
+        largest = max(p.nbytes for p in full.parameters())
+        sharded = {name for name, (shape, _) in ranks[0]["shapes"].items() if shape != full_shapes[name]}
+        sharded_full_bytes = sum(p.nbytes for name, p in full.named_parameters(remove_duplicate=False) if name in sharded)
+        per_rank = [sum(rank["shapes"][name][1] for name in sharded) for rank in ranks]
+        assert any("q_proj" in n for n in sharded) and any("down_proj" in n for n in sharded) and "lm_head.weight" in sharded
+        assert sum(per_rank) == sharded_full_bytes  # a partition: together the ranks hold each slice once
+        assert all(0.4 < b / sharded_full_bytes < 0.6 for b in per_rank), (case, per_rank, sharded_full_bytes)
+        for rank in ranks:
+            assert rank["peak"] + largest < full_bytes, (case, rank["peak"], largest, full_bytes)
+        held = [sum(nbytes for _, nbytes in rank["shapes"].values()) for rank in ranks]
+        print(f"{case}: {len(list(path.glob('model-*')))} shards, full {full_bytes} B, per-rank peak "
+              f"{[rank['peak'] for rank in ranks]} B, held after loading {held} B")  # README figures (pytest -s)
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # Llama-3.1-70B's config.json
+YARN_ROPE = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768}  # Qwen3 long context
+
+
+@pytest.mark.parametrize("config", [
+    LlamaConfig(hidden_size=128, num_attention_heads=4, num_hidden_layers=1, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE),
+    Qwen3Config(hidden_size=128, num_attention_heads=4, head_dim=32, num_hidden_layers=1, max_position_embeddings=131072, rope_parameters=YARN_ROPE),
+    Qwen3Config(hidden_size=128, num_attention_heads=4, head_dim=32, num_hidden_layers=1),
+], ids=["llama3", "yarn", "default"])
+def test_rotary_buffers_of_a_meta_built_model_are_recreated_like_a_normal_build(config) -> None:
+    reference = AutoModelForCausalLM.from_config(config).model.rotary_emb
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    recreate_rotary_buffers(model, "cpu")
+    rotary = model.model.rotary_emb
+    torch.testing.assert_close(rotary.inv_freq, reference.inv_freq, rtol=0, atol=0)
+    torch.testing.assert_close(rotary.original_inv_freq, reference.original_inv_freq, rtol=0, atol=0)
+    assert rotary.attention_scaling == reference.attention_scaling

@@ -1,0 +1,121 @@
+"""jobs/submit.py: a speculab run submitted through the Ray Jobs API to a real local cluster.
+
+The test starts its own head (`ray start --head --block` on 127.0.0.1 with free ports and a
+private temp dir) in a new process group and ends only that group, so Ray clusters of
+other processes on the machine are untouched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import pytest
+from support.models import REPO  # noqa: E402
+
+
+def load_submit():
+    spec = importlib.util.spec_from_file_location("submit", REPO / "jobs" / "submit.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+submit = load_submit()
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_entrypoint_attaches_to_the_jobs_cluster_and_keeps_user_keys() -> None:
+    command = submit.entrypoint(["algorithm.K=2", "tracking.uri=http://mlflow:5000"], "sqlite:////x/mlflow.db")
+    assert command == "python -m speculab.cli algorithm.K=2 tracking.uri=http://mlflow:5000 cluster.address=auto"
+    assert submit.default_tracking_uri("http://127.0.0.1:8265") == f"sqlite:///{REPO / 'mlflow.db'}"
+    assert submit.default_tracking_uri("http://head.example:8265") is None
+    assert {".venv", ".git", "mlflow.db", "mlruns", "outputs", "multirun"} <= set(submit.runtime_env()["excludes"])
+
+
+@pytest.fixture
+def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A Ray head of this test only, on 127.0.0.1 without token auth; yields its Jobs API address."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on when ~/.ray/auth_token exists
+    gcs, dashboard, agent, metrics, grpc, runtime_env, nm, om = free_ports(8)
+    worker_low = 20000 + (os.getpid() % 200) * 100  # a worker port range unlikely to collide
+    temp_dir = tempfile.mkdtemp(prefix="ray_sl_", dir="/tmp")  # short: Ray's socket paths have a length limit
+    command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+               f"--port={gcs}", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
+               f"--dashboard-agent-listen-port={agent}",
+               f"--metrics-export-port={metrics}", f"--dashboard-agent-grpc-port={grpc}",
+               f"--runtime-env-agent-port={runtime_env}", f"--node-manager-port={nm}", f"--object-manager-port={om}",
+               f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
+               f"--temp-dir={temp_dir}", "--num-cpus=3", "--include-dashboard=true", "--disable-usage-stats"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": "", "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}  # the job must find speculab in its uploaded working dir
+    head = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    address = f"http://127.0.0.1:{dashboard}"
+    try:
+        yield address
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # this head's process group only
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+        time.sleep(2)
+        leftovers = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
+        for pid in leftovers:  # raylet children of this head only (their command lines name its temp dir)
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def wait_for_jobs_api(address: str, timeout_s: float = 90) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            JobSubmissionClient(address).list_jobs()
+            return
+        except Exception:  # the dashboard is still starting
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+@pytest.mark.slow
+def test_a_job_submitted_to_a_local_cluster_produces_an_mlflow_run(local_ray_head: str, tmp_path: Path) -> None:
+    wait_for_jobs_api(local_ray_head)
+    store = tmp_path / "mlflow.db"
+    overrides = ["dataset.num_prompts=1", "sampling.max_new_tokens=8", "baseline=false", "runtime.torch_threads=1",
+                 "tracking.experiment=jobs-test",
+                 "cluster.plan_prompt_tokens=512"]  # a key main's installed copy lacks: speculab must come from the upload
+    assert submit.main(["--address", local_ray_head, "--tracking-uri", f"sqlite:///{store}",
+                        "--no-wait", "--", *overrides]) == 0
+
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(local_ray_head)
+    (job,) = client.list_jobs()
+    status = submit.follow(client, job.submission_id, poll_s=1, timeout_s=400)
+    logs = client.get_job_logs(job.submission_id)
+    assert status == JobStatus.SUCCEEDED, logs
+    assert "block_efficiency" in logs
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    runs = mlflow.search_runs(experiment_names=["jobs-test"])
+    assert len(runs) == 1 and runs["metrics.block_efficiency"].iloc[0] >= 1

@@ -1,0 +1,28 @@
+"""The `speculab` command in a subprocess, and the MLflow runs it wrote."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+
+
+def speculab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def small_run(pair: tuple[Path, Path], store: Path) -> list[str]:
+    return [
+        f"model.target_path={pair[0]}",
+        f"model.draft_path={pair[1]}",
+        "dataset.num_prompts=2",
+        "sampling.max_new_tokens=8",
+        f"tracking.uri=sqlite:///{store}",
+    ]
+
+
+def runs(store: Path) -> list[mlflow.entities.Run]:
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    return mlflow.search_runs(experiment_names=["speculab"], output_format="list")

@@ -1,0 +1,85 @@
+"""Every conf/ preset composes; cluster x model presets are accepted or refused as planned.
+
+Checkpoints are fake: a Hugging Face cache holding only config.json per hub id (the real
+models' architecture numbers, tests/hub_configs.py), so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+from speculab.config import ConfigError, checkpoint_dir, validate
+from support.hub_configs import HUB_CONFIGS
+from test_config import CONF, load
+
+MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "tiny-pycode")
+CLUSTERS = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
+# Weights alone need 32.9 GiB (a TP=4 shard of 70B) + 15.0 GiB (the 8B draft beside it) on one 48 GiB A6000.
+REFUSED = {("llama3-70b_8b", "a6000x4"): "does not fit"}
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An HF hub cache (models--org--name/refs/main, snapshots/<sha>/) with a config.json per preset model."""
+    sha = "0" * 40
+    for hub_id, config in HUB_CONFIGS.items():
+        repo = tmp_path / f"models--{hub_id.replace('/', '--')}"
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text(sha)
+        (repo / "snapshots" / sha).mkdir(parents=True)
+        (repo / "snapshots" / sha / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_every_preset_model_is_a_known_architecture() -> None:
+    for model in MODELS:
+        cfg = load([f"model={model}"]).model
+        assert {cfg.target_id, cfg.draft_id} <= set(HUB_CONFIGS), model
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("model", MODELS)
+def test_preset_pairs_on_preset_clusters(hub_cache: Path, model: str, cluster: str) -> None:
+    cfg = load([f"model={model}", f"cluster={cluster}"])
+    refusal = REFUSED.get((model, cluster))
+    if refusal is None:
+        validate(cfg)
+    else:
+        with pytest.raises(ConfigError, match=refusal):
+            validate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model=qwen3-coder-30b-a3b_dflash", "cluster=h200x8", "cluster.tp_size=8", "cluster.draft_gpu=0.5"],
+         "cluster.tp_size=8: must divide the 32 attention heads and 4 KV heads"),
+        (["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_gpu=1"], "> cluster.num_gpus=4"),
+        (["model=llama3-70b_8b", "cluster=h200x8", "cluster.tp_size=1", "sampling.batch_size=16"], "does not fit"),
+    ],
+)
+def test_preset_overrides_that_cannot_work_are_refused(hub_cache: Path, overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        validate(load(overrides))
+
+
+def test_a_local_path_wins_over_the_hub_id(hub_cache: Path, tmp_path: Path) -> None:
+    local = tmp_path / "local-opt"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps(HUB_CONFIGS["facebook/opt-6.7b"]))
+    cfg = load(["model=opt-6.7b_125m", f"model.target_path={local}"]).model
+    assert checkpoint_dir(cfg, "target") == local
+    assert checkpoint_dir(cfg, "draft").parts[-3:-1] == ("models--facebook--opt-125m", "snapshots")
+
+
+def test_a_model_missing_from_the_cache_says_how_to_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError) as err:
+        validate(load(["model=qwen3-32b_0.6b"]))
+    message = str(err.value)
+    assert "model.target_id='Qwen/Qwen3-32B'" in message and "hf download Qwen/Qwen3-32B" in message
+    assert "model.draft_path=DIR" in message
