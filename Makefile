@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.*
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench install clean
+.PHONY: demo test test-fast lint bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install "$(TORCH_SPEC)"
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[test,lint]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,6 +28,18 @@ test: $(STAMP)
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# ruff (lint + format check) over the code, mypy over the package; CI runs this before the tests.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check platform tests benchmarks jobs
+	$(VENV)/bin/ruff format --check platform tests benchmarks jobs
+	$(VENV)/bin/mypy
+
+# The quick benchmarks (a few minutes on 2 cores): verifier times, OT solvers, DDTree build times.
+bench: $(STAMP)
+	PYTHONPATH=platform $(PY) benchmarks/verify.py --quick --threads 1
+	PYTHONPATH=platform $(PY) benchmarks/ot_solvers.py --quick
+	PYTHONPATH=platform $(PY) benchmarks/ddtree.py --skip-e2e --repeats 3
 
 clean:
 	rm -rf $(VENV) mlflow.db mlruns outputs multirun

@@ -21,6 +21,8 @@ import time
 import torch
 from rich.console import Console
 from rich.table import Table
+from transformers import AutoTokenizer
+
 from speculab.config import resolve_path
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.best_first import best_first_tree, best_first_tree_reference
@@ -30,7 +32,6 @@ from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
 from speculab.verify.ddtree_walk import ddtree_walk
-from transformers import AutoTokenizer
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
 
@@ -62,8 +63,14 @@ def build_table(repeats: int) -> Table:
             for budget in BUDGETS:
                 fast = median_ms(lambda: best_first_tree(q, root, budget), repeats)
                 ref = median_ms(lambda: best_first_tree_reference(q, root, budget), repeats)
-                table.add_row(f"{vocab // 1000}k", str(length), str(budget), f"{fast[0]:.2f} / {fast[1]:.2f}",
-                              f"{ref[0]:.2f} / {ref[1]:.2f}", f"{ref[1] / fast[1]:.1f}x")
+                table.add_row(
+                    f"{vocab // 1000}k",
+                    str(length),
+                    str(budget),
+                    f"{fast[0]:.2f} / {fast[1]:.2f}",
+                    f"{ref[0]:.2f} / {ref[1]:.2f}",
+                    f"{ref[1] / fast[1]:.1f}x",
+                )
     return table
 
 
@@ -72,15 +79,40 @@ def e2e_table(args: argparse.Namespace) -> Table:
     tokenizer = AutoTokenizer.from_pretrained(root / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
     target = TreeTarget(LMSpec("hf", str(root / "target")))
-    sources = {"block": DraftModel(LMSpec("block", str(root / "block"))), "ar_marginals": DraftModel(LMSpec("hf", str(root / "draft")))}
-    table = Table(title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, L={args.L}, batch 1, "
-                        f"{torch.get_num_threads()} threads")
-    for column in ("T", "drafter", "tree", "tau (incl. bonus)", "nodes", "build ms/round", "tokens/s", "vs AR", "vs chain"):
+    sources = {
+        "block": DraftModel(LMSpec("block", str(root / "block"))),
+        "ar_marginals": DraftModel(LMSpec("hf", str(root / "draft"))),
+    }
+    table = Table(
+        title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, L={args.L}, batch 1, "
+        f"{torch.get_num_threads()} threads"
+    )
+    for column in (
+        "T",
+        "drafter",
+        "tree",
+        "tau (incl. bonus)",
+        "nodes",
+        "build ms/round",
+        "tokens/s",
+        "vs AR",
+        "vs chain",
+    ):
         table.add_column(column, justify="right")
     for temperature in (0.0, 1.0):
         s = DecodeSettings(1, args.L, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id)
         ar = autoregressive(target, prompts, s)
-        table.add_row(f"{temperature:g}", "-", "autoregressive", "1.00", "1", "-", f"{summarize(ar)['tokens_per_s']:.1f}", "1.00x", "-")
+        table.add_row(
+            f"{temperature:g}",
+            "-",
+            "autoregressive",
+            "1.00",
+            "1",
+            "-",
+            f"{summarize(ar)['tokens_per_s']:.1f}",
+            "1.00x",
+            "-",
+        )
         for name, source in sources.items():
             chain = None
             for budget in (0, *args.budgets):
@@ -89,9 +121,17 @@ def e2e_table(args: argparse.Namespace) -> Table:
                 m = summarize(run, ar)
                 chain = chain or m
                 build_ms = 1000 * m["time_tree_build_s"] / m["target_calls"]
-                table.add_row(f"{temperature:g}", name, "chain" if budget == 0 else f"B={budget}", f"{m['accepted_mean'] + 1:.2f}",
-                              f"{m['tree_nodes_mean']:.0f}", f"{build_ms:.2f}", f"{m['tokens_per_s']:.1f}",
-                              f"{m['speedup_vs_ar']:.2f}x", f"{m['tokens_per_s'] / chain['tokens_per_s']:.2f}x")
+                table.add_row(
+                    f"{temperature:g}",
+                    name,
+                    "chain" if budget == 0 else f"B={budget}",
+                    f"{m['accepted_mean'] + 1:.2f}",
+                    f"{m['tree_nodes_mean']:.0f}",
+                    f"{build_ms:.2f}",
+                    f"{m['tokens_per_s']:.1f}",
+                    f"{m['speedup_vs_ar']:.2f}x",
+                    f"{m['tokens_per_s'] / chain['tokens_per_s']:.2f}x",
+                )
     return table
 
 

@@ -14,6 +14,8 @@ import argparse
 import torch
 from rich.console import Console
 from rich.table import Table
+from transformers import AutoTokenizer
+
 from speculab.algorithms import get_verifier
 from speculab.config import resolve_path
 from speculab.data import encode_prompt, load_prompts
@@ -21,7 +23,6 @@ from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
-from transformers import AutoTokenizer
 
 
 def main() -> None:
@@ -39,20 +40,40 @@ def main() -> None:
     target = TreeTarget(LMSpec("hf", str(root / "target")))
     drafter = DraftModel(LMSpec("hf", str(root / "draft")))
 
-    table = Table(title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, batch 1, {torch.get_num_threads()} threads")
+    table = Table(
+        title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, batch 1, "
+        f"{torch.get_num_threads()} threads"
+    )
     for column in ("T", "method", "L", "tokens/s", "ms/token", "block eff.", "speedup vs AR"):
         table.add_column(column, justify="right")
     for temperature in (0.0, 1.0):
         settings = DecodeSettings(1, 0, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id)
         ar = autoregressive(target, prompts, settings)
         m = summarize(ar)
-        table.add_row(f"{temperature:g}", "autoregressive", "-", f"{m['tokens_per_s']:.1f}", f"{m['ms_per_token']:.2f}", "1.00", "1.00")
+        table.add_row(
+            f"{temperature:g}",
+            "autoregressive",
+            "-",
+            f"{m['tokens_per_s']:.1f}",
+            f"{m['ms_per_token']:.2f}",
+            "1.00",
+            "1.00",
+        )
         for method in ("token", "block"):
             for length in (2, 4, 8):
-                s = DecodeSettings(1, length, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id)
+                s = DecodeSettings(
+                    1, length, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id
+                )
                 m = summarize(decode(target, drafter, get_verifier(method), prompts, s), ar)
-                table.add_row(f"{temperature:g}", f"{method} SD", str(length), f"{m['tokens_per_s']:.1f}",
-                              f"{m['ms_per_token']:.2f}", f"{m['block_efficiency']:.2f}", f"{m['speedup_vs_ar']:.2f}x")
+                table.add_row(
+                    f"{temperature:g}",
+                    f"{method} SD",
+                    str(length),
+                    f"{m['tokens_per_s']:.1f}",
+                    f"{m['ms_per_token']:.2f}",
+                    f"{m['block_efficiency']:.2f}",
+                    f"{m['speedup_vs_ar']:.2f}x",
+                )
     Console().print(table)
 
 

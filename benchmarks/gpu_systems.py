@@ -27,6 +27,9 @@ from pathlib import Path
 import torch
 from rich.console import Console
 from rich.table import Table
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
+
 from speculab.algorithms import get_verifier
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams
@@ -34,8 +37,6 @@ from speculab.drafting.tree import DraftTree
 from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.utils import logging as hf_logging
 
 # (hidden, layers, heads, kv heads, intermediate): Llama-3-8B's shape, a 0.6B-class draft, and CPU-sized ones.
 SHAPES = {
@@ -48,8 +49,15 @@ TREE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 def save_random_llama(path: Path, shape: tuple[int, ...], vocab: int, dtype: torch.dtype, seed: int) -> int:
     """A random-weight Llama checkpoint at path; returns its parameter count."""
     hidden, layers, heads, kv_heads, intermediate = shape
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                         num_key_value_heads=kv_heads, intermediate_size=intermediate, max_position_embeddings=8192)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=intermediate,
+        max_position_embeddings=8192,
+    )
     torch.manual_seed(seed)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # build in the target dtype: an 8B model in float32 would need 32 GB
@@ -83,8 +91,12 @@ def random_tree(num_nodes: int, vocab: int, gen: torch.Generator, device: str) -
     for i in range(1, num_nodes):
         depth[i] = depth[parents[i]] + 1
     tokens = torch.randint(0, vocab, (1, num_nodes), generator=gen).to(device)  # [1, N]
-    return DraftTree(tokens, torch.tensor([parents], device=device), torch.tensor([depth], device=device),
-                     torch.ones(1, num_nodes, dtype=torch.bool, device=device))
+    return DraftTree(
+        tokens,
+        torch.tensor([parents], device=device),
+        torch.tensor([depth], device=device),
+        torch.ones(1, num_nodes, dtype=torch.bool, device=device),
+    )
 
 
 def tree_pass_table(target: TreeTarget, context: list[int], vocab: int, device: str, repeats: int) -> Table:
@@ -114,6 +126,7 @@ def draft_table(drafter: DraftModel, context: list[int], length: int, device: st
     root = torch.tensor([context[-1]], device=device)
     none_kept = torch.empty(1, 0, dtype=torch.long, device=device)
     for k in (1, 2, 4, 8):
+
         def one_round() -> None:
             sample_iid_paths(drafter.lm, root, root_logits, k, length, SamplingParams(1.0, 0, 1.0), drafter.rng)
             drafter.lm.commit(none_kept)
@@ -124,15 +137,38 @@ def draft_table(drafter: DraftModel, context: list[int], length: int, device: st
 
 
 def split_table(target: TreeTarget, drafter: DraftModel, prompts: list[list[int]], max_new: int) -> Table:
-    table = Table("verifier", "K", "ms / token", "share draft", "share target", "share verify", "share other",
-                  "tree nodes", "KV MB target", "KV MB draft")
+    table = Table(
+        "verifier",
+        "K",
+        "ms / token",
+        "share draft",
+        "share target",
+        "share verify",
+        "share other",
+        "tree nodes",
+        "KV MB target",
+        "KV MB draft",
+    )
     for name, k in (("block", 1), ("gbv", 2), ("gbv", 4)):
-        settings = DecodeSettings(num_paths=k, length=8, sampling=SamplingParams(1.0, 0, 1.0),
-                                  max_new_tokens=max_new, batch_size=1, seed=0, eos_token_id=None)
+        settings = DecodeSettings(
+            num_paths=k,
+            length=8,
+            sampling=SamplingParams(1.0, 0, 1.0),
+            max_new_tokens=max_new,
+            batch_size=1,
+            seed=0,
+            eos_token_id=None,
+        )
         m = summarize(decode(target, drafter, get_verifier(name), prompts, settings))
-        table.add_row(name, str(k), f"{m['ms_per_token']:.1f}", *(f"{m[f'share_{p}']:.2f}" for p in
-                      ("draft", "target", "verify", "other")), f"{m['tree_nodes_mean']:.1f}",
-                      f"{m['kv_peak_mb_target']:.1f}", f"{m['kv_peak_mb_draft']:.1f}")
+        table.add_row(
+            name,
+            str(k),
+            f"{m['ms_per_token']:.1f}",
+            *(f"{m[f'share_{p}']:.2f}" for p in ("draft", "target", "verify", "other")),
+            f"{m['tree_nodes_mean']:.1f}",
+            f"{m['kv_peak_mb_target']:.1f}",
+            f"{m['kv_peak_mb_draft']:.1f}",
+        )
     return table
 
 
@@ -159,8 +195,10 @@ def main() -> None:
         n_draft = save_random_llama(Path(tmp, "draft"), draft_shape, vocab, getattr(torch, dtype), seed=2)
         target = TreeTarget(LMSpec("hf", str(Path(tmp, "target")), dtype, device))
         drafter = DraftModel(LMSpec("hf", str(Path(tmp, "draft")), dtype, device))
-    console.print(f"{where}; {dtype}; target {n_target / 1e9:.2f}B params {target_shape}, draft "
-                  f"{n_draft / 1e9:.3f}B {draft_shape}, vocab {vocab}; context {context_len} tokens")
+    console.print(
+        f"{where}; {dtype}; target {n_target / 1e9:.2f}B params {target_shape}, draft "
+        f"{n_draft / 1e9:.3f}B {draft_shape}, vocab {vocab}; context {context_len} tokens"
+    )
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, vocab, (context_len,), generator=gen).tolist() for _ in range(2)]
     console.print(tree_pass_table(target, prompts[0], vocab, device, args.repeats))

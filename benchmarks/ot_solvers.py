@@ -9,8 +9,9 @@ on the same tokens; then the best mean alpha* each solver reaches under 10 and 1
 token (Table 2; a failed global-resolution token is re-solved by LP and pays both times, as in
 Sec. 7.2). Token distributions are synthetic (correlated softmax of Gaussian logits) and, with
 --model-pair, next-token distributions of a local HF target/draft pair at T = 1. q is top-k
-truncated (App. N). A solver that exceeds its per-cell budget stops early and is reported as a lower bound ("> t"); one predicted to need more than the budget for a single
-token (from its time per relaxed-OTLP variable on smaller cells) is "not run".
+truncated (App. N). A solver that exceeds its per-cell budget stops early and is reported as a
+lower bound ("> t"); one predicted to need more than the budget for a single token (from its
+time per relaxed-OTLP variable on smaller cells) is "not run".
 
 With --e2e-prompts, instead: block efficiency of `spectr` with every node rule at K in {2, 3, 4},
 L = 4, T = 1 on the shipped tiny pair (HumanEval prompts, inline, batch 1), the draft top-k
@@ -35,6 +36,7 @@ from math import comb  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+
 from speculab.algorithms import SPECTR_NODE_RULES  # noqa: E402
 from speculab.verify.ot import optimal_acceptance  # noqa: E402
 from speculab.verify.ot.global_resolution import solve_global_resolution  # noqa: E402
@@ -222,6 +224,8 @@ def benchmark(pairs: list, grid: list, tokens_per_cell: int, budget_s: float, gr
 def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: list[str]) -> str:
     """Markdown table: spectr block efficiency and verify ms per round for each node rule."""
     import torch
+    from transformers import AutoTokenizer
+
     from speculab.algorithms import get_verifier
     from speculab.config import resolve_path
     from speculab.data import encode_prompt, load_prompts
@@ -229,7 +233,6 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: 
     from speculab.engine import DecodeSettings, decode
     from speculab.models import DraftModel, LMSpec, TreeTarget
     from speculab.tracking.metrics import summarize
-    from transformers import AutoTokenizer
 
     torch.set_num_threads(1)
     root = resolve_path("assets/tiny-pycode")
@@ -240,11 +243,14 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: 
     for rule in rules:
         row = [rule]
         for paths in (2, 3, 4):
-            settings = DecodeSettings(paths, 4, SamplingParams(1.0, top_k), max_new_tokens, 1, seed,
-                                      tokenizer.eos_token_id)
+            settings = DecodeSettings(
+                paths, 4, SamplingParams(1.0, top_k), max_new_tokens, 1, seed, tokenizer.eos_token_id
+            )
             run = decode(target, drafter, get_verifier("spectr", rule), encoded, settings)
             metrics = summarize(run)
-            row.append(f"{metrics['block_efficiency']:.2f} ({1e3 * metrics['time_verify_s'] / metrics['target_calls']:.1f} ms)")
+            row.append(
+                f"{metrics['block_efficiency']:.2f} ({1e3 * metrics['time_verify_s'] / metrics['target_calls']:.1f} ms)"
+            )
             print(rule, paths, row[-1], flush=True)
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -256,8 +262,12 @@ def main() -> None:
     parser.add_argument("--model-pair", type=Path, help="directory with target/ and draft/ HF checkpoints")
     parser.add_argument("--tokens", type=int, help="token instances per cell (default 40, quick 10)")
     parser.add_argument("--budget-s", type=float, help="time budget per solver and cell (default 30, quick 5)")
-    parser.add_argument("--columns", choices=["sets", "tuples"], default="sets",
-                        help="exact solvers on set-grouped columns (App. K) or the k^n tuples of eq. 2")
+    parser.add_argument(
+        "--columns",
+        choices=["sets", "tuples"],
+        default="sets",
+        help="exact solvers on set-grouped columns (App. K) or the k^n tuples of eq. 2",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--e2e-prompts", type=int, help="run the end-to-end spectr node-rule table instead")
     parser.add_argument("--e2e-top-k", type=int, default=10)
@@ -265,8 +275,10 @@ def main() -> None:
     parser.add_argument("--e2e-rules", nargs="+", default=list(SPECTR_NODE_RULES), choices=SPECTR_NODE_RULES)
     args = parser.parse_args()
     if args.e2e_prompts:
-        print(f"spectr on tiny-pycode, {args.e2e_prompts} HumanEval prompts x {args.e2e_max_new_tokens} tokens, "
-              f"L=4, T=1, draft top-k {args.e2e_top_k}: block efficiency (verify ms per round)\n")
+        print(
+            f"spectr on tiny-pycode, {args.e2e_prompts} HumanEval prompts x {args.e2e_max_new_tokens} tokens, "
+            f"L=4, T=1, draft top-k {args.e2e_top_k}: block efficiency (verify ms per round)\n"
+        )
         print(end_to_end(args.e2e_prompts, args.e2e_max_new_tokens, args.e2e_top_k, args.seed, args.e2e_rules))
         return
     grid = QUICK_GRID if args.quick else FULL_GRID

@@ -17,13 +17,14 @@ import itertools
 import signal
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
+
 from speculab.algorithms import PATH_ALGORITHMS, get_reference, get_verifier
 from speculab.verify.decisions import generator_decisions
 
@@ -37,8 +38,7 @@ class Inputs:
     q: torch.Tensor  # [B, K, L, V] float32 draft distributions
 
 
-def random_inputs(batch: int, paths: int, length: int, vocab: int, device: torch.device,
-                  seed: int = 0) -> Inputs:
+def random_inputs(batch: int, paths: int, length: int, vocab: int, device: torch.device, seed: int = 0) -> Inputs:
     """Peaked random distributions (softmax of scaled normals) and paths drawn from q."""
     gen = torch.Generator(device=device).manual_seed(seed)
     p = torch.softmax(torch.randn(batch, paths, length + 1, vocab, generator=gen, device=device) * 3, -1)
@@ -65,6 +65,7 @@ def wall_ms(run: Callable[[], object], device: torch.device, budget_s: float = 1
 
 def limited_ms(run: Callable[[], object], seconds: int) -> float | None:
     """One timed call of ``run`` in ms, or None if it did not finish within ``seconds``."""
+
     def expire(signum: int, frame: object) -> None:
         raise TimeoutError
 
@@ -82,10 +83,11 @@ def limited_ms(run: Callable[[], object], seconds: int) -> float | None:
 
 
 # ps [L+1, V]; qs [L, V]; drafts [L]
-def block_verification_appendix_a(ps: np.ndarray, qs: np.ndarray, drafts: np.ndarray,
-                                  rng: np.random.Generator) -> list[int]:
+def block_verification_appendix_a(
+    ps: np.ndarray, qs: np.ndarray, drafts: np.ndarray, rng: np.random.Generator
+) -> list[int]:
     """BV paper App. A sketch of block verification (Alg. 2), its typos fixed, nothing optimised."""
-    draft_length, vocab_size = qs.shape
+    vocab_size = qs.shape[1]
     qs = np.concatenate([qs, np.zeros((1, vocab_size), qs.dtype)])  # append a zero vector
     token_sequence: list[int] = []
     accept_probability = 1.0
@@ -124,6 +126,7 @@ def batched_call(name: str, inputs: Inputs) -> Callable[[], object]:
 
     def run() -> None:
         pending[0] = verifier(inputs.paths, inputs.p, inputs.q, rng=rng, carry=pending[0]).carry
+
     return run
 
 
@@ -149,8 +152,9 @@ def main() -> None:
     parser.add_argument("--verifiers", default=",".join(PATH_ALGORITHMS))
     parser.add_argument("--reference-vocab", type=int, default=4096)
     parser.add_argument("--reference-seconds", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (on a shared machine 1 avoids stalls at every op)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch CPU threads (on a shared machine 1 avoids stalls at every op)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -163,8 +167,18 @@ def main() -> None:
         grid = list(itertools.product((1, 8, 64), (1, 2, 4), (4, 8), (32768, 131072)))
         reference_grid = list(itertools.product((1,), (1, 2, 4), (4, 8), (args.reference_vocab,)))
     table = Table(title=f"verification ms per round on {device} ({torch.get_num_threads()} threads)")
-    for column in ("verifier", "B", "K", "L", "V", "batched ms", "reference ms", "ref/batched",
-                   "numpy BV ms", "numpy/batched"):
+    for column in (
+        "verifier",
+        "B",
+        "K",
+        "L",
+        "V",
+        "batched ms",
+        "reference ms",
+        "ref/batched",
+        "numpy BV ms",
+        "numpy/batched",
+    ):
         table.add_column(column, justify="left" if column == "verifier" else "right")
     for point in reference_grid + grid:
         batch, paths, length, vocab = point
@@ -172,10 +186,18 @@ def main() -> None:
         baseline = wall_ms(numpy_baseline(inputs), torch.device("cpu"))
         for name in names:
             batched = wall_ms(batched_call(name, inputs), device)
-            reference = limited_ms(reference_call(name, inputs), args.reference_seconds) \
-                if point in reference_grid else None
-            table.add_row(name, *map(str, point), ms(batched), ms(reference), ratio(reference, batched),
-                          ms(baseline), ratio(baseline, batched))
+            reference = (
+                limited_ms(reference_call(name, inputs), args.reference_seconds) if point in reference_grid else None
+            )
+            table.add_row(
+                name,
+                *map(str, point),
+                ms(batched),
+                ms(reference),
+                ratio(reference, batched),
+                ms(baseline),
+                ratio(baseline, batched),
+            )
         del inputs
     Console(width=160).print(table)
 

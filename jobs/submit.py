@@ -25,8 +25,22 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 REPO = Path(__file__).resolve().parents[1]
 # gitignore-style patterns left out of the upload (Ray caps a working dir at 500 MiB).
-EXCLUDES = [".venv", ".git", "mlflow.db", "mlruns", "outputs", "multirun", ".pytest_cache", "**/__pycache__",
-            "*.bin", "*.pt", "*.pth", "*.gguf", "checkpoints/", "weights/"]
+EXCLUDES = [
+    ".venv",
+    ".git",
+    "mlflow.db",
+    "mlruns",
+    "outputs",
+    "multirun",
+    ".pytest_cache",
+    "**/__pycache__",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.gguf",
+    "checkpoints/",
+    "weights/",
+]
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TERMINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
@@ -71,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     uri = args.tracking_uri or default_tracking_uri(args.address)
     if uri is None:
-        parser.error(f"--tracking-uri is required for a remote cluster ({args.address}): an `mlflow server` URI "
-                     "the cluster reaches, or sqlite:////absolute/path on its shared filesystem")
+        parser.error(
+            f"--tracking-uri is required for a remote cluster ({args.address}): an `mlflow server` URI "
+            "the cluster reaches, or sqlite:////absolute/path on its shared filesystem"
+        )
     client = JobSubmissionClient(args.address)
     job_id = client.submit_job(entrypoint=entrypoint(args.overrides, uri, args.python), runtime_env=runtime_env())
     print(f"submitted {job_id}; MLflow: {uri}")

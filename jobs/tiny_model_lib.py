@@ -13,9 +13,9 @@ import math
 import statistics
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -234,23 +234,30 @@ def run_loop(
         elapsed = time.perf_counter() - t0
         progress = max(step / sched.steps, elapsed / sched.max_seconds if sched.max_seconds > 0 else 0.0)
         if step % 25 == 1 or progress >= 1.0:
-            log(f"[{name}] step {step:5d}/{sched.steps} loss {loss.item():.4f} ema {ema:.4f} "
+            log(
+                f"[{name}] step {step:5d}/{sched.steps} loss {loss.item():.4f} ema {ema:.4f} "
                 f"lr {opt.param_groups[0]['lr']:.2e} {step * sched.batch * sched.seq_len / elapsed:,.0f} tok/s "
-                f"{elapsed / 60:.1f} min, progress {progress:.2f}")
+                f"{elapsed / 60:.1f} min, progress {progress:.2f}"
+            )
     model.eval()
     return {"steps_done": step, "train_s": time.perf_counter() - t0, "final_loss_ema": ema}
 
 
 def lm_loss(model: LlamaForCausalLM) -> Callable[[torch.Tensor], torch.Tensor]:
     """Next-token cross-entropy on a window (inputs window[:, :-1], labels window[:, 1:])."""
+
     def fn(window: torch.Tensor) -> torch.Tensor:
         logits = model(window[:, :-1]).logits
         return F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten())
+
     return fn
 
 
-def distill_loss(draft: LlamaForCausalLM, target: LlamaForCausalLM, ce_weight: float) -> Callable[[torch.Tensor], torch.Tensor]:
+def distill_loss(
+    draft: LlamaForCausalLM, target: LlamaForCausalLM, ce_weight: float
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """KL(target || draft) on the fly, plus `ce_weight` x next-token cross-entropy."""
+
     def fn(window: torch.Tensor) -> torch.Tensor:
         inputs = window[:, :-1]
         with torch.no_grad():
@@ -260,6 +267,7 @@ def distill_loss(draft: LlamaForCausalLM, target: LlamaForCausalLM, ce_weight: f
         if ce_weight > 0:
             loss = loss + ce_weight * F.cross_entropy(d_logits.float().flatten(0, 1), window[:, 1:].flatten())
         return loss
+
     return fn
 
 
@@ -273,7 +281,9 @@ def eval_windows(stream: torch.Tensor, length: int, limit: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def heldout_metrics(target: LlamaForCausalLM, draft: LlamaForCausalLM, windows: torch.Tensor, batch: int = 4) -> dict[str, float]:
+def heldout_metrics(
+    target: LlamaForCausalLM, draft: LlamaForCausalLM, windows: torch.Tensor, batch: int = 4
+) -> dict[str, float]:
     """Perplexities, mean acceptance alpha = E[sum_x min(p, q)] at T=1, greedy agreement."""
     nll_t = nll_d = alpha = agree = 0.0
     count = 0
@@ -310,7 +320,14 @@ class _DecodeStep:
 
 
 @torch.inference_mode()
-def decode_ratio(target: LlamaForCausalLM, draft: LlamaForCausalLM, context: torch.Tensor, calls: int, block: int = 20, warmup: int = 20) -> dict[str, float]:
+def decode_ratio(
+    target: LlamaForCausalLM,
+    draft: LlamaForCausalLM,
+    context: torch.Tensor,
+    calls: int,
+    block: int = 20,
+    warmup: int = 20,
+) -> dict[str, float]:
     """Median ms of a single-token forward (batch 1, KV cache at len(context)) for each
     model and their ratio. The models take turns in blocks of `block` consecutive calls, so
     that load from other processes hits both alike while each runs with warm caches, as a
@@ -362,16 +379,26 @@ def token_sd_efficiency(
         produced = 0
         while produced < new_tokens:
             # draft: feed every committed token it has not seen, then sample L tokens
-            d_in = seq[d_cache.get_seq_length():]
+            d_in = seq[d_cache.get_seq_length() :]
             drafted, qs = [], []
             for _ in range(draft_len):
-                q = draft(torch.tensor([d_in]), past_key_values=d_cache, use_cache=True).logits[0, -1].float().softmax(-1)
+                q = (
+                    draft(torch.tensor([d_in]), past_key_values=d_cache, use_cache=True)
+                    .logits[0, -1]
+                    .float()
+                    .softmax(-1)
+                )
                 d_in = [_sample(q, gen)]
                 drafted.append(d_in[0])
                 qs.append(q)
             # target: one call over the last committed token and the drafted ones
             base = t_cache.get_seq_length()
-            p_all = target(torch.tensor([[seq[-1]] + drafted]), past_key_values=t_cache, use_cache=True).logits[0].float().softmax(-1)
+            p_all = (
+                target(torch.tensor([[seq[-1]] + drafted]), past_key_values=t_cache, use_cache=True)
+                .logits[0]
+                .float()
+                .softmax(-1)
+            )
             calls_total += 1
             accepted = 0
             for i, x in enumerate(drafted):

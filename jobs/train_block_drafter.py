@@ -29,8 +29,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tiny_model_lib as lib  # noqa: E402
-from train_tiny import load_corpus, save_pair  # noqa: E402
+import tiny_model_lib as lib
+from train_tiny import load_corpus, save_pair
 
 TARGET = Path("assets/tiny-pycode/target")
 
@@ -47,8 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=1300)
-    p.add_argument("--minutes", type=float, default=0.0,
-                   help="wall-time budget (0 = steps only, so the result does not depend on the machine's speed)")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="wall-time budget (0 = steps only, so the result does not depend on the machine's speed)",
+    )
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--max-file-bytes", type=int, default=300_000)
     p.add_argument("--heldout-every", type=int, default=50)
@@ -83,8 +87,9 @@ def training_mask(T: int, anchors: torch.Tensor, block: int) -> torch.Tensor:
     return allowed[:, None]
 
 
-def block_loss(drafter: LlamaForCausalLM, target: LlamaForCausalLM, args: argparse.Namespace,
-               mask_id: int, gen: torch.Generator):
+def block_loss(
+    drafter: LlamaForCausalLM, target: LlamaForCausalLM, args: argparse.Namespace, mask_id: int, gen: torch.Generator
+):
     S, G = args.block, args.blocks_per_window
 
     def fn(window: torch.Tensor) -> torch.Tensor:
@@ -119,21 +124,43 @@ def main(argv: list[str] | None = None) -> None:
     target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
     for param in target.parameters():
         param.requires_grad_(False)
-    train_texts, _, corpus = load_corpus(argparse.Namespace(max_file_bytes=args.max_file_bytes,
-                                                            heldout_every=args.heldout_every, smoke=args.smoke))
+    train_texts, _, corpus = load_corpus(
+        argparse.Namespace(max_file_bytes=args.max_file_bytes, heldout_every=args.heldout_every, smoke=args.smoke)
+    )
     stream = lib.encode_stream(tok, train_texts)
     drafter = block_drafter(target, args.layers)
     gen = torch.Generator().manual_seed(args.seed)
-    sched = lib.Schedule(args.steps, args.batch, args.seq_len, args.lr, warmup=min(100, args.steps // 10 + 1),
-                         max_seconds=args.minutes * 60)
-    stats = lib.run_loop(drafter, block_loss(drafter, target, args, tok.pad_token_id, gen), stream, sched, gen,
-                         lambda msg: print(msg, flush=True), "block")
+    sched = lib.Schedule(
+        args.steps,
+        args.batch,
+        args.seq_len,
+        args.lr,
+        warmup=min(100, args.steps // 10 + 1),
+        max_seconds=args.minutes * 60,
+    )
+    stats = lib.run_loop(
+        drafter,
+        block_loss(drafter, target, args, tok.pad_token_id, gen),
+        stream,
+        sched,
+        gen,
+        lambda msg: print(msg, flush=True),
+        "block",
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     save_pair(drafter, tok, args.out, torch.float16)
-    (args.out / "block.json").write_text(json.dumps({"mask_token_id": tok.pad_token_id, "block_size": args.block}) + "\n")
-    stats |= {"layers": args.layers, "block": args.block, "seed": args.seed, "python": corpus["python"],
-              "params": lib.num_params(drafter), "wall_min": (time.perf_counter() - start) / 60,
-              "command": "python jobs/train_block_drafter.py " + " ".join(sys.argv[1:] if argv is None else argv)}
+    (args.out / "block.json").write_text(
+        json.dumps({"mask_token_id": tok.pad_token_id, "block_size": args.block}) + "\n"
+    )
+    stats |= {
+        "layers": args.layers,
+        "block": args.block,
+        "seed": args.seed,
+        "python": corpus["python"],
+        "params": lib.num_params(drafter),
+        "wall_min": (time.perf_counter() - start) / 60,
+        "command": "python jobs/train_block_drafter.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    }
     (args.out / "train_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     print(f"saved {args.out}: {stats}", flush=True)
 

@@ -35,7 +35,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tiny_model_lib as lib  # noqa: E402
+import tiny_model_lib as lib
 
 T0 = time.perf_counter()
 
@@ -49,15 +49,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="output dir (default assets/tiny-pycode; a temp dir with --smoke)")
     p.add_argument("--smoke", action="store_true", help="tiny throwaway run on a corpus subset (< 60 s)")
-    p.add_argument("--eval-only", action="store_true", help="re-measure the pair already in --out (e.g. on a quiet machine)")
+    p.add_argument(
+        "--eval-only", action="store_true", help="re-measure the pair already in --out (e.g. on a quiet machine)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--context", type=int, default=1024, help="max_position_embeddings and tokenizer max length")
     p.add_argument("--max-file-bytes", type=int, default=300_000, help="skip larger (generated/data) files")
     p.add_argument("--heldout-every", type=int, default=50, help="hold out ~1/N files by path hash")
-    p.add_argument("--target", type=int, nargs=5, default=[256, 7, 4, 2, 704], metavar=("HIDDEN", "LAYERS", "HEADS", "KV", "FFN"))
-    p.add_argument("--draft", type=int, nargs=5, default=[256, 1, 4, 2, 704], metavar=("HIDDEN", "LAYERS", "HEADS", "KV", "FFN"))
+    p.add_argument(
+        "--target", type=int, nargs=5, default=[256, 7, 4, 2, 704], metavar=("HIDDEN", "LAYERS", "HEADS", "KV", "FFN")
+    )
+    p.add_argument(
+        "--draft", type=int, nargs=5, default=[256, 1, 4, 2, 704], metavar=("HIDDEN", "LAYERS", "HEADS", "KV", "FFN")
+    )
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch", type=int, default=4, help="target batch (sequences)")
     p.add_argument("--draft-batch", type=int, default=4)
@@ -145,17 +151,25 @@ def humaneval_prompts(tok, n: int) -> list[list[int]]:
 def write_readme(out: Path, stats: dict) -> None:
     """README for the asset dir, from the measured stats."""
     t, d, m = stats["target"], stats["draft"], stats["metrics"]
+    timing, seq = stats["timing"], stats["seq_len"]
+    token_efficiency = (1 - m["alpha_t1"] ** 5) / (1 - m["alpha_t1"])
     he = m.get("humaneval_token_sd_block_efficiency")
-    he_line = (f"| token-verification block efficiency, L={stats['humaneval']['draft_len']}, T=1, "
-               f"{stats['humaneval']['prompts']} HumanEval prompts x {stats['humaneval']['new_tokens']} new tokens "
-               f"(lower bound for block verification) | {he:.2f} |\n") if he else ""
+    he_line = (
+        (
+            f"| token-verification block efficiency, L={stats['humaneval']['draft_len']}, T=1, "
+            f"{stats['humaneval']['prompts']} HumanEval prompts x {stats['humaneval']['new_tokens']} new tokens "
+            f"(lower bound for block verification) | {he:.2f} |\n"
+        )
+        if he
+        else ""
+    )
     text = f"""# tiny-pycode: a tiny Llama target/draft pair for speculative decoding
 
 Two base causal LMs (`LlamaForCausalLM`, no chat template) trained by this project on the
-`.py` files of Python {stats['corpus']['python']}'s standard library, sharing one byte-level
-BPE tokenizer (vocabulary {stats['tokenizer']['vocab_size']}; `<|endoftext|>` is bos and eos
+`.py` files of Python {stats["corpus"]["python"]}'s standard library, sharing one byte-level
+BPE tokenizer (vocabulary {stats["tokenizer"]["vocab_size"]}; `<|endoftext|>` is bos and eos
 and starts every encoded text, `<|pad|>` pads). The draft is distilled from the target
-(KL(p_target || q_draft) at T=1). Weights are {stats['save_dtype']} safetensors; load with
+(KL(p_target || q_draft) at T=1). Weights are {stats["save_dtype"]} safetensors; load with
 
 ```python
 AutoModelForCausalLM.from_pretrained("assets/tiny-pycode/target", dtype=torch.float32)
@@ -164,29 +178,30 @@ AutoTokenizer.from_pretrained("assets/tiny-pycode/target")   # same files in dra
 
 | | target | draft |
 |---|---|---|
-| hidden / layers / heads / kv heads / ffn | {'/'.join(map(str, t['shape']))} | {'/'.join(map(str, d['shape']))} |
-| parameters (tied embeddings) | {t['params']:,} | {d['params']:,} |
-| held-out perplexity | {m['target_ppl']:.3f} | {m['draft_ppl']:.3f} |
-| decode step, batch 1, KV cache at {stats['timing']['context']} tokens, CPU {stats['timing']['threads']} threads, fp32 (median ms) | {m['target_decode_ms']:.2f} | {m['draft_decode_ms']:.2f} |
-| training steps x batch x seq | {t['steps_done']} x {t['batch']} x {stats['seq_len']} | {d['steps_done']} x {d['batch']} x {stats['seq_len']} |
-| training wall time | {t['train_s'] / 60:.1f} min | {d['train_s'] / 60:.1f} min |
+| hidden / layers / heads / kv heads / ffn | {"/".join(map(str, t["shape"]))} | {"/".join(map(str, d["shape"]))} |
+| parameters (tied embeddings) | {t["params"]:,} | {d["params"]:,} |
+| held-out perplexity | {m["target_ppl"]:.3f} | {m["draft_ppl"]:.3f} |
+| decode step, batch 1, KV cache at {timing["context"]} tokens, CPU {timing["threads"]} threads, fp32 (median ms) \
+| {m["target_decode_ms"]:.2f} | {m["draft_decode_ms"]:.2f} |
+| training steps x batch x seq | {t["steps_done"]} x {t["batch"]} x {seq} | {d["steps_done"]} x {d["batch"]} x {seq} |
+| training wall time | {t["train_s"] / 60:.1f} min | {d["train_s"] / 60:.1f} min |
 
 | pair metric | value |
 |---|---|
-| decode-step time ratio target / draft | {m['decode_ratio']:.2f} |
-| mean acceptance alpha = E[sum_x min(p, q)], T=1, held-out stdlib | {m['alpha_t1']:.3f} |
-| token-level SD block efficiency at L=4 from alpha, (1 - alpha^5) / (1 - alpha) | {(1 - m['alpha_t1'] ** 5) / (1 - m['alpha_t1']):.2f} |
-| greedy (T=0) top-1 agreement, held-out stdlib | {m['greedy_agreement']:.3f} |
+| decode-step time ratio target / draft | {m["decode_ratio"]:.2f} |
+| mean acceptance alpha = E[sum_x min(p, q)], T=1, held-out stdlib | {m["alpha_t1"]:.3f} |
+| token-level SD block efficiency at L=4 from alpha, (1 - alpha^5) / (1 - alpha) | {token_efficiency:.2f} |
+| greedy (T=0) top-1 agreement, held-out stdlib | {m["greedy_agreement"]:.3f} |
 {he_line}
-Held-out: {len(stats['corpus']['heldout_files'])} files chosen by a hash of their path
-(`train_stats.json` lists them), {m['eval_tokens']:,} tokens. Draft initialised from
-target layers {d['init_from_target_layers']} (embeddings and final norm too), then distilled.
-Everything here: {stats['size_mb']:.1f} MB.
+Held-out: {len(stats["corpus"]["heldout_files"])} files chosen by a hash of their path
+(`train_stats.json` lists them), {m["eval_tokens"]:,} tokens. Draft initialised from
+target layers {d["init_from_target_layers"]} (embeddings and final norm too), then distilled.
+Everything here: {stats["size_mb"]:.1f} MB.
 
-Trained in {stats['train_min']:.1f} min wall time (2 CPU threads, bf16 autocast) with
+Trained in {stats["train_min"]:.1f} min wall time (2 CPU threads, bf16 autocast) with
 
 ```
-{stats['command']}
+{stats["command"]}
 ```
 
 Metrics measured on the saved files in a fresh process with
@@ -203,37 +218,63 @@ differs between Python versions, so another interpreter gives different (equival
 
 
 def command_line(argv: list[str] | None) -> str:
-    return "python " + " ".join(shlex.quote(a) for a in ["jobs/train_tiny.py", *(sys.argv[1:] if argv is None else argv)])
+    return "python " + " ".join(
+        shlex.quote(a) for a in ["jobs/train_tiny.py", *(sys.argv[1:] if argv is None else argv)]
+    )
 
 
 def train(args: argparse.Namespace, argv: list[str] | None) -> dict:
     """Tokenizer, target, distilled draft; saves both and returns the training facts."""
     gen = torch.Generator().manual_seed(args.seed)
     train_texts, val_texts, corpus = load_corpus(args)
-    log(f"corpus: {corpus['train_files']} train files ({sum(map(len, train_texts)) / 1e6:.1f} M chars), "
-        f"{len(val_texts)} held out")
+    log(
+        f"corpus: {corpus['train_files']} train files ({sum(map(len, train_texts)) / 1e6:.1f} M chars), "
+        f"{len(val_texts)} held out"
+    )
     tok = lib.train_tokenizer(train_texts, args.vocab, args.context)
     train_stream = lib.encode_stream(tok, train_texts)
-    log(f"tokenizer: vocab {len(tok)}; {len(train_stream) / 1e6:.2f} M train tokens "
-        f"({sum(map(len, train_texts)) / len(train_stream):.2f} chars/token)")
+    log(
+        f"tokenizer: vocab {len(tok)}; {len(train_stream) / 1e6:.2f} M train tokens "
+        f"({sum(map(len, train_texts)) / len(train_stream):.2f} chars/token)"
+    )
 
     def schedule(steps: int, batch: int, lr: float, minutes: float) -> lib.Schedule:
-        return lib.Schedule(steps, batch, args.seq_len, lr, args.warmup, bf16=not args.no_bf16, max_seconds=60 * minutes)
+        return lib.Schedule(
+            steps, batch, args.seq_len, lr, args.warmup, bf16=not args.no_bf16, max_seconds=60 * minutes
+        )
 
     t_shape, d_shape = lib.Shape(*args.target), lib.Shape(*args.draft)
     target = LlamaForCausalLM(lib.llama_config(t_shape, tok, args.context))
     log(f"target {t_shape}: {lib.num_params(target):,} params")
-    t_run = lib.run_loop(target, lib.lm_loss(target), train_stream,
-                         schedule(args.target_steps, args.batch, args.target_lr, args.target_minutes), gen, log, "target")
+    t_run = lib.run_loop(
+        target,
+        lib.lm_loss(target),
+        train_stream,
+        schedule(args.target_steps, args.batch, args.target_lr, args.target_minutes),
+        gen,
+        log,
+        "target",
+    )
     target.requires_grad_(False)
 
     draft = LlamaForCausalLM(lib.llama_config(d_shape, tok, args.context))
-    same_layers = (d_shape.hidden, d_shape.heads, d_shape.kv_heads, d_shape.intermediate) == \
-        (t_shape.hidden, t_shape.heads, t_shape.kv_heads, t_shape.intermediate)
+    same_layers = (d_shape.hidden, d_shape.heads, d_shape.kv_heads, d_shape.intermediate) == (
+        t_shape.hidden,
+        t_shape.heads,
+        t_shape.kv_heads,
+        t_shape.intermediate,
+    )
     picks = lib.init_draft_from_target(draft, target) if same_layers else []
     log(f"draft {d_shape}: {lib.num_params(draft):,} params, init from target layers {picks}")
-    d_run = lib.run_loop(draft, lib.distill_loss(draft, target, args.ce_weight), train_stream,
-                         schedule(args.draft_steps, args.draft_batch, args.draft_lr, args.draft_minutes), gen, log, "draft")
+    d_run = lib.run_loop(
+        draft,
+        lib.distill_loss(draft, target, args.ce_weight),
+        train_stream,
+        schedule(args.draft_steps, args.draft_batch, args.draft_lr, args.draft_minutes),
+        gen,
+        log,
+        "draft",
+    )
 
     dtype = getattr(torch, args.save_dtype)
     save_pair(target, tok, args.out / "target", dtype)
@@ -244,12 +285,29 @@ def train(args: argparse.Namespace, argv: list[str] | None) -> dict:
         "seed": args.seed,
         "corpus": corpus,
         "tokenizer": {"vocab_size": len(tok), "train_tokens": len(train_stream)},
-        "target": {"shape": args.target, "params": lib.num_params(target), "max_steps": args.target_steps,
-                   "max_minutes": args.target_minutes, "batch": args.batch, "lr": args.target_lr, **t_run},
-        "draft": {"shape": args.draft, "params": lib.num_params(draft), "max_steps": args.draft_steps,
-                  "max_minutes": args.draft_minutes, "batch": args.draft_batch, "lr": args.draft_lr, "ce_weight": args.ce_weight,
-                  "init_from_target_layers": picks, **d_run},
-        "seq_len": args.seq_len, "context": args.context, "save_dtype": args.save_dtype,
+        "target": {
+            "shape": args.target,
+            "params": lib.num_params(target),
+            "max_steps": args.target_steps,
+            "max_minutes": args.target_minutes,
+            "batch": args.batch,
+            "lr": args.target_lr,
+            **t_run,
+        },
+        "draft": {
+            "shape": args.draft,
+            "params": lib.num_params(draft),
+            "max_steps": args.draft_steps,
+            "max_minutes": args.draft_minutes,
+            "batch": args.draft_batch,
+            "lr": args.draft_lr,
+            "ce_weight": args.ce_weight,
+            "init_from_target_layers": picks,
+            **d_run,
+        },
+        "seq_len": args.seq_len,
+        "context": args.context,
+        "save_dtype": args.save_dtype,
         "train_min": (time.perf_counter() - T0) / 60,
     }
 
@@ -263,16 +321,28 @@ def evaluate(args: argparse.Namespace, corpus: dict) -> dict:
     metrics = lib.heldout_metrics(target, draft, lib.eval_windows(val_stream, args.seq_len + 1, args.eval_windows))
     log(f"held-out: {metrics}")
     metrics |= lib.decode_ratio(target, draft, val_stream[: args.timing_context].long(), args.timing_calls)
-    log(f"decode step: {metrics['target_decode_ms']:.3f} ms vs {metrics['draft_decode_ms']:.3f} ms, ratio {metrics['decode_ratio']:.2f}")
+    log(
+        f"decode step: {metrics['target_decode_ms']:.3f} ms vs {metrics['draft_decode_ms']:.3f} ms, "
+        f"ratio {metrics['decode_ratio']:.2f}"
+    )
     prompts = humaneval_prompts(tok, args.he_prompts)
     if prompts:
         gen = torch.Generator().manual_seed(args.seed)
         metrics["humaneval_token_sd_block_efficiency"] = lib.token_sd_efficiency(
-            target, draft, prompts, args.he_draft_len, args.he_new_tokens, tok.eos_token_id, gen)
-        log(f"HumanEval token-SD block efficiency at L={args.he_draft_len}: {metrics['humaneval_token_sd_block_efficiency']:.3f}")
+            target, draft, prompts, args.he_draft_len, args.he_new_tokens, tok.eos_token_id, gen
+        )
+        log(
+            f"HumanEval token-SD block efficiency at L={args.he_draft_len}: "
+            f"{metrics['humaneval_token_sd_block_efficiency']:.3f}"
+        )
     return {
         "metrics": metrics,
-        "timing": {"context": args.timing_context, "calls": args.timing_calls, "threads": args.threads, "dtype": "float32"},
+        "timing": {
+            "context": args.timing_context,
+            "calls": args.timing_calls,
+            "threads": args.threads,
+            "dtype": "float32",
+        },
         "humaneval": {"prompts": len(prompts), "new_tokens": args.he_new_tokens, "draft_len": args.he_draft_len},
     }
 
@@ -285,7 +355,13 @@ def evaluate_in_fresh_process(args: argparse.Namespace, argv: list[str] | None) 
         env.pop("OMP_WAIT_POLICY", None)
     given = sys.argv[1:] if argv is None else argv
     has_out = any(a == "--out" or a.startswith("--out=") for a in given)
-    cmd = [sys.executable, str(Path(__file__).resolve()), *given, "--eval-only", *([] if has_out else ["--out", str(args.out)])]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        *given,
+        "--eval-only",
+        *([] if has_out else ["--out", str(args.out)]),
+    ]
     subprocess.run(cmd, env=env, check=True)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest
+
 from support.configs import fake_checkpoint
 from support.models import save_random_llama
 

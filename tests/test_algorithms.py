@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 from scipy.stats import chisquare
+
 from speculab.algorithms import (
     ALGORITHMS,
     DRAFTERS,
@@ -40,8 +41,9 @@ def bigram_table(model: ToyModel) -> torch.Tensor:
 
 
 @torch.no_grad()
-def decode_tokens(name: str, target: ToyModel, draft: ToyModel, batch: int, paths: int, length: int,
-                  tokens: int, seed: int) -> torch.Tensor:
+def decode_tokens(
+    name: str, target: ToyModel, draft: ToyModel, batch: int, paths: int, length: int, tokens: int, seed: int
+) -> torch.Tensor:
     """``[B, tokens]`` the first tokens of speculative decoding, every row from the empty context."""
     p_table, q_table = bigram_table(target), bigram_table(draft)
     gen = torch.Generator().manual_seed(seed)
@@ -59,8 +61,9 @@ def decode_tokens(name: str, target: ToyModel, draft: ToyModel, batch: int, path
             drafted.append(prev)
         draft_paths = torch.stack(drafted, dim=2)
         context = torch.cat([last[:, None, None].expand(batch, paths, 1), draft_paths], dim=2)
-        verdict: Verdict = get_verifier(name)(draft_paths, p_table[context], q_table[context[:, :, :-1]],
-                                               rng=gen, carry=carry)
+        verdict: Verdict = get_verifier(name)(
+            draft_paths, p_table[context], q_table[context[:, :, :-1]], rng=gen, carry=carry
+        )
         column = count[:, None] + torch.arange(length + 1)
         keep = torch.arange(length + 1) < verdict.num_tokens[:, None]
         out.scatter_(1, torch.where(keep, column, out.shape[1] - 1), torch.where(keep, verdict.tokens, 0))
@@ -77,11 +80,18 @@ def test_decoded_joint_matches_target_chi_square(name: str) -> None:
     target, draft = ToyModel(vocab, 101, "bigram"), ToyModel(vocab, 102, "bigram")
     decoded = decode_tokens(name, target, draft, batch, paths, length, tokens, seed=7)
     code = (decoded * vocab ** torch.arange(tokens - 1, -1, -1)).sum(1)
-    observed = torch.bincount(code, minlength=vocab ** tokens).double()
+    observed = torch.bincount(code, minlength=vocab**tokens).double()
     exact = target_distribution(target, tokens)
-    expected = torch.tensor([exact.get(tuple(int(c) // vocab ** (tokens - 1 - i) % vocab
-                                             for i in range(tokens)), 0.0)
-                             for c in range(vocab ** tokens)], dtype=torch.float64) * batch
+    expected = (
+        torch.tensor(
+            [
+                exact.get(tuple(int(c) // vocab ** (tokens - 1 - i) % vocab for i in range(tokens)), 0.0)
+                for c in range(vocab**tokens)
+            ],
+            dtype=torch.float64,
+        )
+        * batch
+    )
     small = expected < 5  # pool sparse cells so the chi-square approximation holds
     f_obs = torch.cat([observed[~small], observed[small].sum().reshape(1)])
     f_exp = torch.cat([expected[~small], expected[small].sum().reshape(1)])
@@ -106,12 +116,14 @@ def test_every_algorithm_has_a_reference_and_a_checked_verifier() -> None:
             assert callable(get_verifier(name, rule)) and callable(get_reference(name, rule))
 
 
-@pytest.mark.parametrize(("name", "rule", "message"), [
-    ("nope", "kseq", "algorithm.name='nope': must be one of token, block"),
-    ("block", "lp", "algorithm.node_rule='lp': only algorithm=spectr takes a node rule"),
-    ("spectr", "nope", "algorithm.node_rule='nope': must be one of kseq, specinfer, nss, lp"),
-])
+@pytest.mark.parametrize(
+    ("name", "rule", "message"),
+    [
+        ("nope", "kseq", "algorithm.name='nope': must be one of token, block"),
+        ("block", "lp", "algorithm.node_rule='lp': only algorithm=spectr takes a node rule"),
+        ("spectr", "nope", "algorithm.node_rule='nope': must be one of kseq, specinfer, nss, lp"),
+    ],
+)
 def test_unknown_names_are_refused_with_the_choices(name: str, rule: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         get_verifier(name, rule)
-

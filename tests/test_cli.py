@@ -6,6 +6,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+
 from support.cli import runs, small_run, speculab
 
 
@@ -14,7 +15,10 @@ def test_ray_runtime_equals_inline(random_llama_pair, tmp_path: Path) -> None:
     outputs = []
     for runtime in ("inline", "ray"):
         store = tmp_path / f"{runtime}.db"
-        result = speculab([*small_run(random_llama_pair, store), f"runtime={runtime}", "sampling.temperature=1", "baseline=false"], tmp_path)
+        result = speculab(
+            [*small_run(random_llama_pair, store), f"runtime={runtime}", "sampling.temperature=1", "baseline=false"],
+            tmp_path,
+        )
         assert result.returncode == 0, result.stderr
         (run,) = runs(store)
         outputs.append(mlflow.artifacts.load_text(run.info.artifact_uri + "/records.jsonl"))

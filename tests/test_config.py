@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from speculab import experiment
 from speculab.config import Config, ConfigError, validate
 from support.configs import CONF, fake_checkpoint, load

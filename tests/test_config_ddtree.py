@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from speculab import experiment
 from speculab.config import ConfigError, validate
 from support.configs import CONF, load
@@ -20,12 +21,18 @@ def test_every_drafter_option_composes(pair: list[str]) -> None:
         (["drafter=ar_marginals"], "drafter.name='ar_marginals'", "iid"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=8"], "algorithm.budget=8", "16..1024"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=2048"], "algorithm.budget=2048", "16..1024"),
-        (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.tree=bush"], "algorithm.tree='bush'", "best_first, chain"),
+        (
+            ["algorithm=ddtree", "drafter=ar_marginals", "algorithm.tree=bush"],
+            "algorithm.tree='bush'",
+            "best_first, chain",
+        ),
         (["algorithm=ddtree", "drafter=block", "drafter.path=/nowhere"], "drafter.path='/nowhere'", "block.json"),
         (["algorithm=ddtree", "drafter.name=nope"], "drafter.name='nope'", "iid, ar_marginals, block"),
     ],
 )
-def test_bad_ddtree_configs_name_field_and_allowed_values(pair: list[str], overrides: list[str], field: str, allowed: str) -> None:
+def test_bad_ddtree_configs_name_field_and_allowed_values(
+    pair: list[str], overrides: list[str], field: str, allowed: str
+) -> None:
     with pytest.raises(ConfigError) as err:
         validate(load([*overrides, *pair]))
     line = next(line for line in str(err.value).splitlines() if field in line)
@@ -35,9 +42,21 @@ def test_bad_ddtree_configs_name_field_and_allowed_values(pair: list[str], overr
 @pytest.mark.slow
 @pytest.mark.parametrize("tree", ["best_first", "chain"])
 def test_ddtree_experiment_runs_inline_on_the_tiny_pair(tree: str) -> None:
-    cfg = load(["algorithm=ddtree", "drafter=ar_marginals", f"algorithm.tree={tree}", "algorithm.budget=32",
-                "algorithm.L=4", "runtime=inline", "tracking=none", "dataset.num_prompts=2",
-                "sampling.max_new_tokens=16", "sampling.temperature=0", "runtime.torch_threads=1"])
+    cfg = load(
+        [
+            "algorithm=ddtree",
+            "drafter=ar_marginals",
+            f"algorithm.tree={tree}",
+            "algorithm.budget=32",
+            "algorithm.L=4",
+            "runtime=inline",
+            "tracking=none",
+            "dataset.num_prompts=2",
+            "sampling.max_new_tokens=16",
+            "sampling.temperature=0",
+            "runtime.torch_threads=1",
+        ]
+    )
     metrics = experiment.run(cfg)
     assert metrics["time_tree_build_s"] > 0 and 1 <= metrics["block_efficiency"] <= 5
     assert metrics["tree_nodes_mean"] <= (33 if tree == "best_first" else 5)

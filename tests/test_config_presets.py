@@ -11,9 +11,10 @@ from pathlib import Path
 
 import huggingface_hub.constants
 import pytest
+from test_config import CONF, load
+
 from speculab.config import ConfigError, checkpoint_dir, validate
 from support.hub_configs import HUB_CONFIGS
-from test_config import CONF, load
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "tiny-pycode")
 CLUSTERS = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
@@ -56,8 +57,10 @@ def test_preset_pairs_on_preset_clusters(hub_cache: Path, model: str, cluster: s
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["model=qwen3-coder-30b-a3b_dflash", "cluster=h200x8", "cluster.tp_size=8", "cluster.draft_gpu=0.5"],
-         "cluster.tp_size=8: must divide the 32 attention heads and 4 KV heads"),
+        (
+            ["model=qwen3-coder-30b-a3b_dflash", "cluster=h200x8", "cluster.tp_size=8", "cluster.draft_gpu=0.5"],
+            "cluster.tp_size=8: must divide the 32 attention heads and 4 KV heads",
+        ),
         (["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_gpu=1"], "> cluster.num_gpus=4"),
         (["model=llama3-70b_8b", "cluster=h200x8", "cluster.tp_size=1", "sampling.batch_size=16"], "does not fit"),
     ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from speculab.algorithms import get_verifier
 from speculab.engine import autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
@@ -38,7 +39,12 @@ def test_batch_size_does_not_change_greedy_output(random_llama_pair) -> None:
 def test_same_seed_same_output_and_different_seed_differs() -> None:
     target, drafter = toy_roles()
     runs = [
-        [p.tokens for p in decode(target, drafter, get_verifier("block"), TOY_PROMPTS, settings(T=1.0, seed=s, max_new=30)).prompts]
+        [
+            p.tokens
+            for p in decode(
+                target, drafter, get_verifier("block"), TOY_PROMPTS, settings(T=1.0, seed=s, max_new=30)
+            ).prompts
+        ]
         for s in (7, 7, 8)
     ]
     assert runs[0] == runs[1] != runs[2]

@@ -4,6 +4,8 @@ output token for token, for token and block verification, in both runtimes."""
 from __future__ import annotations
 
 import pytest
+from transformers import AutoTokenizer
+
 from speculab.algorithms import PATH_ALGORITHMS, get_verifier
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
@@ -11,7 +13,6 @@ from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import LMSpec
 from speculab.runtime import start_models
 from support.models import TINY_PAIR
-from transformers import AutoTokenizer
 
 
 @pytest.mark.slow
@@ -19,7 +20,9 @@ from transformers import AutoTokenizer
 def test_greedy_speculative_equals_autoregressive_on_humaneval(runtime: str) -> None:
     tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval")]
-    target, drafter = start_models(runtime, LMSpec("hf", str(TINY_PAIR / "target")), LMSpec("hf", str(TINY_PAIR / "draft")))
+    target, drafter = start_models(
+        runtime, LMSpec("hf", str(TINY_PAIR / "target")), LMSpec("hf", str(TINY_PAIR / "draft"))
+    )
     settings = DecodeSettings(2, 4, SamplingParams(0.0), 32, 8, 0, tokenizer.eos_token_id)
     reference = [p.tokens for p in autoregressive(target, prompts, settings).prompts]
     for verifier in ("token", "block"):
@@ -32,7 +35,9 @@ def test_greedy_speculative_equals_autoregressive_on_humaneval(runtime: str) -> 
 def tiny_inline():
     tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 3)]
-    target, drafter = start_models("inline", LMSpec("hf", str(TINY_PAIR / "target")), LMSpec("hf", str(TINY_PAIR / "draft")))
+    target, drafter = start_models(
+        "inline", LMSpec("hf", str(TINY_PAIR / "target")), LMSpec("hf", str(TINY_PAIR / "draft"))
+    )
     return target, drafter, prompts, tokenizer.eos_token_id
 
 
@@ -44,4 +49,6 @@ def test_every_verifier_runs_end_to_end(tiny_inline, name: str) -> None:
         run = decode(target, drafter, get_verifier(name), prompts, settings)
         assert all(len(p.tokens) == 16 or p.stop == "eos" for p in run.prompts)
         if temperature == 0.0:
-            assert [p.tokens for p in run.prompts] == [p.tokens for p in autoregressive(target, prompts, settings).prompts]
+            assert [p.tokens for p in run.prompts] == [
+                p.tokens for p in autoregressive(target, prompts, settings).prompts
+            ]

@@ -14,9 +14,10 @@ Verifiers handed out by `get_verifier` are wrapped in the shape check of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from speculab.verify.block import (
     block_verify,
@@ -61,10 +62,20 @@ DRAFTERS: dict[str, DrafterSpec] = {
     spec.name: spec
     for spec in (
         DrafterSpec("iid", "paths", "model.draft", "", "the draft model samples K i.i.d. paths of L tokens"),
-        DrafterSpec("ar_marginals", "marginals", "model.draft", "",
-                    "the draft model's distributions along its own greedy rollout (L passes)"),
-        DrafterSpec("block", "marginals", "drafter.path", "block",
-                    "a one-pass block drafter conditioned on the context only (one pass for L marginals)"),
+        DrafterSpec(
+            "ar_marginals",
+            "marginals",
+            "model.draft",
+            "",
+            "the draft model's distributions along its own greedy rollout (L passes)",
+        ),
+        DrafterSpec(
+            "block",
+            "marginals",
+            "drafter.path",
+            "block",
+            "a one-pass block drafter conditioned on the context only (one pass for L marginals)",
+        ),
     )
 }
 
@@ -97,20 +108,58 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     for spec in (
         AlgorithmSpec("token", "BV paper, Alg. 1", token_verify, token_verify_reference, PATH_DRAFTERS, False),
         AlgorithmSpec("block", "BV paper, Alg. 2, eq. 3-5", block_verify, block_verify_reference, PATH_DRAFTERS, False),
-        AlgorithmSpec("greedy_block", "BV paper, App. C, Alg. 4-6", greedy_block_verify, greedy_block_verify_reference,
-                      PATH_DRAFTERS, False, carry=True),
+        AlgorithmSpec(
+            "greedy_block",
+            "BV paper, App. C, Alg. 4-6",
+            greedy_block_verify,
+            greedy_block_verify_reference,
+            PATH_DRAFTERS,
+            False,
+            carry=True,
+        ),
         AlgorithmSpec("gbv", "GBV paper, Alg. 1, eq. 19-23", gbv_verify, gbv_verify_reference, PATH_DRAFTERS, True),
-        AlgorithmSpec("spectr", "SpecTr K-SEQ per node (GBV paper, App. L); OT rules: Global Resolution paper, App. R",
-                      spectr_verify, multidraft_walk_reference(NODE_RULES["kseq"]), PATH_DRAFTERS, True,
-                      node_rules=SPECTR_NODE_RULES),
-        AlgorithmSpec("specinfer", "SpecInfer multi-step speculative sampling (GBV paper, App. L)", specinfer_verify,
-                      multidraft_walk_reference(NODE_RULES["specinfer"]), PATH_DRAFTERS, True),
-        AlgorithmSpec("nss", "naive speculative sampling (GBV paper, App. L)", nss_verify,
-                      multidraft_walk_reference(NODE_RULES["nss"]), PATH_DRAFTERS, True),
-        AlgorithmSpec("traversal", "traversal verification (GBV paper, App. L)", traversal_verify,
-                      traversal_verify_reference, PATH_DRAFTERS, True),
-        AlgorithmSpec("ddtree", "DDTree paper, Alg. 1 (tree), Sec. 4.4 (walk)", ddtree_walk, ddtree_walk_reference,
-                      MARGINAL_DRAFTERS, False, tree_builder=True),
+        AlgorithmSpec(
+            "spectr",
+            "SpecTr K-SEQ per node (GBV paper, App. L); OT rules: Global Resolution paper, App. R",
+            spectr_verify,
+            multidraft_walk_reference(NODE_RULES["kseq"]),
+            PATH_DRAFTERS,
+            True,
+            node_rules=SPECTR_NODE_RULES,
+        ),
+        AlgorithmSpec(
+            "specinfer",
+            "SpecInfer multi-step speculative sampling (GBV paper, App. L)",
+            specinfer_verify,
+            multidraft_walk_reference(NODE_RULES["specinfer"]),
+            PATH_DRAFTERS,
+            True,
+        ),
+        AlgorithmSpec(
+            "nss",
+            "naive speculative sampling (GBV paper, App. L)",
+            nss_verify,
+            multidraft_walk_reference(NODE_RULES["nss"]),
+            PATH_DRAFTERS,
+            True,
+        ),
+        AlgorithmSpec(
+            "traversal",
+            "traversal verification (GBV paper, App. L)",
+            traversal_verify,
+            traversal_verify_reference,
+            PATH_DRAFTERS,
+            True,
+        ),
+        AlgorithmSpec(
+            "ddtree",
+            "DDTree paper, Alg. 1 (tree), Sec. 4.4 (walk)",
+            ddtree_walk,
+            ddtree_walk_reference,
+            MARGINAL_DRAFTERS,
+            False,
+            tree_builder=True,
+        ),
     )
 }
 PATH_ALGORITHMS: tuple[str, ...] = tuple(name for name, spec in ALGORITHMS.items() if not spec.tree_builder)
@@ -132,8 +181,11 @@ def get_drafter(name: str) -> DrafterSpec:
 def node_rule_error(spec: AlgorithmSpec, node_rule: str) -> str | None:
     """Why ``node_rule`` does not fit ``spec`` (None: it does). `kseq` stands for "the algorithm's own"."""
     if not spec.node_rules:
-        return None if node_rule == "kseq" else (
-            f"algorithm.node_rule={node_rule!r}: only algorithm=spectr takes a node rule (others: kseq)")
+        return (
+            None
+            if node_rule == "kseq"
+            else (f"algorithm.node_rule={node_rule!r}: only algorithm=spectr takes a node rule (others: kseq)")
+        )
     if node_rule not in spec.node_rules:
         return f"algorithm.node_rule={node_rule!r}: must be one of {', '.join(spec.node_rules)}"
     return None
@@ -189,8 +241,10 @@ def registry_markdown() -> str:
     for spec in ALGORITHMS.values():
         rules = ", ".join(f"`{r}`" for r in spec.node_rules) or "-"
         drafters = ", ".join(f"`{d}`" for d in spec.drafters)
-        lines.append(f"| `{spec.name}` | {spec.paper} | {drafters} | {yes[spec.multi_path]} | {rules} | "
-                     f"{yes[spec.tree_builder]} | {yes[spec.carry]} | {yes[spec.lossless]} |")
+        lines.append(
+            f"| `{spec.name}` | {spec.paper} | {drafters} | {yes[spec.multi_path]} | {rules} | "
+            f"{yes[spec.tree_builder]} | {yes[spec.carry]} | {yes[spec.lossless]} |"
+        )
     lines += ["", "| drafter | proposes | weights from | what it is |", "|---|---|---|---|"]
     lines += [f"| `{d.name}` | {d.proposes} | `{d.weights}` | {d.summary} |" for d in DRAFTERS.values()]
     return "\n".join(lines)

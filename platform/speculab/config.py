@@ -142,7 +142,9 @@ def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
     if path is not None:
         local = resolve_path(path)
         if not (local / "config.json").is_file():
-            raise ValueError(f"model.{role}_path={str(local)!r}: no checkpoint there (expected a directory with config.json)")
+            raise ValueError(
+                f"model.{role}_path={str(local)!r}: no checkpoint there (expected a directory with config.json)"
+            )
         return local
     if hub_id is None:
         raise ValueError(f"model.{role}_path and model.{role}_id are both null: set a local checkpoint dir or a hub id")
@@ -226,7 +228,10 @@ def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
     except (ValueError, KeyError) as err:
         if c.tp_size == 1 and c.num_gpus == 0:
             return errors  # one CPU process: no split and no GPU memory to plan
-        return [*errors, f"model.name={cfg.model.name!r}: cannot plan tensor parallelism or memory from config.json ({err!r})"]
+        return [
+            *errors,
+            f"model.name={cfg.model.name!r}: cannot plan tensor parallelism or memory from config.json ({err!r})",
+        ]
     errors += tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)")
     if errors or c.num_gpus == 0 or cfg.model.device != "cuda":
         return errors
@@ -262,14 +267,16 @@ def _algorithm_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
     if (rule_error := node_rule_error(spec, algorithm.node_rule)) is not None:
         errors.append(rule_error)
     if drafter.name in DRAFTERS and drafter.name not in spec.drafters:
-        errors.append(f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {', '.join(spec.drafters)}")
+        errors.append(
+            f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {', '.join(spec.drafters)}"
+        )
     if spec.tree_builder:
         low, high = BUDGET_RANGE
         if not low <= algorithm.budget <= high:
             errors.append(f"algorithm.budget={algorithm.budget}: must be an integer in {low}..{high}")
         _choice(errors, "algorithm.tree", algorithm.tree, TREES)
     block_json = dirs.get("draft", Path()) / "block.json"
-    if block_json.is_file() and algorithm.L > (size := json.loads(block_json.read_text())["block_size"]):
+    if block_json.is_file() and (size := json.loads(block_json.read_text())["block_size"]) < algorithm.L:
         errors.append(f"algorithm.L={algorithm.L}: the block drafter drafts at most {size} tokens (1..{size})")
     return errors
 
@@ -291,7 +298,9 @@ def validate(cfg: Config) -> None:
     _choice(errors, "runtime.kind", cfg.runtime.kind, RUNTIMES)
     _at_least(errors, "cluster.tp_size", cfg.cluster.tp_size, 1)
     if cfg.runtime.kind == "inline" and cfg.cluster.tp_size > 1:
-        errors.append(f"cluster.tp_size={cfg.cluster.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
+        errors.append(
+            f"cluster.tp_size={cfg.cluster.tp_size}: tensor parallelism needs runtime=ray (inline is one process)"
+        )
     _at_least(errors, "runtime.max_restarts", cfg.runtime.max_restarts, 0)
     if cfg.dataset.num_prompts is not None:
         _at_least(errors, "dataset.num_prompts", cfg.dataset.num_prompts, 1)

@@ -146,7 +146,9 @@ def decode(
         with clock.phase("prefill_target"):
             target.prefill([prompts[r.index][:-1] for r in batch])
         with clock.phase("prefill_draft"):
-            drafter.prefill([prompts[r.index][:-1] for r in batch], [prompts[r.index][-1] for r in batch], settings.seed + first)
+            drafter.prefill(
+                [prompts[r.index][:-1] for r in batch], [prompts[r.index][-1] for r in batch], settings.seed + first
+            )
         carry = None
         while batch:
             active, carry = _round(target, drafter, verifier, batch, carry, settings, rng, clock, rounds)
@@ -230,7 +232,9 @@ class RootOnlyDrafter:
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
         paths = torch.empty(len(self.roots), 1, 0, dtype=torch.long)
-        return Proposal(DraftTree.from_paths(torch.tensor(self.roots), paths), paths, torch.empty(len(self.roots), 1, 0, 0))
+        return Proposal(
+            DraftTree.from_paths(torch.tensor(self.roots), paths), paths, torch.empty(len(self.roots), 1, 0, 0)
+        )
 
     def commit(self, emitted: list[list[int]]) -> None:
         self.roots = [row[-1] for row in emitted]
@@ -243,7 +247,9 @@ class RootOnlyDrafter:
 
 
 # paths [B, 1, 0]; p [B, 1, 1, V]; q [B, 1, 0, 0]
-def sample_target(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None) -> Verdict:
+def sample_target(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
+) -> Verdict:
     """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
     token = torch.multinomial(p[:, 0, 0], 1, generator=rng)  # [B, 1]
     zeros = torch.zeros(len(token), dtype=torch.long)
@@ -257,4 +263,6 @@ def autoregressive(
     on_prompt_done: Callable[[int], None] | None = None,
 ) -> RunResult:
     """The baseline: one target call per token, same prompts, batching and truncation."""
-    return decode(target, RootOnlyDrafter(), sample_target, prompts, replace(settings, num_paths=1, length=0), on_prompt_done)
+    return decode(
+        target, RootOnlyDrafter(), sample_target, prompts, replace(settings, num_paths=1, length=0), on_prompt_done
+    )

@@ -81,7 +81,9 @@ def with_progress(label: str, total: int, work) -> RunResult:
         return work(lambda _index: progress.advance(task))
 
 
-def warm_up(target: TargetModel, drafter: Drafter, verifier: Verifier, prompt: list[int], settings: DecodeSettings) -> None:
+def warm_up(
+    target: TargetModel, drafter: Drafter, verifier: Verifier, prompt: list[int], settings: DecodeSettings
+) -> None:
     """A few untimed rounds of both methods, so one-off start-up costs bias neither."""
     short = replace(settings, max_new_tokens=2 * (settings.length + 1), batch_size=1)
     decode(target, drafter, verifier, [prompt], short)
@@ -97,22 +99,34 @@ def run(cfg: Config) -> dict[str, float]:
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     settings = settings_of(cfg, tokenizer.eos_token_id)
     c = cfg.cluster
-    target, draft_model = start_models(cfg.runtime.kind, target_spec, draft_spec, c.address, c.num_cpus,
-                                       c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts)
+    target, draft_model = start_models(
+        cfg.runtime.kind,
+        target_spec,
+        draft_spec,
+        c.address,
+        c.num_cpus,
+        c.actor_cpus,
+        c.draft_gpu,
+        cfg.runtime.max_restarts,
+    )
     verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
     drafter = draft_model
     if get_algorithm(cfg.algorithm.name).tree_builder:  # the drafter's marginals become one tree per prompt
         drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
     warm_up(target, drafter, verifier, encoded[0], settings)
     with runtime_metrics(target, draft_model) as measured:
-        spec = with_progress(run_name(cfg), len(encoded),
-                             lambda done: decode(target, drafter, verifier, encoded, settings, done))
+        spec = with_progress(
+            run_name(cfg), len(encoded), lambda done: decode(target, drafter, verifier, encoded, settings, done)
+        )
     baseline = None
     if cfg.baseline:
-        baseline = with_progress("autoregressive baseline", len(encoded),
-                                 lambda done: autoregressive(target, encoded, settings, done))
+        baseline = with_progress(
+            "autoregressive baseline", len(encoded), lambda done: autoregressive(target, encoded, settings, done)
+        )
     metrics = print_summary(run_name(cfg), spec, baseline) | measured
-    tracker = MlflowTracker(tracking_uri(cfg.tracking), cfg.tracking.experiment) if cfg.tracking.enabled else NoopTracker()
+    tracker = (
+        MlflowTracker(tracking_uri(cfg.tracking), cfg.tracking.experiment) if cfg.tracking.enabled else NoopTracker()
+    )
     with tracker.run(run_name(cfg), parent_run_id()):
         tracker.log_params(flatten(asdict(cfg)))
         tracker.log_metrics(metrics)

@@ -9,6 +9,11 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+from transformers import PreTrainedTokenizerFast
+
 from speculab.config import PROJECT_ROOT
 from speculab.data import (
     DATASETS,
@@ -18,10 +23,6 @@ from speculab.data import (
     encode_prompt,
     load_prompts,
 )
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from tokenizers.pre_tokenizers import WhitespaceSplit
-from transformers import PreTrainedTokenizerFast
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|user|> {{ m['content'] }} {% endfor %}"
@@ -76,8 +77,12 @@ def test_jsonl_without_a_file_names_dataset_path(path: str | None) -> None:
 
 @pytest.mark.parametrize(
     "bad, message",
-    [("{not json", "not valid JSON"), ('{"text": "a"}', "`prompt` field"), ('["a"]', "`prompt` field"),
-     ('{"prompt": "a", "chat": "yes"}', "`chat` field")],
+    [
+        ("{not json", "not valid JSON"),
+        ('{"text": "a"}', "`prompt` field"),
+        ('["a"]', "`prompt` field"),
+        ('{"prompt": "a", "chat": "yes"}', "`chat` field"),
+    ],
 )
 def test_jsonl_bad_line_names_line_number(tmp_path: Path, bad: str, message: str) -> None:
     path = _write(tmp_path, json.dumps({"prompt": "ok"}), bad)
@@ -122,8 +127,15 @@ def test_hf_loader_unavailable_raises_clear_error(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(RuntimeError) as err:
         load_prompts("gsm8k", num_prompts=2)
     message = str(err.value)
-    for needle in ("'gsm8k'", HF_SPECS["gsm8k"].hub_id, "offline", "not in the local", "HF_HUB_OFFLINE=1",
-                   "HF_DATASETS_CACHE", "dataset=jsonl dataset.path="):
+    for needle in (
+        "'gsm8k'",
+        HF_SPECS["gsm8k"].hub_id,
+        "offline",
+        "not in the local",
+        "HF_HUB_OFFLINE=1",
+        "HF_DATASETS_CACHE",
+        "dataset=jsonl dataset.path=",
+    ):
         assert needle in message
 
 

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+
 from speculab.drafting.best_first import (
     _chunk_maxima,
     best_first_tree,
@@ -20,8 +21,9 @@ from speculab.drafting.best_first import (
 from speculab.drafting.tree import DraftTree
 
 
-def tied_marginals(gen: torch.Generator, batch: int, length: int, vocab: int,
-                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def tied_marginals(
+    gen: torch.Generator, batch: int, length: int, vocab: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """[B, L, V] marginals from small integer weights, so equal probabilities (ties) are common."""
     weights = torch.randint(1, 4, (batch, length, vocab), generator=gen).to(dtype)
     return weights / weights.sum(-1, keepdim=True)
@@ -30,7 +32,9 @@ def tied_marginals(gen: torch.Generator, batch: int, length: int, vocab: int,
 def brute_force_top(q: torch.Tensor, budget: int) -> list[tuple[int, ...]]:
     """Every prefix of one prompt (q [L, V]) in the total order, first `budget` as token tuples."""
     L, V = q.shape
-    rank_of = [{int(t): r for r, t in enumerate(torch.sort(q[d], descending=True, stable=True).indices)} for d in range(L)]
+    rank_of = [
+        {int(t): r for r, t in enumerate(torch.sort(q[d], descending=True, stable=True).indices)} for d in range(L)
+    ]
     logq = q.double().log()
     keyed = []
     for depth in range(1, L + 1):
@@ -160,7 +164,7 @@ def test_node_paths_follow_parents() -> None:
         for node in range(int(tree.num_nodes[b])):
             path = [int(n) for n in tree.path_nodes[b, node] if n >= 0]
             assert path[0] == 0 and path[-1] == node and len(path) == int(tree.depth[b, node]) + 1
-            assert all(int(tree.parents[b, child]) == parent for parent, child in zip(path, path[1:]))
+            assert all(int(tree.parents[b, child]) == parent for parent, child in itertools.pairwise(path))
 
 
 def test_chain_tree_is_the_argmax_path() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.engine import autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
@@ -36,6 +37,11 @@ def test_chain_from_the_target_itself_is_accepted_whole_at_t0(random_llama_pair)
 def test_ddtree_sampling_runs_and_is_seeded() -> None:
     target, inner = toy_roles(3)
     drafter = TreeDrafter(inner, tree_builder("best_first", 8))
-    runs = [[p.tokens for p in decode(target, drafter, ddtree_walk, TOY_PROMPTS, settings(T=1.0, L=3, seed=s, max_new=20)).prompts]
-            for s in (1, 1, 2)]
+    runs = [
+        [
+            p.tokens
+            for p in decode(target, drafter, ddtree_walk, TOY_PROMPTS, settings(T=1.0, L=3, seed=s, max_new=20)).prompts
+        ]
+        for s in (1, 1, 2)
+    ]
     assert runs[0] == runs[1] != runs[2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from speculab.drafting.sampling import draft_probs, tempered_probs, truncate_probs
 
 

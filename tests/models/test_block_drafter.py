@@ -7,6 +7,8 @@ import json
 
 import pytest
 import torch
+from transformers import AutoTokenizer
+
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.engine import autoregressive, decode
@@ -16,7 +18,6 @@ from speculab.models.hf import load_causal_lm
 from speculab.verify.ddtree_walk import ddtree_walk
 from support.engine import settings
 from support.models import TINY_PAIR
-from transformers import AutoTokenizer
 
 BLOCK = 4
 
@@ -52,7 +53,9 @@ def test_block_marginals_across_rounds_equal_a_fresh_pass(random_block) -> None:
         q = lm.block_marginals(pending, BLOCK, 1.0)
         contexts = [c + p[:-1] for c, p in zip(contexts, pending)]
         for b in range(2):
-            torch.testing.assert_close(q[b], scratch_marginals(random_block, contexts[b], pending[b][-1]), atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                q[b], scratch_marginals(random_block, contexts[b], pending[b][-1]), atol=1e-5, rtol=1e-4
+            )
         contexts = [c + p[-1:] for c, p in zip(contexts, pending)]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.drafting.tree import DraftTree
 from speculab.models.hf import TreeLM, load_causal_lm
 
@@ -66,7 +67,9 @@ def test_tree_logits_equal_sequential(random_llama_pair, seed: int, K: int, L: i
     next_tokens = [[7], [8]]
     after = lm.feed(next_tokens)
     for b in range(2):
-        torch.testing.assert_close(after[b], sequential_logits(model, contexts[b] + next_tokens[b])[-1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            after[b], sequential_logits(model, contexts[b] + next_tokens[b])[-1], atol=1e-5, rtol=1e-5
+        )
     assert int(lm.context_len[0]) == len(contexts[0]) + 1
 
 

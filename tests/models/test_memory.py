@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
 from speculab.models.memory import (
     GIB,
     KV_SLACK,
@@ -18,7 +20,6 @@ from speculab.models.memory import (
     tp_errors,
 )
 from support.hub_configs import HUB_CONFIGS
-from transformers import AutoConfig, AutoModelForCausalLM
 
 LLAMA_70B = architecture(HUB_CONFIGS["meta-llama/Meta-Llama-3-70B-Instruct"])
 LLAMA_8B = architecture(HUB_CONFIGS["meta-llama/Meta-Llama-3-8B-Instruct"])
@@ -83,6 +84,7 @@ def test_unknown_model_type_is_named() -> None:
 
 # --- validate: refusals before anything starts, on checkpoint dirs holding only config.json ---
 
+
 def fake_pair(root: Path, target: str, draft: str) -> list[str]:
     overrides = []
     for role, hub_id in (("target", target), ("draft", draft)):
@@ -94,8 +96,14 @@ def fake_pair(root: Path, target: str, draft: str) -> list[str]:
 
 
 def cluster(tp: int, gpus: int, gib: float, draft_gpu: float = 1.0) -> list[str]:
-    return [f"cluster.tp_size={tp}", f"cluster.num_gpus={gpus}", f"cluster.gpu_memory_gib={gib}",
-            f"cluster.draft_gpu={draft_gpu}", "model.device=cuda", "model.dtype=bfloat16"]
+    return [
+        f"cluster.tp_size={tp}",
+        f"cluster.num_gpus={gpus}",
+        f"cluster.gpu_memory_gib={gib}",
+        f"cluster.draft_gpu={draft_gpu}",
+        "model.device=cuda",
+        "model.dtype=bfloat16",
+    ]
 
 
 @pytest.fixture
@@ -113,30 +121,36 @@ def llama_pair(tmp_path: Path) -> list[str]:
         (cluster(4, 4, 0.0, draft_gpu=0.5), "cluster.gpu_memory_gib=0.0: must be > 0"),
     ],
 )
-def test_validate_refuses_clusters_that_cannot_hold_the_pair(llama_pair: list[str], cluster_overrides: list[str],
-                                                            expected: str) -> None:
-    from speculab.config import ConfigError, validate
+def test_validate_refuses_clusters_that_cannot_hold_the_pair(
+    llama_pair: list[str], cluster_overrides: list[str], expected: str
+) -> None:
     from test_config import load
+
+    from speculab.config import ConfigError, validate
 
     with pytest.raises(ConfigError) as err:
         validate(load([*llama_pair, *cluster_overrides]))
     assert expected in str(err.value)
 
 
-@pytest.mark.parametrize("cluster_overrides", [cluster(4, 8, 140.0), cluster(8, 8, 140.0, draft_gpu=0.25),
-                                               cluster(4, 5, 48.0)])
+@pytest.mark.parametrize(
+    "cluster_overrides", [cluster(4, 8, 140.0), cluster(8, 8, 140.0, draft_gpu=0.25), cluster(4, 5, 48.0)]
+)
 def test_validate_accepts_clusters_that_hold_the_pair(llama_pair: list[str], cluster_overrides: list[str]) -> None:
-    from speculab.config import validate
     from test_config import load
+
+    from speculab.config import validate
 
     validate(load([*llama_pair, *cluster_overrides]))
 
 
-def test_run_refuses_a_model_that_does_not_fit_before_starting_actors(llama_pair: list[str],
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_refuses_a_model_that_does_not_fit_before_starting_actors(
+    llama_pair: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_config import load
+
     from speculab import experiment
     from speculab.config import ConfigError
-    from test_config import load
 
     def must_not_start(*args, **kwargs):
         raise AssertionError("models started before validation")

@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.models import REPO  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from support.models import REPO
 
 ASSETS = REPO / "assets"
 PAIR = ASSETS / "tiny-pycode"
-SNIPPET = 'def add(a: int, b: int) -> int:\n    """Return a + b.\n\n    >>> add(2, 3)\n    5\n    """\n    return a + b\n'
+SNIPPET = (
+    'def add(a: int, b: int) -> int:\n    """Return a + b.\n\n    >>> add(2, 3)\n    5\n    """\n    return a + b\n'
+)
 ROLES = ("target", "draft")
 
 

@@ -22,10 +22,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from speculab.drafting.tree import DraftTree
-from speculab.models.roles import DecoderLM, LMSpec, build_lm
-from speculab.models.tp import recreate_rotary_buffers
-from support.models import TINY_PAIR
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
@@ -33,6 +29,11 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+
+from speculab.drafting.tree import DraftTree
+from speculab.models.roles import DecoderLM, LMSpec, build_lm
+from speculab.models.tp import recreate_rotary_buffers
+from support.models import TINY_PAIR
 
 WORLD = 2
 CONTEXTS = [[5, 17, 301, 42, 9, 77, 1000, 3], [12, 640, 2048]]
@@ -49,8 +50,16 @@ def tiny_target(tied: bool) -> PreTrainedModel:
 def random_qwen3() -> PreTrainedModel:
     """Layers outweigh embedding and head 3:1 as in real models (DeepSpeed slices the head last)."""
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=6,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=False)
+    config = Qwen3Config(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        tie_word_embeddings=False,
+    )
     return Qwen3ForCausalLM(config)
 
 
@@ -84,8 +93,11 @@ def scores(lm: DecoderLM) -> tuple[torch.Tensor, torch.Tensor]:
 
 def materialised_bytes(model: torch.nn.Module) -> int:
     """Bytes of the distinct real (non-meta) storages behind a model's parameters and buffers."""
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                for t in [*model.parameters(), *model.buffers()] if not t.is_meta}
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for t in [*model.parameters(), *model.buffers()]
+        if not t.is_meta
+    }
     return sum(storages.values())
 
 
@@ -137,7 +149,9 @@ def tp_runs(tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
     root = tmp_path_factory.mktemp("sharded")
     checkpoints = {case: save_sharded(build(), root / case, dtype) for case, (build, dtype) in CASES.items()}
     mp.spawn(rank_main, args=(free_port(), {c: str(p) for c, p in checkpoints.items()}, str(root)), nprocs=WORLD)
-    return {case: (path, [torch.load(root / f"{case}-{r}.pt") for r in range(WORLD)]) for case, path in checkpoints.items()}
+    return {
+        case: (path, [torch.load(root / f"{case}-{r}.pt") for r in range(WORLD)]) for case, path in checkpoints.items()
+    }
 
 
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
@@ -147,7 +161,9 @@ def log_probs(logits: torch.Tensor) -> torch.Tensor:
 @pytest.mark.slow
 def test_the_checkpoint_is_really_sharded(tp_runs) -> None:
     for path, _ in tp_runs.values():
-        assert len(list(path.glob("model-*-of-*.safetensors"))) >= 5 and (path / "model.safetensors.index.json").is_file()
+        assert (
+            len(list(path.glob("model-*-of-*.safetensors"))) >= 5 and (path / "model.safetensors.index.json").is_file()
+        )
 
 
 @pytest.mark.slow
@@ -181,28 +197,64 @@ def test_no_rank_materialises_the_full_model(tp_runs) -> None:
         full_bytes = sum(p.nbytes for p in full.parameters())
         largest = max(p.nbytes for p in full.parameters())
         sharded = {name for name, (shape, _) in ranks[0]["shapes"].items() if shape != full_shapes[name]}
-        sharded_full_bytes = sum(p.nbytes for name, p in full.named_parameters(remove_duplicate=False) if name in sharded)
+        sharded_full_bytes = sum(
+            p.nbytes for name, p in full.named_parameters(remove_duplicate=False) if name in sharded
+        )
         per_rank = [sum(rank["shapes"][name][1] for name in sharded) for rank in ranks]
-        assert any("q_proj" in n for n in sharded) and any("down_proj" in n for n in sharded) and "lm_head.weight" in sharded
+        assert (
+            any("q_proj" in n for n in sharded)
+            and any("down_proj" in n for n in sharded)
+            and "lm_head.weight" in sharded
+        )
         assert sum(per_rank) == sharded_full_bytes  # a partition: together the ranks hold each slice once
         assert all(0.4 < b / sharded_full_bytes < 0.6 for b in per_rank), (case, per_rank, sharded_full_bytes)
         for rank in ranks:
             assert rank["peak"] + largest < full_bytes, (case, rank["peak"], largest, full_bytes)
         held = [sum(nbytes for _, nbytes in rank["shapes"].values()) for rank in ranks]
-        print(f"{case}: {len(list(path.glob('model-*')))} shards, full {full_bytes} B, per-rank peak "
-              f"{[rank['peak'] for rank in ranks]} B, held after loading {held} B")  # README figures (pytest -s)
+        print(
+            f"{case}: {len(list(path.glob('model-*')))} shards, full {full_bytes} B, per-rank peak "
+            f"{[rank['peak'] for rank in ranks]} B, held after loading {held} B"
+        )  # README figures (pytest -s)
 
 
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}  # Llama-3.1-70B's config.json
-YARN_ROPE = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0, "original_max_position_embeddings": 32768}  # Qwen3 long context
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}  # Llama-3.1-70B's config.json
+YARN_ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 1000000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 32768,
+}  # Qwen3 long context
 
 
-@pytest.mark.parametrize("config", [
-    LlamaConfig(hidden_size=128, num_attention_heads=4, num_hidden_layers=1, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE),
-    Qwen3Config(hidden_size=128, num_attention_heads=4, head_dim=32, num_hidden_layers=1, max_position_embeddings=131072, rope_parameters=YARN_ROPE),
-    Qwen3Config(hidden_size=128, num_attention_heads=4, head_dim=32, num_hidden_layers=1),
-], ids=["llama3", "yarn", "default"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        LlamaConfig(
+            hidden_size=128,
+            num_attention_heads=4,
+            num_hidden_layers=1,
+            max_position_embeddings=131072,
+            rope_parameters=LLAMA3_ROPE,
+        ),
+        Qwen3Config(
+            hidden_size=128,
+            num_attention_heads=4,
+            head_dim=32,
+            num_hidden_layers=1,
+            max_position_embeddings=131072,
+            rope_parameters=YARN_ROPE,
+        ),
+        Qwen3Config(hidden_size=128, num_attention_heads=4, head_dim=32, num_hidden_layers=1),
+    ],
+    ids=["llama3", "yarn", "default"],
+)
 def test_rotary_buffers_of_a_meta_built_model_are_recreated_like_a_normal_build(config) -> None:
     reference = AutoModelForCausalLM.from_config(config).model.rotary_emb
     with torch.device("meta"):

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 import ray.autoscaler
 import yaml
+
 from speculab.config import PROJECT_ROOT
 
 CLUSTER = PROJECT_ROOT / "cluster"

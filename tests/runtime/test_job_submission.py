@@ -20,7 +20,8 @@ from pathlib import Path
 
 import mlflow
 import pytest
-from support.models import REPO  # noqa: E402
+
+from support.models import REPO
 
 
 def load_submit():
@@ -58,17 +59,38 @@ def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     gcs, dashboard, agent, metrics, grpc, runtime_env, nm, om = free_ports(8)
     worker_low = 20000 + (os.getpid() % 200) * 100  # a worker port range unlikely to collide
     temp_dir = tempfile.mkdtemp(prefix="ray_sl_", dir="/tmp")  # short: Ray's socket paths have a length limit
-    command = [str(Path(sys.executable).parent / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-               f"--port={gcs}", f"--dashboard-port={dashboard}", "--dashboard-host=127.0.0.1",
-               f"--dashboard-agent-listen-port={agent}",
-               f"--metrics-export-port={metrics}", f"--dashboard-agent-grpc-port={grpc}",
-               f"--runtime-env-agent-port={runtime_env}", f"--node-manager-port={nm}", f"--object-manager-port={om}",
-               f"--min-worker-port={worker_low}", f"--max-worker-port={worker_low + 99}",
-               f"--temp-dir={temp_dir}", "--num-cpus=3", "--include-dashboard=true", "--disable-usage-stats"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": "", "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled"}  # the job must find speculab in its uploaded working dir
-    head = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    command = [
+        str(Path(sys.executable).parent / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs}",
+        f"--dashboard-port={dashboard}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-agent-listen-port={agent}",
+        f"--metrics-export-port={metrics}",
+        f"--dashboard-agent-grpc-port={grpc}",
+        f"--runtime-env-agent-port={runtime_env}",
+        f"--node-manager-port={nm}",
+        f"--object-manager-port={om}",
+        f"--min-worker-port={worker_low}",
+        f"--max-worker-port={worker_low + 99}",
+        f"--temp-dir={temp_dir}",
+        "--num-cpus=3",
+        "--include-dashboard=true",
+        "--disable-usage-stats",
+    ]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": "",
+        "RAY_ADDRESS": "",
+        "RAY_AUTH_MODE": "disabled",
+    }  # the job must find speculab in its uploaded working dir
+    head = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     address = f"http://127.0.0.1:{dashboard}"
     try:
         yield address
@@ -102,11 +124,20 @@ def wait_for_jobs_api(address: str, timeout_s: float = 90) -> None:
 def test_a_job_submitted_to_a_local_cluster_produces_an_mlflow_run(local_ray_head: str, tmp_path: Path) -> None:
     wait_for_jobs_api(local_ray_head)
     store = tmp_path / "mlflow.db"
-    overrides = ["dataset.num_prompts=1", "sampling.max_new_tokens=8", "baseline=false", "runtime.torch_threads=1",
-                 "tracking.experiment=jobs-test",
-                 "cluster.plan_prompt_tokens=512"]  # a key main's installed copy lacks: speculab must come from the upload
-    assert submit.main(["--address", local_ray_head, "--tracking-uri", f"sqlite:///{store}",
-                        "--no-wait", "--", *overrides]) == 0
+    overrides = [
+        "dataset.num_prompts=1",
+        "sampling.max_new_tokens=8",
+        "baseline=false",
+        "runtime.torch_threads=1",
+        "tracking.experiment=jobs-test",
+        "cluster.plan_prompt_tokens=512",
+    ]  # a key main's installed copy lacks: speculab must come from the upload
+    assert (
+        submit.main(
+            ["--address", local_ray_head, "--tracking-uri", f"sqlite:///{store}", "--no-wait", "--", *overrides]
+        )
+        == 0
+    )
 
     from ray.job_submission import JobStatus, JobSubmissionClient
 

@@ -17,6 +17,8 @@ from typing import Any
 import mlflow
 import pytest
 import torch
+from transformers import AutoTokenizer
+
 from speculab.algorithms import get_verifier
 from speculab.config import Config, ConfigError, validate
 from speculab.data import encode_prompt, load_prompts
@@ -27,7 +29,6 @@ from speculab.models.tp import checkpoint_files
 from speculab.runtime import start_models
 from speculab.runtime.groups import draft_bundles, group_name, target_bundles
 from support.models import TINY_PAIR
-from transformers import AutoTokenizer
 
 TARGET = LMSpec("hf", str(TINY_PAIR / "target"), threads=1)
 DRAFT = LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
@@ -44,11 +45,19 @@ def test_target_ranks_take_whole_gpus_and_the_draft_a_share_beside_rank_0() -> N
 
 def test_group_names_change_with_tp_size_dtype_and_device() -> None:
     bundles = target_bundles(2, "cpu", 1.0, 1.0)
-    names = {group_name("target", spec, bundles) for spec in
-             (TP2, LMSpec("hf", TP2.path, threads=1, tp_size=4), LMSpec("hf", TP2.path, "bfloat16", threads=1, tp_size=2),
-              LMSpec("hf", TP2.path, device="cuda", threads=1, tp_size=2))}
+    names = {
+        group_name("target", spec, bundles)
+        for spec in (
+            TP2,
+            LMSpec("hf", TP2.path, threads=1, tp_size=4),
+            LMSpec("hf", TP2.path, "bfloat16", threads=1, tp_size=2),
+            LMSpec("hf", TP2.path, device="cuda", threads=1, tp_size=2),
+        )
+    }
     assert len(names) == 4
-    assert group_name("target", TP2, bundles) == group_name("target", LMSpec("hf", TP2.path, threads=1, tp_size=2), bundles)
+    assert group_name("target", TP2, bundles) == group_name(
+        "target", LMSpec("hf", TP2.path, threads=1, tp_size=2), bundles
+    )
 
 
 def test_checkpoint_files_follow_the_shard_index(tmp_path: Path) -> None:
@@ -60,7 +69,11 @@ def test_checkpoint_files_follow_the_shard_index(tmp_path: Path) -> None:
 
 def test_tensor_parallel_inline_is_refused() -> None:
     cfg = Config()
-    cfg.model.name, cfg.model.target_path, cfg.model.draft_path = "tiny", str(TINY_PAIR / "target"), str(TINY_PAIR / "draft")
+    cfg.model.name, cfg.model.target_path, cfg.model.draft_path = (
+        "tiny",
+        str(TINY_PAIR / "target"),
+        str(TINY_PAIR / "draft"),
+    )
     cfg.runtime.kind, cfg.cluster.tp_size = "inline", 2
     with pytest.raises(ConfigError, match="cluster.tp_size=2: tensor parallelism needs runtime=ray"):
         validate(cfg)
@@ -70,6 +83,7 @@ def test_tensor_parallel_inline_is_refused() -> None:
 def ray_models():
     """(TP=2 target proxy, draft proxy) in this module's Ray session; closed at the end."""
     import ray
+
     from speculab.runtime.cleanup import teardown
 
     models = start_models("ray", TP2, DRAFT, num_cpus=4)
@@ -122,6 +136,7 @@ def test_greedy_speculative_run_through_the_tp_group_equals_greedy_autoregressiv
 @pytest.mark.slow
 def test_groups_are_reused_not_reloaded(ray_models) -> None:
     import ray
+
     from speculab.runtime.groups import POOL
 
     again = start_models("ray", TP2, DRAFT, num_cpus=4)
@@ -158,7 +173,9 @@ class KillOnCall:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", ["draft", "tp_rank_1"])
-def test_a_killed_actor_restarts_its_whole_group_and_the_run_completes_unchanged(ray_models, prompts, victim, caplog) -> None:
+def test_a_killed_actor_restarts_its_whole_group_and_the_run_completes_unchanged(
+    ray_models, prompts, victim, caplog
+) -> None:
     """T=1 with a fixed seed: replaying the interrupted batch reproduces the fault-free tokens."""
     group, draft = ray_models
     encoded, eos = prompts
@@ -180,6 +197,7 @@ def test_a_killed_actor_restarts_its_whole_group_and_the_run_completes_unchanged
 @pytest.mark.slow
 def test_cleanup_removes_every_named_actor_and_placement_group(ray_models) -> None:
     import ray
+
     from speculab.runtime.cleanup import remove_leftovers
 
     namespace = ray.get_runtime_context().namespace
@@ -192,14 +210,28 @@ def test_cleanup_removes_every_named_actor_and_placement_group(ray_models) -> No
 def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
     """A 4-point Hydra multirun over K and T with a TP=2 target: every point reports 2 loads."""
     store = tmp_path / "mlflow.db"
-    args = ["-m", "algorithm.K=1,2", "sampling.temperature=0,1", "cluster.tp_size=2", "cluster.num_cpus=4",
-            "runtime.torch_threads=1", "baseline=false", "dataset.num_prompts=1", "sampling.max_new_tokens=8",
-            f"tracking.uri=sqlite:///{store}"]
-    result = subprocess.run([sys.executable, "-m", "speculab.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    args = [
+        "-m",
+        "algorithm.K=1,2",
+        "sampling.temperature=0,1",
+        "cluster.tp_size=2",
+        "cluster.num_cpus=4",
+        "runtime.torch_threads=1",
+        "baseline=false",
+        "dataset.num_prompts=1",
+        "sampling.max_new_tokens=8",
+        f"tracking.uri=sqlite:///{store}",
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "speculab.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{store}")
-    children = [r for r in mlflow.search_runs(experiment_names=["speculab"], output_format="list")
-                if r.data.tags.get("mlflow.parentRunId")]
+    children = [
+        r
+        for r in mlflow.search_runs(experiment_names=["speculab"], output_format="list")
+        if r.data.tags.get("mlflow.parentRunId")
+    ]
     assert len(children) == 4
     assert [r.data.metrics["model_loads"] for r in children] == [2.0] * 4  # one target group, one draft
     assert all(r.data.metrics["restarts"] == 0 and r.data.metrics["time_ray_s"] >= 0 for r in children)

@@ -10,7 +10,9 @@ import mlflow
 
 
 def speculab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def small_run(pair: tuple[Path, Path], store: Path) -> list[str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import speculab.cli  # noqa: F401  registers the structured schema
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+
+import speculab.cli  # noqa: F401  registers the structured schema
 from speculab.config import PROJECT_ROOT, Config
 
 CONF = PROJECT_ROOT / "conf"

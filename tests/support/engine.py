@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
 from speculab.models import DraftModel, LMSpec, TreeTarget
@@ -12,7 +13,9 @@ PROMPTS = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]
 TOY_PROMPTS = [[1, 2, 3], [4], [0, 5], [2]]  # vocabulary of 6
 
 
-def settings(K: int = 2, L: int = 3, T: float = 0.0, batch: int = 2, max_new: int = 12, eos: int | None = None, seed: int = 0) -> DecodeSettings:
+def settings(
+    K: int = 2, L: int = 3, T: float = 0.0, batch: int = 2, max_new: int = 12, eos: int | None = None, seed: int = 0
+) -> DecodeSettings:
     return DecodeSettings(K, L, SamplingParams(T), max_new, batch, seed, eos)
 
 
@@ -25,7 +28,7 @@ def greedy_reference(target_path: str, prompt: list[int], max_new: int) -> list[
     with torch.inference_mode():
         for _ in range(max_new):
             ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def toy_roles(seed: int = 0) -> tuple[TreeTarget, DraftModel]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
+
 from speculab.verify.ot.plan import TransportPlan
 
 
@@ -19,7 +19,7 @@ class PlanOutcome:
 
 
 # q [k]
-def plan_outcome(plan: TransportPlan, q: np.ndarray, n: int) -> Optional[PlanOutcome]:
+def plan_outcome(plan: TransportPlan, q: np.ndarray, n: int) -> PlanOutcome | None:
     """Sum over all omega in V^n of q^n(omega) pi(.|omega); None if any slice failed."""
     output = np.zeros(q.shape[0] + 1)
     acceptance = 0.0

@@ -11,27 +11,62 @@ from typing import Any
 
 
 def llama(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, vocab: int) -> dict[str, Any]:
-    return dict(model_type="llama", hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
-                tie_word_embeddings=False, max_position_embeddings=8192)
+    return dict(
+        model_type="llama",
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        vocab_size=vocab,
+        tie_word_embeddings=False,
+        max_position_embeddings=8192,
+    )
 
 
 def qwen3(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int, tied: bool) -> dict[str, Any]:
-    return dict(model_type="qwen3", hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=128, vocab_size=151936,
-                tie_word_embeddings=tied, max_position_embeddings=40960)
+    return dict(
+        model_type="qwen3",
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=128,
+        vocab_size=151936,
+        tie_word_embeddings=tied,
+        max_position_embeddings=40960,
+    )
 
 
 def opt(hidden: int, ffn: int, layers: int, heads: int, project: int, norm_before: bool = True) -> dict[str, Any]:
-    return dict(model_type="opt", hidden_size=hidden, ffn_dim=ffn, num_hidden_layers=layers, num_attention_heads=heads,
-                word_embed_proj_dim=project, vocab_size=50272, max_position_embeddings=2048,
-                do_layer_norm_before=norm_before)
+    return dict(
+        model_type="opt",
+        hidden_size=hidden,
+        ffn_dim=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        word_embed_proj_dim=project,
+        vocab_size=50272,
+        max_position_embeddings=2048,
+        do_layer_norm_before=norm_before,
+    )
 
 
 QWEN3_CODER_30B_A3B = dict(
-    model_type="qwen3_moe", hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
-    num_experts_per_tok=8, num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-    vocab_size=151936, tie_word_embeddings=False, max_position_embeddings=262144,
+    model_type="qwen3_moe",
+    hidden_size=2048,
+    intermediate_size=6144,
+    moe_intermediate_size=768,
+    num_experts=128,
+    num_experts_per_tok=8,
+    num_hidden_layers=48,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    vocab_size=151936,
+    tie_word_embeddings=False,
+    max_position_embeddings=262144,
 )
 
 HUB_CONFIGS: dict[str, dict[str, Any]] = {

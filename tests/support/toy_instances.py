@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from speculab.verify.decisions import replay_decisions
 from speculab.verify.exact import (
     Reference,
@@ -41,15 +42,14 @@ def instance_pair(instance: Instance, seed: int) -> tuple[ToyModel, ToyModel]:
 
 def one_round_error(reference: Reference, instance: Instance, seed: int) -> float:
     """The one-round certificate: how far the extended output of one round is from the target."""
-    vocab, length, paths = instance[:3]
+    length, paths = instance[1:3]
     target, draft = instance_pair(instance, seed)
     outcomes = round_outcomes(reference, target, draft, paths, length)
     exact = extended_distribution(outcomes, target, length + 1)
     return max_difference(exact, target_distribution(target, length + 1))
 
 
-def sample_path(draft: ToyModel, context: tuple[int, ...], length: int,
-                gen: torch.Generator) -> tuple[int, ...]:
+def sample_path(draft: ToyModel, context: tuple[int, ...], length: int, gen: torch.Generator) -> tuple[int, ...]:
     """One path of ``length`` tokens sampled from ``draft`` after ``context``."""
     path: tuple[int, ...] = ()
     for _ in range(length):
@@ -57,8 +57,9 @@ def sample_path(draft: ToyModel, context: tuple[int, ...], length: int,
     return path
 
 
-def sample_batch(target: ToyModel, draft: ToyModel, batch: int, paths: int, length: int,
-                 seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sample_batch(
+    target: ToyModel, draft: ToyModel, batch: int, paths: int, length: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``batch`` prompts (random short contexts), each with ``paths`` i.i.d. drafted paths.
 
     Returns the contract's tensors: paths ``[B, K, L]``, p ``[B, K, L+1, V]``, q ``[B, K, L, V]``.
@@ -81,9 +82,16 @@ def assert_greedy_matching(verdict: Verdict, paths: torch.Tensor, p: torch.Tenso
         assert row == paths[b, 0, :match].tolist() + [int(greedy[b, match])]
 
 
-def replay_reference(reference: Reference, paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                     uniforms: torch.Tensor, carry_rows: list | None = None) -> list[Verdict]:
+def replay_reference(
+    reference: Reference,
+    paths: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    uniforms: torch.Tensor,
+    carry_rows: list | None = None,
+) -> list[Verdict]:
     """Run the scalar reference on every row, replaying that row's uniforms."""
-    return [reference(paths[b], p[b], q[b], replay_decisions(uniforms[b]),
-                      None if carry_rows is None else carry_rows[b])
-            for b in range(paths.shape[0])]
+    return [
+        reference(paths[b], p[b], q[b], replay_decisions(uniforms[b]), None if carry_rows is None else carry_rows[b])
+        for b in range(paths.shape[0])
+    ]

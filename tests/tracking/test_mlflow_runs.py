@@ -6,6 +6,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+
 from speculab.tracking.metrics import METRIC_KEYS
 from support.cli import runs, small_run, speculab
 
@@ -34,5 +35,8 @@ def test_multirun_sweep_nests_points_under_a_parent(random_llama_pair, tmp_path:
     children = [r for r in found if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and len(children) == 8
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    points = {(c.data.params["algorithm.K"], c.data.params["algorithm.L"], c.data.params["sampling.temperature"]) for c in children}
+    points = {
+        (c.data.params["algorithm.K"], c.data.params["algorithm.L"], c.data.params["sampling.temperature"])
+        for c in children
+    }
     assert len(points) == 8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.algorithms import PATH_ALGORITHMS, get_verifier
 from speculab.verify import Verdict
 from speculab.verify.block import (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.algorithms import get_verifier
 from speculab.drafting.best_first import chain_tree
 from speculab.verify import ContractError
@@ -20,14 +21,17 @@ def path_inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return paths, p, q
 
 
-@pytest.mark.parametrize(("bad", "named", "expected"), [
-    ("paths_float", "paths", "[B, K, L] int64"),
-    ("paths_2d", "paths", "[B, K, L] int64"),
-    ("p_short", "p", f"[{B}, {K}, {L + 1}, V]"),
-    ("p_int", "p", "floating"),
-    ("q_vocab", "q", f"[{B}, {K}, {L}, {V}]"),
-    ("q_paths", "q", f"[{B}, {K}, {L}, {V}]"),
-])
+@pytest.mark.parametrize(
+    ("bad", "named", "expected"),
+    [
+        ("paths_float", "paths", "[B, K, L] int64"),
+        ("paths_2d", "paths", "[B, K, L] int64"),
+        ("p_short", "p", f"[{B}, {K}, {L + 1}, V]"),
+        ("p_int", "p", "floating"),
+        ("q_vocab", "q", f"[{B}, {K}, {L}, {V}]"),
+        ("q_paths", "q", f"[{B}, {K}, {L}, {V}]"),
+    ],
+)
 def test_wrong_path_inputs_name_the_tensor_and_its_shape(bad: str, named: str, expected: str) -> None:
     paths, p, q = path_inputs()
     broken = {

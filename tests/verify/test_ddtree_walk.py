@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from speculab.drafting.best_first import best_first_tree, chain_tree
 from speculab.drafting.tree import DraftTree
 from speculab.verify.ddtree_walk import ddtree_walk, ddtree_walk_reference
@@ -49,7 +50,7 @@ def test_walk_is_lossless_by_enumeration(seed: int, budget: int) -> None:
         assert prob == pytest.approx(target_prob(emitted, root), abs=1e-14)
         for x in joint:
             if x[: len(emitted)] == emitted:
-                joint[x] += prob * target_prob(x[len(emitted):], emitted[-1])
+                joint[x] += prob * target_prob(x[len(emitted) :], emitted[-1])
     assert sum(prob for _, prob in outcomes) == pytest.approx(1.0, abs=1e-14)
     for x, prob in joint.items():
         assert prob == pytest.approx(target_prob(x, root), abs=1e-14)

@@ -4,6 +4,7 @@ toy models over a 3-token vocabulary (every draft sample and random decision enu
 from __future__ import annotations
 
 import pytest
+
 from speculab.verify.block import block_verify_reference, token_verify_reference
 from speculab.verify.exact import (
     ToyModel,

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 import torch
+
 from speculab.verify.block import block_verify
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import ToyModel, path_distribution, verifier_inputs
@@ -60,8 +61,7 @@ def test_skewed_draft_equals_brute_force_selection(vocab: int, length: int, path
         batched = skewed_draft_probs(SinglePath(tokens, p[:, :], q), paths)[0]
         for t in range(length):
             parent = prefix_mass(path[:t])
-            brute = torch.tensor([prefix_mass(path[:t] + (x,)) / parent for x in range(vocab)],
-                                 dtype=torch.float64)
+            brute = torch.tensor([prefix_mass(path[:t] + (x,)) / parent for x in range(vocab)], dtype=torch.float64)
             torch.testing.assert_close(reference[t], brute, rtol=0, atol=1e-12)
             torch.testing.assert_close(batched[t], brute, rtol=0, atol=1e-12)
 
@@ -73,9 +73,8 @@ def exact_skewed(draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor, paths: i
     for t in range(draft.shape[0]):
         ratio = [float(p[t, x] / q[t, x]) if q[t, x] > 0 else float("inf") for x in range(vocab)]
         qf = [Fraction(float(v)) for v in q[t]]
-        lower = [below + mass * sum(qf[y] for y in range(vocab) if (ratio[y], y) < (ratio[x], x))
-                 for x in range(vocab)]
-        parent = (below + mass) ** paths - below ** paths
+        lower = [below + mass * sum(qf[y] for y in range(vocab) if (ratio[y], y) < (ratio[x], x)) for x in range(vocab)]
+        parent = (below + mass) ** paths - below**paths
         rows.append([((lower[x] + mass * qf[x]) ** paths - lower[x] ** paths) / parent for x in range(vocab)])
         x = int(draft[t])
         below, mass = lower[x], mass * qf[x]
@@ -90,8 +89,9 @@ def test_skewed_draft_is_stable_for_eight_paths(dtype: torch.dtype, tolerance: f
     q = torch.softmax(torch.randn(1, 8, 6, generator=gen, dtype=torch.float64) * 3, -1)
     draft = q.argmin(-1)  # the least likely tokens: q(a_{1:t}) becomes tiny
     skewed = skewed_draft_probs(SinglePath(draft, p.to(dtype), q.to(dtype)), 8)[0].double()
-    exact = torch.tensor([[float(v) for v in row] for row in exact_skewed(draft[0], p[0], q[0], 8)],
-                         dtype=torch.float64)
+    exact = torch.tensor(
+        [[float(v) for v in row] for row in exact_skewed(draft[0], p[0], q[0], 8)], dtype=torch.float64
+    )
     assert torch.isfinite(skewed).all()
     torch.testing.assert_close(skewed, exact, rtol=tolerance, atol=tolerance)
 
@@ -106,8 +106,9 @@ def test_one_path_equals_block_exactly() -> None:
     assert torch.equal(skewed, q[:, 0])
 
 
-@pytest.mark.parametrize("zeros,one_hot,length", [(False, False, 3), (True, False, 3), (False, True, 3),
-                                                  (False, False, 1)])
+@pytest.mark.parametrize(
+    "zeros,one_hot,length", [(False, False, 3), (True, False, 3), (False, True, 3), (False, False, 1)]
+)
 def test_batched_equals_reference_for_identical_draws(zeros: bool, one_hot: bool, length: int) -> None:
     target, draft = toy_pair(5, "full", zeros, one_hot, seed=7)
     paths, p, q = sample_batch(target, draft, batch=48, paths=3, length=length, seed=1)
@@ -134,7 +135,9 @@ def test_residual_mass_without_full_sort_equals_full_rows(paths: int) -> None:
     u = torch.rand(rows, generator=gen, dtype=torch.float64) ** 3
     u[-2:] = 1.0
     full = (w[:, None] * p - skewed_rows(p, q, u, paths)).clamp_min(0).sum(-1)
-    torch.testing.assert_close(skewed_residual_mass(p, q, local_ranking(p, q), w, u, paths), full, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        skewed_residual_mass(p, q, local_ranking(p, q), w, u, paths), full, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_batched_equals_reference_on_a_large_vocabulary() -> None:
@@ -218,8 +221,14 @@ def test_lazy_tau_equals_tau_from_every_mass(dtype: torch.dtype) -> None:
     cx = mass_ranked_below_token(ranking.flatten(0, 1), q.flatten(0, 1), draft.flatten()).view(batch, length)
     u = selection_masses(qx, cx.to(torch.float64))
     w = block_weights(token_probs(p[:, :length], draft), skewed_probs(qx, cx.to(torch.float64), u, paths))
-    mass = skewed_residual_mass(p[:, 1:length].flatten(0, 1), q[:, 1:].flatten(0, 1), ranking[:, 1:].flatten(0, 1),
-                                w[:, 1:length].flatten(), u[:, 1:].flatten(), paths).view(batch, length - 1)
+    mass = skewed_residual_mass(
+        p[:, 1:length].flatten(0, 1),
+        q[:, 1:].flatten(0, 1),
+        ranking[:, 1:].flatten(0, 1),
+        w[:, 1:length].flatten(),
+        u[:, 1:].flatten(),
+        paths,
+    ).view(batch, length - 1)
     h = torch.cat([block_acceptance(w[:, 1:length], mass), w[:, length:]], dim=1)
     for trial in range(6):
         eta = torch.rand(batch, length, generator=gen, dtype=torch.float64)

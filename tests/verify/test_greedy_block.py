@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.verify.block import block_verify_reference
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import (
@@ -35,8 +36,9 @@ PAIRS = [  # (vocab, length, context, zeros, one_hot)
 ]
 
 
-def modified_continuation(carry: ModifiedTarget, target: ToyModel, draft: ToyModel,
-                          context: tuple[int, ...], count: int) -> dict[tuple[int, ...], float]:
+def modified_continuation(
+    carry: ModifiedTarget, target: ToyModel, draft: ToyModel, context: tuple[int, ...], count: int
+) -> dict[tuple[int, ...], float]:
     """Exact distribution of ``count`` tokens sampled from the carried modified target (Alg. 5)."""
     dist = {(): 1.0}
     for t in range(count):
@@ -114,8 +116,7 @@ def test_batched_equals_reference_over_rounds(zeros: bool, one_hot: bool) -> Non
     batched_carry, reference_carry = None, [None] * 48
     for round_index in range(3):
         paths, p, q = sample_batch(target, draft, batch=48, paths=1, length=4, seed=round_index)
-        verdict = greedy_block_verify(paths, p, q, rng=torch.Generator().manual_seed(round_index),
-                                      carry=batched_carry)
+        verdict = greedy_block_verify(paths, p, q, rng=torch.Generator().manual_seed(round_index), carry=batched_carry)
         uniforms = draw_uniforms(torch.Generator().manual_seed(round_index), 48, 5, p.device)
         expected = replay_reference(greedy_block_verify_reference, paths, p, q, uniforms, reference_carry)
         assert verdict.rows() == [v.rows()[0] for v in expected]
@@ -126,8 +127,12 @@ def test_batched_equals_reference_over_rounds(zeros: bool, one_hot: bool) -> Non
 
 
 def test_carry_select_keeps_rows() -> None:
-    carry = ModifiedTarget(torch.rand(4, 3, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64),
-                           torch.arange(12).reshape(4, 3), power=2)
+    carry = ModifiedTarget(
+        torch.rand(4, 3, dtype=torch.float64),
+        torch.rand(4, 3, dtype=torch.float64),
+        torch.arange(12).reshape(4, 3),
+        power=2,
+    )
     kept = carry.select(torch.tensor([3, 1]))
     assert kept.remaining.tolist() == [[9, 10, 11], [3, 4, 5]]
     assert kept.power == 2 and kept.a.shape == (2, 3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.algorithms import get_verifier
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import enumerate_outcomes

@@ -15,11 +15,12 @@ is known to us, so ``spectr_gbv`` is not registered.
 from __future__ import annotations
 
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from scipy.optimize import linprog
+
 from speculab.verify.exact import (
     Context,
     ToyModel,
@@ -40,9 +41,14 @@ INSTANCES = [  # (vocab, length, paths, context, zeros, one_hot); K = 1 certifie
     (2, 3, 1, "bigram", False, False),
     (3, 2, 1, "full", False, True),
 ]
-MULTI_PATH = [(2, 1, 2, "full", False, False), (2, 2, 2, "full", False, False),
-              (3, 2, 2, "full", True, False), (2, 3, 2, "bigram", False, False),
-              (3, 1, 3, "full", False, False), (2, 2, 3, "full", False, False)]
+MULTI_PATH = [
+    (2, 1, 2, "full", False, False),
+    (2, 2, 2, "full", False, False),
+    (3, 2, 2, "full", True, False),
+    (2, 3, 2, "bigram", False, False),
+    (3, 1, 3, "full", False, False),
+    (2, 2, 3, "full", False, False),
+]
 
 
 @pytest.mark.parametrize("instance", INSTANCES)
@@ -50,8 +56,7 @@ def test_theorem_5_3_expected_accepted_equals_lemma_5_1_bound(instance: tuple) -
     length, paths = instance[1:3]
     target, draft = instance_pair(instance, seed=61)
     outcomes = round_outcomes(spectr_gbv_verify_reference, target, draft, paths, length)
-    assert expected_accepted(outcomes) == pytest.approx(
-        acceptance_bound(target, draft, length, paths), abs=1e-10)
+    assert expected_accepted(outcomes) == pytest.approx(acceptance_bound(target, draft, length, paths), abs=1e-10)
 
 
 @pytest.mark.parametrize("instance", INSTANCES[:3])
@@ -82,9 +87,11 @@ def test_literal_scan_loses_sibling_mass() -> None:
 
 def lemma_a1_mass(target: ToyModel, draft: ToyModel, paths: int) -> Callable[[Context], float]:
     """A(v) = T(v) - R(v), R(v) = (T - D)_+^K / T^(K-1): Lemma A.1's mass of "accepted past v"."""
+
     def mass(v: Context) -> float:
         t, d = sequence_probability(target, (), v), sequence_probability(draft, (), v)
         return t - (max(t - d, 0.0) ** paths / t ** (paths - 1) if t > 0 else 0.0)
+
     return mass
 
 
@@ -93,15 +100,18 @@ def prefixes(drafts: tuple[Context, ...]) -> list[Context]:
     return sorted({x[:i] for x in drafts for i in range(1, len(x) + 1)})
 
 
-def selection_plan(target: ToyModel, draft: ToyModel, length: int, paths: int
-                   ) -> tuple[list[tuple[tuple[Context, ...], float, dict[Context, float]]], Callable]:
+def selection_plan(
+    target: ToyModel, draft: ToyModel, length: int, paths: int
+) -> tuple[list[tuple[tuple[Context, ...], float, dict[Context, float]]], Callable]:
     """Per drafted K-tuple: its probability and the probability of accepting each sub-block,
     such that sub-block v is accepted with total probability a(v) (HiGHS feasibility LP)."""
     mass = lemma_a1_mass(target, draft, paths)
     vocab = target.vocab
     singles = list(itertools.product(range(vocab), repeat=length))
-    tuples = [(x, float(np.prod([sequence_probability(draft, (), p) for p in x])))
-              for x in itertools.product(singles, repeat=paths)]
+    tuples = [
+        (x, float(np.prod([sequence_probability(draft, (), p) for p in x])))
+        for x in itertools.product(singles, repeat=paths)
+    ]
     tuples = [(x, w) for x, w in tuples if w > 0]
     nodes = [v for i in range(1, length + 1) for v in itertools.product(range(vocab), repeat=i)]
     row = {v: i for i, v in enumerate(nodes)}
@@ -110,8 +120,15 @@ def selection_plan(target: ToyModel, draft: ToyModel, length: int, paths: int
     for j, (t, v) in enumerate(columns):
         a_ub[t, j], a_eq[row[v], j] = 1.0, 1.0
     demand = [mass(v) - (sum(mass(v + (x,)) for x in range(vocab)) if len(v) < length else 0.0) for v in nodes]
-    solution = linprog(np.zeros(len(columns)), A_ub=a_ub, b_ub=[w for _, w in tuples], A_eq=a_eq,
-                       b_eq=demand, bounds=(0, None), method="highs")
+    solution = linprog(
+        np.zeros(len(columns)),
+        A_ub=a_ub,
+        b_ub=[w for _, w in tuples],
+        A_eq=a_eq,
+        b_eq=demand,
+        bounds=(0, None),
+        method="highs",
+    )
     assert solution.status == 0, "Hall's condition failed: no selection attains Lemma A.1"
     plan = [(x, w, {}) for x, w in tuples]
     for (t, v), flow in zip(columns, solution.x):
@@ -119,10 +136,12 @@ def selection_plan(target: ToyModel, draft: ToyModel, length: int, paths: int
     return plan, mass
 
 
-def continuation(target: ToyModel, mass: Callable[[Context], float], accepted: Context,
-                 length: int) -> dict[Context, float]:
+def continuation(
+    target: ToyModel, mass: Callable[[Context], float], accepted: Context, length: int
+) -> dict[Context, float]:
     """Law of the first L + 1 tokens after accepting ``accepted``: eq. 4 correction, Alg. 2's
     modified target up to position L, then the target."""
+
     def residual(v: Context) -> float:
         return sequence_probability(target, (), v) - mass(v)
 
@@ -130,8 +149,9 @@ def continuation(target: ToyModel, mass: Callable[[Context], float], accepted: C
     for position in range(len(accepted), length + 1):
         step: dict[Context, float] = {}
         for head, prob in law.items():
-            rows = target(head) if position == length else np.array(
-                [residual(head + (x,)) for x in range(target.vocab)])
+            rows = (
+                target(head) if position == length else np.array([residual(head + (x,)) for x in range(target.vocab)])
+            )
             rows = np.asarray(rows, dtype=np.float64)
             for x in np.nonzero(rows)[0]:
                 step[head + (int(x),)] = step.get(head + (int(x),), 0.0) + prob * rows[x] / rows.sum()

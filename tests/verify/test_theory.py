@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 import pytest
 from scipy.optimize import linprog
+
 from speculab.algorithms import PATH_ALGORITHMS, get_reference
 from speculab.verify.exact import (
     ToyModel,
@@ -32,9 +33,8 @@ def antichains_below(node: Prefix, vocab: int, length: int) -> list[list[Prefix]
     """Antichains (Def. 4.2) of the strict descendants of ``node``, the empty one included."""
     if len(node) == length:
         return [[]]
-    options = [[[child]] + antichains_below(child, vocab, length)
-               for child in (node + (x,) for x in range(vocab))]
-    return [sum(choice, []) for choice in itertools.product(*options)]
+    options = [[[child]] + antichains_below(child, vocab, length) for child in (node + (x,) for x in range(vocab))]
+    return [list(itertools.chain.from_iterable(choice)) for choice in itertools.product(*options)]
 
 
 def block_efficiency_lp(target: ToyModel, draft: ToyModel, length: int, paths: int | None) -> float:
@@ -72,10 +72,17 @@ def block_efficiency(name: str, target: ToyModel, draft: ToyModel, length: int, 
     return 1 + expected_accepted(round_outcomes(get_reference(name), target, draft, paths, length))
 
 
-SINGLE_PATH: list[Instance] = [(2, 2, 1, "full", False, False), (3, 2, 1, "full", True, False),
-                               (2, 3, 1, "bigram", False, False), (3, 3, 1, "full", False, False)]
-MULTI_PATH: list[Instance] = [(2, 2, 2, "full", False, False), (3, 2, 2, "bigram", False, False),
-                              (2, 2, 3, "full", False, False)]
+SINGLE_PATH: list[Instance] = [
+    (2, 2, 1, "full", False, False),
+    (3, 2, 1, "full", True, False),
+    (2, 3, 1, "bigram", False, False),
+    (3, 3, 1, "full", False, False),
+]
+MULTI_PATH: list[Instance] = [
+    (2, 2, 2, "full", False, False),
+    (3, 2, 2, "bigram", False, False),
+    (2, 2, 3, "full", False, False),
+]
 # greedy block verification is valid only with its carry (BV App. C), not per round (Def. 3.1)
 ROUND_VALID = [name for name in PATH_ALGORITHMS if name != "greedy_block"]
 
@@ -95,7 +102,8 @@ def test_multi_path_lp_with_one_path_is_the_single_path_lp(instance: Instance) -
     target, draft = instance_pair(instance, seed=91)
     length = instance[1]
     assert block_efficiency_lp(target, draft, length, 1) == pytest.approx(
-        block_efficiency_lp(target, draft, length, None), abs=1e-9)
+        block_efficiency_lp(target, draft, length, None), abs=1e-9
+    )
 
 
 @pytest.mark.parametrize("instance", MULTI_PATH)

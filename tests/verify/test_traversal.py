@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.verify.block import block_verify_reference
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import max_difference, round_outcomes
@@ -17,8 +18,12 @@ from support.toy_instances import (
     toy_pair,
 )
 
-SINGLE_PATH = [(2, 3, 1, "full", False, False), (3, 2, 1, "full", True, False),
-               (2, 3, 1, "bigram", False, False), (3, 2, 1, "full", False, True)]
+SINGLE_PATH = [
+    (2, 3, 1, "full", False, False),
+    (3, 2, 1, "full", True, False),
+    (2, 3, 1, "bigram", False, False),
+    (3, 2, 1, "full", False, True),
+]
 
 
 @pytest.mark.parametrize("instance", MULTI_PATH_INSTANCES)
@@ -36,11 +41,11 @@ def test_single_path_is_block_verification(instance: tuple) -> None:
     assert max_difference({o.tokens: o.prob for o in traversal}, {o.tokens: o.prob for o in block}) < 1e-12
 
 
-@pytest.mark.parametrize("vocab,paths,zeros,one_hot", [(3, 3, False, False), (3, 3, True, False),
-                                                       (5, 4, False, False), (4, 2, False, True),
-                                                       (5, 1, True, False)])
-def test_batched_equals_reference_for_identical_draws(vocab: int, paths: int, zeros: bool,
-                                                      one_hot: bool) -> None:
+@pytest.mark.parametrize(
+    "vocab,paths,zeros,one_hot",
+    [(3, 3, False, False), (3, 3, True, False), (5, 4, False, False), (4, 2, False, True), (5, 1, True, False)],
+)
+def test_batched_equals_reference_for_identical_draws(vocab: int, paths: int, zeros: bool, one_hot: bool) -> None:
     target, draft = toy_pair(vocab, "full", zeros, one_hot, seed=vocab + paths)
     tokens, p, q = sample_batch(target, draft, batch=48, paths=paths, length=3, seed=6)
     verdict = traversal_verify(tokens, p, q, rng=torch.Generator().manual_seed(2))

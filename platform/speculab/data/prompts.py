@@ -129,6 +129,6 @@ def _not_available(name: str, spec: HFSpec, cause: str) -> RuntimeError:
         f"pre-download on a machine with internet with "
         f"`datasets.load_dataset({spec.hub_id!r}, {spec.config!r}, split={spec.split!r})`, "
         f"copy that cache here and set HF_DATASETS_CACHE to it and HF_HUB_OFFLINE=1; "
-        f"or export the prompts to a JSONL file (one {{\"prompt\": ...}} object per line) "
+        f'or export the prompts to a JSONL file (one {{"prompt": ...}} object per line) '
         f"and run with `dataset=jsonl dataset.path=/path/to/file.jsonl`."
     )

@@ -112,8 +112,9 @@ def _draft_tree(rows: list[tuple[list[int], list[int], list[int]]], root: torch.
     return DraftTree(tokens, parents, depth, valid, node_paths(parents, depth, length))
 
 
-def _build(root: torch.Tensor, logq: list[list[list[float]]], ids: list[list[list[int]]],
-           budget: int, length: int) -> DraftTree:
+def _build(
+    root: torch.Tensor, logq: list[list[list[float]]], ids: list[list[list[int]]], budget: int, length: int
+) -> DraftTree:
     """Run Alg. 1 per prompt over descending per-depth log-probabilities and their token ids.
 
     logq[b][d], ids[b][d]: prompt b's depth-d ranks (log of the float32 probability in float64).
@@ -147,7 +148,7 @@ def _chunk_maxima(q: torch.Tensor, chunk: int) -> torch.Tensor:
     full = q.shape[1] // chunk
     maxima = [q[:, : full * chunk].unflatten(1, (full, chunk)).amax(dim=2)] if full else []
     if q.shape[1] > full * chunk:
-        maxima.append(q[:, full * chunk:].amax(dim=1, keepdim=True))
+        maxima.append(q[:, full * chunk :].amax(dim=1, keepdim=True))
     return torch.cat(maxima, dim=1)
 
 
@@ -166,8 +167,9 @@ def reachability_threshold(comb: torch.Tensor, above: torch.Tensor, budget: int)
 
 
 # fine [B*L, F] chunk maxima, coarse [B*L, C] maxima of `group` fine ones, above [B, L]; returns [B*L] float32
-def refined_threshold(fine: torch.Tensor, coarse: torch.Tensor, above: torch.Tensor, group: int,
-                      budget: int) -> torch.Tensor:
+def refined_threshold(
+    fine: torch.Tensor, coarse: torch.Tensor, above: torch.Tensor, group: int, budget: int
+) -> torch.Tensor:
     """Reachability threshold from the B best "argmax chain, then one fine chunk's best token" prefixes.
 
     The coarse prefixes bound tau once; the fine maxima inside the B best coarse chunks are
@@ -176,7 +178,7 @@ def refined_threshold(fine: torch.Tensor, coarse: torch.Tensor, above: torch.Ten
     """
     B, L = above.shape
     F, C = fine.shape[1], coarse.shape[1]
-    if L * C < budget:
+    if budget > L * C:
         return torch.zeros(B * L, dtype=fine.dtype)
     comb = (above[..., None] + coarse.double().log().reshape(B, L, C)).reshape(B, L * C)
     best = comb.topk(budget, dim=1).indices  # [B, budget] the B best coarse prefixes
@@ -188,8 +190,9 @@ def refined_threshold(fine: torch.Tensor, coarse: torch.Tensor, above: torch.Ten
 
 
 # rows [R, V], fine [R, F] maxima of `chunk` tokens, threshold [R]; returns candidates (row, token, q)
-def reachable_tokens(rows: torch.Tensor, fine: torch.Tensor, chunk: int,
-                     threshold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reachable_tokens(
+    rows: torch.Tensor, fine: torch.Tensor, chunk: int, threshold: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every token at or above its row's threshold, reading only the full chunks that hold one.
 
     Within a row, candidates come in token order (full chunks, then the short tail chunk).
@@ -198,10 +201,13 @@ def reachable_tokens(rows: torch.Tensor, fine: torch.Tensor, chunk: int,
     hit_row, hit_chunk = (fine[:, :full] >= threshold[:, None]).nonzero(as_tuple=True)
     values = rows[:, : full * chunk].unflatten(1, (full, chunk))[hit_row, hit_chunk]  # [H, chunk]
     hit, offset = (values >= threshold[hit_row, None]).nonzero(as_tuple=True)
-    tail_row, tail_token = (rows[:, full * chunk:] >= threshold[:, None]).nonzero(as_tuple=True)
+    tail_row, tail_token = (rows[:, full * chunk :] >= threshold[:, None]).nonzero(as_tuple=True)
     tail_token = tail_token + full * chunk
-    return (torch.cat([hit_row[hit], tail_row]), torch.cat([hit_chunk[hit] * chunk + offset, tail_token]),
-            torch.cat([values[hit, offset], rows[tail_row, tail_token]]))
+    return (
+        torch.cat([hit_row[hit], tail_row]),
+        torch.cat([hit_chunk[hit] * chunk + offset, tail_token]),
+        torch.cat([values[hit, offset], rows[tail_row, tail_token]]),
+    )
 
 
 # q [B, L, V] marginals; root [B] bonus tokens
@@ -245,7 +251,9 @@ def surrogate_value(tree: DraftTree, q: torch.Tensor) -> torch.Tensor:
     """[B] sum over non-root nodes of the prefix mass prod_i q_i(u_i) (DDTree Prop. 1). q [B, L, V]."""
     B, N = tree.tokens.shape
     depth_index = (tree.depth - 1).clamp(min=0)  # [B, N]
-    own = q.double().gather(2, tree.tokens[:, None, :].expand(B, q.shape[1], N)).gather(1, depth_index[:, None, :])[:, 0]
+    own = (
+        q.double().gather(2, tree.tokens[:, None, :].expand(B, q.shape[1], N)).gather(1, depth_index[:, None, :])[:, 0]
+    )
     mass = torch.ones(B, N, dtype=torch.float64)
     for node in range(1, N):
         parent = tree.parents[:, node].clamp(min=0)

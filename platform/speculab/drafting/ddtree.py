@@ -12,8 +12,9 @@ depth (L passes). Knows no model backend.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -28,7 +29,9 @@ TreeBuilder = Callable[[torch.Tensor, torch.Tensor], DraftTree]  # (q [B, L, V],
 
 class MarginalSource(Protocol):
     def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None: ...
-    def marginals(self, length: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]: ...  # root [B], q [B, L, V]
+    def marginals(
+        self, length: int, temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...  # root [B], q [B, L, V]
     def commit(self, emitted: list[list[int]]) -> None: ...
     def retain(self, rows: torch.Tensor) -> None: ...
     def kv_bytes(self) -> int: ...

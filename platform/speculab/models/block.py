@@ -31,8 +31,13 @@ def read_block_spec(path: str | Path) -> dict[str, int]:
 def block_attention_mask(context_valid: torch.Tensor, block: int, dtype: torch.dtype) -> torch.Tensor:
     """Block rows see every valid context slot and every block position (bidirectional)."""
     B = context_valid.shape[0]
-    allowed = torch.cat([context_valid[:, None, :].expand(B, block + 1, -1),
-                         torch.ones(B, block + 1, block + 1, dtype=torch.bool, device=context_valid.device)], dim=2)
+    allowed = torch.cat(
+        [
+            context_valid[:, None, :].expand(B, block + 1, -1),
+            torch.ones(B, block + 1, block + 1, dtype=torch.bool, device=context_valid.device),
+        ],
+        dim=2,
+    )
     mask = torch.zeros(allowed.shape, dtype=dtype, device=context_valid.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 

@@ -36,8 +36,8 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for b, row in enumerate(rows):
         if row:
-            tokens[b, width - len(row):] = torch.tensor(row)
-            valid[b, width - len(row):] = True
+            tokens[b, width - len(row) :] = torch.tensor(row)
+            valid[b, width - len(row) :] = True
     return tokens.to(device), valid.to(device)
 
 
@@ -106,7 +106,7 @@ class TreeLM:
         """Drop holes: each row's valid slots in order, left-padded to the longest row."""
         order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices
         width = int(self.slot_valid.sum(dim=1).max())
-        index = order[:, order.shape[1] - width:]
+        index = order[:, order.shape[1] - width :]
         self._select_slots(index, self.slot_valid.gather(1, index))
 
     def _select_slots(self, index: torch.Tensor, valid: torch.Tensor) -> None:
@@ -140,7 +140,9 @@ class TreeLM:
 
     def _filled_layers(self) -> list:
         """Cache layers that hold tensors (layers stay empty until the first forward)."""
-        return [layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0]
+        return [
+            layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0
+        ]
 
 
 def _concat_forest(old: DraftTree, new: DraftTree) -> DraftTree:

@@ -132,15 +132,33 @@ def architecture(config: dict[str, Any]) -> Architecture:
     kind = config.get("model_type", "")
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     if kind == "opt":
-        return Architecture(kind, _opt_params(config), hidden, config["num_hidden_layers"], heads, heads,
-                            hidden // heads, config["ffn_dim"], config["vocab_size"])
+        return Architecture(
+            kind,
+            _opt_params(config),
+            hidden,
+            config["num_hidden_layers"],
+            heads,
+            heads,
+            hidden // heads,
+            config["ffn_dim"],
+            config["vocab_size"],
+        )
     if kind not in LLAMA_LIKE:
         raise ValueError(f"model_type {kind!r}: the memory planner knows {', '.join(('opt', *LLAMA_LIKE))}")
     head_dim = config.get("head_dim") or hidden // heads
     experts = config.get("num_experts") or config.get("num_local_experts") or 0
     width = config["moe_intermediate_size"] * config["num_experts_per_tok"] if experts else config["intermediate_size"]
-    return Architecture(kind, _llama_like_params(config, head_dim, experts), hidden, config["num_hidden_layers"],
-                        heads, config.get("num_key_value_heads") or heads, head_dim, width, config["vocab_size"])
+    return Architecture(
+        kind,
+        _llama_like_params(config, head_dim, experts),
+        hidden,
+        config["num_hidden_layers"],
+        heads,
+        config.get("num_key_value_heads") or heads,
+        head_dim,
+        width,
+        config["vocab_size"],
+    )
 
 
 def read_architecture(checkpoint: Path) -> Architecture:
@@ -175,15 +193,20 @@ def model_share(arch: Architecture, work: Workload, tp_size: int, tree_nodes: in
     return GpuShare(arch.params * work.dtype_bytes // tp_size, kv, max(prefill, tree))
 
 
-def plan_memory(target: Architecture, draft: Architecture, work: Workload, tp_size: int,
-                draft_beside_shard: bool) -> MemoryPlan:
+def plan_memory(
+    target: Architecture, draft: Architecture, work: Workload, tp_size: int, draft_beside_shard: bool
+) -> MemoryPlan:
     """Per-GPU bytes of the target split over tp_size GPUs, and of the draft.
 
     The draft decodes its K paths as a forest in its own cache, so it holds the same
     tokens per sequence as the target (the tree's non-root nodes).
     """
-    return MemoryPlan(tp_size, model_share(target, work, tp_size, work.tree_nodes),
-                      model_share(draft, work, 1, work.tree_nodes - 1), draft_beside_shard)
+    return MemoryPlan(
+        tp_size,
+        model_share(target, work, tp_size, work.tree_nodes),
+        model_share(draft, work, 1, work.tree_nodes - 1),
+        draft_beside_shard,
+    )
 
 
 def tp_errors(arch: Architecture, tp_size: int, key: str) -> list[str]:
@@ -191,8 +214,10 @@ def tp_errors(arch: Architecture, tp_size: int, key: str) -> list[str]:
     if arch.heads % tp_size == 0 and arch.kv_heads % tp_size == 0:
         return []
     fits = [n for n in range(1, arch.kv_heads + 1) if arch.heads % n == 0 and arch.kv_heads % n == 0]
-    return [f"cluster.tp_size={tp_size}: must divide the {arch.heads} attention heads and {arch.kv_heads} KV heads "
-            f"of {key}; use one of {', '.join(map(str, fits))}"]
+    return [
+        f"cluster.tp_size={tp_size}: must divide the {arch.heads} attention heads and {arch.kv_heads} KV heads "
+        f"of {key}; use one of {', '.join(map(str, fits))}"
+    ]
 
 
 def _gb(n: int) -> str:

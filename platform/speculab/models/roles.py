@@ -24,6 +24,7 @@ class DecoderLM(Protocol):
     def extend(self, nodes: DraftTree) -> torch.Tensor: ...  # logits [B, N, V]
     def commit(self, keep: torch.Tensor) -> None: ...  # keep [B, M]
     def retain(self, rows: torch.Tensor) -> None: ...
+
     peak_bytes: int  # largest KV cache footprint since reset
 
 

@@ -6,8 +6,9 @@ device and lets DeepSpeed's AutoTP read the checkpoint one shard file at a time 
 or torch .bin, HF key names): each module found in the file is filled on the host at full
 size and, for the attention and MLP projections, cut to this rank's slice at once; the
 embedding stays whole and the lm head is sliced after the last file. So a rank holds its
-slices, the embedding, one shard file and one full tensor at a time, never the full model. HF modules stay (only o_proj / down_proj / lm_head become all-reduce
-linears), so `TreeLM`'s 4-D masks, position ids and KV compaction work unchanged.
+slices, the embedding, one shard file and one full tensor at a time, never the full model.
+HF modules stay (only o_proj / down_proj / lm_head become all-reduce linears), so `TreeLM`'s
+4-D masks, position ids and KV compaction work unchanged.
 Which process runs which rank, and keeping ranks in lock step, is `speculab.runtime`'s job.
 """
 
@@ -63,7 +64,11 @@ def recreate_rotary_buffers(model: torch.nn.Module, device: str) -> None:
 
     for module in model.modules():
         if isinstance(getattr(module, "inv_freq", None), torch.Tensor) and hasattr(module, "rope_type"):
-            init = module.compute_default_rope_parameters if module.rope_type == "default" else ROPE_INIT_FUNCTIONS[module.rope_type]
+            init = (
+                module.compute_default_rope_parameters
+                if module.rope_type == "default"
+                else ROPE_INIT_FUNCTIONS[module.rope_type]
+            )
             inv_freq, module.attention_scaling = init(module.config, device=device)
             module.inv_freq = inv_freq
             module.original_inv_freq = inv_freq.clone()
@@ -81,8 +86,12 @@ def load_tp_causal_lm(path: str | Path, dtype: str, device: str, tp_size: int) -
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation="sdpa")
     checkpoint = {"type": "ds_model", "checkpoints": checkpoint_files(path), "version": 1.0}
     engine = deepspeed.init_inference(
-        model.eval(), tensor_parallel={"tp_size": tp_size}, dtype=torch_dtype,
-        checkpoint=checkpoint, base_dir=str(path), replace_with_kernel_inject=False,
+        model.eval(),
+        tensor_parallel={"tp_size": tp_size},
+        dtype=torch_dtype,
+        checkpoint=checkpoint,
+        base_dir=str(path),
+        replace_with_kernel_inject=False,
     )
     module = engine.module.to(device)
     recreate_rotary_buffers(module, device)

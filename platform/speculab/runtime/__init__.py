@@ -16,8 +16,16 @@ from typing import Any
 from speculab.models import DraftModel, LMSpec, TreeTarget
 
 
-def start_models(kind: str, target: LMSpec, draft: LMSpec, address: str | None = None, num_cpus: int | None = None,
-                 actor_cpus: float = 1.0, draft_gpu: float = 1.0, max_restarts: int = 3) -> tuple[Any, Any]:
+def start_models(
+    kind: str,
+    target: LMSpec,
+    draft: LMSpec,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    actor_cpus: float = 1.0,
+    draft_gpu: float = 1.0,
+    max_restarts: int = 3,
+) -> tuple[Any, Any]:
     """(target, drafter) for runtime `kind` ("inline" or "ray"); target.tp_size ranks on Ray."""
     if kind == "inline":
         if target.tp_size > 1:
@@ -28,8 +36,13 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, address: str | None =
     from speculab.runtime.ray_actors import connect
 
     connect(address, num_cpus)
-    return (GroupProxy(POOL.get("target", target, target_bundles(target.tp_size, target.device, actor_cpus, draft_gpu)), max_restarts),
-            GroupProxy(POOL.get("draft", draft, draft_bundles(draft.device, actor_cpus, draft_gpu)), max_restarts))
+    return (
+        GroupProxy(
+            POOL.get("target", target, target_bundles(target.tp_size, target.device, actor_cpus, draft_gpu)),
+            max_restarts,
+        ),
+        GroupProxy(POOL.get("draft", draft, draft_bundles(draft.device, actor_cpus, draft_gpu)), max_restarts),
+    )
 
 
 @contextmanager

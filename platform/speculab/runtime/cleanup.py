@@ -45,14 +45,18 @@ class RayTeardownCallback(Callback):
 
 def remove_leftovers(namespace: str | None = None) -> tuple[int, int]:
     """Kill named actors and remove placement groups of speculab jobs; (actors, groups) removed."""
+
     def ours(ns: str) -> bool:
         return ns == namespace if namespace else ns.startswith(NAMESPACE_PREFIX)
 
     actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if ours(a["namespace"])]
     for actor in actors:
         ray.kill(ray.get_actor(actor["name"], namespace=actor["namespace"]))
-    groups = [pg_id for pg_id, info in placement_group_table().items()  # named "<namespace>:<group>"
-              if info["state"] != "REMOVED" and ours(info["name"].split(":")[0])]
+    groups = [
+        pg_id
+        for pg_id, info in placement_group_table().items()  # named "<namespace>:<group>"
+        if info["state"] != "REMOVED" and ours(info["name"].split(":")[0])
+    ]
     for pg_id in groups:
         remove_placement_group(PlacementGroup(ray.PlacementGroupID(bytes.fromhex(pg_id))))
     return len(actors), len(groups)

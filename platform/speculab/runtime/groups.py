@@ -48,7 +48,17 @@ def draft_bundles(device: str, cpus: float, draft_gpu: float) -> list[Bundle]:
 
 def group_name(role: str, spec: LMSpec, bundles: list[Bundle]) -> str:
     """Stable name from the model path, TP size, dtype, device kind, threads and placement."""
-    key = f"{role}|{spec.backend}|{os.path.abspath(spec.path)}|{spec.tp_size}|{spec.dtype}|{spec.device}|{spec.threads}|{bundles}"
+    parts = (
+        role,
+        spec.backend,
+        os.path.abspath(spec.path),
+        spec.tp_size,
+        spec.dtype,
+        spec.device,
+        spec.threads,
+        bundles,
+    )
+    key = "|".join(map(str, parts))
     return f"speculab-{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
@@ -114,14 +124,18 @@ class ActorGroup:
 
     def _member(self, rank: int) -> Any:
         bundle = self.bundles[rank]
-        return ray.remote(ModelHost).options(
-            name=f"{self.name}-r{rank}",
-            get_if_exists=True,
-            num_cpus=bundle["CPU"],
-            num_gpus=bundle.get("GPU", 0.0),
-            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
-            runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}},  # see speculab/__init__
-        ).remote(rank, self.size)
+        return (
+            ray.remote(ModelHost)
+            .options(
+                name=f"{self.name}-r{rank}",
+                get_if_exists=True,
+                num_cpus=bundle["CPU"],
+                num_gpus=bundle.get("GPU", 0.0),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
+                runtime_env={"env_vars": {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"]}},  # see speculab/__init__
+            )
+            .remote(rank, self.size)
+        )
 
     @staticmethod
     def _exists(name: str) -> bool:

@@ -109,12 +109,22 @@ class GroupProxy:
     def _restart(self, err: RayActorError) -> None:
         """Replace the whole group (a partial group is never used), or give up past max_restarts."""
         if self.stats.restarts >= self.max_restarts:
-            raise RuntimeError(f"{self.group.role} group {self.group.name}: lost an actor after "
-                               f"{self.stats.restarts} restarts (runtime.max_restarts)") from err
+            raise RuntimeError(
+                f"{self.group.role} group {self.group.name}: lost an actor after "
+                f"{self.stats.restarts} restarts (runtime.max_restarts)"
+            ) from err
         self.stats.restarts += 1
-        log.warning("%s group %s lost an actor (%s); recreating all %d rank(s) and replaying %d call(s) "
-                    "of the interrupted batch (restart %d of at most %d)", self.group.role, self.group.name,
-                    type(err).__name__, self.group.size, len(self.batch_calls), self.stats.restarts, self.max_restarts)
+        log.warning(
+            "%s group %s lost an actor (%s); recreating all %d rank(s) and replaying %d call(s) "
+            "of the interrupted batch (restart %d of at most %d)",
+            self.group.role,
+            self.group.name,
+            type(err).__name__,
+            self.group.size,
+            len(self.batch_calls),
+            self.stats.restarts,
+            self.max_restarts,
+        )
         self.in_flight = []
         self.group.close()
         self.group.open()

@@ -8,13 +8,13 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
 
-from speculab.engine import RunResult  # noqa: E402
-from speculab.tracking.metrics import acceptance_histogram, summarize  # noqa: E402
+from speculab.engine import RunResult
+from speculab.tracking.metrics import acceptance_histogram, summarize
 
 
 def summary_table(title: str, metrics: dict[str, float], baseline: dict[str, float] | None) -> Table:
@@ -27,7 +27,9 @@ def summary_table(title: str, metrics: dict[str, float], baseline: dict[str, flo
     for key, value in metrics.items():
         row = [key, _fmt(value)]
         if baseline:
-            row.append(_fmt(baseline[key]) if key in baseline and not key.startswith(("speedup", "kv_peak_mb_draft")) else "")
+            row.append(
+                _fmt(baseline[key]) if key in baseline and not key.startswith(("speedup", "kv_peak_mb_draft")) else ""
+            )
         table.add_row(*row)
     return table
 

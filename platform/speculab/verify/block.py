@@ -10,7 +10,7 @@ consumes a table of uniforms in the reference's order. Greedy block verification
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -38,8 +38,9 @@ def block_acceptance(w: torch.Tensor, mass: torch.Tensor) -> torch.Tensor:
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]
-def token_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                           decisions: Decisions, carry: None = None) -> Verdict:
+def token_verify_reference(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: None = None
+) -> Verdict:
     """BV Alg. 1 on path 0: accept token by token, stop at the first rejection."""
     draft, p, q = paths[0], p[0], q[0]
     length = draft.shape[0]
@@ -56,8 +57,9 @@ def token_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]
-def block_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                           decisions: Decisions, carry: None = None) -> Verdict:
+def block_verify_reference(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: None = None
+) -> Verdict:
     """BV Alg. 2 on path 0: accept each sub-block independently, keep the longest."""
     draft, p, q = paths[0], p[0], q[0]
     length = draft.shape[0]
@@ -67,10 +69,8 @@ def block_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor
         x = draft[i - 1]
         w = clipped_ratio(weights[-1] * p[i - 1, x], q[i - 1, x])  # line 4: min(p_{i-1} M_b/M_s, 1)
         weights.append(w)
-        if i == length:
-            h = w  # h_gamma = p_gamma
-        else:
-            h = block_acceptance(w, positive_part(w, p[i], 1, q[i]).sum())  # eq. 5
+        # h_gamma = p_gamma at the last position, else eq. 5
+        h = w if i == length else block_acceptance(w, positive_part(w, p[i], 1, q[i]).sum())
         if decisions.bernoulli(h):
             tau = i
     if tau == length:
@@ -93,8 +93,9 @@ def block_weights(px: torch.Tensor, qx: torch.Tensor) -> torch.Tensor:
 
 
 # path: one path per prompt; a, s [B] residual coefficients; u [B]
-def sample_extra(path: SinglePath, tau: torch.Tensor, a: torch.Tensor, s: torch.Tensor,
-                 u: torch.Tensor) -> torch.Tensor:
+def sample_extra(
+    path: SinglePath, tau: torch.Tensor, a: torch.Tensor, s: torch.Tensor, u: torch.Tensor
+) -> torch.Tensor:
     """Sample the extra token at position tau from max(a p - s q, 0), else from p.
 
     At tau = L the caller passes s = 0 (there is no draft distribution), giving the bonus
@@ -143,8 +144,13 @@ def token_outcome(path: SinglePath, u: torch.Tensor) -> Outcome:
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def verify_first_path(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rng: torch.Generator,
-                      outcome: Callable[[SinglePath, torch.Tensor], Outcome]) -> Verdict:
+def verify_first_path(
+    paths: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    rng: torch.Generator,
+    outcome: Callable[[SinglePath, torch.Tensor], Outcome],
+) -> Verdict:
     """Run a single-path ``outcome`` on path 0 with ``[B, L+1]`` fresh uniforms."""
     first = torch.zeros(paths.shape[0], dtype=torch.int64, device=paths.device)
     path = SinglePath(paths[:, 0], p[:, 0], q[:, 0])  # views: no copy of the rows
@@ -153,14 +159,16 @@ def verify_first_path(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rng
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def token_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
-                 rng: torch.Generator, carry: None = None) -> Verdict:
+def token_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
+) -> Verdict:
     """Token verification (BV Alg. 1) of path 0 of every prompt."""
     return verify_first_path(paths, p, q, rng, token_outcome)
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def block_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
-                 rng: torch.Generator, carry: None = None) -> Verdict:
+def block_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
+) -> Verdict:
     """Block verification (BV Alg. 2) of path 0 of every prompt."""
     return verify_first_path(paths, p, q, rng, block_outcome)

@@ -54,10 +54,19 @@ def check_path_inputs(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> 
     """paths [B, K, L] int64, p [B, K, L+1, V] and q [B, K, L, V] floating, same B, K, L and V."""
     _expect(paths.dim() == 3 and paths.dtype == torch.int64, "paths", paths, "[B, K, L] int64")
     B, K, L = paths.shape
-    _expect(p.dim() == 4 and tuple(p.shape[:3]) == (B, K, L + 1) and p.is_floating_point(), "p", p,
-            f"[B, K, L+1, V] floating = [{B}, {K}, {L + 1}, V]")
+    _expect(
+        p.dim() == 4 and tuple(p.shape[:3]) == (B, K, L + 1) and p.is_floating_point(),
+        "p",
+        p,
+        f"[B, K, L+1, V] floating = [{B}, {K}, {L + 1}, V]",
+    )
     V = p.shape[3]
-    _expect(tuple(q.shape) == (B, K, L, V) and q.is_floating_point(), "q", q, f"[B, K, L, V] floating = [{B}, {K}, {L}, {V}]")
+    _expect(
+        tuple(q.shape) == (B, K, L, V) and q.is_floating_point(),
+        "q",
+        q,
+        f"[B, K, L, V] floating = [{B}, {K}, {L}, {V}]",
+    )
 
 
 def check_tree_inputs(tree: DraftTree, p: torch.Tensor) -> None:
@@ -67,15 +76,26 @@ def check_tree_inputs(tree: DraftTree, p: torch.Tensor) -> None:
     B, N = tokens.shape
     if tree.path_nodes is None:
         raise ContractError("tree.path_nodes: expected [B, K, L+1] int64, got None")
-    _expect(tree.path_nodes.dim() == 3 and tree.path_nodes.shape[0] == B, "tree.path_nodes", tree.path_nodes,
-            f"[B, K, L+1] int64 = [{B}, K, L+1]")
-    _expect(p.dim() == 3 and tuple(p.shape[:2]) == (B, N) and p.is_floating_point(), "p", p, f"[B, N, V] floating = [{B}, {N}, V]")
+    _expect(
+        tree.path_nodes.dim() == 3 and tree.path_nodes.shape[0] == B,
+        "tree.path_nodes",
+        tree.path_nodes,
+        f"[B, K, L+1] int64 = [{B}, K, L+1]",
+    )
+    _expect(
+        p.dim() == 3 and tuple(p.shape[:2]) == (B, N) and p.is_floating_point(),
+        "p",
+        p,
+        f"[B, N, V] floating = [{B}, {N}, V]",
+    )
 
 
 def checked_path_verifier(verify: PathVerifier) -> PathVerifier:
     """``verify`` behind `check_path_inputs`."""
 
-    def call(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None) -> Verdict:
+    def call(
+        paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
+    ) -> Verdict:
         check_path_inputs(paths, p, q)
         return verify(paths, p, q, rng=rng, carry=carry)
 

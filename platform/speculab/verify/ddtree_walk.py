@@ -22,8 +22,9 @@ from .verdict import PAD, Verdict
 
 
 # tokens [N], p [N, V] target probabilities at every node
-def ddtree_walk_reference(tokens: torch.Tensor, children: list[list[int]], p: torch.Tensor,
-                   decisions: Decisions) -> tuple[list[int], int]:
+def ddtree_walk_reference(
+    tokens: torch.Tensor, children: list[list[int]], p: torch.Tensor, decisions: Decisions
+) -> tuple[list[int], int]:
     """(accepted nodes, root first; extra token) for one tree."""
     nodes = [0]
     while True:
@@ -37,7 +38,7 @@ def ddtree_walk_reference(tokens: torch.Tensor, children: list[list[int]], p: to
 # p [B, N, V] target probabilities at every node of `tree`
 def ddtree_walk(tree: DraftTree, p: torch.Tensor, *, rng: torch.Generator) -> Verdict:
     """Batched walk; ``verdict.path`` indexes ``tree.path_nodes`` (the path through the last accepted node)."""
-    B, N = tree.tokens.shape
+    B = tree.tokens.shape[0]
     L = tree.path_nodes.shape[2] - 1
     device = p.device
     tokens, parents = tree.tokens.to(device), tree.parents.to(device)

@@ -15,7 +15,8 @@ random state.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 
@@ -65,8 +66,7 @@ class UniformDecisions:
 
 def generator_decisions(rng: torch.Generator) -> UniformDecisions:
     """Decisions drawn from a ``torch.Generator`` (how a reference runs outside tests)."""
-    return UniformDecisions(
-        lambda: float(torch.rand((), generator=rng, dtype=torch.float64, device=rng.device)))
+    return UniformDecisions(lambda: float(torch.rand((), generator=rng, dtype=torch.float64, device=rng.device)))
 
 
 def replay_decisions(uniforms: Sequence[float] | torch.Tensor) -> UniformDecisions:

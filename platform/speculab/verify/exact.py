@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -141,13 +142,12 @@ def target_distribution(target: ToyModel, length: int, context: Context = ()) ->
 # ---------------------------------------------------------------- verifier rounds
 
 
-def verifier_inputs(target: ToyModel, draft: ToyModel, context: Context,
-                    paths: tuple[Context, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def verifier_inputs(
+    target: ToyModel, draft: ToyModel, context: Context, paths: tuple[Context, ...]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The contract's per-prompt tensors: paths ``[K, L]``, p ``[K, L+1, V]``, q ``[K, L, V]``."""
-    p = torch.stack([torch.stack([target(context + path[:t]) for t in range(len(path) + 1)])
-                     for path in paths])
-    q = torch.stack([torch.stack([draft(context + path[:t]) for t in range(len(path))])
-                     for path in paths])
+    p = torch.stack([torch.stack([target(context + path[:t]) for t in range(len(path) + 1)]) for path in paths])
+    q = torch.stack([torch.stack([draft(context + path[:t]) for t in range(len(path))]) for path in paths])
     return torch.tensor(paths, dtype=torch.int64), p, q
 
 
@@ -155,8 +155,7 @@ def carry_key(carry: Any) -> tuple:
     """A hashable snapshot of a carry's tensors (None for no carry)."""
     if carry is None:
         return ()
-    return tuple(tuple(torch.as_tensor(getattr(carry, f.name)).flatten().tolist())
-                 for f in dataclasses.fields(carry))
+    return tuple(tuple(torch.as_tensor(getattr(carry, f.name)).flatten().tolist()) for f in dataclasses.fields(carry))
 
 
 @dataclass
@@ -168,8 +167,15 @@ class RoundOutcome:
     prob: float
 
 
-def round_outcomes(reference: Reference, target: ToyModel, draft: ToyModel, paths: int,
-                   length: int, context: Context = (), carry: Any = None) -> list[RoundOutcome]:
+def round_outcomes(
+    reference: Reference,
+    target: ToyModel,
+    draft: ToyModel,
+    paths: int,
+    length: int,
+    context: Context = (),
+    carry: Any = None,
+) -> list[RoundOutcome]:
     """Exact distribution of one round: every draft of ``paths`` i.i.d. paths, every decision."""
     merged: dict[tuple, RoundOutcome] = {}
     singles = list(path_distribution(draft, context, length))
@@ -186,8 +192,9 @@ def round_outcomes(reference: Reference, target: ToyModel, draft: ToyModel, path
     return list(merged.values())
 
 
-def extended_distribution(outcomes: list[RoundOutcome], target: ToyModel, length: int,
-                          context: Context = ()) -> dict[Context, float]:
+def extended_distribution(
+    outcomes: list[RoundOutcome], target: ToyModel, length: int, context: Context = ()
+) -> dict[Context, float]:
     """Extend every outcome to ``length`` tokens by sampling the target (target matching)."""
     dist: dict[Context, float] = defaultdict(float)
     for outcome in outcomes:
@@ -202,8 +209,9 @@ def expected_accepted(outcomes: list[RoundOutcome]) -> float:
     return sum(o.prob * (len(o.tokens) - 1) for o in outcomes)
 
 
-def decode_distribution(reference: Reference, target: ToyModel, draft: ToyModel, paths: int,
-                        length: int, tokens: int) -> dict[Context, float]:
+def decode_distribution(
+    reference: Reference, target: ToyModel, draft: ToyModel, paths: int, length: int, tokens: int
+) -> dict[Context, float]:
     """Exact distribution of the first ``tokens`` tokens of speculative decoding, carry included."""
     dist: dict[Context, float] = defaultdict(float)
     frontier: dict[tuple, RoundOutcome] = {((), ()): RoundOutcome((), None, 1.0)}

@@ -71,19 +71,20 @@ def skewed_draft_reference(draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor
         less = (pi[None, :] < pi[:, None]) | ((pi[None, :] == pi[:, None]) & (token_ids[None, :] < token_ids[:, None]))
         lower = below + mass * (less.double() @ q[t].double())
         upper = lower + mass * q[t]
-        rows.append((upper ** paths - lower ** paths) / ((below + mass) ** paths - below ** paths))
+        rows.append((upper**paths - lower**paths) / ((below + mass) ** paths - below**paths))
         x = draft[t]
         below, mass = lower[x], mass * q[t, x]
     return torch.stack(rows)
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]
-def gbv_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                         decisions: Decisions, carry: None = None) -> Verdict:
+def gbv_verify_reference(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: None = None
+) -> Verdict:
     """GBV Alg. 1: select k0, skew the draft along it, block-verify it."""
     k0 = select_path_reference(paths, p, q)
     skewed = skewed_draft_reference(paths[k0], p[k0], q[k0], paths.shape[0])
-    verdict = block_verify_reference(paths[k0:k0 + 1], p[k0:k0 + 1], skewed[None], decisions)
+    verdict = block_verify_reference(paths[k0 : k0 + 1], p[k0 : k0 + 1], skewed[None], decisions)
     verdict.path = torch.tensor([k0])
     return verdict
 
@@ -118,8 +119,12 @@ def power_difference_quotient(hi: torch.Tensor, lo: torch.Tensor, paths: int) ->
 def ranking_bits(ranking: torch.Tensor) -> torch.Tensor:
     """The bit patterns of the values as integers of their width (a view, no copy):
     non-negative floats order like them."""
-    integer = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
-               torch.float64: torch.int64}[ranking.dtype]
+    integer = {
+        torch.float16: torch.int16,
+        torch.bfloat16: torch.int16,
+        torch.float32: torch.int32,
+        torch.float64: torch.int64,
+    }[ranking.dtype]
     return ranking.view(integer)
 
 
@@ -178,8 +183,11 @@ def skewed_probs(q: torch.Tensor, below: torch.Tensor, u: torch.Tensor, paths: i
     difference quotient: no difference of nearly equal powers is formed (stable for K = 8).
     """
     lo = 1 - u * (1 - below)
-    return q * power_difference_quotient(lo + u * q, lo, paths) / power_difference_quotient(
-        torch.ones_like(u), 1 - u, paths)
+    return (
+        q
+        * power_difference_quotient(lo + u * q, lo, paths)
+        / power_difference_quotient(torch.ones_like(u), 1 - u, paths)
+    )
 
 
 # p, q [R, V] one position's rows; u [R]; paths: K
@@ -207,8 +215,9 @@ def skewed_draft_probs(path: SinglePath, paths: int) -> torch.Tensor:
 
 
 # ranking, q [R, V]; w, u [R, 1] float64; paths: K
-def bound_classes(ranking: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
-                  paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def bound_classes(
+    ranking: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor, paths: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tokens whose residual max(w p - q^Gamma, 0) bounds on C(x) already decide.
 
     q^Gamma(x) = q(x) phi(x) with phi = G(hi, lo) / G1 between K lo^(K-1) / G1 and
@@ -232,9 +241,16 @@ def bound_classes(ranking: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: to
 
 # p, q, ranking [R, V]; members [R, V] bool, every token ranked above the bottom or a band;
 # bottom_mass, w, u [R, 1] float64; paths: K
-def member_residuals(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, members: torch.Tensor,
-                     bottom_mass: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
-                     paths: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def member_residuals(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    ranking: torch.Tensor,
+    members: torch.Tensor,
+    bottom_mass: torch.Tensor,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    paths: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(row, token, max(w p - q^Gamma, 0)) of the members, their C(x) from sorting them only.
 
     The members must be contiguous in the ranking right above the bottom, so that C(x) is the
@@ -261,8 +277,9 @@ def member_residuals(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, me
 
 
 # p, q, ranking [R, V]; w, u [R] float64; paths: K
-def skewed_residual_mass(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
-                         u: torch.Tensor, paths: int) -> torch.Tensor:
+def skewed_residual_mass(
+    p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor, u: torch.Tensor, paths: int
+) -> torch.Tensor:
     """``[R]`` sum_x max(w p(x) - q^Gamma(x), 0) without sorting the whole vocabulary.
 
     Bottom tokens add 0; the top's q^Gamma telescopes to (1 - lo_top^K) / (1 - (1 - u)^K) =
@@ -273,8 +290,11 @@ def skewed_residual_mass(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
     bottom, top, bottom_mass, band_mass = bound_classes(ranking, q, w, u, paths)
     below_top = bottom_mass + band_mass
     above = (1 - below_top).clamp_min(0)  # a float32 sum of q can round past 1
-    top_q = above * power_difference_quotient(torch.ones_like(u), 1 - u * above, paths) \
+    top_q = (
+        above
+        * power_difference_quotient(torch.ones_like(u), 1 - u * above, paths)
         / power_difference_quotient(torch.ones_like(u), 1 - u, paths)
+    )
     top_p = torch.where(top, p, 0).sum(-1, keepdim=True).to(torch.float64)
     mass = (w * top_p - top_q).clamp_min(0).squeeze(-1)
     row, _, residual = member_residuals(p, q, ranking, ~(bottom | top), bottom_mass, w, u, paths)
@@ -282,8 +302,9 @@ def skewed_residual_mass(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
 
 
 # p, q, ranking [R, V]; w, u [R] float64; paths: K
-def skewed_residual_rows(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
-                         u: torch.Tensor, paths: int) -> torch.Tensor:
+def skewed_residual_rows(
+    p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor, u: torch.Tensor, paths: int
+) -> torch.Tensor:
     """``[R, V]`` max(w p - q^Gamma, 0) (BV eq. 4 with the skewed draft), sorting only the
     tokens above the bottom, whose residual is 0."""
     w, u = w.unsqueeze(-1), u.unsqueeze(-1)
@@ -297,8 +318,9 @@ def skewed_residual_rows(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor
 
 
 # p, q [R, V]; w, u [R] float64; paths: K
-def residual_mass_bounds(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor,
-                         paths: int) -> tuple[torch.Tensor, torch.Tensor]:
+def residual_mass_bounds(
+    p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: torch.Tensor, paths: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``[R]`` lower and upper bounds on sum_x max(w p(x) - q^Gamma(x), 0), one pass, no C(x).
 
     q^Gamma = q phi with K (1 - u)^(K-1) / G1 <= phi <= K / G1 whatever C(x) is (see
@@ -320,8 +342,15 @@ def residual_mass_bounds(p: torch.Tensor, q: torch.Tensor, w: torch.Tensor, u: t
 
 
 # p, q, ranking [B, L-1, V] positions 1..L-1; w [B, L+1]; u [B, L] float64; eta [B, L]; paths: K
-def longest_accepted_lazily(p: torch.Tensor, q: torch.Tensor, ranking: torch.Tensor, w: torch.Tensor,
-                            u: torch.Tensor, eta: torch.Tensor, paths: int) -> torch.Tensor:
+def longest_accepted_lazily(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    ranking: torch.Tensor,
+    w: torch.Tensor,
+    u: torch.Tensor,
+    eta: torch.Tensor,
+    paths: int,
+) -> torch.Tensor:
     """``[B]`` tau of BV Alg. 2 (largest i with eta_i < h_i), computing exact residual masses
     (eq. 5) only where bounds on h_i leave the comparison open and no larger i is surely
     accepted: tau is a maximum, so the positions below a sure acceptance never matter."""
@@ -332,13 +361,17 @@ def longest_accepted_lazily(p: torch.Tensor, q: torch.Tensor, ranking: torch.Ten
     h_high = block_acceptance(w[:, 1:length], upper.view(batch, -1))
     sure = torch.cat([eta[:, :-1] < h_low, eta[:, -1:] < w[:, length:]], dim=1)  # [B, L]
     surely_accepted = longest_accepted(sure)
-    open_ = (eta[:, :-1] < h_high) & ~sure[:, :-1] \
-        & (torch.arange(1, length, device=eta.device) > surely_accepted.unsqueeze(-1))  # [B, L-1]
+    open_ = (
+        (eta[:, :-1] < h_high)
+        & ~sure[:, :-1]
+        & (torch.arange(1, length, device=eta.device) > surely_accepted.unsqueeze(-1))
+    )  # [B, L-1]
     h = torch.cat([sure[:, :-1].to(torch.float64), w[:, length:]], dim=1)  # 1: surely accepted
     rows = open_.flatten().nonzero().squeeze(-1)
     if rows.numel():
-        mass = skewed_residual_mass(p.flatten(0, 1)[rows], q.flatten(0, 1)[rows], ranking.flatten(0, 1)[rows],
-                                    w_mid[rows], u_mid[rows], paths)
+        mass = skewed_residual_mass(
+            p.flatten(0, 1)[rows], q.flatten(0, 1)[rows], ranking.flatten(0, 1)[rows], w_mid[rows], u_mid[rows], paths
+        )
         h[:, :-1] = h[:, :-1].flatten().index_put((rows,), block_acceptance(w_mid[rows], mass)).view(batch, -1)
     return longest_accepted(eta < h)
 
@@ -364,15 +397,22 @@ def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome
     full = tau == length
     p_tau = select_positions(path.p, tau)
     at = tau.clamp_max(length - 1)
-    residual = skewed_residual_rows(select_positions(p, at), select_positions(q, at), select_positions(ranking, at),
-                                    select_positions(w, at), select_positions(u, at), paths)
+    residual = skewed_residual_rows(
+        select_positions(p, at),
+        select_positions(q, at),
+        select_positions(ranking, at),
+        select_positions(w, at),
+        select_positions(u, at),
+        paths,
+    )
     residual = torch.where(full.unsqueeze(-1), p_tau.to(torch.float64), residual)
     return Outcome(tau, sample_inverse_cdf(residual_or_target(residual, p_tau.to(torch.float64)), uniforms[:, length]))
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def gbv_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
-               rng: torch.Generator, carry: None = None) -> Verdict:
+def gbv_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
+) -> Verdict:
     """GBV (Alg. 1): path selection, skewed draft, block verification with it."""
     batch, count, length = paths.shape
     chosen = select_path_index(paths, p, q)

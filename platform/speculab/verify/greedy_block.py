@@ -38,14 +38,14 @@ def greedy_acceptance(remain: torch.Tensor, rej: torch.Tensor) -> torch.Tensor:
     return torch.where(rej > 0, remain / torch.where(rej > 0, rej, 1), 1.0)
 
 
-def _empty_carry(carry: ModifiedTarget | None, batch: int, length: int,
-                 device: torch.device) -> ModifiedTarget:
+def _empty_carry(carry: ModifiedTarget | None, batch: int, length: int, device: torch.device) -> ModifiedTarget:
     return ModifiedTarget.empty(batch, length - 1, 1, device) if carry is None else carry
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]; carry: batch-of-one ModifiedTarget or None
-def greedy_block_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                                  decisions: Decisions, carry: ModifiedTarget | None = None) -> Verdict:
+def greedy_block_verify_reference(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: ModifiedTarget | None = None
+) -> Verdict:
     """BV Alg. 4 on path 0, against the target as modified by earlier rounds (Alg. 6 line 6)."""
     draft, q = paths[0], q[0]
     length = draft.shape[0]
@@ -69,8 +69,16 @@ def greedy_block_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch
     else:
         residual = positive_part(p_tilde[tau], target[tau], 1, q[tau])  # line 16
         y = decisions.categorical(residual_or_target(residual, target[tau]))
-    carry = next_carry(carry, modified, p[:1], q[None], torch.tensor([tau]), torch.tensor([y]),
-                       p_tilde[tau].reshape(1), torch.ones(1, dtype=torch.float64))
+    carry = next_carry(
+        carry,
+        modified,
+        p[:1],
+        q[None],
+        torch.tensor([tau]),
+        torch.tensor([y]),
+        p_tilde[tau].reshape(1),
+        torch.ones(1, dtype=torch.float64),
+    )
     return reference_verdict(draft, tau, y, 0, carry)
 
 
@@ -95,8 +103,9 @@ def greedy_block_outcome(path: SinglePath, masses: JointMasses, u: torch.Tensor)
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def greedy_block_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
-                        rng: torch.Generator, carry: ModifiedTarget | None = None) -> Verdict:
+def greedy_block_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: ModifiedTarget | None = None
+) -> Verdict:
     """Greedy block verification (BV Alg. 4-6) of path 0; the carry holds BV eq. 31's state."""
     batch, _, length = paths.shape
     first = torch.zeros(batch, dtype=torch.int64, device=paths.device)
@@ -106,6 +115,14 @@ def greedy_block_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *
     target_path = SinglePath(path.draft, modified.p, path.q)
     masses = joint_masses(token_probs(modified.p[:, :length], path.draft), token_probs(path.q, path.draft))
     outcome = greedy_block_outcome(target_path, masses, draw_uniforms(rng, batch, length + 1, p.device))
-    new_carry = next_carry(carry, modified, path.p, path.q, outcome.tau, outcome.extra,
-                           select_positions(masses.a, outcome.tau), select_positions(masses.s, outcome.tau))
+    new_carry = next_carry(
+        carry,
+        modified,
+        path.p,
+        path.q,
+        outcome.tau,
+        outcome.extra,
+        select_positions(masses.a, outcome.tau),
+        select_positions(masses.s, outcome.tau),
+    )
     return assemble_verdict(path.draft, outcome, first, new_carry)

@@ -36,12 +36,12 @@ class ModifiedTarget:
     remaining: torch.Tensor  # [B, M] int64 leading positions of the next round it modifies (0: none)
     power: int = 1  # K in (1 - min(q/p, 1))^K: 1 for greedy block verification
 
-    def select(self, rows: torch.Tensor) -> "ModifiedTarget":
+    def select(self, rows: torch.Tensor) -> ModifiedTarget:
         """Keep the given batch rows (the engine drops finished prompts)."""
         return ModifiedTarget(self.a[rows], self.s[rows], self.remaining[rows], self.power)
 
     @classmethod
-    def empty(cls, batch: int, slots: int, power: int, device: torch.device) -> "ModifiedTarget":
+    def empty(cls, batch: int, slots: int, power: int, device: torch.device) -> ModifiedTarget:
         """No pending modification (the first round)."""
         ones = torch.ones(batch, slots, dtype=torch.float64, device=device)
         return cls(ones, ones.clone(), torch.zeros_like(ones, dtype=torch.int64), power)
@@ -56,8 +56,9 @@ def normalize_pair(a: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 # a, s [B] joint masses; p, q [B, V] next-token target and draft
-def modification_weights(a: torch.Tensor, p: torch.Tensor, s: torch.Tensor, q: torch.Tensor,
-                         power: int) -> torch.Tensor:
+def modification_weights(
+    a: torch.Tensor, p: torch.Tensor, s: torch.Tensor, q: torch.Tensor, power: int
+) -> torch.Tensor:
     """Unnormalised modified target (BV eq. 31 for power 1, SpecTr-GBV Alg. 2 for power K)."""
     a, s = a.to(p.dtype).unsqueeze(-1), s.to(p.dtype).unsqueeze(-1)
     excess = positive_part(a, p, s, q)
@@ -78,9 +79,15 @@ class LevelStep:
 
 # carry: pending slots; a, s [B, M] slot states at this position; position: int or [B] index
 # in the round; p_row, q_row [B, V] original target and draft rows; tokens [B] at this position
-def apply_slots(carry: ModifiedTarget, a: torch.Tensor, s: torch.Tensor,
-                position: int | torch.Tensor, p_row: torch.Tensor, q_row: torch.Tensor,
-                tokens: torch.Tensor) -> LevelStep:
+def apply_slots(
+    carry: ModifiedTarget,
+    a: torch.Tensor,
+    s: torch.Tensor,
+    position: int | torch.Tensor,
+    p_row: torch.Tensor,
+    q_row: torch.Tensor,
+    tokens: torch.Tensor,
+) -> LevelStep:
     """Apply the slots oldest first: each modifies the row the older ones produced.
 
     A slot that modifies this position in no row is skipped (one host sync for all slots):
@@ -97,7 +104,7 @@ def apply_slots(carry: ModifiedTarget, a: torch.Tensor, s: torch.Tensor,
         weights = modification_weights(a[:, j], row, s[:, j], q_row, carry.power)
         modified = residual_or_target(weights, row)
         modified = modified / modified.sum(-1, keepdim=True)
-        row = torch.where(active[:, j:j + 1], modified, row)
+        row = torch.where(active[:, j : j + 1], modified, row)
     return LevelStep(row, torch.stack(seen, dim=1) if seen else a[:, :0])
 
 
@@ -111,8 +118,7 @@ class ModifiedPath:
 
 
 # draft [B, L]; p [B, L+1, V]; q [B, L, V]
-def modify_path(carry: ModifiedTarget, draft: torch.Tensor, p: torch.Tensor,
-                q: torch.Tensor) -> ModifiedPath:
+def modify_path(carry: ModifiedTarget, draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> ModifiedPath:
     """Apply the pending modifications to the target rows along a drafted path."""
     length = draft.shape[1]
     rows, a_hist, s_hist = [], [carry.a], [carry.s]
@@ -129,9 +135,16 @@ def modify_path(carry: ModifiedTarget, draft: torch.Tensor, p: torch.Tensor,
 
 # modified: this round's path; draft [B, L]; q [B, L, V]; tau [B]; extra [B]
 # round_a, round_s [B] joint masses of the accepted prefix under this round's target and q
-def next_carry(carry: ModifiedTarget, modified: ModifiedPath, p: torch.Tensor, q: torch.Tensor,
-               tau: torch.Tensor, extra: torch.Tensor, round_a: torch.Tensor,
-               round_s: torch.Tensor) -> ModifiedTarget:
+def next_carry(
+    carry: ModifiedTarget,
+    modified: ModifiedPath,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    tau: torch.Tensor,
+    extra: torch.Tensor,
+    round_a: torch.Tensor,
+    round_s: torch.Tensor,
+) -> ModifiedTarget:
     """Advance the surviving slots over the committed tokens and push this round's slot.
 
     The oldest slot always expires (every round commits at least one token), so the slots
@@ -148,10 +161,12 @@ def next_carry(carry: ModifiedTarget, modified: ModifiedPath, p: torch.Tensor, q
     a_new, s_new = normalize_pair(round_a * y_prob, round_s * qy)
     remaining_old = (carry.remaining - tau.unsqueeze(-1) - 1).clamp_min(0)
     remaining_new = (length - tau - 1).clamp_min(0)
-    return ModifiedTarget(torch.cat([a_old[:, 1:], a_new.unsqueeze(-1)], dim=1),
-                          torch.cat([s_old[:, 1:], s_new.unsqueeze(-1)], dim=1),
-                          torch.cat([remaining_old[:, 1:], remaining_new.unsqueeze(-1)], dim=1),
-                          carry.power)
+    return ModifiedTarget(
+        torch.cat([a_old[:, 1:], a_new.unsqueeze(-1)], dim=1),
+        torch.cat([s_old[:, 1:], s_new.unsqueeze(-1)], dim=1),
+        torch.cat([remaining_old[:, 1:], remaining_new.unsqueeze(-1)], dim=1),
+        carry.power,
+    )
 
 
 @dataclass

@@ -12,8 +12,8 @@ optimal-transport rules); ``walk_verify`` is the batched walk for the batched ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable
 
 import torch
 
@@ -31,8 +31,9 @@ BatchedRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, 
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]
-def multidraft_walk(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rule: NodeRule,
-              rng: torch.Generator | Decisions) -> Verdict:
+def multidraft_walk(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rule: NodeRule, rng: torch.Generator | Decisions
+) -> Verdict:
     """Walk one prompt's draft tree top-down with ``rule`` at every node."""
     decisions = as_decisions(rng)
     alive = list(range(paths.shape[0]))
@@ -50,9 +51,12 @@ def multidraft_walk(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, rule:
 
 def multidraft_walk_reference(rule: NodeRule) -> Callable[..., Verdict]:
     """``multidraft_walk`` with a fixed rule, in the reference signature ``verify.exact`` enumerates."""
-    def reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions,
-                  carry: None = None) -> Verdict:
+
+    def reference(
+        paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: None = None
+    ) -> Verdict:
         return multidraft_walk(paths, p, q, rule, decisions)
+
     return reference
 
 
@@ -63,8 +67,15 @@ def first_alive(alive: torch.Tensor) -> torch.Tensor:
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator,
-                carry: None = None, rule: BatchedRule) -> Verdict:
+def walk_verify(
+    paths: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    *,
+    rng: torch.Generator,
+    carry: None = None,
+    rule: BatchedRule,
+) -> Verdict:
     """The batched top-down walk; each row consumes its uniforms in ``multidraft_walk``'s order."""
     batch, count, length = paths.shape
     rows = torch.arange(batch, device=paths.device)
@@ -80,8 +91,13 @@ def walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: t
             break
         node = first_alive(alive[live])
         drafts = paths[live, :, depth]
-        decision = rule(p[live, node, depth], q[live, node, depth], drafts, alive[live],
-                        u[live].gather(1, used[live].unsqueeze(1) + window))
+        decision = rule(
+            p[live, node, depth],
+            q[live, node, depth],
+            drafts,
+            alive[live],
+            u[live].gather(1, used[live].unsqueeze(1) + window),
+        )
         matching = alive[live] & (drafts == decision.token.unsqueeze(1))
         stops = ~matching.any(dim=1)
         tau[live] = torch.where(stops, depth, length)
@@ -95,8 +111,9 @@ def walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: t
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def rowwise_walk_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator,
-                        carry: None = None, rule: NodeRule) -> Verdict:
+def rowwise_walk_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None, rule: NodeRule
+) -> Verdict:
     """``multidraft_walk`` row by row, for rules with no batched form (the optimal-transport solvers)."""
     verdicts = [multidraft_walk(paths[b], p[b], q[b], rule, rng) for b in range(paths.shape[0])]
     return Verdict(*(torch.cat([getattr(v, field) for v in verdicts]) for field in ("tokens", "num_tokens", "path")))

@@ -110,8 +110,9 @@ def child_rank(alive: torch.Tensor) -> torch.Tensor:
 
 
 # tested [B, K] bool which children a rule accepted; rank [B, K]; fallback [B] tokens
-def first_accepted(tested: torch.Tensor, drafts: torch.Tensor, rank: torch.Tensor,
-                   count: torch.Tensor, fallback: torch.Tensor) -> NodeDecision:
+def first_accepted(
+    tested: torch.Tensor, drafts: torch.Tensor, rank: torch.Tensor, count: torch.Tensor, fallback: torch.Tensor
+) -> NodeDecision:
     """The first accepted child, or the fallback after all ``count`` children were rejected."""
     any_accepted = tested.any(dim=1)
     first = tested.to(torch.int8).argmax(dim=1, keepdim=True)
@@ -121,14 +122,16 @@ def first_accepted(tested: torch.Tensor, drafts: torch.Tensor, rank: torch.Tenso
 
 
 # p, q [B, V]; drafts, alive [B, K]; u [B, K+1] the row's next uniforms
-def batched_kseq(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: torch.Tensor,
-                 u: torch.Tensor) -> NodeDecision:
+def batched_kseq(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: torch.Tensor, u: torch.Tensor
+) -> NodeDecision:
     """``kseq_rule`` for every prompt at once."""
     count = alive.sum(dim=1)
     rho = kseq_rho(p, q, count.to(torch.float64))
     rank = child_rank(alive)
-    accept = clipped_ratio(p.gather(1, drafts).to(torch.float64),
-                           rho.unsqueeze(1) * q.gather(1, drafts).to(torch.float64))
+    accept = clipped_ratio(
+        p.gather(1, drafts).to(torch.float64), rho.unsqueeze(1) * q.gather(1, drafts).to(torch.float64)
+    )
     tested = alive & (u.gather(1, rank) < accept)
     residual = residual_or_target(positive_part(1, p, rho.to(p.dtype).unsqueeze(1), q), p)
     fallback = sample_inverse_cdf(residual, u.gather(1, count.unsqueeze(1)).squeeze(1))
@@ -136,17 +139,18 @@ def batched_kseq(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: 
 
 
 # p, q [B, V]; drafts, alive [B, K]; u [B, K+1]
-def batched_specinfer(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: torch.Tensor,
-                      u: torch.Tensor) -> NodeDecision:
+def batched_specinfer(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: torch.Tensor, u: torch.Tensor
+) -> NodeDecision:
     """``specinfer_rule`` for every prompt at once (a loop over the K child slots)."""
     count = alive.sum(dim=1)
     rank = child_rank(alive)
     target = p
     tested = torch.zeros_like(alive)
     for j in range(drafts.shape[1]):
-        x = drafts[:, j:j + 1]
+        x = drafts[:, j : j + 1]
         ratio = clipped_ratio(target.gather(1, x), q.gather(1, x)).squeeze(1).to(torch.float64)
-        tested[:, j] = alive[:, j] & (u.gather(1, rank[:, j:j + 1]).squeeze(1) < ratio)
+        tested[:, j] = alive[:, j] & (u.gather(1, rank[:, j : j + 1]).squeeze(1) < ratio)
         rejected = (alive[:, j] & ~tested[:, : j + 1].any(dim=1)).unsqueeze(1)
         target = torch.where(rejected, specinfer_residual(target, q), target)
     fallback = sample_inverse_cdf(target, u.gather(1, count.unsqueeze(1)).squeeze(1))
@@ -154,7 +158,8 @@ def batched_specinfer(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, al
 
 
 # p, q [B, V]; drafts, alive [B, K]; u [B, K+1]
-def batched_nss(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: torch.Tensor,
-                u: torch.Tensor) -> NodeDecision:
+def batched_nss(
+    p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, alive: torch.Tensor, u: torch.Tensor
+) -> NodeDecision:
     """``nss_rule`` for every prompt at once."""
     return NodeDecision(sample_inverse_cdf(p, u[:, 0]), torch.ones_like(drafts[:, 0]))

@@ -88,8 +88,6 @@ class SinglePath:
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; index [B] int64 in [0, K)
-def select_path(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                index: torch.Tensor) -> SinglePath:
+def select_path(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, index: torch.Tensor) -> SinglePath:
     """Path ``index[b]`` of every prompt b."""
-    return SinglePath(select_positions(paths, index), select_positions(p, index),
-                      select_positions(q, index))
+    return SinglePath(select_positions(paths, index), select_positions(p, index), select_positions(q, index))

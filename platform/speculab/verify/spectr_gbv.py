@@ -60,8 +60,9 @@ def some_draft_has(draft: torch.Tensor, paths: int) -> torch.Tensor:
 
 
 # target, draft [...] joint masses; p, q [..., V] next-token rows; paths: K
-def children_residual(target: torch.Tensor, draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                      paths: int) -> torch.Tensor:
+def children_residual(
+    target: torch.Tensor, draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor, paths: int
+) -> torch.Tensor:
     """sum_x R(x^i x), computed on the pair scaled to max(T, D) = 1 (no underflow in float32)."""
     scale = torch.maximum(target, draft)
     scale = torch.where(scale > 0, scale, 1)
@@ -70,8 +71,7 @@ def children_residual(target: torch.Tensor, draft: torch.Tensor, p: torch.Tensor
 
 
 # target, draft, children [...]; paths: K
-def subblock_acceptance(target: torch.Tensor, draft: torch.Tensor, children: torch.Tensor,
-                        paths: int) -> torch.Tensor:
+def subblock_acceptance(target: torch.Tensor, draft: torch.Tensor, children: torch.Tensor, paths: int) -> torch.Tensor:
     """SpecTr-GBV eq. 2 (1 where the event it conditions on has probability 0)."""
     numerator = children - own_residual(target, draft, paths)
     denominator = some_draft_has(draft, paths) - target + children
@@ -86,8 +86,9 @@ def block_acceptance_full(target: torch.Tensor, draft: torch.Tensor, paths: int)
     return torch.where(denominator > 0, numerator / torch.where(denominator > 0, denominator, 1), 1.0)
 
 
-def _carry_for_paths(carry: ModifiedTarget | None, batch: int, paths: int, length: int,
-                     device: torch.device) -> ModifiedTarget:
+def _carry_for_paths(
+    carry: ModifiedTarget | None, batch: int, paths: int, length: int, device: torch.device
+) -> ModifiedTarget:
     if carry is None:
         carry = ModifiedTarget.empty(batch, length - 1, paths, device)
     return carry
@@ -99,8 +100,9 @@ def _chosen(modified: ModifiedPath, index: torch.Tensor) -> ModifiedPath:
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]; carry: batch-of-one ModifiedTarget or None
-def spectr_gbv_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                                decisions: Decisions, carry: ModifiedTarget | None = None) -> Verdict:
+def spectr_gbv_verify_reference(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: ModifiedTarget | None = None
+) -> Verdict:
     """SpecTr-GBV Alg. 1 for one prompt, against the target modified by earlier rounds."""
     count, length = paths.shape
     carry = _carry_for_paths(carry, 1, count, length, p.device)
@@ -131,6 +133,14 @@ def spectr_gbv_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.T
         weights = modification_weights(t_mass[f, tau], target_rows[f, tau], d_mass[f, tau], q[f, tau], count)
         y = decisions.categorical(residual_or_target(weights, target_rows[f, tau]))  # eq. 4
     chosen = torch.tensor([f])
-    new_carry = next_carry(carry, _chosen(modified, chosen), p[chosen], q[chosen], torch.tensor([tau]),
-                           torch.tensor([y]), t_mass[f, tau].reshape(1), d_mass[f, tau].reshape(1))
+    new_carry = next_carry(
+        carry,
+        _chosen(modified, chosen),
+        p[chosen],
+        q[chosen],
+        torch.tensor([tau]),
+        torch.tensor([y]),
+        t_mass[f, tau].reshape(1),
+        d_mass[f, tau].reshape(1),
+    )
     return reference_verdict(paths[f], tau, y, f, new_carry)

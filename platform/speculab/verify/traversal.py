@@ -104,8 +104,9 @@ def reject(nodes: list[Node], paths: torch.Tensor, y: int, alive: set[int]) -> N
 
 
 # paths [K, L]; p [K, L+1, V]; q [K, L, V]
-def traversal_verify_reference(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
-                               decisions: Decisions, carry: None = None) -> Verdict:
+def traversal_verify_reference(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, decisions: Decisions, carry: None = None
+) -> Verdict:
     """Traversal verification of one prompt's draft tree (module docstring), any tree shape."""
     nodes = prefix_tree(paths, p, q)
     alive = set(range(len(nodes)))
@@ -148,8 +149,9 @@ def slot_tree(paths: torch.Tensor) -> SlotTree:
     depth = torch.arange(length + 1, device=paths.device)
     parent = canon[:, :, :-1] * (length + 1) + depth[:-1]
     parent = torch.nn.functional.pad(parent, (1, 0)).flatten(1)
-    canonical = (canon == torch.arange(count, device=paths.device)[:, None]) & ((depth > 0) | (
-        torch.arange(count, device=paths.device)[:, None] == 0))
+    canonical = (canon == torch.arange(count, device=paths.device)[:, None]) & (
+        (depth > 0) | (torch.arange(count, device=paths.device)[:, None] == 0)
+    )
     # digits[b, k, d, j] = c_j for j <= d, else K
     digits = torch.where(depth[1:] <= depth[:, None], canon[:, :, None, 1:], count).flatten(1, 2)
     order = torch.arange(count * (length + 1), device=paths.device).expand(batch, -1)
@@ -213,15 +215,21 @@ class Rows:
     q_scaled: torch.Tensor  # [B, V] float64 buffer
 
     @classmethod
-    def of(cls, p: torch.Tensor, q: torch.Tensor) -> "Rows":
+    def of(cls, p: torch.Tensor, q: torch.Tensor) -> Rows:
         vocab, batch = p.shape[-1], p.shape[0]
-        return cls(p.reshape(-1, vocab), q.reshape(-1, vocab), p.new_empty(batch, vocab), q.new_empty(batch, vocab),
-                   q.new_empty(batch, vocab, dtype=torch.float64))
+        return cls(
+            p.reshape(-1, vocab),
+            q.reshape(-1, vocab),
+            p.new_empty(batch, vocab),
+            q.new_empty(batch, vocab),
+            q.new_empty(batch, vocab, dtype=torch.float64),
+        )
 
 
 # rows, z [n]: the nodes whose current target row is read; scale [n] applied to it
-def scaled_target(state: TraversalState, source: Rows, rows: torch.Tensor, z: torch.Tensor,
-                  scale: torch.Tensor) -> torch.Tensor:
+def scaled_target(
+    state: TraversalState, source: Rows, rows: torch.Tensor, z: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
     """``[n, V]`` float64 fresh tensor: the unnormalised current target rows of nodes z times scale
     (sums: ``p_mass * scale``)."""
     slots = state.pt.shape[1]
@@ -233,7 +241,7 @@ def scaled_target(state: TraversalState, source: Rows, rows: torch.Tensor, z: to
             table, index, buffer = source.p, rows[group] * slots + z[group], source.p_copy
         else:
             table, index, buffer = state.residuals[held], at[group], out.new_empty(len(group), out.shape[1])
-        copied = torch.index_select(table, 0, index, out=buffer[:len(group)])
+        copied = torch.index_select(table, 0, index, out=buffer[: len(group)])
         if len(group) == len(rows):
             return torch.mul(copied, scale.unsqueeze(1), out=out)
         out[group] = copied * scale[group].unsqueeze(1)
@@ -241,8 +249,9 @@ def scaled_target(state: TraversalState, source: Rows, rows: torch.Tensor, z: to
 
 
 # removed [n, S] slots whose token is out of q(.|z); tokens [n, S]; q_z [n, V] original rows; q_sum [n]
-def removed_tokens(removed: torch.Tensor, tokens: torch.Tensor, q_z: torch.Tensor,
-                   q_sum: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def removed_tokens(
+    removed: torch.Tensor, tokens: torch.Tensor, q_z: torch.Tensor, q_sum: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``[n, S]`` which slots carry a removed token (any slot, duplicates included), and ``[n]``
     the factor that renormalises the row without them (1 while none is removed, 0 if none is left)."""
     hit = ((tokens.unsqueeze(2) == tokens.unsqueeze(1)) & removed.unsqueeze(1)).any(2)
@@ -252,8 +261,15 @@ def removed_tokens(removed: torch.Tensor, tokens: torch.Tensor, q_z: torch.Tenso
 
 
 # rows, y [n] the rows that reject their node y at this step; w [B, S] current weights
-def reject_batched(tree: SlotTree, state: TraversalState, source: Rows, rows: torch.Tensor, y: torch.Tensor,
-                   w: torch.Tensor, length: int) -> None:
+def reject_batched(
+    tree: SlotTree,
+    state: TraversalState,
+    source: Rows,
+    rows: torch.Tensor,
+    y: torch.Tensor,
+    w: torch.Tensor,
+    length: int,
+) -> None:
     """``reject`` for the rejecting rows: the parent's residual target, weight and draft, and the
     edges to its children, touching each vocabulary row a few times."""
     z = tree.parent[rows, y]
@@ -262,7 +278,7 @@ def reject_batched(tree: SlotTree, state: TraversalState, source: Rows, rows: to
     tokens = tree.token[rows]  # [n, S]
     count = tree.parent.shape[1] // (length + 1)
     q_slot = rows * count * length + (z // (length + 1)) * length + (z % (length + 1)).clamp_max(length - 1)
-    q_z = torch.index_select(source.q, 0, q_slot, out=source.q_copy[:len(rows)])
+    q_z = torch.index_select(source.q, 0, q_slot, out=source.q_copy[: len(rows)])
     q_sum = q_z.sum(-1, dtype=torch.float64)
     removed_before, q_scale = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
     state.rejected[rows, y] = True
@@ -270,7 +286,7 @@ def reject_batched(tree: SlotTree, state: TraversalState, source: Rows, rows: to
     # [w p - q]_+ with p the current target (w p at the removed tokens, where q is 0)
     residual = scaled_target(state, source, rows, z, w[rows, z] / state.p_mass[rows, z])
     kept_residual = residual.gather(1, tokens)
-    q_scaled = torch.mul(q_z, q_scale.unsqueeze(1), out=source.q_scaled[:len(rows)])
+    q_scaled = torch.mul(q_z, q_scale.unsqueeze(1), out=source.q_scaled[: len(rows)])
     residual.sub_(q_scaled).clamp_min_(0)
     residual.scatter_(1, tokens, torch.where(removed_before, kept_residual, residual.gather(1, tokens)))
     mass = residual.sum(-1)
@@ -282,8 +298,9 @@ def reject_batched(tree: SlotTree, state: TraversalState, source: Rows, rows: to
     state.pin[rows, z] = torch.where(moved, block_acceptance(w[rows, z], mass), 0.0)
     state.pinned[rows, z] = True
     # edges to z's children under the new rows
-    new_p = torch.where(moved.unsqueeze(1), residual.gather(1, tokens) / torch.where(moved, mass, 1).unsqueeze(1),
-                        state.pt[rows])
+    new_p = torch.where(
+        moved.unsqueeze(1), residual.gather(1, tokens) / torch.where(moved, mass, 1).unsqueeze(1), state.pt[rows]
+    )
     new_q = torch.where(removed_after, 0.0, q_z.gather(1, tokens) * q_scale_after.unsqueeze(1))
     state.pt[rows] = torch.where(children, new_p, state.pt[rows])
     state.qt[rows] = torch.where(children, new_q, state.qt[rows])
@@ -305,8 +322,9 @@ def initial_state(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> Trav
 
 
 # paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def traversal_verify(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *,
-                     rng: torch.Generator, carry: None = None) -> Verdict:
+def traversal_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
+) -> Verdict:
     """Batched traversal verification: every row walks its post-order, one node per step.
 
     The rows still walking are looked up once per step (one host sync), so finished rows

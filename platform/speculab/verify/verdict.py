@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -29,8 +30,7 @@ class Verdict:
         return self.num_tokens - 1
 
     @classmethod
-    def make_dummy(cls, rows: Sequence[Sequence[int]], draft_length: int,
-                   path: Sequence[int] | None = None) -> "Verdict":
+    def make_dummy(cls, rows: Sequence[Sequence[int]], draft_length: int, path: Sequence[int] | None = None) -> Verdict:
         """A verdict from explicit token lists (accepted tokens then the extra token), for tests."""
         tokens = torch.full((len(rows), draft_length + 1), PAD, dtype=torch.int64)
         for b, row in enumerate(rows):
@@ -53,8 +53,7 @@ class Outcome:
 
 
 # draft [B, L] tokens of the chosen path; path [B] its index
-def assemble_verdict(draft: torch.Tensor, outcome: Outcome, path: torch.Tensor,
-                     carry: Any = None) -> Verdict:
+def assemble_verdict(draft: torch.Tensor, outcome: Outcome, path: torch.Tensor, carry: Any = None) -> Verdict:
     """Write ``draft[:, :tau]`` then the extra token into a padded ``[B, L+1]`` tensor."""
     batch, length = draft.shape
     tau, extra = outcome.tau, outcome.extra
@@ -66,8 +65,7 @@ def assemble_verdict(draft: torch.Tensor, outcome: Outcome, path: torch.Tensor,
 
 
 # draft [L] tokens of the chosen path
-def reference_verdict(draft: torch.Tensor, tau: int, extra: int, path: int,
-                      carry: Any = None) -> Verdict:
+def reference_verdict(draft: torch.Tensor, tau: int, extra: int, path: int, carry: Any = None) -> Verdict:
     """The batch-of-one verdict a scalar reference implementation returns."""
     outcome = Outcome(torch.tensor([tau]), torch.tensor([extra]))
     return assemble_verdict(draft.unsqueeze(0).cpu(), outcome, torch.tensor([path]), carry)

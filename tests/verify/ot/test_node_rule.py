@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+
 from speculab.verify.exact import enumerate_outcomes
 from speculab.verify.node_rules import NodeRule, kseq_rule, nss_rule
 from speculab.verify.ot import OT_NODE_RULES, OTNodeRule, optimal_acceptance
@@ -39,7 +40,9 @@ def verified_law(rule: NodeRule, p: torch.Tensor, q: torch.Tensor, n: int) -> np
 RULES = {
     **OT_NODE_RULES,
     # a tolerance no truncated solve meets in one iteration: exercises the K-SEQ fallback
-    "global_resolution_to_kseq": OTNodeRule(functools.partial(solve_global_resolution, tau=1e-14, max_iter=1), kseq_rule),
+    "global_resolution_to_kseq": OTNodeRule(
+        functools.partial(solve_global_resolution, tau=1e-14, max_iter=1), kseq_rule
+    ),
     # a chain: a failing exact-tolerance solve, then sampling from p (App. R)
     "global_resolution_to_target": OTNodeRule(
         functools.partial(solve_global_resolution, tau=1e-14, max_iter=1), nss_rule

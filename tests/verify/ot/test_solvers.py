@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from speculab.verify.ot import SOLVERS, optimal_acceptance
 from speculab.verify.ot.global_resolution import solve_global_resolution
 from speculab.verify.ot.plan import AcceptedSlice, slackness_plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from speculab.algorithms import SPECTR_NODE_RULES, get_verifier
 from speculab.verify.exact import (
     ToyModel,

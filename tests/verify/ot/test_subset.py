@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+
 from speculab.verify.ot import best_subset, optimal_acceptance
 from speculab.verify.ot.columns import draft_columns
 from speculab.verify.ot.lp import relaxed_otlp

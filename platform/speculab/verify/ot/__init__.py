@@ -15,8 +15,8 @@ from speculab.verify.ot.subset import best_subset, optimal_acceptance
 
 __all__ = [
     "OT_NODE_RULES",
-    "OTNodeRule",
     "SOLVERS",
+    "OTNodeRule",
     "Solver",
     "TransportPlan",
     "best_subset",

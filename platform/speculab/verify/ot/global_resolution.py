@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 from scipy.optimize import minimize
@@ -177,7 +176,7 @@ def softmax_slice(alpha: np.ndarray, slack: bool, omega: np.ndarray) -> np.ndarr
 
 
 # omega [n]
-def failed_slice(omega: np.ndarray) -> Optional[np.ndarray]:
+def failed_slice(omega: np.ndarray) -> np.ndarray | None:
     """The slice of a system whose truncated solve failed."""
     return None
 

@@ -65,8 +65,9 @@ def integer_max_flow(supply: np.ndarray, columns: DraftColumns) -> np.ndarray:
     sink = k + m + 1
     tails = np.concatenate([np.zeros(k, np.int64), columns.token + 1, k + 1 + np.arange(m)])
     heads = np.concatenate([1 + np.arange(k), columns.column + k + 1, np.full(m, sink)])
-    capacity = np.concatenate([np.floor(supply * SCALE), np.full(columns.token.shape[0], SCALE),
-                               np.floor(columns.mass * SCALE)]).astype(np.int32)
+    capacity = np.concatenate(
+        [np.floor(supply * SCALE), np.full(columns.token.shape[0], SCALE), np.floor(columns.mass * SCALE)]
+    ).astype(np.int32)
     graph = csr_matrix((capacity, (tails, heads)), shape=(sink + 1, sink + 1))
     flow = maximum_flow(graph, 0, sink, method="dinic").flow.tocsr()
     return np.asarray(flow[columns.token + 1, columns.column + k + 1]).ravel() / SCALE

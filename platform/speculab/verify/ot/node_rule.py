@@ -13,7 +13,6 @@ enumerator of `verify.exact` can certify the walk.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ from speculab.verify.decisions import Decisions, as_decisions
 from speculab.verify.node_rules import NodeRule, kseq_rule
 from speculab.verify.ot.solvers import SOLVERS, Solver
 
-Randomness = Union[torch.Generator, Decisions]
+Randomness = torch.Generator | Decisions
 
 
 # probs [V]
@@ -38,7 +37,7 @@ class OTNodeRule:
 
     solver: Solver
     # used when the solver gives up on the drafted tuple; None: exact solvers never do
-    fallback: Optional[NodeRule] = None
+    fallback: NodeRule | None = None
 
     # p [V], q [V], drafts [n]
     def __call__(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, rng: Randomness) -> int:
@@ -51,7 +50,7 @@ class OTNodeRule:
         return self.fallback(p, q, drafts, decisions)
 
     # p [V], q [V], drafts [n]
-    def verified_distribution(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> Optional[np.ndarray]:
+    def verified_distribution(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> np.ndarray | None:
         """[V] law of y given the drafts: pi(. | drafts) on supp(q), its last entry spread as p
         outside it; None if the solver failed on the drafts."""
         p64, q64 = as_distribution(p), as_distribution(q)

@@ -10,8 +10,8 @@ eq. 18 when p_res comes from complementary slackness (eq. 7, Thm 6.2). Index k o
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from speculab.verify.ot.columns import DraftColumns
 from speculab.verify.ot.subset import SubsetSelection
 
 # omega [n] -> [k] accepted part of pi(.|omega), or None where a solver gave up on omega
-AcceptedSlice = Callable[[np.ndarray], Optional[np.ndarray]]
+AcceptedSlice = Callable[[np.ndarray], np.ndarray | None]
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class TransportPlan:
     accepted: AcceptedSlice
 
     # omega [n]
-    def transport_slice(self, omega: np.ndarray) -> Optional[np.ndarray]:
+    def transport_slice(self, omega: np.ndarray) -> np.ndarray | None:
         """[k+1] pi(.|omega) (eq. 3, 8, 18), or None when the solver failed on omega."""
         accepted = self.accepted(np.asarray(omega, dtype=np.int64))
         if accepted is None:
@@ -100,7 +100,7 @@ def slackness_plan(
     inside[selection.best_subset] = True
     inner, outer = functools.cache(solve_inner), functools.cache(solve_outer)
 
-    def accepted(omega: np.ndarray) -> Optional[np.ndarray]:
+    def accepted(omega: np.ndarray) -> np.ndarray | None:
         return (inner if inside[omega].all() else outer)()(omega)
 
     return TransportPlan(p_res, accepted)
