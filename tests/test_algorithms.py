@@ -14,13 +14,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from speculab.algorithms import (
-    ALGORITHMS,
-    DRAFTERS,
-    PATH_ALGORITHMS,
-    get_reference,
-    get_verifier,
-)
+from speculab.algorithms import ALGORITHMS, DRAFTERS, PATH_ALGORITHMS, get_reference, get_verifier, registry_markdown
+from speculab.config import PROJECT_ROOT
 from speculab.verify.decisions import sample_inverse_cdf
 from speculab.verify.exact import ToyModel, target_distribution
 from speculab.verify.verdict import Verdict
@@ -127,3 +122,10 @@ def test_every_algorithm_has_a_reference_and_a_checked_verifier() -> None:
 def test_unknown_names_are_refused_with_the_choices(name: str, rule: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         get_verifier(name, rule)
+
+
+def test_docs_table_is_the_registry() -> None:
+    """docs/algorithms.md holds `python -m speculab.algorithms` verbatim between its markers."""
+    text = (PROJECT_ROOT / "docs" / "algorithms.md").read_text()
+    start, end = "<!-- registry-table:start -->\n", "\n<!-- registry-table:end -->"
+    assert text[text.index(start) + len(start) : text.index(end)] == registry_markdown()
