@@ -1,7 +1,7 @@
 """Submit a speculab run or sweep to a Ray cluster through the Ray Jobs API, and follow it.
 
     python jobs/submit.py [--address http://127.0.0.1:8265] [--tracking-uri URI] -- \
-        cluster=h200x8 model=qwen3-32b_0.6b -m algorithm.K=1,2,3,4
+        cluster=h200x8 model=qwen3-32b_0.6b algorithm=gbv -m algorithm.K=1,2,3,4
 
 The job runs `python -m speculab.cli <overrides> cluster.address=auto` on the cluster with
 this checkout as its working dir (stores, virtualenvs, git history and weight files left
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
+from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +43,11 @@ EXCLUDES = [
     "weights/",
 ]
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+AUTH_HELP = (
+    "A head started with token authentication (RAY_AUTH_MODE=token; the default for local heads from Ray 2.59) "
+    "needs its token here: run `ray get-auth-token` on the head, then submit with "
+    "`RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> python jobs/submit.py ...` (or RAY_AUTH_TOKEN_PATH=<file>)."
+)
 TERMINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
 
@@ -89,8 +95,16 @@ def main(argv: list[str] | None = None) -> int:
             f"--tracking-uri is required for a remote cluster ({args.address}): an `mlflow server` URI "
             "the cluster reaches, or sqlite:////absolute/path on its shared filesystem"
         )
-    client = JobSubmissionClient(args.address)
-    job_id = client.submit_job(entrypoint=entrypoint(args.overrides, uri, args.python), runtime_env=runtime_env())
+    try:
+        client = JobSubmissionClient(args.address)
+        job_id = client.submit_job(entrypoint=entrypoint(args.overrides, uri, args.python), runtime_env=runtime_env())
+    except AuthenticationError as err:
+        print(
+            f"submit: the Ray head at {args.address} refused this client's token ({err.message.splitlines()[0]}).\n"
+            f"{AUTH_HELP}",
+            file=sys.stderr,
+        )
+        return 2
     print(f"submitted {job_id}; MLflow: {uri}")
     if args.no_wait:
         return 0

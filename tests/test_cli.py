@@ -29,3 +29,9 @@ def test_bad_input_exits_with_a_message(tmp_path: Path) -> None:
     result = speculab(["algorithm.K=0", "sampling.temperature=-1", "runtime=inline"], tmp_path)
     assert result.returncode != 0
     assert "algorithm.K=0" in result.stderr and "sampling.temperature=-1" in result.stderr
+
+
+def test_an_unknown_key_added_with_plus_exits_naming_it(tmp_path: Path) -> None:
+    result = speculab(["+foo=1", "runtime=inline", "tracking=none"], tmp_path)
+    assert result.returncode != 0
+    assert "foo: unknown key; top-level keys are model, algorithm" in result.stderr

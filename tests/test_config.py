@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from omegaconf import OmegaConf
+from safetensors.numpy import save_file
 
 from speculab import experiment
-from speculab.config import Config, ConfigError, validate
-from support.configs import CONF, fake_checkpoint, load
+from speculab.config import Config, ConfigError, unknown_keys, validate
+from support.configs import CONF, compose_config, fake_checkpoint, load
 
 
 def test_every_config_group_option_composes(pair: list[str]) -> None:
@@ -42,6 +45,113 @@ def test_bad_values_are_named_with_what_is_allowed(pair: list[str], override: st
         validate(load([*pair, override]))
     message = str(err.value)
     assert field in message and allowed in message
+
+
+def bad_files(root: Path) -> dict[str, Path]:
+    """Checkpoint dirs (vocabulary of the `pair` fixture) each with one bad file, by placeholder name."""
+
+    def checkpoint(name: str, **config: int) -> Path:
+        return fake_checkpoint(root / name, 10, {"a": 0}, **config)
+
+    def truncated_weights(path: Path) -> Path:
+        save_file({"w": np.zeros((64, 64), np.float32)}, path / "model.safetensors")
+        data = (path / "model.safetensors").read_bytes()
+        (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+        return path
+
+    paths = {
+        "short_context": checkpoint("short_context", n_positions=64),
+        "corrupt_config": checkpoint("corrupt_config"),
+        "corrupt_tokenizer": checkpoint("corrupt_tokenizer"),
+        "corrupt_block": checkpoint("corrupt_block"),
+        "truncated": truncated_weights(checkpoint("truncated")),
+        "truncated_block": truncated_weights(checkpoint("truncated_block")),
+    }
+    (paths["corrupt_config"] / "config.json").write_text('{"vocab_size": 10,')
+    (paths["corrupt_tokenizer"] / "tokenizer.json").write_text("{")
+    (paths["corrupt_block"] / "block.json").write_text("block_size: 16")
+    (paths["truncated_block"] / "block.json").write_text('{"block_size": 16, "mask_token_id": 1}')
+    return paths
+
+
+# (overrides, field, fragment of what is allowed): all refused, on the `pair` fixture's checkpoints.
+# {name} stands for a checkpoint dir of `bad_files`; torch.cuda.is_available() is False.
+BAD_CONFIGS: list[tuple[list[str], str, str]] = [
+    (["+foo=1"], "foo: unknown key", "top-level keys are model, algorithm, drafter"),
+    (["+algorithm.foo=1"], "algorithm.foo: unknown key", "algorithm takes name, K, L, node_rule"),
+    (["algorithm.L=100000"], "algorithm.L=100000", ">= 1 and <= 128"),
+    (["algorithm=gbv", "algorithm.K=65"], "algorithm.K=65", ">= 1 and <= 64"),
+    (
+        ["model.target_path={short_context}", "sampling.max_new_tokens=60"],
+        "sampling.max_new_tokens=60 + algorithm.L=4 + 1 = 65",
+        "target's context of 64 (n_positions in {short_context}/config.json)",
+    ),
+    (
+        [
+            "model.target_path=assets/tiny-pycode/target",
+            "model.draft_path=assets/tiny-pycode/draft",
+            "sampling.max_new_tokens=1020",
+        ],
+        "sampling.max_new_tokens=1020",
+        "context of 1024 (max_position_embeddings in",
+    ),
+    (["algorithm=block", "algorithm.K=4"], "algorithm.K=4", "gbv, spectr, specinfer, nss, traversal"),
+    (
+        ["algorithm=ddtree", "drafter=ar_marginals", "algorithm.K=4"],
+        "algorithm.K=4: algorithm=ddtree verifies one path",
+        "multi-path algorithm: gbv, spectr",
+    ),
+    (["algorithm=token", "algorithm.tree=bogus"], "algorithm.tree='bogus'", "only algorithm=ddtree builds a tree"),
+    (["algorithm=gbv", "algorithm.budget=32"], "algorithm.budget=32", "only algorithm=ddtree builds a tree"),
+    (["algorithm=gbv", "algorithm.node_rule=lp"], "algorithm.node_rule='lp'", "only algorithm=spectr"),
+    (["sampling.seed=-1"], "sampling.seed=-1", ">= 0"),
+    (["model.draft_path={corrupt_config}"], "model.draft_path:", "{corrupt_config}/config.json is not valid JSON"),
+    (
+        ["model.target_path={corrupt_tokenizer}"],
+        "model.target_path:",
+        "{corrupt_tokenizer}/tokenizer.json is not valid JSON",
+    ),
+    (
+        ["algorithm=ddtree", "drafter=block", "drafter.path={corrupt_block}"],
+        "drafter.path:",
+        "{corrupt_block}/block.json is not valid JSON",
+    ),
+    (["model.device=cuda", "runtime=inline"], "model.device='cuda'", "set model.device=cpu"),
+    (["model.device=cuda", "runtime=ray"], "model.device='cuda'", "cluster.address=auto"),
+    (["model.device=cuda", "cluster.address=auto"], "model.device='cuda'", "set cluster.num_gpus"),
+    (["cluster.actor_cpus=-1"], "cluster.actor_cpus=-1.0", "must be > 0"),
+    (["cluster.actor_cpus=0"], "cluster.actor_cpus=0.0", "must be > 0"),
+    (["cluster.num_cpus=0"], "cluster.num_cpus=0", ">= 1"),
+    (["cluster.gpu_memory_gib=-1"], "cluster.gpu_memory_gib=-1.0", ">= 0"),
+    (["model.target_path={truncated}"], "model.target_path:", "{truncated}/model.safetensors is not a complete"),
+    (
+        ["algorithm=ddtree", "drafter=block", "drafter.path={truncated_block}"],
+        "drafter.path:",
+        "{truncated_block}/model.safetensors is not a complete",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field", "allowed"), BAD_CONFIGS, ids=[" ".join(row[0]) for row in BAD_CONFIGS])
+def test_every_bad_config_is_refused_naming_the_field_and_what_is_allowed(
+    pair: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    overrides: list[str],
+    field: str,
+    allowed: str,
+) -> None:
+    """As the CLI does it: unknown keys first (before the conversion drops them), then `validate`."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    paths = bad_files(tmp_path / "bad")
+    raw = compose_config([*pair, *(override.format(**paths) for override in overrides)])
+    errors = unknown_keys(raw)
+    if not errors:
+        with pytest.raises(ConfigError) as err:
+            validate(OmegaConf.to_object(raw))
+        errors = str(err.value).splitlines()
+    field, allowed = field.format(**paths), allowed.format(**paths)
+    assert any(field in line and allowed in line for line in errors), errors
 
 
 @pytest.mark.parametrize("sizes", [(10, 12), (10, 10)])

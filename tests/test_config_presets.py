@@ -36,6 +36,12 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch sees a GPU here: cluster=local (models on this machine) with a cuda preset validates as on a GPU box."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+
+
 def test_every_preset_model_is_a_known_architecture() -> None:
     for model in MODELS:
         cfg = load([f"model={model}"]).model
@@ -44,7 +50,7 @@ def test_every_preset_model_is_a_known_architecture() -> None:
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
 @pytest.mark.parametrize("model", MODELS)
-def test_preset_pairs_on_preset_clusters(hub_cache: Path, model: str, cluster: str) -> None:
+def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, model: str, cluster: str) -> None:
     cfg = load([f"model={model}", f"cluster={cluster}"])
     refusal = REFUSED.get((model, cluster))
     if refusal is None:

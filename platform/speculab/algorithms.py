@@ -17,27 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from speculab.verify.block import (
-    block_verify,
-    block_verify_reference,
-    token_verify,
-    token_verify_reference,
-)
-from speculab.verify.contracts import (
-    PathVerifier,
-    TreeVerifier,
-    checked_path_verifier,
-    checked_tree_verifier,
-)
+from speculab.verify.block import block_verify, block_verify_reference, token_verify, token_verify_reference
+from speculab.verify.contracts import PathVerifier, TreeVerifier, checked_path_verifier, checked_tree_verifier
 from speculab.verify.ddtree_walk import ddtree_walk, ddtree_walk_reference
 from speculab.verify.exact import Reference
 from speculab.verify.gbv import gbv_verify, gbv_verify_reference
-from speculab.verify.greedy_block import (
-    greedy_block_verify,
-    greedy_block_verify_reference,
-)
+from speculab.verify.greedy_block import greedy_block_verify, greedy_block_verify_reference
 from speculab.verify.multidraft_walk import (
     multidraft_walk_reference,
     nss_verify,
@@ -181,11 +168,10 @@ def get_drafter(name: str) -> DrafterSpec:
 def node_rule_error(spec: AlgorithmSpec, node_rule: str) -> str | None:
     """Why ``node_rule`` does not fit ``spec`` (None: it does). `kseq` stands for "the algorithm's own"."""
     if not spec.node_rules:
-        return (
-            None
-            if node_rule == "kseq"
-            else (f"algorithm.node_rule={node_rule!r}: only algorithm=spectr takes a node rule (others: kseq)")
-        )
+        if node_rule == "kseq":
+            return None
+        takers = "/".join(name for name, s in ALGORITHMS.items() if s.node_rules)
+        return f"algorithm.node_rule={node_rule!r}: only algorithm={takers} takes a node rule (others: kseq)"
     if node_rule not in spec.node_rules:
         return f"algorithm.node_rule={node_rule!r}: must be one of {', '.join(spec.node_rules)}"
     return None
@@ -218,7 +204,12 @@ def get_verifier(name: str, node_rule: str = "kseq") -> Any:
     if (error := node_rule_error(spec, node_rule)) is not None:
         raise ValueError(error)
     verify = _unchecked_verifier(spec, node_rule)
-    return checked_tree_verifier(verify) if spec.tree_builder else checked_path_verifier(verify)
+    # the registry pairs tree_builder with a TreeVerifier and every other algorithm with a PathVerifier
+    return (
+        checked_tree_verifier(cast(TreeVerifier, verify))
+        if spec.tree_builder
+        else checked_path_verifier(cast(PathVerifier, verify))
+    )
 
 
 def get_reference(name: str, node_rule: str = "kseq") -> Reference:

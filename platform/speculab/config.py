@@ -1,25 +1,32 @@
 """Structured config (the schema behind conf/) and its validation.
 
 Hydra composes YAML from conf/ over these dataclasses, so a typo in a key fails at
-composition. `validate` then checks values and the files a run needs, and raises one
-`ConfigError` naming every bad field and what it allows, before any actor starts or any
-weight loads. Below the CLI, functions take these small dataclasses or plain values.
+composition; a key added with `+key=...` is refused by `unknown_keys`. `validate` then checks
+values and the files a run needs (config.json, tokenizer.json, block.json and the safetensors
+headers, never tensor data), and raises one `ConfigError` naming every bad field and what it
+allows, before any actor starts or any weight loads. Below the CLI, functions take these small
+dataclasses or plain values.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = ("inline", "ray")
 BACKENDS = ("hf",)
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda")
+K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
+L_RANGE = (1, 128)  # algorithm.L: draft length
+BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
+# config.json keys holding a model's context length, the first one present wins
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
 
 @dataclass
@@ -92,6 +99,7 @@ class TrackingConfig:
     enabled: bool = True
     uri: str | None = None  # None: sqlite:///<cwd>/mlflow.db
     experiment: str = "speculab"
+    spool_dir: str | None = None  # every run's local record, for speculab-sync; None: <Hydra output dir>/spool
 
 
 @dataclass
@@ -105,10 +113,36 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     baseline: bool = True  # also decode autoregressively for speedup_vs_ar
+    resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)
 
 
 class ConfigError(ValueError):
     """Every invalid field of a config, one per line."""
+
+    @classmethod
+    def listing(cls, errors: list[str]) -> ConfigError:
+        return cls("invalid config:\n  " + "\n  ".join(errors))
+
+
+def unknown_keys(cfg: DictConfig) -> list[str]:
+    """One line per key of the composed config that `Config` lacks (`+foo=1`, `+algorithm.foo=1`),
+    naming the keys its node takes; `hydra`'s own node is ignored. Empty when every key is known."""
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(tree, dict)
+    tree.pop("hydra", None)
+    return _unknown_keys(tree, Config(), "")
+
+
+def _unknown_keys(tree: dict[Any, Any], schema: Any, prefix: str) -> list[str]:
+    known = [f.name for f in fields(schema)]
+    takes = f"{prefix[:-1]} takes" if prefix else "top-level keys are"
+    errors: list[str] = []
+    for key, value in tree.items():
+        if key not in known:
+            errors.append(f"{prefix}{key}: unknown key; {takes} {', '.join(known)}")
+        elif isinstance(value, dict) and is_dataclass(child := getattr(schema, key)):
+            errors += _unknown_keys(value, child, f"{prefix}{key}.")
+    return errors
 
 
 def resolve_path(path: str) -> Path:
@@ -130,6 +164,26 @@ def _choice(errors: list[str], key: str, value: Any, allowed: tuple[str, ...]) -
 def _at_least(errors: list[str], key: str, value: int, low: int) -> None:
     if value < low:
         errors.append(f"{key}={value}: must be an integer >= {low}")
+
+
+def _within(errors: list[str], key: str, value: int, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= value <= high:
+        errors.append(f"{key}={value}: must be an integer >= {low} and <= {high}")
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file read during validation (config.json, tokenizer.json, block.json);
+    ValueError naming the file when it cannot be read, is not JSON or is not an object."""
+    try:
+        value = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"{path} cannot be read ({err.strerror or err})") from None
+    except ValueError as err:  # json.JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} is not a JSON object (found {type(value).__name__})")
+    return value
 
 
 def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
@@ -160,8 +214,40 @@ def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
     return Path(cached).parent
 
 
-def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Path]]:
-    """(errors, checkpoint dir per role found). The draft role's weights are the pair's draft model
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint dir a run will load, with its parsed config.json."""
+
+    key: str  # the config key it comes from: model.<role>_path, model.<role>_id or drafter.path
+    path: Path
+    config: dict[str, Any]
+
+
+def _locate(cfg: Config, role: str, own_weights: bool) -> tuple[str, Path]:
+    """(config key, dir) of the `role` checkpoint; ValueError naming the key when there is none."""
+    if role == "draft" and own_weights:
+        return "drafter.path", drafter_dir(cfg.drafter)
+    key = f"model.{role}_path" if getattr(cfg.model, f"{role}_path") is not None else f"model.{role}_id"
+    return key, checkpoint_dir(cfg.model, role)
+
+
+def _weight_errors(key: str, path: Path) -> list[str]:
+    """One line per `*.safetensors` file of `path` whose header does not parse or whose data is cut
+    short (safe_open checks that the header's offsets cover the file); reads headers, no tensor data."""
+    from safetensors import SafetensorError, safe_open
+
+    errors = []
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as err:
+            errors.append(f"{key}: {weights} is not a complete safetensors file ({err}); download or save it again")
+    return errors
+
+
+def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
+    """(errors, checkpoint per role found). The draft role's weights are the pair's draft model
     (`model.draft_*`) or, for a drafter with its own checkpoint, `drafter.path`."""
     from speculab.algorithms import DRAFTERS
 
@@ -171,20 +257,27 @@ def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Path]]:
     _choice(errors, "model.dtype", model.dtype, DTYPES)
     _choice(errors, "model.device", model.device, DEVICES)
     own_weights = cfg.drafter.name in DRAFTERS and DRAFTERS[cfg.drafter.name].weights == "drafter.path"
-    dirs: dict[str, Path] = {}
+    found: dict[str, Checkpoint] = {}
+    vocab: dict[str, tuple[int, Any]] = {}
     for role in ("target", "draft"):
         try:
-            dirs[role] = drafter_dir(cfg.drafter) if role == "draft" and own_weights else checkpoint_dir(model, role)
+            key, path = _locate(cfg, role, own_weights)
         except ValueError as err:
             errors.append(str(err))
-    vocab = {role: _vocabulary(path) for role, path in dirs.items()}
+            continue
+        try:
+            found[role] = Checkpoint(key, path, read_json(path / "config.json"))
+            vocab[role] = _vocabulary(found[role])
+        except ValueError as err:
+            errors.append(f"{key}: {err}")
+        errors += _weight_errors(key, path)
     if len(vocab) == 2 and vocab["target"] != vocab["draft"]:
         errors.append(
-            f"{'drafter.path' if own_weights else 'model.draft_path'}: draft and target vocabularies differ "
+            f"{found['draft'].key}: draft and target vocabularies differ "
             f"(target {vocab['target'][0]} tokens, draft {vocab['draft'][0]}); "
             "speculative decoding needs one shared tokenizer"
         )
-    return errors, dirs
+    return errors, found
 
 
 def drafter_dir(cfg: DrafterConfig) -> Path:
@@ -194,20 +287,19 @@ def drafter_dir(cfg: DrafterConfig) -> Path:
     return resolve_path(cfg.path)
 
 
-def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
-    """GPU count, TP divisibility and the memory plan (speculab.models.memory); reads config.json only."""
+def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
+    """CPU and GPU counts, TP divisibility and the memory plan (speculab.models.memory), from config.json."""
     from speculab.algorithms import ALGORITHMS
-    from speculab.models.memory import (
-        DTYPE_BYTES,
-        Workload,
-        fit_errors,
-        plan_memory,
-        read_architecture,
-        tp_errors,
-    )
+    from speculab.models.memory import DTYPE_BYTES, Workload, architecture, fit_errors, plan_memory, tp_errors
 
     c = cfg.cluster
     errors: list[str] = []
+    if c.num_cpus is not None and c.num_cpus < 1:
+        errors.append(f"cluster.num_cpus={c.num_cpus}: must be an integer >= 1, or null (every core)")
+    if c.actor_cpus <= 0:
+        errors.append(f"cluster.actor_cpus={c.actor_cpus}: must be > 0 (CPUs each model actor reserves)")
+    if c.gpu_memory_gib < 0:
+        errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be >= 0 (0 when cluster.num_gpus = 0)")
     _at_least(errors, "cluster.num_gpus", c.num_gpus, 0)
     _at_least(errors, "cluster.plan_prompt_tokens", c.plan_prompt_tokens, 1)
     if not 0 < c.draft_gpu <= 1:
@@ -221,10 +313,10 @@ def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
             f"{c.num_gpus}; lower cluster.tp_size, set cluster.draft_gpu < 1 (draft beside a target shard), "
             "or use a cluster with more GPUs"
         )
-    if len(dirs) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
+    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
         return errors
     try:
-        target, draft = read_architecture(dirs["target"]), read_architecture(dirs["draft"])
+        target, draft = architecture(found["target"].config), architecture(found["draft"].config)
     except (ValueError, KeyError) as err:
         if c.tp_size == 1 and c.num_gpus == 0:
             return errors  # one CPU process: no split and no GPU memory to plan
@@ -241,20 +333,57 @@ def _cluster_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
 
-def _vocabulary(path: Path) -> tuple[int, Any]:
+def _device_errors(cfg: Config) -> list[str]:
+    """model.device=cuda needs a GPU where the models run: torch's CUDA on this machine (runtime=inline,
+    or an embedded local Ray cluster: cluster.address null), or GPUs declared by a remote cluster."""
+    if cfg.model.device != "cuda":
+        return []
+    if cfg.runtime.kind == "ray" and cfg.cluster.address is not None:
+        if cfg.cluster.num_gpus > 0:
+            return []
+        return [
+            f"model.device='cuda': cluster.num_gpus={cfg.cluster.num_gpus} on the cluster at "
+            f"cluster.address={cfg.cluster.address!r}; set cluster.num_gpus (and cluster.gpu_memory_gib) to the "
+            "GPUs it offers, or model.device=cpu"
+        ]
+    import torch
+
+    if torch.cuda.is_available():
+        return []
+    where = "runtime=inline" if cfg.runtime.kind == "inline" else "cluster.address=null (an embedded local Ray)"
+    return [
+        f"model.device='cuda': torch finds no CUDA GPU on this machine, where {where} runs the models; "
+        "set model.device=cpu, or runtime=ray with cluster.address=auto or ray://host:10001 (a GPU cluster)"
+    ]
+
+
+def _context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:
+    """sampling.max_new_tokens + algorithm.L + 1 positions must fit the target's context length
+    (the first of CONTEXT_KEYS in its config.json; no check when it has none)."""
+    if target is None:
+        return []
+    key = next((k for k in CONTEXT_KEYS if isinstance(target.config.get(k), int)), None)
+    s, a = cfg.sampling, cfg.algorithm
+    if key is None or (needed := s.max_new_tokens + a.L + 1) <= (context := target.config[key]):
+        return []
+    return [
+        f"sampling.max_new_tokens={s.max_new_tokens} + algorithm.L={a.L} + 1 = {needed} positions: more than the "
+        f"target's context of {context} ({key} in {target.path / 'config.json'}); "
+        f"lower them so that sampling.max_new_tokens + algorithm.L <= {context - 1}"
+    ]
+
+
+def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
     """(vocab_size from config.json, tokenizer.json's vocabulary if present): reads no weights."""
-    size = json.loads((path / "config.json").read_text()).get("vocab_size", -1)
-    tokenizer = path / "tokenizer.json"
-    vocab = json.loads(tokenizer.read_text()).get("model", {}).get("vocab") if tokenizer.is_file() else None
+    size = checkpoint.config.get("vocab_size", -1)
+    tokenizer = checkpoint.path / "tokenizer.json"
+    vocab = read_json(tokenizer).get("model", {}).get("vocab") if tokenizer.is_file() else None
     return size, vocab
 
 
-BUDGET_RANGE = (16, 1024)
-
-
-def _algorithm_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
-    """Algorithm, node rule, drafter and tree settings against the registry (`speculab.algorithms`)."""
-    from speculab.algorithms import DRAFTERS, get_algorithm, node_rule_error
+def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
+    """Algorithm, K, node rule, drafter and tree settings against the registry (`speculab.algorithms`)."""
+    from speculab.algorithms import ALGORITHMS, DRAFTERS, get_algorithm, node_rule_error
     from speculab.drafting.ddtree import TREES
 
     algorithm, drafter = cfg.algorithm, cfg.drafter
@@ -264,6 +393,12 @@ def _algorithm_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
         spec = get_algorithm(algorithm.name)
     except ValueError as err:
         return [*errors, str(err)]
+    if algorithm.K > 1 and not spec.multi_path:
+        multi = ", ".join(name for name, s in ALGORITHMS.items() if s.multi_path)
+        errors.append(
+            f"algorithm.K={algorithm.K}: algorithm={algorithm.name} verifies one path (K=1); K > 1 needs a "
+            f"multi-path algorithm: {multi}"
+        )
     if (rule_error := node_rule_error(spec, algorithm.node_rule)) is not None:
         errors.append(rule_error)
     if drafter.name in DRAFTERS and drafter.name not in spec.drafters:
@@ -275,10 +410,38 @@ def _algorithm_errors(cfg: Config, dirs: dict[str, Path]) -> list[str]:
         if not low <= algorithm.budget <= high:
             errors.append(f"algorithm.budget={algorithm.budget}: must be an integer in {low}..{high}")
         _choice(errors, "algorithm.tree", algorithm.tree, TREES)
-    block_json = dirs.get("draft", Path()) / "block.json"
-    if block_json.is_file() and (size := json.loads(block_json.read_text())["block_size"]) < algorithm.L:
-        errors.append(f"algorithm.L={algorithm.L}: the block drafter drafts at most {size} tokens (1..{size})")
+    else:
+        errors += _tree_key_errors(algorithm, "/".join(name for name, s in ALGORITHMS.items() if s.tree_builder))
+    if "draft" in found:
+        errors += _block_size_errors(algorithm.L, found["draft"])
     return errors
+
+
+def _tree_key_errors(algorithm: AlgorithmConfig, builders: str) -> list[str]:
+    """`algorithm.tree` and `algorithm.budget` away from their defaults for an algorithm that builds no tree."""
+    default = AlgorithmConfig()
+    return [
+        f"algorithm.{key}={value!r}: only algorithm={builders} builds a tree; "
+        f"algorithm={algorithm.name} takes none (leave it at {getattr(default, key)!r})"
+        for key in ("tree", "budget")
+        if (value := getattr(algorithm, key)) != getattr(default, key)
+    ]
+
+
+def _block_size_errors(L: int, draft: Checkpoint) -> list[str]:
+    """A block drafter (block.json in the draft's dir) drafts at most its block size."""
+    block_json = draft.path / "block.json"
+    if not block_json.is_file():
+        return []
+    try:
+        size = read_json(block_json).get("block_size")
+    except ValueError as err:
+        return [f"{draft.key}: {err}"]
+    if not isinstance(size, int):
+        return [f"{draft.key}: {block_json} has no integer block_size"]
+    if size < L:
+        return [f"algorithm.L={L}: the block drafter drafts at most {size} tokens (1..{size})"]
+    return []
 
 
 def validate(cfg: Config) -> None:
@@ -286,8 +449,8 @@ def validate(cfg: Config) -> None:
     from speculab.data import DATASETS, check_dataset
 
     errors: list[str] = []
-    _at_least(errors, "algorithm.K", cfg.algorithm.K, 1)
-    _at_least(errors, "algorithm.L", cfg.algorithm.L, 1)
+    _within(errors, "algorithm.K", cfg.algorithm.K, K_RANGE)
+    _within(errors, "algorithm.L", cfg.algorithm.L, L_RANGE)
     if cfg.sampling.temperature < 0:
         errors.append(f"sampling.temperature={cfg.sampling.temperature}: must be >= 0 (0 = greedy)")
     if not 0 < cfg.sampling.top_p <= 1:
@@ -295,6 +458,7 @@ def validate(cfg: Config) -> None:
     _at_least(errors, "sampling.top_k", cfg.sampling.top_k, 0)
     _at_least(errors, "sampling.max_new_tokens", cfg.sampling.max_new_tokens, 1)
     _at_least(errors, "sampling.batch_size", cfg.sampling.batch_size, 1)
+    _at_least(errors, "sampling.seed", cfg.sampling.seed, 0)
     _choice(errors, "runtime.kind", cfg.runtime.kind, RUNTIMES)
     _at_least(errors, "cluster.tp_size", cfg.cluster.tp_size, 1)
     if cfg.runtime.kind == "inline" and cfg.cluster.tp_size > 1:
@@ -311,7 +475,8 @@ def validate(cfg: Config) -> None:
             check_dataset(cfg.dataset.name, cfg.dataset.path)
         except (ValueError, RuntimeError) as err:
             errors.append(str(err))
-    model_errors, dirs = _model_errors(cfg)
-    errors += model_errors + _cluster_errors(cfg, dirs) + _algorithm_errors(cfg, dirs)
+    model_errors, found = _model_errors(cfg)
+    errors += model_errors + _device_errors(cfg) + _context_errors(cfg, found.get("target"))
+    errors += _cluster_errors(cfg, found) + _algorithm_errors(cfg, found)
     if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+        raise ConfigError.listing(errors)

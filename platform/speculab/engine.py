@@ -107,6 +107,7 @@ class PhaseClock:
 
 def accepted_nodes(tree: DraftTree, verdict: Verdict) -> torch.Tensor:
     """[B, L+1] tree nodes of the root and the accepted tokens, -1 padded."""
+    assert tree.path_nodes is not None  # every proposed tree records its paths
     rows = torch.arange(tree.batch_size, device=tree.tokens.device)
     nodes = tree.path_nodes[rows, verdict.path.to(rows.device)]  # [B, L+1]
     cols = torch.arange(nodes.shape[1], device=nodes.device)
@@ -133,9 +134,11 @@ def decode(
     verifier: Verifier,
     prompts: list[list[int]],
     settings: DecodeSettings,
-    on_prompt_done: Callable[[int], None] | None = None,
+    on_prompt_done: Callable[[PromptRecord], None] | None = None,
 ) -> RunResult:
-    """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records."""
+    """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records.
+
+    ``on_prompt_done`` gets each prompt's record as soon as it stops (live progress, tracking)."""
     records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
     rounds: list[RoundRecord] = []
     clock = PhaseClock()
@@ -154,7 +157,7 @@ def decode(
             active, carry = _round(target, drafter, verifier, batch, carry, settings, rng, clock, rounds)
             for record in batch:
                 if record.stop and on_prompt_done:
-                    on_prompt_done(record.index)
+                    on_prompt_done(record)
             batch = active
     wall = time.perf_counter() - start
     return RunResult(records, rounds, wall, clock.take("prefill_target"), clock.take("prefill_draft"))
@@ -181,6 +184,7 @@ def _round(
         if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
             verdict = verifier(proposal.tree, p_nodes, rng=rng)
         else:
+            assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
             verdict = verifier(proposal.paths.to(p.device), p, proposal.q.to(p.device), rng=rng, carry=carry)
         emitted = verdict.rows()
@@ -260,7 +264,7 @@ def autoregressive(
     target: TargetModel,
     prompts: list[list[int]],
     settings: DecodeSettings,
-    on_prompt_done: Callable[[int], None] | None = None,
+    on_prompt_done: Callable[[PromptRecord], None] | None = None,
 ) -> RunResult:
     """The baseline: one target call per token, same prompts, batching and truncation."""
     return decode(

@@ -7,20 +7,23 @@ same process, so speedup_vs_ar compares like with like.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TypedDict, cast
 
 import matplotlib.pyplot as plt
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.config import Config, checkpoint_dir, drafter_dir, tracking_uri, validate
+from speculab.config import Config, checkpoint_dir, drafter_dir, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import (
     DecodeSettings,
     Drafter,
+    PromptRecord,
     RunResult,
     TargetModel,
     Verifier,
@@ -29,23 +32,29 @@ from speculab.engine import (
 )
 from speculab.models import LMSpec
 from speculab.runtime import runtime_metrics, start_models
-from speculab.tracking.callbacks import parent_run_id
-from speculab.tracking.metrics import summarize
-from speculab.tracking.mlflow_tracker import MlflowTracker, NoopTracker, flatten
-from speculab.tracking.report import (
-    acceptance_figure,
-    print_summary,
-    records_jsonl,
-    time_split_figure,
-)
+from speculab.tracking.metrics import prompt_metrics, summarize
+from speculab.tracking.report import acceptance_figure, print_summary, records_jsonl, time_split_figure
+from speculab.tracking.runs import NoopTracker, Tracker, finished_point, point_id, start_point_run, where
+from speculab.tracking.spool import tracked
+
+
+class CommonSpec(TypedDict):
+    """The `LMSpec` fields the target and the draft share."""
+
+    backend: str
+    dtype: str
+    device: str
+    threads: int
 
 
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
-    common = dict(backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads)
+    common = CommonSpec(
+        backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads
+    )
     drafter = DRAFTERS[cfg.drafter.name]
     if drafter.weights == "drafter.path":
-        draft = LMSpec(**{**common, "backend": drafter.backend}, path=str(drafter_dir(cfg.drafter)))
+        draft = LMSpec(**(common | {"backend": drafter.backend}), path=str(drafter_dir(cfg.drafter)))
     else:
         draft = LMSpec(path=str(checkpoint_dir(model, "draft")), **common)
     return LMSpec(path=str(checkpoint_dir(model, "target")), tp_size=cfg.cluster.tp_size, **common), draft
@@ -74,11 +83,21 @@ def run_name(cfg: Config) -> str:
     return f"{a.name}{rule} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
 
 
-def with_progress(label: str, total: int, work) -> RunResult:
-    """Run work(on_prompt_done) under a progress bar over prompts."""
+def with_progress(
+    label: str,
+    total: int,
+    work: Callable[[Callable[[PromptRecord], None]], RunResult],
+    on_prompt: Callable[[PromptRecord], None] = lambda record: None,
+) -> RunResult:
+    """Run work(on_prompt_done) under a progress bar over prompts; ``on_prompt`` sees each finished prompt."""
     with Progress(transient=False) as progress:
         task = progress.add_task(label, total=total)
-        return work(lambda _index: progress.advance(task))
+
+        def done(record: PromptRecord) -> None:
+            progress.advance(task)
+            on_prompt(record)
+
+        return work(done)
 
 
 def warm_up(
@@ -91,8 +110,26 @@ def warm_up(
 
 
 def run(cfg: Config) -> dict[str, float]:
-    """Decode the dataset speculatively (and autoregressively), log to MLflow, print a summary."""
+    """Decode the dataset speculatively (and autoregressively), track it live, print a summary.
+
+    The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
+    `resume=true` a point that already finished is skipped."""
     validate(cfg)
+    point = point_id(cfg)
+    if cfg.resume and (found := finished_point(cfg, point)):
+        print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found}; skipped")
+        return {}
+    if not cfg.tracking.enabled:
+        return decode_point(cfg, NoopTracker())
+    tracked_run = start_point_run(cfg, run_name(cfg), point)
+    with tracked(tracked_run):
+        metrics = decode_point(cfg, tracked_run)
+    print(f"speculab: {where(tracked_run)}")
+    return metrics
+
+
+def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
+    """Load prompts and models, decode, and log metrics (live per prompt, then final) and artifacts."""
     prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
     target_spec, draft_spec = model_specs(cfg)
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
@@ -114,9 +151,18 @@ def run(cfg: Config) -> dict[str, float]:
     if get_algorithm(cfg.algorithm.name).tree_builder:  # the drafter's marginals become one tree per prompt
         drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
     warm_up(target, drafter, verifier, encoded[0], settings)
+    finished: list[PromptRecord] = []
+
+    def log_prompt(record: PromptRecord) -> None:
+        finished.append(record)
+        tracker.log_metrics(prompt_metrics(record), step=len(finished))
+
     with runtime_metrics(target, draft_model) as measured:
         spec = with_progress(
-            run_name(cfg), len(encoded), lambda done: decode(target, drafter, verifier, encoded, settings, done)
+            run_name(cfg),
+            len(encoded),
+            lambda done: decode(target, drafter, verifier, encoded, settings, done),
+            log_prompt,
         )
     baseline = None
     if cfg.baseline:
@@ -124,17 +170,12 @@ def run(cfg: Config) -> dict[str, float]:
             "autoregressive baseline", len(encoded), lambda done: autoregressive(target, encoded, settings, done)
         )
     metrics = print_summary(run_name(cfg), spec, baseline) | measured
-    tracker = (
-        MlflowTracker(tracking_uri(cfg.tracking), cfg.tracking.experiment) if cfg.tracking.enabled else NoopTracker()
-    )
-    with tracker.run(run_name(cfg), parent_run_id()):
-        tracker.log_params(flatten(asdict(cfg)))
-        tracker.log_metrics(metrics)
-        if baseline:
-            tracker.log_metrics({f"ar_{k}": v for k, v in summarize(baseline).items() if k != "speedup_vs_ar"})
-        texts = [tokenizer.decode(p.tokens) for p in spec.prompts]
-        tracker.log_text(records_jsonl(spec, [p.id for p in prompts], texts), "records.jsonl")
-        tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
-        tracker.log_figure(time_split_figure(metrics), "time_split.png")
+    tracker.log_metrics(metrics)
+    if baseline:
+        tracker.log_metrics({f"ar_{k}": v for k, v in summarize(baseline).items() if k != "speedup_vs_ar"})
+    texts = [cast(str, tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
+    tracker.log_text(records_jsonl(spec, [p.id for p in prompts], texts), "records.jsonl")
+    tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
+    tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
     return metrics

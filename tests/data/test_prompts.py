@@ -15,14 +15,7 @@ from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import PreTrainedTokenizerFast
 
 from speculab.config import PROJECT_ROOT
-from speculab.data import (
-    DATASETS,
-    HF_SPECS,
-    Prompt,
-    check_dataset,
-    encode_prompt,
-    load_prompts,
-)
+from speculab.data import DATASETS, HF_SPECS, Prompt, check_dataset, encode_prompt, load_prompts
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|user|> {{ m['content'] }} {% endfor %}"

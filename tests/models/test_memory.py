@@ -103,6 +103,7 @@ def cluster(tp: int, gpus: int, gib: float, draft_gpu: float = 1.0) -> list[str]
         f"cluster.draft_gpu={draft_gpu}",
         "model.device=cuda",
         "model.dtype=bfloat16",
+        "cluster.address=auto",  # a remote GPU cluster: validation does not look for CUDA on this machine
     ]
 
 

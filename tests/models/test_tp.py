@@ -22,13 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from transformers import (
-    AutoModelForCausalLM,
-    LlamaConfig,
-    PreTrainedModel,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.roles import DecoderLM, LMSpec, build_lm

@@ -56,6 +56,20 @@ def test_entrypoint_attaches_to_the_jobs_cluster_and_keeps_user_keys() -> None:
 def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A Ray head of this test only, on 127.0.0.1 without token auth; yields its Jobs API address."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on when ~/.ray/auth_token exists
+    yield from ray_head({"RAY_AUTH_MODE": "disabled"})
+
+
+HEAD_TOKEN = "speculab-test-token-0123456789abcdef"
+
+
+@pytest.fixture
+def token_ray_head() -> Iterator[str]:
+    """Like `local_ray_head`, with token authentication on and a known token."""
+    yield from ray_head({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": HEAD_TOKEN})
+
+
+def ray_head(auth_env: dict[str, str]) -> Iterator[str]:
+    """Start a private head with ``auth_env``, yield its Jobs API address, stop only its process group."""
     gcs, dashboard, agent, metrics, grpc, runtime_env, nm, om = free_ports(8)
     worker_low = 20000 + (os.getpid() % 200) * 100  # a worker port range unlikely to collide
     temp_dir = tempfile.mkdtemp(prefix="ray_sl_", dir="/tmp")  # short: Ray's socket paths have a length limit
@@ -86,7 +100,7 @@ def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": "",
         "RAY_ADDRESS": "",
-        "RAY_AUTH_MODE": "disabled",
+        **auth_env,
     }  # the job must find speculab in its uploaded working dir
     head = subprocess.Popen(
         command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -150,3 +164,30 @@ def test_a_job_submitted_to_a_local_cluster_produces_an_mlflow_run(local_ray_hea
     mlflow.set_tracking_uri(f"sqlite:///{store}")
     runs = mlflow.search_runs(experiment_names=["jobs-test"])
     assert len(runs) == 1 and runs["metrics.block_efficiency"].iloc[0] >= 1
+
+
+def with_token(token: str, args: list[str]) -> subprocess.CompletedProcess:
+    """Run a Python command in a fresh process (Ray reads its auth settings once per process)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "PYTHONPATH": ""}
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_right_one(token_ray_head: str) -> None:
+    list_jobs = ["-c", f"from ray.job_submission import JobSubmissionClient as C; C({token_ray_head!r}).list_jobs()"]
+    deadline = time.monotonic() + 90
+    while (answer := with_token(HEAD_TOKEN, list_jobs)).returncode != 0:  # the dashboard is still starting
+        assert time.monotonic() < deadline, answer.stderr
+        time.sleep(1)
+    refused = with_token(
+        "not-the-token",
+        [
+            str(REPO / "jobs" / "submit.py"),
+            "--address",
+            token_ray_head,
+            "--tracking-uri",
+            "sqlite:////tmp/x.db",
+            "--no-wait",
+        ],
+    )
+    assert refused.returncode == 2 and "ray get-auth-token" in refused.stderr and "Traceback" not in refused.stderr

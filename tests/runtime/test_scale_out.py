@@ -212,6 +212,7 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
     store = tmp_path / "mlflow.db"
     args = [
         "-m",
+        "algorithm=gbv",
         "algorithm.K=1,2",
         "sampling.temperature=0,1",
         "cluster.tp_size=2",

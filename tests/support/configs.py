@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 import speculab.cli  # noqa: F401  registers the structured schema
 from speculab.config import PROJECT_ROOT, Config
@@ -14,15 +15,21 @@ from speculab.config import PROJECT_ROOT, Config
 CONF = PROJECT_ROOT / "conf"
 
 
-def fake_checkpoint(path: Path, vocab_size: int, vocab: dict[str, int] | None = None) -> Path:
-    """A checkpoint directory with config (and tokenizer) but no weights: validation only reads those."""
+def fake_checkpoint(path: Path, vocab_size: int, vocab: dict[str, int] | None = None, **config: Any) -> Path:
+    """A checkpoint directory with config (and tokenizer) but no weights: validation only reads those.
+    Keyword arguments are further config.json entries (`n_positions=64`)."""
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"vocab_size": vocab_size, "model_type": "llama"}))
+    (path / "config.json").write_text(json.dumps({"vocab_size": vocab_size, "model_type": "llama", **config}))
     if vocab is not None:
         (path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
     return path
 
 
-def load(overrides: list[str]) -> Config:
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The composed DictConfig, as the CLI gets it (keys added with `+` still there)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return OmegaConf.to_object(compose("config", overrides=overrides))
+        return compose("config", overrides=overrides)
+
+
+def load(overrides: list[str]) -> Config:
+    return cast(Config, OmegaConf.to_object(compose_config(overrides)))

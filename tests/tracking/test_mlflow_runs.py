@@ -27,7 +27,7 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
 @pytest.mark.slow
 def test_multirun_sweep_nests_points_under_a_parent(random_llama_pair, tmp_path: Path) -> None:
     store = tmp_path / "mlflow.db"
-    sweep = ["-m", "algorithm.K=1,2", "algorithm.L=2,4", "sampling.temperature=0,1", "baseline=false"]
+    sweep = ["-m", "algorithm=gbv", "algorithm.K=1,2", "algorithm.L=2,4", "sampling.temperature=0,1", "baseline=false"]
     result = speculab([*sweep, *small_run(random_llama_pair, store), "runtime=inline"], tmp_path)
     assert result.returncode == 0, result.stderr
     found = runs(store)

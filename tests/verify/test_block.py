@@ -7,12 +7,7 @@ import torch
 
 from speculab.algorithms import PATH_ALGORITHMS, get_verifier
 from speculab.verify import Verdict
-from speculab.verify.block import (
-    block_verify,
-    block_verify_reference,
-    token_verify,
-    token_verify_reference,
-)
+from speculab.verify.block import block_verify, block_verify_reference, token_verify, token_verify_reference
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import (
     ToyModel,
@@ -22,13 +17,7 @@ from speculab.verify.exact import (
     round_outcomes,
     target_distribution,
 )
-from support.toy_instances import (
-    MULTI_PATH_INSTANCES,
-    one_round_error,
-    replay_reference,
-    sample_batch,
-    toy_pair,
-)
+from support.toy_instances import MULTI_PATH_INSTANCES, one_round_error, replay_reference, sample_batch, toy_pair
 
 REFERENCES = {"token": token_verify_reference, "block": block_verify_reference}
 BATCHED = {"token": token_verify, "block": block_verify}

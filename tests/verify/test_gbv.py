@@ -19,13 +19,7 @@ from speculab.verify.gbv import (
     skewed_draft_reference,
 )
 from speculab.verify.primitives import SinglePath
-from support.toy_instances import (
-    MULTI_PATH_INSTANCES,
-    one_round_error,
-    replay_reference,
-    sample_batch,
-    toy_pair,
-)
+from support.toy_instances import MULTI_PATH_INSTANCES, one_round_error, replay_reference, sample_batch, toy_pair
 
 
 @pytest.mark.parametrize("instance", MULTI_PATH_INSTANCES)

@@ -16,17 +16,9 @@ from speculab.verify.exact import (
     round_outcomes,
     target_distribution,
 )
-from speculab.verify.greedy_block import (
-    greedy_block_verify,
-    greedy_block_verify_reference,
-)
+from speculab.verify.greedy_block import greedy_block_verify, greedy_block_verify_reference
 from speculab.verify.modification import ModifiedTarget, modify_path
-from support.toy_instances import (
-    assert_greedy_matching,
-    replay_reference,
-    sample_batch,
-    toy_pair,
-)
+from support.toy_instances import assert_greedy_matching, replay_reference, sample_batch, toy_pair
 
 PAIRS = [  # (vocab, length, context, zeros, one_hot)
     (2, 2, "full", False, False),

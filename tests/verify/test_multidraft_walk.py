@@ -10,13 +10,7 @@ from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import enumerate_outcomes
 from speculab.verify.multidraft_walk import multidraft_walk, multidraft_walk_reference
 from speculab.verify.node_rules import NODE_RULES, kseq_rho
-from support.toy_instances import (
-    MULTI_PATH_INSTANCES,
-    one_round_error,
-    replay_reference,
-    sample_batch,
-    toy_pair,
-)
+from support.toy_instances import MULTI_PATH_INSTANCES, one_round_error, replay_reference, sample_batch, toy_pair
 
 
 @pytest.mark.parametrize("name", sorted(NODE_RULES))

@@ -13,12 +13,7 @@ import pytest
 from scipy.optimize import linprog
 
 from speculab.algorithms import PATH_ALGORITHMS, get_reference
-from speculab.verify.exact import (
-    ToyModel,
-    expected_accepted,
-    round_outcomes,
-    sequence_probability,
-)
+from speculab.verify.exact import ToyModel, expected_accepted, round_outcomes, sequence_probability
 from support.toy_instances import Instance, instance_pair
 
 Prefix = tuple[int, ...]

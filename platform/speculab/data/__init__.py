@@ -6,14 +6,7 @@ pad or truncate prompts; the model backends do that.
 """
 
 from speculab.data.encoding import encode_prompt
-from speculab.data.prompts import (
-    DATASETS,
-    HF_SPECS,
-    HFSpec,
-    Prompt,
-    check_dataset,
-    load_prompts,
-)
+from speculab.data.prompts import DATASETS, HF_SPECS, HFSpec, Prompt, check_dataset, load_prompts
 
 __all__ = [
     "DATASETS",

@@ -62,6 +62,7 @@ def load_prompts(name: str, num_prompts: int | None = None, path: str | None = N
     if name == "humaneval":
         prompts = _humaneval()
     elif name == "jsonl":
+        assert path is not None  # check_dataset rejected a missing path
         prompts = _jsonl(Path(path))
     else:
         prompts = _hf(name, HF_SPECS[name])

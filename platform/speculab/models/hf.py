@@ -12,6 +12,7 @@ Loading happens here; what to load and how to validate it is the config's busine
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
@@ -19,14 +20,18 @@ from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
-def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> torch.nn.Module:
+
+def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> PreTrainedModel:
     """AutoModelForCausalLM from a local directory, with an attention that takes 4-D masks."""
     hf_logging.disable_progress_bar()  # per-shard bars would interleave with the run's own progress
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=getattr(torch, dtype), attn_implementation="sdpa", local_files_only=True
     )
-    return model.to(device).eval()
+    # typeshed's functools.wraps (on PreTrainedModel.to) does not bind self: mypy takes device for it
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,7 +49,7 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
 class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
@@ -141,7 +146,9 @@ class TreeLM:
     def _filled_layers(self) -> list:
         """Cache layers that hold tensors (layers stay empty until the first forward)."""
         return [
-            layer for layer in self.cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0
+            layer
+            for layer in self.cache.layers
+            if (keys := getattr(layer, "keys", None)) is not None and keys.numel() > 0
         ]
 
 

@@ -8,7 +8,7 @@ wrapping either one loads weights on its own side and ships only tokens and prob
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -17,6 +17,9 @@ from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
 
+if TYPE_CHECKING:
+    from speculab.models.block import BlockLM
+
 
 class DecoderLM(Protocol):
     def reset(self, batch_size: int) -> None: ...
@@ -24,8 +27,8 @@ class DecoderLM(Protocol):
     def extend(self, nodes: DraftTree) -> torch.Tensor: ...  # logits [B, N, V]
     def commit(self, keep: torch.Tensor) -> None: ...  # keep [B, M]
     def retain(self, rows: torch.Tensor) -> None: ...
-
-    peak_bytes: int  # largest KV cache footprint since reset
+    @property
+    def peak_bytes(self) -> int: ...  # largest KV cache footprint since reset
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class LMSpec:
     table: torch.Tensor | None = field(default=None, compare=False)  # toy: [V, V]
 
 
-def build_lm(spec: LMSpec) -> DecoderLM:
+def build_lm(spec: LMSpec) -> DecoderLM | BlockLM:
     if spec.threads:
         torch.set_num_threads(spec.threads)
     if spec.backend == "hf":
@@ -55,6 +58,7 @@ def build_lm(spec: LMSpec) -> DecoderLM:
     if spec.backend == "toy":
         from speculab.models.toy import BigramLM
 
+        assert spec.table is not None  # a toy model is its bigram table
         return BigramLM(spec.table)
     if spec.backend == "block":
         from speculab.models.block import BlockLM
@@ -67,7 +71,9 @@ class TreeTarget:
     """TargetModel: prefill, score a batch of trees in one pass, commit the accepted path."""
 
     def __init__(self, spec: LMSpec) -> None:
-        self.lm = build_lm(spec)
+        lm = build_lm(spec)
+        assert not hasattr(lm, "block_marginals"), "a block drafter cannot score trees"
+        self.lm = lm
 
     def prefill(self, contexts: list[list[int]]) -> None:
         """Process each prompt but its last token (the first round's root)."""
@@ -112,6 +118,7 @@ class DraftModel:
         self.pending = [[root] for root in roots]
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
+        assert not hasattr(self.lm, "block_marginals"), "a block drafter drafts marginals, not paths"
         root_logits = self.lm.feed(self.pending)
         root = self._root().to(root_logits.device)
         proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)

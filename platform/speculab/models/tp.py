@@ -19,8 +19,12 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def disable_cpu_shm_allreduce() -> None:
@@ -32,7 +36,7 @@ def disable_cpu_shm_allreduce() -> None:
     """
     import deepspeed.comm.torch  # noqa: F401  (loads the module we patch)
 
-    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    cast(Any, sys.modules["deepspeed.comm.torch"]).build_shm_op = lambda: None
 
 
 def join_process_group(rank: int, world: int, address: str, port: int, device: str) -> None:
@@ -64,17 +68,18 @@ def recreate_rotary_buffers(model: torch.nn.Module, device: str) -> None:
 
     for module in model.modules():
         if isinstance(getattr(module, "inv_freq", None), torch.Tensor) and hasattr(module, "rope_type"):
+            rotary = cast(Any, module)  # a transformers *RotaryEmbedding: no common class to name
             init = (
-                module.compute_default_rope_parameters
-                if module.rope_type == "default"
-                else ROPE_INIT_FUNCTIONS[module.rope_type]
+                rotary.compute_default_rope_parameters
+                if rotary.rope_type == "default"
+                else ROPE_INIT_FUNCTIONS[rotary.rope_type]
             )
-            inv_freq, module.attention_scaling = init(module.config, device=device)
-            module.inv_freq = inv_freq
-            module.original_inv_freq = inv_freq.clone()
+            inv_freq, rotary.attention_scaling = init(rotary.config, device=device)
+            rotary.inv_freq = inv_freq
+            rotary.original_inv_freq = inv_freq.clone()
 
 
-def load_tp_causal_lm(path: str | Path, dtype: str, device: str, tp_size: int) -> torch.nn.Module:
+def load_tp_causal_lm(path: str | Path, dtype: str, device: str, tp_size: int) -> PreTrainedModel:
     """This rank's AutoTP shard; the process must already be in a world of tp_size ranks."""
     import deepspeed
     from transformers import AutoConfig, AutoModelForCausalLM

@@ -16,11 +16,7 @@ from typing import Any
 import ray
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
-from ray.util.placement_group import (
-    PlacementGroup,
-    placement_group_table,
-    remove_placement_group,
-)
+from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
 
 from speculab.runtime.ray_actors import NAMESPACE_PREFIX
 

@@ -21,11 +21,7 @@ import time
 from typing import Any
 
 import ray
-from ray.util.placement_group import (
-    get_placement_group,
-    placement_group,
-    remove_placement_group,
-)
+from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from speculab.models import LMSpec

@@ -22,7 +22,7 @@ import torch
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
 
-ROLES = {"target": TreeTarget, "draft": DraftModel}
+ROLES: dict[str, type[TreeTarget | DraftModel]] = {"target": TreeTarget, "draft": DraftModel}
 NAMESPACE_PREFIX = "speculab-"
 LEDGER = "speculab-load-ledger"
 # Results every rank reports (summed by the coordinator): each rank holds a slice of the KV heads.

@@ -13,7 +13,7 @@ Definitions (the README repeats them):
 
 from __future__ import annotations
 
-from speculab.engine import RunResult
+from speculab.engine import PromptRecord, RunResult
 
 METRIC_KEYS = (
     "block_efficiency",
@@ -70,6 +70,16 @@ def summarize(run: RunResult, baseline: RunResult | None = None) -> dict[str, fl
         metrics[f"time_{phase}_s"] = spent
         metrics[f"share_{phase}"] = spent / run.wall_s
     return {key: metrics[key] for key in METRIC_KEYS}
+
+
+def prompt_metrics(record: PromptRecord) -> dict[str, float]:
+    """Live metrics of one finished prompt (logged while the run decodes, step = prompts done)."""
+    rounds = max(len(record.accepted), 1)
+    return {
+        "prompt/generated_tokens": float(len(record.tokens)),
+        "prompt/block_efficiency": len(record.tokens) / rounds,
+        "prompt/accepted_mean": sum(record.accepted) / rounds,
+    }
 
 
 def acceptance_histogram(run: RunResult) -> dict[int, int]:

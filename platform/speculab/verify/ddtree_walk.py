@@ -38,6 +38,7 @@ def ddtree_walk_reference(
 # p [B, N, V] target probabilities at every node of `tree`
 def ddtree_walk(tree: DraftTree, p: torch.Tensor, *, rng: torch.Generator) -> Verdict:
     """Batched walk; ``verdict.path`` indexes ``tree.path_nodes`` (the path through the last accepted node)."""
+    assert tree.path_nodes is not None  # every drafted tree records its paths
     B = tree.tokens.shape[0]
     L = tree.path_nodes.shape[2] - 1
     device = p.device

@@ -24,7 +24,7 @@ import torch
 class Decisions(Protocol):
     """The random choices of a scalar reference verifier."""
 
-    def bernoulli(self, prob: float) -> bool: ...
+    def bernoulli(self, prob: float | torch.Tensor) -> bool: ...
 
     # weights [V] non-negative, not necessarily normalised, positive sum
     def categorical(self, weights: torch.Tensor) -> int: ...
@@ -55,7 +55,7 @@ class UniformDecisions:
     def __init__(self, next_uniform: Callable[[], float]) -> None:
         self.next_uniform = next_uniform
 
-    def bernoulli(self, prob: float) -> bool:
+    def bernoulli(self, prob: float | torch.Tensor) -> bool:
         return self.next_uniform() < float(prob)
 
     # weights [V]

@@ -51,7 +51,7 @@ class ScriptedDecisions:
         self.prob *= branches[index][1]
         return branches[index][0]
 
-    def bernoulli(self, prob: float) -> bool:
+    def bernoulli(self, prob: float | torch.Tensor) -> bool:
         prob = min(max(float(prob), 0.0), 1.0)
         return self._choose([(value, w) for value, w in ((True, prob), (False, 1.0 - prob)) if w > 0])
 

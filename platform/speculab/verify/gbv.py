@@ -15,22 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from .block import (
-    block_acceptance,
-    block_outcome,
-    block_verify_reference,
-    block_weights,
-    longest_accepted,
-)
+from .block import block_acceptance, block_outcome, block_verify_reference, block_weights, longest_accepted
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import (
-    SinglePath,
-    residual_mass,
-    residual_or_target,
-    select_path,
-    select_positions,
-    token_probs,
-)
+from .primitives import SinglePath, residual_mass, residual_or_target, select_path, select_positions, token_probs
 from .verdict import Outcome, Verdict, assemble_verdict
 
 

@@ -13,13 +13,7 @@ import torch
 
 from .block import longest_accepted, sample_extra
 from .decisions import Decisions, draw_uniforms
-from .modification import (
-    JointMasses,
-    ModifiedTarget,
-    joint_masses,
-    modify_path,
-    next_carry,
-)
+from .modification import JointMasses, ModifiedTarget, joint_masses, modify_path, next_carry
 from .primitives import (
     SinglePath,
     clipped_ratio,

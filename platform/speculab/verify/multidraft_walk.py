@@ -18,13 +18,7 @@ from functools import partial
 import torch
 
 from .decisions import Decisions, as_decisions, draw_uniforms, sample_inverse_cdf
-from .node_rules import (
-    NodeDecision,
-    NodeRule,
-    batched_kseq,
-    batched_nss,
-    batched_specinfer,
-)
+from .node_rules import NodeDecision, NodeRule, batched_kseq, batched_nss, batched_specinfer
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 BatchedRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], NodeDecision]

@@ -24,7 +24,7 @@ def clipped_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 
 
 # a [..., 1] or scalar; p [..., V]; s [..., 1] or scalar; q [..., V]
-def positive_part(a: torch.Tensor, p: torch.Tensor, s: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+def positive_part(a: torch.Tensor | float, p: torch.Tensor, s: torch.Tensor | float, q: torch.Tensor) -> torch.Tensor:
     """``max(a p - s q, 0)`` elementwise: the unnormalised residual of BV eq. 3-5 and App. C."""
     return (a * p - s * q).clamp_min(0)
 

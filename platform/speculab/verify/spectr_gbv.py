@@ -26,13 +26,7 @@ from __future__ import annotations
 import torch
 
 from .decisions import Decisions
-from .modification import (
-    ModifiedPath,
-    ModifiedTarget,
-    modification_weights,
-    modify_path,
-    next_carry,
-)
+from .modification import ModifiedPath, ModifiedTarget, modification_weights, modify_path, next_carry
 from .primitives import residual_or_target, token_probs
 from .verdict import Verdict, reference_verdict
 

@@ -43,9 +43,9 @@ class Node:
     depth: int
     path: int  # the first path through the node
     parent: int  # node index, -1 for the root
+    p: torch.Tensor  # [V] target after the node's prefix (modified on rejections)
     children: list[int] = field(default_factory=list)
     weight: torch.Tensor = field(default_factory=lambda: torch.tensor(1.0, dtype=torch.float64))
-    p: torch.Tensor | None = None  # [V] target after the node's prefix (modified on rejections)
     q: torch.Tensor | None = None  # [V] draft after the node's prefix (drafted siblings removed)
 
 
@@ -81,6 +81,7 @@ def set_weights(nodes: list[Node], paths: torch.Tensor, parent: int, alive: set[
     u = nodes[parent]
     for child in u.children:
         if child in alive:
+            assert u.q is not None  # a parent is above the leaves, which alone have no draft
             v = nodes[child]
             x = paths[v.path, v.depth - 1]
             v.weight = clipped_ratio(u.weight * u.p[x], u.q[x]) if u.q[x] > 0 else u.q[x] * 0
@@ -91,6 +92,7 @@ def set_weights(nodes: list[Node], paths: torch.Tensor, parent: int, alive: set[
 def reject(nodes: list[Node], paths: torch.Tensor, y: int, alive: set[int]) -> None:
     """Rejecting y updates its parent z: residual target, new weight, y's token removed from q."""
     z = nodes[nodes[y].parent]
+    assert z.q is not None  # a parent is above the leaves, which alone have no draft
     residual = positive_part(z.weight, z.p, 1, z.q)
     mass = residual.sum()
     if mass > 0:

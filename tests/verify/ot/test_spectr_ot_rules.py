@@ -6,13 +6,7 @@ import pytest
 import torch
 
 from speculab.algorithms import SPECTR_NODE_RULES, get_verifier
-from speculab.verify.exact import (
-    ToyModel,
-    extended_distribution,
-    max_difference,
-    round_outcomes,
-    target_distribution,
-)
+from speculab.verify.exact import ToyModel, extended_distribution, max_difference, round_outcomes, target_distribution
 from speculab.verify.multidraft_walk import multidraft_walk_reference
 from speculab.verify.ot import OT_NODE_RULES
 
@@ -23,7 +17,7 @@ TOLERANCE = {"lp": 1e-9, "maxflow": 1e-9, "maxflow_opt": 1e-9, "global_resolutio
 
 @pytest.mark.parametrize("rule", sorted(OT_NODE_RULES))
 @pytest.mark.parametrize(("vocab", "paths", "length"), [(3, 2, 2), (2, 3, 2)])
-def test_tree_walk_with_ot_rule_matches_the_target(rule: str, vocab: int, paths: int, length: int) -> None:
+def test_multidraft_walk_with_ot_rule_matches_the_target(rule: str, vocab: int, paths: int, length: int) -> None:
     target, draft = ToyModel(vocab, 31, "bigram"), ToyModel(vocab, 32, "bigram")
     outcomes = round_outcomes(multidraft_walk_reference(OT_NODE_RULES[rule]), target, draft, paths, length)
     exact = extended_distribution(outcomes, target, length + 1)

@@ -12,6 +12,7 @@ the closed-form residuals of Thm 6.2, which a rounded-down flow would no longer 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import networkx as nx
 import numpy as np
@@ -19,13 +20,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
 from speculab.verify.ot.columns import DraftColumns, draft_columns
-from speculab.verify.ot.plan import (
-    AcceptedSlice,
-    TransportPlan,
-    flow_plan,
-    flow_slice,
-    slackness_plan,
-)
+from speculab.verify.ot.plan import AcceptedSlice, TransportPlan, flow_plan, flow_slice, slackness_plan
 from speculab.verify.ot.subset import best_subset, outer_residuals
 
 SOURCE, SINK = "s", "t"
@@ -81,7 +76,9 @@ def solve_maxflow(p: np.ndarray, q: np.ndarray, n: int, grouped: bool = True) ->
 
 
 # supply [k], inside [k] bool
-def system_slice(supply: np.ndarray, columns: DraftColumns, inside: np.ndarray, inner: bool) -> AcceptedSlice:
+def system_slice(
+    supply: np.ndarray, columns: DraftColumns, inside: np.ndarray, inner: bool
+) -> Callable[[np.ndarray], np.ndarray]:
     """Accepted slices from the inner (H* x (H*)^n) or outer system of Thm 5.1 as a max-flow."""
     column_inside = np.ones(columns.mass.shape[0], dtype=bool)
     np.logical_and.at(column_inside, columns.column, inside[columns.token])

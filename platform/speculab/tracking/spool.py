@@ -1,0 +1,251 @@
+"""Durable tracking: every record of a run goes to a local spool first, then to MLflow.
+
+A run's spool is one JSONL file, ``<spool dir>/<spool_id>.jsonl``: a ``start`` record
+(tracking URI, experiment, run name, tags, the parent's spool id and run id), then
+``params``, ``metrics`` (with step and timestamp), ``text`` and ``figure`` records (a
+figure's PNG is saved in ``<spool dir>/<spool_id>/``), and an ``end`` record with the final
+status (FINISHED, FAILED or KILLED). `SpooledRun` writes each record before it forwards it to
+MLflow; the first MLflow failure (server down, store unwritable) is reported once and the
+run goes on recording to the spool alone, without waiting on retries. `apply_record` is the
+one place that turns a record into MLflow calls, for the live run and for
+`speculab.tracking.sync`, which replays spools later and skips what MLflow already holds.
+The engine never sees any of this.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+SPOOL_TAG = "speculab.spool_id"
+PARENT_TAG = "mlflow.parentRunId"
+TERMINAL = ("FINISHED", "FAILED", "KILLED")
+# One retry per call: an unreachable server must not hold a run for minutes of retries (MLflow's
+# defaults: 7 retries with exponential backoff, 120 s timeout); a slow but live one still answers.
+FAST_FAIL_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def read_spool(path: Path) -> list[dict[str, Any]]:
+    """The records of one spool file, in order (a torn last line from a crash is dropped)."""
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return records
+
+
+@dataclass
+class RunContent:
+    """What MLflow already holds of a run, so that replaying a spool adds only the rest."""
+
+    params: set[str] = field(default_factory=set)
+    metrics: set[tuple[str, int, int]] = field(default_factory=set)  # (key, step, timestamp)
+    artifacts: set[str] = field(default_factory=set)
+    tags: dict[str, str] = field(default_factory=dict)
+    status: str = "RUNNING"
+
+
+def run_content(client: MlflowClient, run_id: str) -> RunContent:
+    run = client.get_run(run_id)
+    metrics = {(m.key, m.step, m.timestamp) for key in run.data.metrics for m in client.get_metric_history(run_id, key)}
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    return RunContent(set(run.data.params), metrics, artifacts, dict(run.data.tags), run.info.status)
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    return found.experiment_id if found else client.create_experiment(name)
+
+
+def find_spooled_run(client: MlflowClient, experiment: str, spool_id: str) -> str | None:
+    """The MLflow run created for a spool, if any."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id], f"tags.`{SPOOL_TAG}` = '{spool_id}'", max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def create_run(client: MlflowClient, start: dict[str, Any], parent_run_id: str | None) -> tuple[str, str]:
+    """(experiment id, run id) of a new RUNNING run for a spool's start record."""
+    tags = {**start["tags"], SPOOL_TAG: start["spool_id"]}
+    if parent_run_id:
+        tags[PARENT_TAG] = parent_run_id
+    run = client.create_run(experiment_id(client, start["experiment"]), start["time_ms"], tags, start["name"])
+    return run.info.experiment_id, run.info.run_id
+
+
+def apply_record(client: MlflowClient, run_id: str, record: dict[str, Any], spool_dir: Path, held: RunContent) -> None:
+    """Send one non-start record to MLflow, skipping what ``held`` says is there already."""
+    op = record["op"]
+    if op == "params":
+        params = [Param(k, v) for k, v in record["params"].items() if k not in held.params]
+        if params:
+            client.log_batch(run_id, params=params)
+        held.params |= {p.key for p in params}
+    elif op == "metrics":
+        step, ts = record["step"], record["time_ms"]
+        metrics = [Metric(k, v, ts, step) for k, v in record["metrics"].items() if (k, step, ts) not in held.metrics]
+        if metrics:
+            client.log_batch(run_id, metrics=metrics)
+        held.metrics |= {(m.key, step, ts) for m in metrics}
+    elif op == "text" and record["artifact"] not in held.artifacts:
+        client.log_text(run_id, record["text"], record["artifact"])
+        held.artifacts.add(record["artifact"])
+    elif op == "figure" and record["artifact"] not in held.artifacts:
+        folder = str(Path(record["artifact"]).parent)
+        local = spool_dir / record["spool_id"] / record["artifact"]
+        client.log_artifact(run_id, str(local), None if folder == "." else folder)
+        held.artifacts.add(record["artifact"])
+    elif op == "end" and held.status not in TERMINAL:
+        client.set_terminated(run_id, record["status"], record["time_ms"])
+        held.status = record["status"]
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """How a child names its parent: the parent's spool id, and its MLflow run id if it has one."""
+
+    spool_id: str
+    run_id: str | None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SpooledRun:
+    """One tracked run: spool first, MLflow while it answers (`run_id` is None offline)."""
+
+    def __init__(
+        self, spool_dir: Path, uri: str, experiment: str, name: str, tags: dict[str, str], parent: RunRef | None = None
+    ) -> None:
+        for key, value in FAST_FAIL_ENV.items():
+            os.environ.setdefault(key, value)
+        self.spool_dir = spool_dir
+        self.uri = uri
+        self.spool_id = uuid.uuid4().hex
+        self.path = spool_dir / f"{self.spool_id}.jsonl"
+        self.held = RunContent()
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.client: MlflowClient | None = None
+        self.error: str | None = None
+        start = {
+            "op": "start",
+            "spool_id": self.spool_id,
+            "uri": uri,
+            "experiment": experiment,
+            "name": name,
+            "tags": tags,
+            "parent_spool_id": parent.spool_id if parent else None,
+            "parent_run_id": parent.run_id if parent else None,
+            "time_ms": now_ms(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        self._append(start)
+        self._forward(lambda client: self._create(client, start))
+
+    def _create(self, client: MlflowClient, start: dict[str, Any]) -> None:
+        self.experiment_id, self.run_id = create_run(client, start, start["parent_run_id"])
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as spool:
+            spool.write(json.dumps(record) + "\n")
+
+    def _forward(self, call: Any) -> None:
+        """Run ``call(client)`` unless offline; on the first failure go offline and say so once."""
+        if self.error is not None:
+            return
+        try:
+            if self.client is None:
+                self.client = MlflowClient(self.uri)
+            call(self.client)
+        except Exception as err:  # any store failure: the spool already holds the record
+            self.error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+            print(
+                f"speculab: MLflow at {self.uri} failed ({self.error}); recording to {self.path}. "
+                f"Replay it later with `speculab-sync {self.spool_dir}`.",
+                file=sys.stderr,
+            )
+
+    def record(self, op: str, **fields: Any) -> None:
+        record = {"op": op, "spool_id": self.spool_id, "time_ms": now_ms(), **fields}
+        self._append(record)
+        if self.run_id is not None:
+            self._forward(lambda client: apply_record(client, self.run_id, record, self.spool_dir, self.held))
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self.record("params", params={key: str(value) for key, value in params.items()})
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self.record("metrics", metrics=metrics, step=step)
+
+    def log_text(self, text: str, artifact: str) -> None:
+        self.record("text", text=text, artifact=artifact)
+
+    def log_figure(self, figure: Figure, artifact: str) -> None:
+        target = self.spool_dir / self.spool_id / artifact
+        target.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(target)
+        self.record("figure", artifact=artifact)
+
+    def end(self, status: str) -> None:
+        self.record("end", status=status)
+        OPEN_RUNS.discard(self)
+
+    @property
+    def ref(self) -> RunRef:
+        return RunRef(self.spool_id, self.run_id)
+
+    @property
+    def online(self) -> bool:
+        return self.run_id is not None and self.error is None
+
+
+OPEN_RUNS: set[SpooledRun] = set()  # runs to close if the process is interrupted (see `close_open_runs`)
+
+
+def open_run(
+    spool_dir: Path, uri: str, experiment: str, name: str, tags: dict[str, str], parent: RunRef | None = None
+) -> SpooledRun:
+    run = SpooledRun(spool_dir, uri, experiment, name, tags, parent)
+    OPEN_RUNS.add(run)
+    return run
+
+
+@contextmanager
+def tracked(run: SpooledRun) -> Iterator[SpooledRun]:
+    """End ``run`` FINISHED, FAILED on an exception, KILLED on Ctrl-C or SIGTERM (re-raised)."""
+    try:
+        yield run
+    except KeyboardInterrupt:
+        run.end("KILLED")
+        raise
+    except BaseException:
+        run.end("FAILED")
+        raise
+    run.end("FINISHED")
+
+
+def close_open_runs(status: str) -> None:
+    """End every run still open (a sweep's parent after an interrupt or a failed point)."""
+    for run in list(OPEN_RUNS):
+        run.end(status)
