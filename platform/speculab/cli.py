@@ -24,11 +24,12 @@ ConfigStore.instance().store(name="config_schema", node=Config)
 
 
 @hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
-def hydra_main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> dict[str, float]:
+    """One point; its metrics are the job's return value (a sweep's parent run summarises them)."""
     try:
         if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
             raise ConfigError.listing(unknown)
-        run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
+        return run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
     except ConfigError as err:
         print(f"speculab: {err}", file=sys.stderr)
         raise SystemExit(2) from None

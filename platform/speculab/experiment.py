@@ -32,9 +32,26 @@ from speculab.engine import (
 )
 from speculab.models import LMSpec
 from speculab.runtime import runtime_metrics, start_models
-from speculab.tracking.metrics import prompt_metrics, summarize
-from speculab.tracking.report import acceptance_figure, print_summary, records_jsonl, time_split_figure
-from speculab.tracking.runs import NoopTracker, Tracker, finished_point, point_id, start_point_run, where
+from speculab.tracking.metrics import baseline_metrics, mlflow_metrics, prompt_metrics, summarize
+from speculab.tracking.report import (
+    acceptance_figure,
+    print_summary,
+    prompt_records,
+    records_jsonl,
+    records_table,
+    time_split_figure,
+)
+from speculab.tracking.runs import (
+    NOTE_TAG,
+    NoopTracker,
+    Tracker,
+    finished_point,
+    point_description,
+    point_id,
+    run_name,
+    start_point_run,
+    where,
+)
 from speculab.tracking.spool import tracked
 
 
@@ -71,16 +88,6 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
         seed=s.seed,
         eos_token_id=eos_token_id,
     )
-
-
-def run_name(cfg: Config) -> str:
-    a = cfg.algorithm
-    spec = get_algorithm(a.name)
-    rule = f"/{a.node_rule}" if spec.node_rules and a.node_rule != spec.node_rules[0] else ""
-    if spec.tree_builder:
-        shape = f"{a.tree} B={a.budget}" if a.tree == "best_first" else a.tree
-        return f"{a.name}/{cfg.drafter.name} {shape} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
-    return f"{a.name}{rule} K={a.K} L={a.L} T={cfg.sampling.temperature} {cfg.model.name}"
 
 
 def with_progress(
@@ -121,7 +128,7 @@ def run(cfg: Config) -> dict[str, float]:
         return {}
     if not cfg.tracking.enabled:
         return decode_point(cfg, NoopTracker())
-    tracked_run = start_point_run(cfg, run_name(cfg), point)
+    tracked_run = start_point_run(cfg, point)
     with tracked(tracked_run):
         metrics = decode_point(cfg, tracked_run)
     print(f"speculab: {where(tracked_run)}")
@@ -170,11 +177,14 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
             "autoregressive baseline", len(encoded), lambda done: autoregressive(target, encoded, settings, done)
         )
     metrics = print_summary(run_name(cfg), spec, baseline) | measured
-    tracker.log_metrics(metrics)
+    tracker.log_metrics(mlflow_metrics(metrics))
     if baseline:
-        tracker.log_metrics({f"ar_{k}": v for k, v in summarize(baseline).items() if k != "speedup_vs_ar"})
+        tracker.log_metrics(baseline_metrics(summarize(baseline)))
+    tracker.set_tags({NOTE_TAG: point_description(cfg, metrics)})
     texts = [cast(str, tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
-    tracker.log_text(records_jsonl(spec, [p.id for p in prompts], texts), "records.jsonl")
+    records = prompt_records(spec, [p.id for p in prompts], texts)
+    tracker.log_text(records_jsonl(records), "records.jsonl")
+    tracker.log_table(records_table(records), "records_table.json")
     tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
     tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process

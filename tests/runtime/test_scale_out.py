@@ -28,6 +28,7 @@ from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.tp import checkpoint_files
 from speculab.runtime import start_models
 from speculab.runtime.groups import draft_bundles, group_name, target_bundles
+from speculab.tracking.metrics import mlflow_name
 from support.models import TINY_PAIR
 
 TARGET = LMSpec("hf", str(TINY_PAIR / "target"), threads=1)
@@ -234,5 +235,6 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
         if r.data.tags.get("mlflow.parentRunId")
     ]
     assert len(children) == 4
-    assert [r.data.metrics["model_loads"] for r in children] == [2.0] * 4  # one target group, one draft
-    assert all(r.data.metrics["restarts"] == 0 and r.data.metrics["time_ray_s"] >= 0 for r in children)
+    loads, restarts, ray_s = (mlflow_name(key) for key in ("model_loads", "restarts", "time_ray_s"))
+    assert [r.data.metrics[loads] for r in children] == [2.0] * 4  # one target group, one draft
+    assert all(r.data.metrics[restarts] == 0 and r.data.metrics[ray_s] >= 0 for r in children)

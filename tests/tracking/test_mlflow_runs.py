@@ -7,7 +7,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from speculab.tracking.metrics import METRIC_KEYS
+from speculab.tracking.metrics import METRIC_KEYS, mlflow_name
 from support.cli import runs, small_run, speculab
 
 
@@ -18,10 +18,10 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
     assert result.returncode == 0, result.stderr
     assert "block_efficiency" in result.stdout and "autoregressive" in result.stdout
     (run,) = runs(store)
-    assert set(METRIC_KEYS) <= set(run.data.metrics)
+    assert {mlflow_name(key) for key in METRIC_KEYS} <= set(run.data.metrics)
     assert run.data.params["algorithm.name"] == "block"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-    assert {"records.jsonl", "acceptance_histogram.png", "time_split.png"} <= artifacts
+    assert {"records.jsonl", "records_table.json", "acceptance_histogram.png", "time_split.png"} <= artifacts
 
 
 @pytest.mark.slow

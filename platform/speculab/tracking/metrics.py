@@ -1,41 +1,94 @@
-"""Run metrics with the names docs/architecture.md defines, computed from engine records.
+"""Run metrics, computed from engine records, and the one table of their names.
 
-Definitions (the README repeats them):
-- block_efficiency: tokens kept per target call per sequence (sum of kept tokens over the
-  sum of rows taking part in each round); accepted_mean: mean tau per sequence-round.
-- tokens_per_s, ms_per_token: all kept tokens over the decoding wall time (prefill
-  included); speedup_vs_ar: tokens_per_s over the autoregressive baseline's, same prompts.
-- time_*_s: wall time per phase (prefills count to target and draft); time_other_s is the
-  rest of the wall time, so the four shares add up to 1.
-- time_tree_build_s: building DDTree trees from marginals (part of time_draft_s).
-- kv_peak_mb_*: largest KV cache held at any point (MiB), trees and drafted paths included.
+Each metric has a short key (what `summarize` returns, the console shows and the code uses)
+and the name MLflow shows. MLflow's chart view groups metrics by the prefix before "/", so the
+headline metrics carry no prefix and come first, and the rest sit under `time/`, `memory/`,
+`tree/`, `count/` and `runtime/`; the autoregressive baseline's metrics are
+`baseline_ar/<key>`. `METRICS` is the rename table: `mlflow_name(key)` gives the logged name,
+`read_metric` also finds runs logged before the rename under the bare key.
+`python -m speculab.tracking.metrics` prints the table of docs/architecture.md.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from speculab.engine import PromptRecord, RunResult
 
-METRIC_KEYS = (
-    "block_efficiency",
-    "tokens_per_s",
-    "ms_per_token",
-    "speedup_vs_ar",
-    "time_draft_s",
-    "time_target_s",
-    "time_verify_s",
-    "time_other_s",
-    "time_tree_build_s",
-    "share_draft",
-    "share_target",
-    "share_verify",
-    "share_other",
-    "kv_peak_mb_target",
-    "kv_peak_mb_draft",
-    "tree_nodes_mean",
-    "accepted_mean",
-    "target_calls",
-    "generated_tokens",
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # short name: summarize(), the console, experiment.run's return value
+    mlflow: str  # the name logged to MLflow
+    meaning: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("block_efficiency", "block_efficiency", "kept tokens per sequence-round (per target call per sequence)"),
+    Metric("tokens_per_s", "tokens_per_s", "all kept tokens over the decoding wall time, prefill included"),
+    Metric("speedup_vs_ar", "speedup_vs_ar", "tokens_per_s over the autoregressive baseline's (same run)"),
+    Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round"),
+    Metric("ms_per_token", "ms_per_token", "1000 / tokens_per_s"),
+    Metric("time_draft_s", "time/draft_s", "wall time drafting (draft prefill included)"),
+    Metric("time_target_s", "time/target_s", "wall time in the target (prefill, tree scoring, commits)"),
+    Metric("time_verify_s", "time/verify_s", "wall time verifying"),
+    Metric("time_other_s", "time/other_s", "the rest of the wall time (coordinator bookkeeping)"),
+    Metric("share_draft", "time/share_draft", "time_draft_s over the wall time"),
+    Metric("share_target", "time/share_target", "time_target_s over the wall time"),
+    Metric("share_verify", "time/share_verify", "time_verify_s over the wall time"),
+    Metric("share_other", "time/share_other", "time_other_s over the wall time (the four shares add up to 1)"),
+    Metric("time_tree_build_s", "time/tree_build_s", "building DDTree trees from marginals (part of time_draft_s)"),
+    Metric("kv_peak_mb_target", "memory/kv_peak_mb_target", "largest target KV cache held, MiB (trees included)"),
+    Metric("kv_peak_mb_draft", "memory/kv_peak_mb_draft", "largest draft KV cache held, MiB (drafted paths included)"),
+    Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),
+    Metric("target_calls", "count/target_calls", "batched target forward passes (prefill excluded)"),
+    Metric("generated_tokens", "count/generated_tokens", "kept tokens over all prompts"),
 )
+RUNTIME_METRICS: tuple[Metric, ...] = (
+    Metric("time_ray_s", "time/ray_s", "Ray: coordinator time in Ray calls beyond the actors' own compute"),
+    Metric("restarts", "runtime/restarts", "Ray: model groups recreated after losing an actor"),
+    Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
+)
+METRIC_KEYS = tuple(m.key for m in METRICS)
+HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_ar", "accepted_mean")
+BASELINE_PREFIX = "baseline_ar/"
+_MLFLOW = {m.key: m.mlflow for m in (*METRICS, *RUNTIME_METRICS)}
+
+
+def mlflow_name(key: str) -> str:
+    """The MLflow name of a metric key; CUDA peaks (`mem_peak_mb_<role>_<call>`) go under memory/."""
+    if key.startswith("mem_peak_mb_"):
+        return f"memory/{key.removeprefix('mem_')}"
+    return _MLFLOW.get(key, key)
+
+
+def mlflow_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Metrics under their MLflow names, at 5 significant digits (what the UI's table shows)."""
+    return {mlflow_name(key): float(f"{value:.5g}") for key, value in metrics.items()}
+
+
+def baseline_metrics(baseline: dict[str, float]) -> dict[str, float]:
+    """The autoregressive baseline's metrics under `baseline_ar/<key>` (its own speedup is 1 by definition)."""
+    return {
+        f"{BASELINE_PREFIX}{key}": float(f"{value:.5g}") for key, value in baseline.items() if key != "speedup_vs_ar"
+    }
+
+
+def read_metric(logged: dict[str, float], key: str) -> float | None:
+    """A metric of a logged run by key: its MLflow name, or the bare key of runs logged before the rename."""
+    return logged.get(mlflow_name(key), logged.get(key))
+
+
+def metrics_markdown() -> str:
+    lines = ["| key | MLflow name | meaning |", "|---|---|---|"]
+    lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in (*METRICS, *RUNTIME_METRICS)]
+    lines += [
+        "| `mem_peak_mb_<role>_<call>` | `memory/peak_mb_<role>_<call>` | CUDA only: peak memory per call kind |",
+        "| (baseline) | `baseline_ar/<key>` | the autoregressive baseline's metrics, same keys |",
+        "| (live) | `prompt/block_efficiency`, `prompt/accepted_mean`, `prompt/generated_tokens` | "
+        "each finished prompt, step = prompts done |",
+    ]
+    return "\n".join(lines)
 
 
 def tokens_per_second(run: RunResult) -> float:
@@ -89,3 +142,7 @@ def acceptance_histogram(run: RunResult) -> dict[int, int]:
         for tau in record.accepted:
             counts[tau] = counts.get(tau, 0) + 1
     return dict(sorted(counts.items()))
+
+
+if __name__ == "__main__":
+    print(metrics_markdown())

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 from rich.table import Table
 
@@ -46,8 +48,9 @@ def print_summary(title: str, run: RunResult, baseline: RunResult | None) -> dic
 
 def acceptance_figure(run: RunResult) -> Figure:
     counts = acceptance_histogram(run)
-    figure, axes = plt.subplots(figsize=(5, 3.2))
+    figure, axes = plt.subplots(figsize=(8, 4.5))
     axes.bar(list(counts), list(counts.values()), color="#4477aa")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # tau is a count of tokens
     axes.set_xlabel("accepted draft tokens per round (tau)")
     axes.set_ylabel("sequence-rounds")
     axes.set_title("acceptance length")
@@ -57,7 +60,7 @@ def acceptance_figure(run: RunResult) -> Figure:
 
 def time_split_figure(metrics: dict[str, float]) -> Figure:
     phases = ["draft", "target", "verify", "other"]
-    figure, axes = plt.subplots(figsize=(5, 1.8))
+    figure, axes = plt.subplots(figsize=(8, 2.6))
     left = 0.0
     for phase, color in zip(phases, ["#4477aa", "#ee6677", "#228833", "#bbbbbb"]):
         share = metrics[f"share_{phase}"]
@@ -65,27 +68,40 @@ def time_split_figure(metrics: dict[str, float]) -> Figure:
         left += share
     axes.set_xlim(0, 1)
     axes.set_yticks([])
-    axes.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize=8, frameon=False)
+    axes.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize=11, frameon=False)
     axes.set_title("wall-time split")
     figure.tight_layout()
     return figure
 
 
-def records_jsonl(run: RunResult, prompt_ids: list[str], texts: list[str]) -> str:
-    """One JSON object per prompt: id, generated tokens and text, tau per round, stop reason."""
-    lines = [
-        json.dumps(
-            {
-                "id": prompt_ids[p.index],
-                "prompt_tokens": p.prompt_tokens,
-                "generated_tokens": len(p.tokens),
-                "rounds": len(p.accepted),
-                "accepted": p.accepted,
-                "stop": p.stop,
-                "tokens": p.tokens,
-                "text": texts[p.index],
-            }
-        )
+def prompt_records(run: RunResult, prompt_ids: list[str], texts: list[str]) -> list[dict[str, Any]]:
+    """One record per prompt: id, token counts, tau per round, stop reason, generated tokens and text."""
+    return [
+        {
+            "id": prompt_ids[p.index],
+            "prompt_tokens": p.prompt_tokens,
+            "generated_tokens": len(p.tokens),
+            "rounds": len(p.accepted),
+            "accepted": p.accepted,
+            "stop": p.stop,
+            "tokens": p.tokens,
+            "text": texts[p.index],
+        }
         for p in run.prompts
     ]
-    return "\n".join(lines) + "\n"
+
+
+def records_jsonl(records: list[dict[str, Any]]) -> str:
+    """records.jsonl: one JSON object per prompt, token ids included."""
+    return "".join(json.dumps(record) + "\n" for record in records)
+
+
+TABLE_COLUMNS = ("id", "text", "accepted", "stop", "generated_tokens", "rounds", "prompt_tokens")
+
+
+def records_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the table the MLflow UI shows, text first (it is the widest): tau per round as
+    space-separated numbers, no token ids."""
+    return [
+        {key: " ".join(map(str, r[key])) if key == "accepted" else r[key] for key in TABLE_COLUMNS} for r in records
+    ]

@@ -20,19 +20,27 @@ from hydra.core.hydra_config import HydraConfig
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
+from speculab.algorithms import get_algorithm
 from speculab.config import Config, tracking_uri
+from speculab.tracking.metrics import HEADLINE, mlflow_name
 from speculab.tracking.spool import FAST_FAIL_ENV, RunRef, SpooledRun, open_run, read_spool
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
 POINT_TAG = "speculab.point_id"
 KIND_TAG = "speculab.kind"
+NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page
+VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
+# The runs table's columns in the saved view: the point's shape, then the headline metrics.
+VIEW_PARAMS = ("algorithm.name", "algorithm.K", "algorithm.L", "sampling.temperature", "drafter.name")
 PARENT_FILE = "mlflow_parent.json"  # in a sweep's directory: the parent run's spool id and run id
 
 
 class Tracker(Protocol):
     def log_params(self, params: dict[str, Any]) -> None: ...
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_text(self, text: str, artifact: str) -> None: ...
+    def log_table(self, rows: list[dict[str, Any]], artifact: str) -> None: ...
     def log_figure(self, figure: Figure, artifact: str) -> None: ...
 
 
@@ -45,7 +53,13 @@ class NoopTracker:
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         pass
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        pass
+
     def log_text(self, text: str, artifact: str) -> None:
+        pass
+
+    def log_table(self, rows: list[dict[str, Any]], artifact: str) -> None:
         pass
 
     def log_figure(self, figure: Figure, artifact: str) -> None:
@@ -90,10 +104,82 @@ def sweep_parent() -> RunRef | None:
     return RunRef(**json.loads(parent.read_text()))
 
 
-def start_point_run(cfg: Config, name: str, point: str) -> SpooledRun:
-    """Create the point's run now (RUNNING, params and tags), nested under the sweep's parent."""
-    tags = {POINT_TAG: point, KIND_TAG: "point", "algorithm": cfg.algorithm.name, "model": cfg.model.name}
-    run = open_run(spool_dir(cfg), tracking_uri(cfg.tracking), cfg.tracking.experiment, name, tags, sweep_parent())
+def run_name(cfg: Config) -> str:
+    """Names the point: algorithm and shape, temperature, drafter, dataset and prompt count, model."""
+    a, spec = cfg.algorithm, get_algorithm(cfg.algorithm.name)
+    rule = f"/{a.node_rule}" if spec.node_rules and a.node_rule != spec.node_rules[0] else ""
+    shape = (f"{a.tree} B={a.budget}" if a.tree == "best_first" else a.tree) if spec.tree_builder else f"K={a.K}"
+    prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
+    return (
+        f"{a.name}{rule} {shape} L={a.L} T={cfg.sampling.temperature} · {cfg.drafter.name} · "
+        f"{cfg.dataset.name}×{prompts} · {cfg.model.name}"
+    )
+
+
+def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> str:
+    """A run's markdown description: its configuration in words, then (when done) its headline numbers."""
+    a, s, spec = cfg.algorithm, cfg.sampling, get_algorithm(cfg.algorithm.name)
+    drafted = (
+        f"a {a.tree} tree of {a.budget} nodes, depth {a.L}"
+        if spec.tree_builder
+        else f"K={a.K} i.i.d. path{'s' if a.K > 1 else ''} of L={a.L} tokens"
+    )
+    rule = f", node rule `{a.node_rule}`" if spec.node_rules else ""
+    prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
+    text = (
+        f"**{a.name}** verification ({spec.paper}{rule}) of {drafted} from drafter `{cfg.drafter.name}`, "
+        f"temperature {s.temperature}, on {prompts} `{cfg.dataset.name}` prompts × {s.max_new_tokens} new tokens "
+        f"(batch {s.batch_size}), model pair `{cfg.model.name}`, runtime `{cfg.runtime.kind}`."
+    )
+    if metrics is None:
+        return text + "\n\nDecoding…"
+    header = " | ".join(key.replace("_", " ") for key in HEADLINE)
+    values = " | ".join(f"{metrics.get(key, float('nan')):.4g}" for key in HEADLINE)
+    return f"{text}\n\n| {header} |\n|{'---|' * len(HEADLINE)}\n| {values} |"
+
+
+def view_state() -> str:
+    """The experiment's saved runs-table view (MLflow's shared view state): shape and headline columns,
+    fastest first."""
+    columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{mlflow_name(key)}`" for key in HEADLINE]
+    return json.dumps(
+        {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('tokens_per_s')}`", "orderByAsc": False}
+    )
+
+
+def experiment_tags() -> dict[str, str]:
+    """Model-training kind (the UI opens on the runs table), a description and the saved view."""
+    headline = ", ".join(f"`{mlflow_name(key)}`" for key in HEADLINE)
+    note = (
+        f"speculab runs: one per experiment point, nested under a parent run per sweep. Headline metrics: "
+        f"{headline}; phase times under `time/`, memory under `memory/`, the autoregressive baseline under "
+        f"`baseline_ar/`. The view `?viewStateShareKey={VIEW_KEY}` shows the point's shape and headline columns."
+    )
+    return {
+        "mlflow.experimentKind": "custom_model_development",
+        NOTE_TAG: note,
+        f"mlflow.sharedViewState.{VIEW_KEY}": view_state(),
+    }
+
+
+def start_point_run(cfg: Config, point: str) -> SpooledRun:
+    """Create the point's run now (RUNNING, params, tags, description), nested under the sweep's parent."""
+    tags = {
+        POINT_TAG: point,
+        KIND_TAG: "point",
+        "algorithm": cfg.algorithm.name,
+        "model": cfg.model.name,
+        NOTE_TAG: point_description(cfg),
+    }
+    run = open_run(
+        spool_dir(cfg),
+        tracking_uri(cfg.tracking),
+        cfg.tracking.experiment,
+        run_name(cfg),
+        tags,
+        sweep_parent(),
+        experiment_tags(),
+    )
     run.log_params(flatten(asdict(cfg)))
     return run
 
@@ -132,14 +218,20 @@ def finished_point(cfg: Config, point: str) -> str | None:
     return str(found) if found else None
 
 
+UI_MODE = "workflowType=machine_learning"  # MLflow 3's UI opens experiments in its GenAI mode otherwise
+
+
+def ui_pages(uri: str, experiment_id: str | None, run_id: str | None) -> tuple[str, str]:
+    """(the run's page, the experiment's runs table in speculab's saved view) in the MLflow UI."""
+    base = uri.rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"
+    table = f"{base}/#/experiments/{experiment_id}/runs?{UI_MODE}&viewStateShareKey={VIEW_KEY}"
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{UI_MODE}", table
+
+
 def where(run: SpooledRun) -> str:
-    """One line telling the user which run was written and how to see it."""
-    if run.online:  # no store call here: the store may have gone since the run's last record
-        page = f"#/experiments/{run.experiment_id}/runs/{run.run_id}"
-        if run.uri.startswith("http"):
-            return f"MLflow run {run.run_id}: {run.uri.rstrip('/')}/{page}"
-        return (
-            f"MLflow run {run.run_id} in {run.uri}; browse it with `mlflow ui --backend-store-uri {run.uri}` "
-            f"at http://127.0.0.1:5000/{page}"
-        )
+    """Which run was written and how to see it (no store call: the store may have gone since)."""
+    if run.online:
+        page, table = ui_pages(run.uri, run.experiment_id, run.run_id)
+        serve = "" if run.uri.startswith("http") else f" (serve the store: `mlflow ui --backend-store-uri {run.uri}`)"
+        return f"MLflow run {run.run_id}: {page} ; all runs: {table}{serve}"
     return f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"

@@ -1,10 +1,11 @@
 """Durable tracking: every record of a run goes to a local spool first, then to MLflow.
 
 A run's spool is one JSONL file, ``<spool dir>/<spool_id>.jsonl``: a ``start`` record
-(tracking URI, experiment, run name, tags, the parent's spool id and run id), then
-``params``, ``metrics`` (with step and timestamp), ``text`` and ``figure`` records (a
-figure's PNG is saved in ``<spool dir>/<spool_id>/``), and an ``end`` record with the final
-status (FINISHED, FAILED or KILLED). `SpooledRun` writes each record before it forwards it to
+(tracking URI, experiment and the tags it should carry, run name, tags, the parent's spool id
+and run id), then ``params``, ``tags``, ``metrics`` (with step and timestamp), ``text``,
+``table`` (rows shown as a table by the MLflow UI) and ``figure`` records (a figure's PNG is
+saved in ``<spool dir>/<spool_id>/``), and an ``end`` record with the final status (FINISHED,
+FAILED or KILLED). `SpooledRun` writes each record before it forwards it to
 MLflow; the first MLflow failure (server down, store unwritable) is reported once and the
 run goes on recording to the spool alone, without waiting on retries. `apply_record` is the
 one place that turns a record into MLflow calls, for the live run and for
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from matplotlib.figure import Figure
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -67,9 +69,15 @@ def run_content(client: MlflowClient, run_id: str) -> RunContent:
     return RunContent(set(run.data.params), metrics, artifacts, dict(run.data.tags), run.info.status)
 
 
-def experiment_id(client: MlflowClient, name: str) -> str:
+def experiment_id(client: MlflowClient, name: str, tags: dict[str, str]) -> str:
+    """The experiment's id, created if absent; ``tags`` it lacks are set (kind, description, views)."""
     found = client.get_experiment_by_name(name)
-    return found.experiment_id if found else client.create_experiment(name)
+    if found is None:
+        return client.create_experiment(name, tags=tags)
+    for key, value in tags.items():
+        if found.tags.get(key) != value:
+            client.set_experiment_tag(found.experiment_id, key, value)
+    return found.experiment_id
 
 
 def find_spooled_run(client: MlflowClient, experiment: str, spool_id: str) -> str | None:
@@ -86,7 +94,8 @@ def create_run(client: MlflowClient, start: dict[str, Any], parent_run_id: str |
     tags = {**start["tags"], SPOOL_TAG: start["spool_id"]}
     if parent_run_id:
         tags[PARENT_TAG] = parent_run_id
-    run = client.create_run(experiment_id(client, start["experiment"]), start["time_ms"], tags, start["name"])
+    experiment = experiment_id(client, start["experiment"], start.get("experiment_tags", {}))
+    run = client.create_run(experiment, start["time_ms"], tags, start["name"])
     return run.info.experiment_id, run.info.run_id
 
 
@@ -104,6 +113,14 @@ def apply_record(client: MlflowClient, run_id: str, record: dict[str, Any], spoo
         if metrics:
             client.log_batch(run_id, metrics=metrics)
         held.metrics |= {(m.key, step, ts) for m in metrics}
+    elif op == "tags":
+        for key, value in record["tags"].items():
+            if held.tags.get(key) != value:
+                client.set_tag(run_id, key, value)
+                held.tags[key] = value
+    elif op == "table" and record["artifact"] not in held.artifacts:
+        client.log_table(run_id, pd.DataFrame(record["rows"]), record["artifact"])
+        held.artifacts.add(record["artifact"])
     elif op == "text" and record["artifact"] not in held.artifacts:
         client.log_text(run_id, record["text"], record["artifact"])
         held.artifacts.add(record["artifact"])
@@ -133,7 +150,14 @@ class SpooledRun:
     """One tracked run: spool first, MLflow while it answers (`run_id` is None offline)."""
 
     def __init__(
-        self, spool_dir: Path, uri: str, experiment: str, name: str, tags: dict[str, str], parent: RunRef | None = None
+        self,
+        spool_dir: Path,
+        uri: str,
+        experiment: str,
+        name: str,
+        tags: dict[str, str],
+        parent: RunRef | None = None,
+        experiment_tags: dict[str, str] | None = None,
     ) -> None:
         for key, value in FAST_FAIL_ENV.items():
             os.environ.setdefault(key, value)
@@ -151,6 +175,7 @@ class SpooledRun:
             "spool_id": self.spool_id,
             "uri": uri,
             "experiment": experiment,
+            "experiment_tags": experiment_tags or {},
             "name": name,
             "tags": tags,
             "parent_spool_id": parent.spool_id if parent else None,
@@ -198,8 +223,14 @@ class SpooledRun:
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         self.record("metrics", metrics=metrics, step=step)
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.record("tags", tags=tags)
+
     def log_text(self, text: str, artifact: str) -> None:
         self.record("text", text=text, artifact=artifact)
+
+    def log_table(self, rows: list[dict[str, Any]], artifact: str) -> None:
+        self.record("table", rows=rows, artifact=artifact)
 
     def log_figure(self, figure: Figure, artifact: str) -> None:
         target = self.spool_dir / self.spool_id / artifact
@@ -224,9 +255,15 @@ OPEN_RUNS: set[SpooledRun] = set()  # runs to close if the process is interrupte
 
 
 def open_run(
-    spool_dir: Path, uri: str, experiment: str, name: str, tags: dict[str, str], parent: RunRef | None = None
+    spool_dir: Path,
+    uri: str,
+    experiment: str,
+    name: str,
+    tags: dict[str, str],
+    parent: RunRef | None = None,
+    experiment_tags: dict[str, str] | None = None,
 ) -> SpooledRun:
-    run = SpooledRun(spool_dir, uri, experiment, name, tags, parent)
+    run = SpooledRun(spool_dir, uri, experiment, name, tags, parent, experiment_tags)
     OPEN_RUNS.add(run)
     return run
 

@@ -1,0 +1,88 @@
+"""What the MLflow UI shows a researcher after a sweep, checked through MLflow's REST API (CI has
+no browser; `make ui-check` checks the same facts on the rendered pages): the experiment's kind,
+description and saved view of headline columns, point names and descriptions, grouped metric
+names, the per-prompt table, and the parent run's summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import requests
+
+from speculab.tracking.metrics import HEADLINE, mlflow_name
+from speculab.tracking.runs import NOTE_TAG, VIEW_KEY
+from support.cli import speculab
+from support.mlflow_server import start_server, stop
+
+
+def api(uri: str, path: str, **params: str) -> dict:
+    answer = requests.get(f"{uri}/api/2.0/mlflow/{path}", params=params, timeout=30)
+    answer.raise_for_status()
+    return answer.json()
+
+
+def tags(entity: dict) -> dict[str, str]:
+    return {t["key"]: t["value"] for t in entity.get("tags", [])}
+
+
+@pytest.mark.slow
+def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) -> None:
+    server, uri = start_server(tmp_path / "mlflow.db", tmp_path)
+    try:
+        args = [
+            "-m",
+            "algorithm=gbv",
+            "algorithm.K=1,2",
+            "sampling.temperature=0,1",
+            "runtime=inline",
+            f"model.target_path={random_llama_pair[0]}",
+            f"model.draft_path={random_llama_pair[1]}",
+            "dataset.num_prompts=2",
+            "sampling.max_new_tokens=8",
+            f"tracking.uri={uri}",
+        ]
+        result = speculab(args, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "viewStateShareKey=speculab" in result.stdout and "workflowType=machine_learning" in result.stdout
+
+        experiment = api(uri, "experiments/get-by-name", experiment_name="speculab")["experiment"]
+        experiment_tags = tags(experiment)
+        assert experiment_tags["mlflow.experimentKind"] == "custom_model_development"
+        assert "block_efficiency" in experiment_tags[NOTE_TAG]
+        view = json.loads(experiment_tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
+
+        found = requests.post(
+            f"{uri}/api/2.0/mlflow/runs/search", json={"experiment_ids": [experiment["experiment_id"]]}, timeout=30
+        ).json()["runs"]
+        points = [r for r in found if tags(r["data"])["speculab.kind"] == "point"]
+        (parent,) = [r for r in found if tags(r["data"])["speculab.kind"] == "sweep"]
+        assert len(points) == 4
+        for run in points:
+            name, run_tags = run["info"]["run_name"], tags(run["data"])
+            metrics = {m["key"] for m in run["data"]["metrics"]}
+            params = {p["key"] for p in run["data"]["params"]}
+            assert name.startswith("gbv K=") and " L=4 T=" in name and "iid · humaneval×2 · " in name
+            assert "block efficiency" in run_tags[NOTE_TAG] and "gbv" in run_tags[NOTE_TAG]
+            assert run_tags["mlflow.parentRunId"] == parent["info"]["run_id"]
+            assert {f"metrics.`{mlflow_name(key)}`" for key in HEADLINE} <= set(view["selectedColumns"])
+            assert {c for c in view["selectedColumns"] if c.startswith("metrics.")} <= {
+                f"metrics.`{m}`" for m in metrics
+            }
+            assert {c for c in view["selectedColumns"] if c.startswith("params.")} <= {f"params.`{p}`" for p in params}
+            unprefixed = {m for m in metrics if "/" not in m}
+            assert unprefixed == {*HEADLINE, "ms_per_token"}, unprefixed  # everything else sits in a chart section
+            artifacts = {f["path"] for f in api(uri, "artifacts/list", run_id=run["info"]["run_id"]).get("files", [])}
+            assert {"records_table.json", "records.jsonl", "acceptance_histogram.png", "time_split.png"} <= artifacts
+
+        parent_tags = tags(parent["data"])
+        assert parent["info"]["run_name"] == "sweep algorithm.K=1,2 sampling.temperature=0,1"
+        assert "4 finished point(s)" in parent_tags[NOTE_TAG] and "Fastest" in parent_tags[NOTE_TAG]
+        best = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
+        speeds = [next(m["value"] for m in r["data"]["metrics"] if m["key"] == "tokens_per_s") for r in points]
+        assert best["best/tokens_per_s"] == pytest.approx(max(speeds), rel=1e-3)
+        parent_files = {f["path"] for f in api(uri, "artifacts/list", run_id=parent["info"]["run_id"])["files"]}
+        assert {"sweep_table.md", "sweep_table.csv", "sweep_points.png", "sweep_points.json"} <= parent_files
+    finally:
+        stop(server)

@@ -1,0 +1,183 @@
+"""Look at the MLflow UI as a researcher would, in headless Chromium, and check what it shows.
+
+    python tools/ui_check.py [--out docs/img] [--port 5077]
+
+Runs a tiny sweep of the shipped pair into a temporary SQLite store, serves it with `mlflow ui`
+on a loopback port, opens the experiment's runs table (through the link speculab prints), a
+point's run page, its per-prompt table and the sweep's parent run in headless Chromium
+(Debian's `chromium` and `chromium-driver`; `apt-get install chromium chromium-driver`), saves
+a screenshot of each into --out and asserts from the rendered page that the runs table lists
+the points with the headline metric columns and that the parent run shows its summary and
+holds the sweep's table. Exits non-zero naming the first fact that does not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from mlflow.tracking import MlflowClient
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from speculab.tracking.metrics import HEADLINE, mlflow_name
+from speculab.tracking.runs import ui_pages
+
+SWEEP = [
+    "-m",
+    "algorithm=gbv",
+    "algorithm.K=1,2",
+    "sampling.temperature=0,1",
+    "runtime=inline",
+    "dataset.num_prompts=2",
+    "sampling.max_new_tokens=16",
+]
+
+
+def run_sweep(workdir: Path) -> str:
+    """The tracking URI of a fresh store holding one tiny sweep."""
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    command = [
+        sys.executable,
+        "-m",
+        "speculab.cli",
+        *SWEEP,
+        f"tracking.uri={uri}",
+        f"hydra.sweep.dir={workdir / 'sweep'}",
+    ]
+    subprocess.run(command, cwd=workdir, check=True, capture_output=True, timeout=900)
+    return uri
+
+
+def serve(uri: str, port: int, workdir: Path) -> subprocess.Popen:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                return server
+        except requests.ConnectionError:
+            time.sleep(0.5)
+    stop(server)
+    raise SystemExit("ui_check: mlflow ui did not start")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop(server: subprocess.Popen) -> None:
+    """End the UI server with its workers (its own process group)."""
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+def browser() -> WebDriver:
+    options = Options()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1600,1000"):
+        options.add_argument(flag)
+    options.binary_location = "/usr/bin/chromium"
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def page_text(driver: WebDriver, url: str, expect: str, timeout_s: float = 60) -> str:
+    """Open ``url`` and wait until the rendered page contains ``expect``; returns the page's text."""
+    driver.get(url)
+    deadline = time.monotonic() + timeout_s
+    while expect not in (text := driver.find_element(By.TAG_NAME, "body").text):
+        if time.monotonic() > deadline:
+            driver.save_screenshot("ui_check_failure.png")
+            raise SystemExit(f"ui_check: {url} never showed {expect!r} (see ui_check_failure.png)")
+        time.sleep(0.5)
+    time.sleep(1)  # let the grid finish laying out before the screenshot
+    return text
+
+
+def close_assistant(driver: WebDriver) -> None:
+    """The MLflow Assistant side panel takes a third of the width; close it like a user would."""
+    for button in driver.find_elements(By.CSS_SELECTOR, "button[aria-label='Close']"):
+        if button.is_displayed():
+            button.click()
+            time.sleep(1)
+            return
+
+
+def check(fact: bool, what: str) -> None:
+    if not fact:
+        raise SystemExit(f"ui_check: FAILED: {what}")
+    print(f"ui_check: ok: {what}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/img"))
+    parser.add_argument("--port", type=int, default=0, help="loopback port of the MLflow UI (0: a free one)")
+    args = parser.parse_args()
+    args.port = args.port or free_port()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="speculab_ui_") as tmp:
+        workdir = Path(tmp)
+        uri = run_sweep(workdir)
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name("speculab")
+        runs = client.search_runs([experiment.experiment_id])
+        parent = next(r for r in runs if r.data.tags["speculab.kind"] == "sweep")
+        point = next(r for r in runs if r.data.tags["speculab.kind"] == "point")
+        base = f"http://127.0.0.1:{args.port}"
+        run_page, table_page = (
+            link.replace("http://127.0.0.1:5000", base)
+            for link in ui_pages(uri, experiment.experiment_id, point.info.run_id)
+        )
+        parent_page = run_page.replace(point.info.run_id, parent.info.run_id)
+        server = serve(uri, args.port, workdir)
+        driver = browser()
+        try:
+            shapes = [r.info.run_name.split(" · ")[0] for r in runs if r.data.tags["speculab.kind"] == "point"]
+            text = page_text(driver, table_page, shapes[0])
+            close_assistant(driver)
+            driver.save_screenshot(str(args.out / "runs_table.png"))
+            check(all(mlflow_name(key) in text for key in HEADLINE), "the runs table shows the headline metric columns")
+            check(all(shape in text for shape in shapes), "the runs table lists the 4 points by name")
+            text = page_text(driver, run_page, "Description")
+            driver.save_screenshot(str(args.out / "point_run.png"))
+            check("verification" in text and "block efficiency" in text, "a point's page describes it with its numbers")
+            page_text(driver, run_page.replace("?", "/artifacts?"), "records_table.json")
+            driver.find_element(By.XPATH, "//*[normalize-space(text())='records_table.json']").click()
+            text = page_text(driver, driver.current_url, "HumanEval/0")
+            driver.save_screenshot(str(args.out / "point_records.png"))
+            check("accepted" in text and "stop" in text, "the per-prompt records show as a table")
+            text = page_text(driver, parent_page, "Fastest")
+            driver.save_screenshot(str(args.out / "parent_run.png"))
+            check(f"best/{mlflow_name('tokens_per_s')}" in text, "the parent run shows the best point's metrics")
+            text = page_text(driver, parent_page.replace("?", "/artifacts?"), "sweep_table.md")
+            check("sweep_points.png" in text and "sweep_table.csv" in text, "the parent run holds the sweep's table")
+            driver.find_element(By.XPATH, "//*[normalize-space(text())='sweep_points.png']").click()
+            time.sleep(3)
+            driver.save_screenshot(str(args.out / "parent_artifacts.png"))
+        finally:
+            driver.quit()
+            stop(server)
+    print(f"ui_check: screenshots in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
