@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from speculab.tracking import spool as spool_module
-from speculab.tracking.spool import find_spooled_run, open_run, read_spool, tracked
+from speculab.tracking.spool import SpooledRun, find_spooled_run, read_spool, tracked
 from speculab.tracking.sync import main as sync_main
 from speculab.tracking.sync import sync
 
@@ -52,7 +52,7 @@ def snapshot(uri: str) -> dict[str, tuple]:
 
 def test_online_run_is_in_mlflow_live_and_a_sync_adds_nothing(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = open_run(tmp_path / "spool", uri, "speculab", "point", {"speculab.kind": "point"})
+    run = SpooledRun(tmp_path / "spool", uri, "speculab", "point", {"speculab.kind": "point"})
     fill(run)
     live = MlflowClient(uri).get_run(run.run_id)
     assert live.info.status == "RUNNING" and live.data.metrics["block_efficiency"] == 2.5
@@ -70,7 +70,7 @@ def test_unreachable_server_spools_fast_warns_once_and_syncs_exactly_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     start = time.monotonic()
-    run = open_run(tmp_path / "spool", f"http://127.0.0.1:{closed_port()}", "speculab", "point", {})
+    run = SpooledRun(tmp_path / "spool", f"http://127.0.0.1:{closed_port()}", "speculab", "point", {})
     fill(run)
     run.end("FINISHED")
     assert time.monotonic() - start < 30 and run.run_id is None
@@ -92,7 +92,7 @@ def test_store_failing_mid_run_is_completed_by_sync_without_duplicates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = open_run(tmp_path / "spool", uri, "speculab", "point", {})
+    run = SpooledRun(tmp_path / "spool", uri, "speculab", "point", {})
     run.log_params({"a": 1})
     run.log_metrics({"prompt/block_efficiency": 2.0}, step=1)
 
@@ -112,10 +112,10 @@ def test_store_failing_mid_run_is_completed_by_sync_without_duplicates(
 
 def test_offline_parent_and_children_are_nested_by_sync(tmp_path: Path) -> None:
     down = f"http://127.0.0.1:{closed_port()}"
-    parent = open_run(tmp_path / "sweep" / "spool", down, "speculab", "sweep", {"speculab.kind": "sweep"})
+    parent = SpooledRun(tmp_path / "sweep" / "spool", down, "speculab", "sweep", {"speculab.kind": "sweep"})
     for index in range(2):
         with tracked(
-            open_run(tmp_path / str(index) / "spool", down, "speculab", f"point {index}", {}, parent.ref)
+            SpooledRun(tmp_path / str(index) / "spool", down, "speculab", f"point {index}", {}, parent.ref)
         ) as child:
             fill(child, steps=1)
     parent.end("FINISHED")
@@ -130,11 +130,11 @@ def test_offline_parent_and_children_are_nested_by_sync(tmp_path: Path) -> None:
 
 def test_interrupted_and_failed_runs_end_killed_and_failed(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with pytest.raises(KeyboardInterrupt), tracked(open_run(tmp_path / "spool", uri, "speculab", "killed", {})):
+    with pytest.raises(KeyboardInterrupt), tracked(SpooledRun(tmp_path / "spool", uri, "speculab", "killed", {})):
         raise KeyboardInterrupt
-    with pytest.raises(RuntimeError), tracked(open_run(tmp_path / "spool", uri, "speculab", "failed", {})):
+    with pytest.raises(RuntimeError), tracked(SpooledRun(tmp_path / "spool", uri, "speculab", "failed", {})):
         raise RuntimeError("boom")
-    open_run(tmp_path / "spool", uri, "speculab", "parent", {})
+    SpooledRun(tmp_path / "spool", uri, "speculab", "parent", {})
     spool_module.close_open_runs("KILLED")
     assert {name: r[0] for name, r in snapshot(uri).items()} == {
         "killed": "KILLED",
@@ -144,7 +144,7 @@ def test_interrupted_and_failed_runs_end_killed_and_failed(tmp_path: Path) -> No
 
 
 def test_a_crashed_writer_leaves_a_spool_that_sync_ends_failed(tmp_path: Path) -> None:
-    run = open_run(tmp_path / "spool", f"http://127.0.0.1:{closed_port()}", "speculab", "crashed", {})
+    run = SpooledRun(tmp_path / "spool", f"http://127.0.0.1:{closed_port()}", "speculab", "crashed", {})
     run.log_metrics({"prompt/block_efficiency": 2.0}, step=1)
     records = read_spool(run.path)
     records[0]["pid"] = 2**22 + 12345  # no such process: the writer died without an end record
@@ -158,7 +158,7 @@ def test_a_crashed_writer_leaves_a_spool_that_sync_ends_failed(tmp_path: Path) -
 def test_unwritable_tracking_path_spools_instead(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a regular file where a directory should be")
-    run = open_run(tmp_path / "spool", f"sqlite:///{blocker / 'mlflow.db'}", "speculab", "point", {})
+    run = SpooledRun(tmp_path / "spool", f"sqlite:///{blocker / 'mlflow.db'}", "speculab", "point", {})
     fill(run)
     run.end("FINISHED")
     assert not run.online and [r["op"] for r in read_spool(run.path)][-1] == "end"

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from speculab.config import Config, TrackingConfig, tracking_uri
 from speculab.tracking.runs import KIND_TAG, NOTE_TAG, PARENT_FILE, experiment_tags, where
-from speculab.tracking.spool import SpooledRun, open_run
+from speculab.tracking.spool import SpooledRun
 from speculab.tracking.sweep import (
     best_metrics,
     fastest_first,
@@ -48,7 +48,7 @@ class MlflowSweepCallback(Callback):
         swept = " ".join(o for o in config.hydra.overrides.task if "," in o) or overrides
         spool = Path(tracking.spool_dir).resolve() if tracking.spool_dir else sweep_dir / "spool"
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running."}
-        self.parent = open_run(
+        self.parent = SpooledRun(
             spool,
             tracking_uri(tracking),
             tracking.experiment,

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from speculab.algorithms import get_algorithm
 from speculab.config import Config, tracking_uri
 from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.spool import FAST_FAIL_ENV, RunRef, SpooledRun, open_run, read_spool
+from speculab.tracking.spool import FAST_FAIL_ENV, RunRef, SpooledRun, read_spool
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
 POINT_TAG = "speculab.point_id"
@@ -171,7 +171,7 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
         "model": cfg.model.name,
         NOTE_TAG: point_description(cfg),
     }
-    run = open_run(
+    run = SpooledRun(
         spool_dir(cfg),
         tracking_uri(cfg.tracking),
         cfg.tracking.experiment,

@@ -186,6 +186,7 @@ class SpooledRun:
         }
         self._append(start)
         self._forward(lambda client: self._create(client, start))
+        OPEN_RUNS.add(self)  # until `end`: an interrupt closes it (see `close_open_runs`)
 
     def _create(self, client: MlflowClient, start: dict[str, Any]) -> None:
         self.experiment_id, self.run_id = create_run(client, start, start["parent_run_id"])
@@ -251,21 +252,7 @@ class SpooledRun:
         return self.run_id is not None and self.error is None
 
 
-OPEN_RUNS: set[SpooledRun] = set()  # runs to close if the process is interrupted (see `close_open_runs`)
-
-
-def open_run(
-    spool_dir: Path,
-    uri: str,
-    experiment: str,
-    name: str,
-    tags: dict[str, str],
-    parent: RunRef | None = None,
-    experiment_tags: dict[str, str] | None = None,
-) -> SpooledRun:
-    run = SpooledRun(spool_dir, uri, experiment, name, tags, parent, experiment_tags)
-    OPEN_RUNS.add(run)
-    return run
+OPEN_RUNS: set[SpooledRun] = set()  # runs started and not ended in this process
 
 
 @contextmanager
