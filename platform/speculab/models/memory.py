@@ -18,9 +18,7 @@ anything, or decide placement (the runtime does).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 GIB = 2**30
@@ -159,11 +157,6 @@ def architecture(config: dict[str, Any]) -> Architecture:
         width,
         config["vocab_size"],
     )
-
-
-def read_architecture(checkpoint: Path) -> Architecture:
-    """Architecture of a checkpoint directory; reads config.json only."""
-    return architecture(json.loads((checkpoint / "config.json").read_text()))
 
 
 def pass_activations(arch: Architecture, batch: int, queries: int, keys: int, tp_size: int, dtype_bytes: int) -> int:
