@@ -67,38 +67,53 @@ class TreeLM:
         """[B] committed tokens per row: the position of the next one."""
         return self.slot_valid[:, : self.committed].sum(dim=1)
 
-    def _attention_mask(self, nodes: DraftTree) -> torch.Tensor:
-        """[B, 1, N, S + N] additive mask: committed slots, then forest ancestors and self."""
-        forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
-        N = nodes.tokens.shape[1]
+    def _tree_mask(self, forest: DraftTree, N: int) -> torch.Tensor:
+        """[B, 1, N, S + N] additive mask of the last N forest nodes: valid committed slots, then
+        their forest ancestors and themselves."""
         allowed_forest = forest.ancestor_mask()[:, -N:, :]  # [B, N, F]
-        allowed_context = self.slot_valid[:, None, : self.committed] & nodes.valid[:, :, None]
+        allowed_context = self.slot_valid[:, None, : self.committed] & forest.valid[:, -N:, None]
         allowed = torch.cat([allowed_context, allowed_forest], dim=2)
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[:, None]
 
     @torch.inference_mode()
-    def extend(self, nodes: DraftTree) -> torch.Tensor:
-        """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V]."""
+    def extend(self, nodes: DraftTree, last_only: bool = False) -> torch.Tensor:
+        """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V],
+        or [B, 1, V] at the last column with last_only (right-aligned rows: each row's last)."""
+        forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
+        slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)  # [B, S + N]
+        # A chain's ancestors are exactly the valid slots before it: transformers' own causal mask
+        # from the 2-D padding mask is exact there and cheaper than a 4-D tree mask.
+        mask = slot_valid if forest.is_chain() else self._tree_mask(forest, nodes.tokens.shape[1])
         out = self.model(
             input_ids=nodes.tokens,
-            attention_mask=self._attention_mask(nodes),
+            attention_mask=mask,
             position_ids=self.context_len[:, None] + nodes.depth,
             past_key_values=self.cache,
             use_cache=True,
+            logits_to_keep=1 if last_only else 0,
         )
-        self.forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
-        self.slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)
+        self.forest = forest
+        self.slot_valid = slot_valid
         self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
         return out.logits
 
+    @torch.inference_mode()
     def commit(self, keep: torch.Tensor) -> None:
         """Keep forest nodes keep [B, M] (forest indices, -1 = none) after the committed slots."""
-        B = self.slot_valid.shape[0]
-        kept = keep.clamp(min=0) + self.committed
-        index = torch.cat([torch.arange(self.committed, device=self.device).expand(B, -1), kept], dim=1)
-        valid = torch.cat([self.slot_valid[:, : self.committed], (keep >= 0) & self.slot_valid.gather(1, kept)], dim=1)
-        self._select_slots(index, valid)
+        used = (keep >= 0).any(dim=0).nonzero()
+        keep = keep[:, : int(used.max()) + 1 if len(used) else 0]  # columns no row uses hold no slot
+        M = keep.shape[1]
+        kept = keep.clamp(min=0)
+        valid = (keep >= 0) & self.slot_valid[:, self.committed :].gather(1, kept)  # [B, M]
+        if bool(((keep == torch.arange(M, device=self.device)) | (keep < 0)).all()):
+            # Every row keeps a prefix of the forest (holes at -1): crop, as transformers' cache does.
+            self._crop(self.committed + M)
+        else:
+            self._gather_forest(kept)
+        self.slot_valid = torch.cat([self.slot_valid[:, : self.committed], valid], dim=1)
+        self.committed += M
+        self.forest = None
         if int(self.slot_valid.sum(dim=1).max()) < self.slot_valid.shape[1] * 3 // 4:
             self._repack()
 
@@ -111,18 +126,23 @@ class TreeLM:
         """Drop holes: each row's valid slots in order, left-padded to the longest row."""
         order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices
         width = int(self.slot_valid.sum(dim=1).max())
-        index = order[:, order.shape[1] - width :]
-        self._select_slots(index, self.slot_valid.gather(1, index))
-
-    def _select_slots(self, index: torch.Tensor, valid: torch.Tensor) -> None:
-        """New cache slot j of row b = old slot index[b, j] (every layer); all committed."""
+        index = order[:, order.shape[1] - width :]  # [B, width]
         for layer in self._filled_layers():
-            gather = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys = layer.keys.gather(2, gather)
-            layer.values = layer.values.gather(2, gather)
-        self.slot_valid = valid
-        self.committed = index.shape[1]
-        self.forest = None
+            layer.keys, layer.values = _gather_slots(layer.keys, index), _gather_slots(layer.values, index)
+        self.slot_valid = self.slot_valid.gather(1, index)
+        self.committed = width
+
+    def _crop(self, slots: int) -> None:
+        for layer in self._filled_layers():
+            layer.keys, layer.values = layer.keys[:, :, :slots], layer.values[:, :, :slots]
+
+    def _gather_forest(self, kept: torch.Tensor) -> None:
+        """Forest slot j of row b = old forest slot kept[b, j]; only the forest is copied."""
+        end = self.committed + kept.shape[1]
+        for layer in self._filled_layers():
+            for cache in (layer.keys, layer.values):
+                cache[:, :, self.committed : end] = _gather_slots(cache[:, :, self.committed :], kept)
+            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
 
     def retain(self, rows: torch.Tensor) -> None:
         """Keep only batch rows [R] (finished prompts leave the batch)."""
@@ -136,7 +156,7 @@ class TreeLM:
     def feed(self, rows: list[list[int]]) -> torch.Tensor:
         """Run and commit committed tokens per row (right-aligned chain); logits at each row's last."""
         tokens, valid = padded_rows(rows, self.device)
-        logits = self.extend(DraftTree.chain(tokens, valid))
+        logits = self.extend(DraftTree.chain(tokens, valid), last_only=True)
         self.commit_forest()
         return logits[:, -1]
 
@@ -150,6 +170,11 @@ class TreeLM:
             for layer in self.cache.layers
             if (keys := getattr(layer, "keys", None)) is not None and keys.numel() > 0
         ]
+
+
+# cache [B, H, S, D], index [B, M] -> [B, H, M, D]
+def _gather_slots(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return cache.gather(2, index[:, None, :, None].expand(-1, cache.shape[1], -1, cache.shape[3]))
 
 
 def _concat_forest(old: DraftTree, new: DraftTree) -> DraftTree:
