@@ -11,8 +11,8 @@ Speeds are generated tokens over CPU seconds of this process (time.process_time)
 wall seconds: median [min-max] over repetitions; ratios are medians of per-repetition ratios
 against transformers' generate (same T, same batch size) and against assisted generation
 at the same L (batch 1: transformers assists batch 1 only). Assisted generation is run at a
-fixed L (the assistant's generation_config, checked with a forward hook: every target call
-after a prefill carries L+1 tokens, but a prompt's last, cut by the token budget). Block
+fixed L (the assistant's generation_config, checked with a forward hook: no target call but
+the prefills carries more than L+1 tokens, and most carry exactly L+1). Block
 efficiency is tokens per target call per sequence (transformers: every target forward, its
 first carrying the prompt; speculab: rounds, its prefill apart). The phase split is
 speculab's own clock (prefills included). "T=0 equal" counts prompts whose tokens equal
@@ -101,7 +101,7 @@ def run(method: Method, target: TreeTarget, drafter: DraftModel, prompts: list[l
         assistant = drafter.lm.model if method.name == "assisted" else None
         result = generate(target.lm.model, prompts, settings, assistant)
         if assistant is not None:
-            check_assisted_widths(result.call_widths, method.length)
+            check_assisted_widths(result.call_widths, method.length, len(prompts))
         calls = len(result.call_widths)
         sequence_rounds = sum(len(p) for p in result.tokens) if assistant is None else calls
         return Measure(result.tokens, result.cpu_s, result.wall_s, sequence_rounds, calls, None)

@@ -51,9 +51,11 @@ def test_assisted_generation_runs_at_fixed_length(tiny) -> None:
     assisted = generate(target.lm.model, prompts[:1], settings, assistant=drafter.lm.model)
     assert assisted.tokens == generate(target.lm.model, prompts[:1], settings).tokens
     assert assisted.call_widths[0] == len(prompts[0]) + 3 and assisted.call_widths.count(4) > 1
-    check_assisted_widths(assisted.call_widths, 3)
+    check_assisted_widths(assisted.call_widths, 3, 1)
     with pytest.raises(RuntimeError, match="L=3"):
-        check_assisted_widths([137, 4, 2, 4, 3], 3)  # a short call before the budget runs out
+        check_assisted_widths([137, 4, 6, 4, 3], 3, 1)  # a round of 5 candidates
+    with pytest.raises(RuntimeError, match="L=3"):
+        check_assisted_widths([137, 2, 2, 4, 3], 3, 1)  # mostly shorter rounds
 
 
 def test_peers_benchmark_quick(tmp_path, monkeypatch) -> None:

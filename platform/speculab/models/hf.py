@@ -4,8 +4,9 @@
 with a validity mask per slot, so prompts of different lengths and different numbers of
 accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, or the K
 paths being drafted) form a forest after the committed slots; one forward pass extends it
-with a 4-D additive float mask and explicit position ids, and `commit` keeps chosen nodes
-by index-selecting cache entries. The target and drafter roles (`models.roles`) drive it.
+with explicit position ids and a causal mask (chains) or a 4-D additive tree mask, and
+`commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest.
+The target and drafter roles (`models.roles`) drive it.
 Loading happens here; what to load and how to validate it is the config's business.
 """
 
