@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.drafting.sampling import SamplingParams
+from speculab.drafting.sampling import SamplingParams, sample
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.verify.verdict import Verdict
 
@@ -255,7 +255,7 @@ def sample_target(
     paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
 ) -> Verdict:
     """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
-    token = torch.multinomial(p[:, 0, 0], 1, generator=rng)  # [B, 1]
+    token = sample(p[:, 0, 0], 1, rng)  # [B, 1]
     zeros = torch.zeros(len(token), dtype=torch.long)
     return Verdict(token, zeros + 1, zeros)
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from speculab.drafting.sampling import SamplingParams, draft_probs
+from speculab.drafting.sampling import SamplingParams, draft_probs, sample
 from speculab.drafting.tree import DraftTree, Proposal
 
 
@@ -46,11 +46,11 @@ def sample_iid_paths(
     B, V = root_logits.shape
     q = draft_probs(root_logits, sampling.temperature, sampling.top_k, sampling.top_p)  # [B, V]
     qs = [q[:, None, :].expand(B, num_paths, V)]
-    tokens = [torch.multinomial(q, num_paths, replacement=True, generator=rng)]  # [B, K]
+    tokens = [sample(q, num_paths, rng)]  # [B, K]
     for step in range(length - 1):
         logits = lm.extend(step_nodes(tokens[-1], step))  # [B, K, V]
         q = draft_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
         qs.append(q)
-        tokens.append(torch.multinomial(q.reshape(B * num_paths, V), 1, generator=rng).reshape(B, num_paths))
+        tokens.append(sample(q, 1, rng)[..., 0])  # [B, K]
     paths = torch.stack(tokens, dim=2)  # [B, K, L]
     return Proposal(DraftTree.from_paths(root, paths), paths, torch.stack(qs, dim=2))

@@ -49,3 +49,15 @@ def truncate_probs(probs: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
 def draft_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """The draft's sampling distribution: tempered, then truncated. logits [..., V]."""
     return truncate_probs(tempered_probs(logits, temperature), top_k, top_p)
+
+
+def sample(probs: torch.Tensor, num_samples: int, rng: torch.Generator) -> torch.Tensor:
+    """num_samples i.i.d. draws per row of probs [..., V] -> [..., num_samples] int64.
+
+    Inverse CDF on (1 - u) * total, u in [0, 1): the threshold is in (0, total], so the first
+    index with cdf >= threshold always exists and never has zero probability. On CPU this is
+    ~10x cheaper than torch.multinomial at V = 4096, which matters once per drafted token.
+    """
+    cdf = probs.to(torch.float64).cumsum(-1)  # [..., V]
+    u = torch.rand(*probs.shape[:-1], num_samples, generator=rng, dtype=torch.float64, device=probs.device)
+    return torch.searchsorted(cdf, (1 - u) * cdf[..., -1:])

@@ -92,6 +92,15 @@ class DraftTree:
             mask.scatter_(2, torch.where(hop >= 0, hop, N)[..., None], True)
         return mask[..., :N]
 
+    def is_chain(self) -> bool:
+        """True when every valid node's parent is the valid node before it (-1 for the first):
+        then a node's ancestors are exactly the valid nodes before it, as in a causal mask."""
+        B, N = self.tokens.shape
+        cols = torch.arange(N, device=self.tokens.device).expand(B, N)
+        last_valid = torch.where(self.valid, cols, -1).cummax(dim=1).values  # [B, N]
+        previous = torch.cat([torch.full_like(last_valid[:, :1], -1), last_valid[:, :-1]], dim=1)
+        return bool(((self.parents == previous) | ~self.valid).all())
+
     def position_ids(self, context_len: torch.Tensor) -> torch.Tensor:
         """[B, N] absolute positions: context_len [B] (committed tokens) + depth."""
         return context_len[:, None] + self.depth

@@ -4,8 +4,9 @@
 with a validity mask per slot, so prompts of different lengths and different numbers of
 accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, or the K
 paths being drafted) form a forest after the committed slots; one forward pass extends it
-with a 4-D additive float mask and explicit position ids, and `commit` keeps chosen nodes
-by index-selecting cache entries. The target and drafter roles (`models.roles`) drive it.
+with explicit position ids and a causal mask (chains) or a 4-D additive tree mask, and
+`commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest.
+The target and drafter roles (`models.roles`) drive it.
 Loading happens here; what to load and how to validate it is the config's business.
 """
 
@@ -46,6 +47,11 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
     return tokens.to(device), valid.to(device)
 
 
+# Decoder stacks whose top-level forward is embed -> rotary -> layers -> norm -> lm_head and
+# nothing else (no embedding scale, no sliding-window mask), so TreeLM may run the layers itself.
+LEAN_MODEL_TYPES = frozenset({"llama"})
+
+
 class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
@@ -67,38 +73,75 @@ class TreeLM:
         """[B] committed tokens per row: the position of the next one."""
         return self.slot_valid[:, : self.committed].sum(dim=1)
 
-    def _attention_mask(self, nodes: DraftTree) -> torch.Tensor:
-        """[B, 1, N, S + N] additive mask: committed slots, then forest ancestors and self."""
-        forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
-        N = nodes.tokens.shape[1]
+    def _tree_mask(self, forest: DraftTree, N: int) -> torch.Tensor:
+        """[B, 1, N, S + N] additive mask of the last N forest nodes: valid committed slots, then
+        their forest ancestors and themselves."""
         allowed_forest = forest.ancestor_mask()[:, -N:, :]  # [B, N, F]
-        allowed_context = self.slot_valid[:, None, : self.committed] & nodes.valid[:, :, None]
+        allowed_context = self.slot_valid[:, None, : self.committed] & forest.valid[:, -N:, None]
         allowed = torch.cat([allowed_context, allowed_forest], dim=2)
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[:, None]
 
     @torch.inference_mode()
-    def extend(self, nodes: DraftTree) -> torch.Tensor:
-        """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V]."""
-        out = self.model(
-            input_ids=nodes.tokens,
-            attention_mask=self._attention_mask(nodes),
-            position_ids=self.context_len[:, None] + nodes.depth,
-            past_key_values=self.cache,
-            use_cache=True,
-        )
-        self.forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
-        self.slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)
+    def extend(self, nodes: DraftTree, last_only: bool = False) -> torch.Tensor:
+        """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V],
+        or [B, 1, V] at the last column with last_only (right-aligned rows: each row's last)."""
+        forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
+        slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)  # [B, S + N]
+        N = nodes.tokens.shape[1]
+        # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there.
+        mask = causal_mask(slot_valid, N) if forest.is_chain() else self._tree_mask(forest, N)
+        logits = self._forward(nodes.tokens, mask, self.context_len[:, None] + nodes.depth, last_only)
+        self.forest = forest
+        self.slot_valid = slot_valid
         self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
-        return out.logits
+        return logits
 
+    def _forward(
+        self, tokens: torch.Tensor, mask: torch.Tensor | None, position_ids: torch.Tensor, last_only: bool
+    ) -> torch.Tensor:
+        """logits of tokens [B, N] after the cache; mask [B, 1, N, S + N] or None (attend to all)."""
+        if self.model.config.model_type not in LEAN_MODEL_TYPES:
+            return self.model(
+                input_ids=tokens,
+                attention_mask=mask,
+                position_ids=position_ids,
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1 if last_only else 0,
+            ).logits
+        # The model's own layers, without the per-call wrappers around them (output capturing,
+        # config defaults, mask building): ~0.13 ms a call, a third of a tiny draft step.
+        decoder = self.model.model
+        hidden = decoder.embed_tokens(tokens)
+        rotary = decoder.rotary_emb(hidden, position_ids)
+        for layer in decoder.layers:
+            hidden = layer(
+                hidden,
+                attention_mask=mask,
+                position_ids=position_ids,
+                past_key_values=self.cache,
+                use_cache=True,
+                position_embeddings=rotary,
+            )
+        return self.model.lm_head(decoder.norm(hidden[:, -1:] if last_only else hidden))
+
+    @torch.inference_mode()
     def commit(self, keep: torch.Tensor) -> None:
         """Keep forest nodes keep [B, M] (forest indices, -1 = none) after the committed slots."""
-        B = self.slot_valid.shape[0]
-        kept = keep.clamp(min=0) + self.committed
-        index = torch.cat([torch.arange(self.committed, device=self.device).expand(B, -1), kept], dim=1)
-        valid = torch.cat([self.slot_valid[:, : self.committed], (keep >= 0) & self.slot_valid.gather(1, kept)], dim=1)
-        self._select_slots(index, valid)
+        used = (keep >= 0).any(dim=0).nonzero()
+        keep = keep[:, : int(used.max()) + 1 if len(used) else 0]  # columns no row uses hold no slot
+        M = keep.shape[1]
+        kept = keep.clamp(min=0)
+        valid = (keep >= 0) & self.slot_valid[:, self.committed :].gather(1, kept)  # [B, M]
+        if bool(((keep == torch.arange(M, device=self.device)) | (keep < 0)).all()):
+            # Every row keeps a prefix of the forest (holes at -1): crop, as transformers' cache does.
+            self._crop(self.committed + M)
+        else:
+            self._gather_forest(kept)
+        self.slot_valid = torch.cat([self.slot_valid[:, : self.committed], valid], dim=1)
+        self.committed += M
+        self.forest = None
         if int(self.slot_valid.sum(dim=1).max()) < self.slot_valid.shape[1] * 3 // 4:
             self._repack()
 
@@ -111,18 +154,23 @@ class TreeLM:
         """Drop holes: each row's valid slots in order, left-padded to the longest row."""
         order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices
         width = int(self.slot_valid.sum(dim=1).max())
-        index = order[:, order.shape[1] - width :]
-        self._select_slots(index, self.slot_valid.gather(1, index))
-
-    def _select_slots(self, index: torch.Tensor, valid: torch.Tensor) -> None:
-        """New cache slot j of row b = old slot index[b, j] (every layer); all committed."""
+        index = order[:, order.shape[1] - width :]  # [B, width]
         for layer in self._filled_layers():
-            gather = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys = layer.keys.gather(2, gather)
-            layer.values = layer.values.gather(2, gather)
-        self.slot_valid = valid
-        self.committed = index.shape[1]
-        self.forest = None
+            layer.keys, layer.values = _gather_slots(layer.keys, index), _gather_slots(layer.values, index)
+        self.slot_valid = self.slot_valid.gather(1, index)
+        self.committed = width
+
+    def _crop(self, slots: int) -> None:
+        for layer in self._filled_layers():
+            layer.keys, layer.values = layer.keys[:, :, :slots], layer.values[:, :, :slots]
+
+    def _gather_forest(self, kept: torch.Tensor) -> None:
+        """Forest slot j of row b = old forest slot kept[b, j]; only the forest is copied."""
+        end = self.committed + kept.shape[1]
+        for layer in self._filled_layers():
+            for cache in (layer.keys, layer.values):
+                cache[:, :, self.committed : end] = _gather_slots(cache[:, :, self.committed :], kept)
+            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
 
     def retain(self, rows: torch.Tensor) -> None:
         """Keep only batch rows [R] (finished prompts leave the batch)."""
@@ -136,7 +184,7 @@ class TreeLM:
     def feed(self, rows: list[list[int]]) -> torch.Tensor:
         """Run and commit committed tokens per row (right-aligned chain); logits at each row's last."""
         tokens, valid = padded_rows(rows, self.device)
-        logits = self.extend(DraftTree.chain(tokens, valid))
+        logits = self.extend(DraftTree.chain(tokens, valid), last_only=True)
         self.commit_forest()
         return logits[:, -1]
 
@@ -150,6 +198,23 @@ class TreeLM:
             for layer in self.cache.layers
             if (keys := getattr(layer, "keys", None)) is not None and keys.numel() > 0
         ]
+
+
+# slot_valid [B, S + N]: committed slots, then N new chain nodes
+def causal_mask(slot_valid: torch.Tensor, N: int) -> torch.Tensor | None:
+    """[B, 1, N, S + N] bool: valid slots up to each new node; None when one node sees every slot
+    (the decoding step of generate, which needs no mask)."""
+    if N == 1 and bool(slot_valid.all()):
+        return None
+    S = slot_valid.shape[1] - N
+    cols = torch.arange(S + N, device=slot_valid.device)
+    causal = cols[None, :] <= S + torch.arange(N, device=slot_valid.device)[:, None]  # [N, S + N]
+    return (slot_valid[:, None, :] & causal)[:, None]
+
+
+# cache [B, H, S, D], index [B, M] -> [B, H, M, D]
+def _gather_slots(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return cache.gather(2, index[:, None, :, None].expand(-1, cache.shape[1], -1, cache.shape[3]))
 
 
 def _concat_forest(old: DraftTree, new: DraftTree) -> DraftTree:
