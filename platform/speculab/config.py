@@ -112,7 +112,8 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    baseline: bool = True  # also decode autoregressively for speedup_vs_ar
+    baseline: bool = True  # also decode autoregressively with the engine, for speedup_vs_ar
+    baseline_hf: bool = True  # also run transformers' generate on the same target and prompts, for speedup_vs_hf
     resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)
 
 

@@ -32,7 +32,7 @@ from speculab.engine import (
 )
 from speculab.models import LMSpec
 from speculab.runtime import runtime_metrics, start_models
-from speculab.tracking.metrics import baseline_metrics, mlflow_metrics, prompt_metrics, summarize
+from speculab.tracking.metrics import HF_PREFIX, baseline_metrics, hf_metrics, mlflow_metrics, prompt_metrics, summarize
 from speculab.tracking.report import (
     acceptance_figure,
     print_summary,
@@ -176,10 +176,17 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
         baseline = with_progress(
             "autoregressive baseline", len(encoded), lambda done: autoregressive(target, encoded, settings, done)
         )
-    metrics = print_summary(run_name(cfg), spec, baseline) | measured
+    hf = None
+    if cfg.baseline_hf:
+        print("speculab: transformers generate baseline on the same target and prompts")
+        result = target.hf_generate(encoded, settings)
+        hf = hf_metrics(result.tokens, result.wall_s, result.cpu_s)
+    metrics = print_summary(run_name(cfg), spec, baseline, hf) | measured
     tracker.log_metrics(mlflow_metrics(metrics))
     if baseline:
         tracker.log_metrics(baseline_metrics(summarize(baseline)))
+    if hf:
+        tracker.log_metrics(baseline_metrics(hf, HF_PREFIX))
     tracker.set_tags({NOTE_TAG: point_description(cfg, metrics)})
     texts = [cast(str, tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
     records = prompt_records(spec, [p.id for p in prompts], texts)

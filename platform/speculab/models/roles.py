@@ -18,6 +18,8 @@ from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
 
 if TYPE_CHECKING:
+    from speculab.baselines import BaselineResult
+    from speculab.engine import DecodeSettings
     from speculab.models.block import BlockLM
 
 
@@ -95,6 +97,16 @@ class TreeTarget:
     def kv_bytes(self) -> int:
         """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""
         return self.lm.peak_bytes
+
+    def hf_generate(self, prompts: list[list[int]], settings: DecodeSettings) -> BaselineResult:
+        """transformers' `generate` on this target's own model (the `baseline_hf` of a run); leaves the
+        tree cache alone."""
+        from speculab.baselines import generate
+
+        model = getattr(self.lm, "model", None)  # a transformers backend's model (toy tables have none)
+        if model is None:
+            raise ValueError("baseline_hf needs a transformers target (model.backend=hf)")
+        return generate(model, prompts, settings)
 
 
 class DraftModel:

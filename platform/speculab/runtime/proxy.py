@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 # Methods that return nothing: submitted without waiting (an actor runs its calls in order).
 FIRE_AND_FORGET = frozenset({"commit", "retain"})
 # Methods that change no state: not replayed after a restart.
-READ_ONLY = frozenset({"kv_bytes"})
+READ_ONLY = frozenset({"kv_bytes", "hf_generate"})
 
 
 @dataclass(frozen=True)

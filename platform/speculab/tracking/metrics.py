@@ -26,7 +26,8 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("block_efficiency", "block_efficiency", "kept tokens per sequence-round (per target call per sequence)"),
     Metric("tokens_per_s", "tokens_per_s", "all kept tokens over the decoding wall time, prefill included"),
-    Metric("speedup_vs_ar", "speedup_vs_ar", "tokens_per_s over the autoregressive baseline's (same run)"),
+    Metric("speedup_vs_ar", "speedup_vs_ar", "tokens_per_s over the engine's own autoregressive loop's (same run)"),
+    Metric("speedup_vs_hf", "speedup_vs_hf", "tokens_per_s over transformers' generate's, same target and prompts"),
     Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round"),
     Metric("ms_per_token", "ms_per_token", "1000 / tokens_per_s"),
     Metric("time_draft_s", "time/draft_s", "wall time drafting (draft prefill included)"),
@@ -50,8 +51,9 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
     Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
 )
 METRIC_KEYS = tuple(m.key for m in METRICS)
-HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_ar", "accepted_mean")
+HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
 BASELINE_PREFIX = "baseline_ar/"
+HF_PREFIX = "baseline_hf/"
 _MLFLOW = {m.key: m.mlflow for m in (*METRICS, *RUNTIME_METRICS)}
 
 
@@ -67,10 +69,20 @@ def mlflow_metrics(metrics: dict[str, float]) -> dict[str, float]:
     return {mlflow_name(key): float(f"{value:.5g}") for key, value in metrics.items()}
 
 
-def baseline_metrics(baseline: dict[str, float]) -> dict[str, float]:
-    """The autoregressive baseline's metrics under `baseline_ar/<key>` (its own speedup is 1 by definition)."""
+def baseline_metrics(baseline: dict[str, float], prefix: str = BASELINE_PREFIX) -> dict[str, float]:
+    """A baseline's metrics under `<prefix><key>` (its own speedups are not its metrics)."""
+    return {f"{prefix}{key}": float(f"{value:.5g}") for key, value in baseline.items() if not key.startswith("speedup")}
+
+
+def hf_metrics(tokens: list[list[int]], wall_s: float, cpu_s: float) -> dict[str, float]:
+    """transformers' generate as a baseline: its throughput on the run's prompts (wall time of its calls)."""
+    generated = sum(map(len, tokens))
     return {
-        f"{BASELINE_PREFIX}{key}": float(f"{value:.5g}") for key, value in baseline.items() if key != "speedup_vs_ar"
+        "tokens_per_s": generated / wall_s,
+        "ms_per_token": 1000.0 * wall_s / generated,
+        "generated_tokens": float(generated),
+        "wall_s": wall_s,
+        "cpu_s": cpu_s,
     }
 
 
@@ -84,7 +96,9 @@ def metrics_markdown() -> str:
     lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in (*METRICS, *RUNTIME_METRICS)]
     lines += [
         "| `mem_peak_mb_<role>_<call>` | `memory/peak_mb_<role>_<call>` | CUDA only: peak memory per call kind |",
-        "| (baseline) | `baseline_ar/<key>` | the autoregressive baseline's metrics, same keys |",
+        "| (baseline) | `baseline_ar/<key>` | the engine's autoregressive baseline's metrics, same keys |",
+        "| (baseline) | `baseline_hf/tokens_per_s`, `ms_per_token`, `generated_tokens`, `wall_s`, `cpu_s` | "
+        "transformers' `generate` on the same target and prompts |",
         "| (live) | `prompt/block_efficiency`, `prompt/accepted_mean`, `prompt/generated_tokens` | "
         "each finished prompt, step = prompts done |",
     ]
@@ -95,8 +109,10 @@ def tokens_per_second(run: RunResult) -> float:
     return sum(len(p.tokens) for p in run.prompts) / run.wall_s
 
 
-def summarize(run: RunResult, baseline: RunResult | None = None) -> dict[str, float]:
-    """Every metric of METRIC_KEYS; speedup_vs_ar is NaN without a baseline run."""
+def summarize(
+    run: RunResult, baseline: RunResult | None = None, hf_tokens_per_s: float | None = None
+) -> dict[str, float]:
+    """Every metric of METRIC_KEYS; a speedup is NaN without its baseline."""
     generated = sum(len(p.tokens) for p in run.prompts)
     sequence_rounds = sum(r.rows for r in run.rounds)
     times = {
@@ -111,6 +127,7 @@ def summarize(run: RunResult, baseline: RunResult | None = None) -> dict[str, fl
         "tokens_per_s": rate,
         "ms_per_token": 1000.0 / rate,
         "speedup_vs_ar": rate / tokens_per_second(baseline) if baseline else float("nan"),
+        "speedup_vs_hf": rate / hf_tokens_per_s if hf_tokens_per_s else float("nan"),
         "kv_peak_mb_target": max(r.kv_target_bytes for r in run.rounds) / 2**20,
         "kv_peak_mb_draft": max(r.kv_draft_bytes for r in run.rounds) / 2**20,
         "time_tree_build_s": sum(r.time_tree_build_s for r in run.rounds),

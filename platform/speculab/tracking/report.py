@@ -19,20 +19,18 @@ from speculab.engine import RunResult
 from speculab.tracking.metrics import acceptance_histogram, summarize
 
 
-def summary_table(title: str, metrics: dict[str, float], baseline: dict[str, float] | None) -> Table:
-    """Every metric, beside the autoregressive baseline's where it has one."""
+def summary_table(title: str, metrics: dict[str, float], baselines: dict[str, dict[str, float]]) -> Table:
+    """Every metric, beside each baseline's (column name -> its metrics) where it has one."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("speculative", justify="right")
-    if baseline:
-        table.add_column("autoregressive", justify="right")
+    for name in baselines:
+        table.add_column(name, justify="right")
     for key, value in metrics.items():
-        row = [key, _fmt(value)]
-        if baseline:
-            row.append(
-                _fmt(baseline[key]) if key in baseline and not key.startswith(("speedup", "kv_peak_mb_draft")) else ""
-            )
-        table.add_row(*row)
+        shown = [
+            b.get(key) if not key.startswith(("speedup", "kv_peak_mb_draft")) else None for b in baselines.values()
+        ]
+        table.add_row(key, _fmt(value), *("" if v is None else _fmt(v) for v in shown))
     return table
 
 
@@ -40,9 +38,15 @@ def _fmt(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.4g}"
 
 
-def print_summary(title: str, run: RunResult, baseline: RunResult | None) -> dict[str, float]:
-    metrics = summarize(run, baseline)
-    Console().print(summary_table(title, metrics, summarize(baseline) if baseline else None))
+def print_summary(
+    title: str, run: RunResult, baseline: RunResult | None, hf: dict[str, float] | None
+) -> dict[str, float]:
+    """Print the run's metrics beside the engine's autoregressive loop and transformers' generate."""
+    metrics = summarize(run, baseline, hf["tokens_per_s"] if hf else None)
+    columns = {"autoregressive": summarize(baseline)} if baseline else {}
+    if hf:
+        columns["transformers generate"] = hf
+    Console().print(summary_table(title, metrics, columns))
     return metrics
 
 
