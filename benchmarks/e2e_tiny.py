@@ -12,16 +12,13 @@ from __future__ import annotations
 import argparse
 
 import torch
+from pair import load_pair
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoTokenizer
 
 from speculab.algorithms import get_verifier
-from speculab.config import resolve_path
-from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, autoregressive, decode
-from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
 
 
@@ -34,11 +31,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    root = resolve_path(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(root / "target")
-    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
-    target = TreeTarget(LMSpec("hf", str(root / "target")))
-    drafter = DraftModel(LMSpec("hf", str(root / "draft")))
+    pair = load_pair(args.model, args.prompts)
+    prompts, target, drafter = pair.prompts, pair.target, pair.drafter
 
     table = Table(
         title=f"tiny pair, {len(prompts)} HumanEval prompts, {args.max_new_tokens} new tokens, batch 1, "
@@ -47,7 +41,7 @@ def main() -> None:
     for column in ("T", "method", "L", "tokens/s", "ms/token", "block eff.", "speedup vs AR"):
         table.add_column(column, justify="right")
     for temperature in (0.0, 1.0):
-        settings = DecodeSettings(1, 0, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id)
+        settings = DecodeSettings(1, 0, SamplingParams(temperature), args.max_new_tokens, 1, 0, pair.eos_token_id)
         ar = autoregressive(target, prompts, settings)
         m = summarize(ar)
         table.add_row(
@@ -61,9 +55,7 @@ def main() -> None:
         )
         for method in ("token", "block"):
             for length in (2, 4, 8):
-                s = DecodeSettings(
-                    1, length, SamplingParams(temperature), args.max_new_tokens, 1, 0, tokenizer.eos_token_id
-                )
+                s = DecodeSettings(1, length, SamplingParams(temperature), args.max_new_tokens, 1, 0, pair.eos_token_id)
                 m = summarize(decode(target, drafter, get_verifier(method), prompts, s), ar)
                 table.add_row(
                     f"{temperature:g}",

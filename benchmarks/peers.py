@@ -30,17 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from pair import load_pair
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoTokenizer
 
 from speculab.algorithms import get_verifier
 from speculab.baselines import check_assisted_widths, generate
-from speculab.config import resolve_path
-from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, RunResult, autoregressive, decode
-from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.models import DraftModel, TreeTarget
 
 HF = ("generate", "assisted")
 SPECULAB_SD = ("token", "block", "gbv")
@@ -200,11 +198,8 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     if args.quick:
         args.prompts, args.max_new_tokens, args.reps, args.lengths, args.batch_sizes = 2, 12, 1, [2], [1, 2]
     torch.set_num_threads(args.threads)
-    root = resolve_path(args.model)
-    tokenizer = AutoTokenizer.from_pretrained(root / "target")
-    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
-    target = TreeTarget(LMSpec("hf", str(root / "target")))
-    drafter = DraftModel(LMSpec("hf", str(root / "draft")))
+    pair = load_pair(args.model, args.prompts)
+    prompts, target, drafter = pair.prompts, pair.target, pair.drafter
     plan = methods(args.batch_sizes, args.lengths)
     measures: dict[Method, list[Measure]] = {m: [] for m in plan}
     load = os.getloadavg()[0]
@@ -215,7 +210,7 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
         for rep in range(args.reps):
             shift = rep * len(plan) // max(args.reps, 1)
             for method in plan[shift:] + plan[:shift]:
-                m = run(method, target, drafter, prompts, args, tokenizer.eos_token_id)
+                m = run(method, target, drafter, prompts, args, pair.eos_token_id)
                 measures[method].append(m)
                 out.writerow(
                     [rep, method.batch, method.temperature, method.name, method.length, sum(map(len, m.tokens))]
