@@ -162,3 +162,12 @@ def test_unwritable_tracking_path_spools_instead(tmp_path: Path) -> None:
     fill(run)
     run.end("FINISHED")
     assert not run.online and [r["op"] for r in read_spool(run.path)][-1] == "end"
+
+
+def test_a_spool_dir_of_any_name_is_found_by_sync(tmp_path: Path) -> None:
+    """`tracking.spool_dir` need not be called spool/: a directory named directly is searched too."""
+    run = SpooledRun(tmp_path / "my_records", f"http://127.0.0.1:{closed_port()}", "speculab", "point", {})
+    run.end("FINISHED")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert list(sync([tmp_path / "my_records"], uri)) == [run.path]
+    assert snapshot(uri)["point"][0] == "FINISHED"

@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.config import Config, TrackingConfig, tracking_uri
-from speculab.tracking.runs import KIND_TAG, NOTE_TAG, PARENT_FILE, experiment_tags, where
+from speculab.tracking.runs import KIND_TAG, NOTE_TAG, PARENT_FILE, experiment_tags, spool_dir, where
 from speculab.tracking.spool import SpooledRun
 from speculab.tracking.sweep import (
     best_metrics,
@@ -46,10 +46,9 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
         swept = " ".join(o for o in config.hydra.overrides.task if "," in o) or overrides
-        spool = Path(tracking.spool_dir).resolve() if tracking.spool_dir else sweep_dir / "spool"
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running."}
         self.parent = SpooledRun(
-            spool,
+            spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
             tracking.experiment,
             f"sweep {swept}".strip(),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,9 +20,9 @@ from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import get_algorithm
-from speculab.config import Config, tracking_uri
+from speculab.config import Config, TrackingConfig, tracking_uri
 from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.spool import FAST_FAIL_ENV, RunRef, SpooledRun, read_spool
+from speculab.tracking.spool import RunRef, SpooledRun, fail_fast, read_spool
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
 POINT_TAG = "speculab.point_id"
@@ -89,8 +88,9 @@ def output_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path("outputs").resolve()
 
 
-def spool_dir(cfg: Config) -> Path:
-    return Path(cfg.tracking.spool_dir).resolve() if cfg.tracking.spool_dir else output_dir() / "spool"
+def spool_dir(tracking: TrackingConfig, default: Path) -> Path:
+    """`tracking.spool_dir` if set, else ``default`` (a spool/ folder in Hydra's output dir)."""
+    return Path(tracking.spool_dir).resolve() if tracking.spool_dir else default
 
 
 def sweep_parent() -> RunRef | None:
@@ -172,7 +172,7 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
         NOTE_TAG: point_description(cfg),
     }
     run = SpooledRun(
-        spool_dir(cfg),
+        spool_dir(cfg.tracking, output_dir() / "spool"),
         tracking_uri(cfg.tracking),
         cfg.tracking.experiment,
         run_name(cfg),
@@ -186,8 +186,7 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
 
 def finished_in_store(cfg: Config, point: str) -> str | None:
     """Run id of a FINISHED run of this point in the MLflow experiment (None if none or unreachable)."""
-    for key, value in FAST_FAIL_ENV.items():
-        os.environ.setdefault(key, value)
+    fail_fast()
     try:
         client = MlflowClient(tracking_uri(cfg.tracking))
         experiment = client.get_experiment_by_name(cfg.tracking.experiment)

@@ -40,6 +40,12 @@ TERMINAL = ("FINISHED", "FAILED", "KILLED")
 FAST_FAIL_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 
+def fail_fast() -> None:
+    """MLflow clients of this process give up quickly (unless the user set these variables)."""
+    for key, value in FAST_FAIL_ENV.items():
+        os.environ.setdefault(key, value)
+
+
 def read_spool(path: Path) -> list[dict[str, Any]]:
     """The records of one spool file, in order (a torn last line from a crash is dropped)."""
     records = []
@@ -159,8 +165,7 @@ class SpooledRun:
         parent: RunRef | None = None,
         experiment_tags: dict[str, str] | None = None,
     ) -> None:
-        for key, value in FAST_FAIL_ENV.items():
-            os.environ.setdefault(key, value)
+        fail_fast()
         self.spool_dir = spool_dir
         self.uri = uri
         self.spool_id = uuid.uuid4().hex
@@ -184,9 +189,9 @@ class SpooledRun:
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
+        OPEN_RUNS.add(self)  # until `end`, so an interrupt even during creation closes it (`close_open_runs`)
         self._append(start)
         self._forward(lambda client: self._create(client, start))
-        OPEN_RUNS.add(self)  # until `end`: an interrupt closes it (see `close_open_runs`)
 
     def _create(self, client: MlflowClient, start: dict[str, Any]) -> None:
         self.experiment_id, self.run_id = create_run(client, start, start["parent_run_id"])

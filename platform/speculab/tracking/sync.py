@@ -22,10 +22,11 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from speculab.tracking.spool import (
-    FAST_FAIL_ENV,
     PARENT_TAG,
+    TERMINAL,
     apply_record,
     create_run,
+    fail_fast,
     find_spooled_run,
     now_ms,
     read_spool,
@@ -36,13 +37,15 @@ DEFAULT_ROOTS = ("outputs", "multirun")
 
 
 def spool_files(paths: Iterable[Path]) -> list[Path]:
-    """Spool files named directly or found under directories (``spool/*.jsonl``)."""
+    """Spool files named directly, in a named directory (a `tracking.spool_dir`), or in ``spool/``
+    directories below it (Hydra's output dirs)."""
     found: list[Path] = []
     for path in paths:
         if path.is_file():
             found.append(path)
         elif path.is_dir():
-            found += sorted(p for p in path.rglob("*.jsonl") if p.parent.name == "spool")
+            below = {p for p in path.rglob("*.jsonl") if p.parent.name == "spool"}
+            found += sorted(below | set(path.glob("*.jsonl")))
     return found
 
 
@@ -70,7 +73,7 @@ def sync_spool(records: list[dict[str, Any]], spool_dir: Path, run_ids: dict[str
         client.set_tag(run_id, PARENT_TAG, parent)
     for record in records[1:]:
         apply_record(client, run_id, record, spool_dir, held)
-    if held.status not in ("FINISHED", "FAILED", "KILLED") and not writer_alive(start):
+    if held.status not in TERMINAL and not writer_alive(start):
         apply_record(client, run_id, {"op": "end", "status": "FAILED", "time_ms": now_ms()}, spool_dir, held)
     run_ids[start["spool_id"]] = run_id
     return run_id
@@ -78,8 +81,7 @@ def sync_spool(records: list[dict[str, Any]], spool_dir: Path, run_ids: dict[str
 
 def sync(paths: Iterable[Path], uri: str | None = None) -> dict[Path, str]:
     """Replay every spool under ``paths``; {spool file: MLflow run id}."""
-    for key, value in FAST_FAIL_ENV.items():
-        os.environ.setdefault(key, value)
+    fail_fast()
     spools = [(path, records) for path in spool_files(paths) if (records := read_spool(path))]
     spools.sort(key=lambda spool: spool[1][0]["parent_spool_id"] is not None)  # parents' runs first
     run_ids: dict[str, str] = {}
