@@ -101,6 +101,11 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
         "algorithm.K=4: algorithm=ddtree verifies one path",
         "multi-path algorithm: gbv, spectr",
     ),
+    (
+        ["algorithm=spectr_gbv", "algorithm.K=2"],
+        "algorithm.K=2: algorithm=spectr_gbv is lossless only for K <= 1",
+        "set algorithm.allow_lossy=true",
+    ),
     (["algorithm=token", "algorithm.tree=bogus"], "algorithm.tree='bogus'", "only algorithm=ddtree builds a tree"),
     (["algorithm=gbv", "algorithm.budget=32"], "algorithm.budget=32", "only algorithm=ddtree builds a tree"),
     (["algorithm=gbv", "algorithm.node_rule=lp"], "algorithm.node_rule='lp'", "only algorithm=spectr"),

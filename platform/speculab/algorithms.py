@@ -33,6 +33,7 @@ from speculab.verify.multidraft_walk import (
     spectr_verify,
 )
 from speculab.verify.node_rules import NODE_RULES
+from speculab.verify.spectr_gbv import spectr_gbv_verify, spectr_gbv_verify_reference
 from speculab.verify.traversal import traversal_verify, traversal_verify_reference
 
 
@@ -76,9 +77,13 @@ class AlgorithmSpec:
     drafters: tuple[str, ...]  # accepted `drafter=` names, the first is the usual one
     multi_path: bool  # takes K > 1 i.i.d. paths
     carry: bool = False  # modifies the next round's target (Verdict.carry)
-    lossless: bool = True  # certified by exact enumeration
+    lossless_paths: int | None = None  # the largest K certified lossless by exact enumeration (None: every K)
     node_rules: tuple[str, ...] = ()  # `algorithm.node_rule` choices, the first is the default
     tree_builder: bool = False  # verifies one deterministic tree per prompt (`algorithm.tree`, `algorithm.budget`)
+
+    def lossless(self, paths: int) -> bool:
+        """Whether the exact certificates cover this algorithm with K = ``paths``."""
+        return self.lossless_paths is None or paths <= self.lossless_paths
 
 
 PATH_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "paths")
@@ -137,6 +142,16 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             traversal_verify_reference,
             PATH_DRAFTERS,
             True,
+        ),
+        AlgorithmSpec(
+            "spectr_gbv",
+            "SpecTr-GBV paper, Alg. 1-3, eq. 2-4",
+            spectr_gbv_verify,
+            spectr_gbv_verify_reference,
+            PATH_DRAFTERS,
+            True,
+            carry=True,
+            lossless_paths=1,  # K >= 2: Lemma A.1's sibling sum (docs/algorithms.md)
         ),
         AlgorithmSpec(
             "ddtree",
@@ -222,6 +237,13 @@ def get_reference(name: str, node_rule: str = "kseq") -> Reference:
     return spec.reference
 
 
+def lossless_cell(spec: AlgorithmSpec) -> str:
+    """The docs table's "lossless" entry: yes, or the K the certificates cover."""
+    if spec.lossless_paths is None:
+        return "yes"
+    return f"K = {spec.lossless_paths} only (K > {spec.lossless_paths}: `algorithm.allow_lossy=true`)"
+
+
 def registry_markdown() -> str:
     """The registry as the markdown table of docs/algorithms.md."""
     yes = {True: "yes", False: "no"}
@@ -234,7 +256,7 @@ def registry_markdown() -> str:
         drafters = ", ".join(f"`{d}`" for d in spec.drafters)
         lines.append(
             f"| `{spec.name}` | {spec.paper} | {drafters} | {yes[spec.multi_path]} | {rules} | "
-            f"{yes[spec.tree_builder]} | {yes[spec.carry]} | {yes[spec.lossless]} |"
+            f"{yes[spec.tree_builder]} | {yes[spec.carry]} | {lossless_cell(spec)} |"
         )
     lines += ["", "| drafter | proposes | weights from | what it is |", "|---|---|---|---|"]
     lines += [f"| `{d.name}` | {d.proposes} | `{d.weights}` | {d.summary} |" for d in DRAFTERS.values()]

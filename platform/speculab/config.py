@@ -49,6 +49,7 @@ class AlgorithmConfig:
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
+    allow_lossy: bool = False  # run an algorithm at a K its exact certificates do not cover (spectr_gbv, K >= 2)
 
 
 @dataclass
@@ -399,6 +400,12 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         errors.append(
             f"algorithm.K={algorithm.K}: algorithm={algorithm.name} verifies one path (K=1); K > 1 needs a "
             f"multi-path algorithm: {multi}"
+        )
+    if not spec.lossless(algorithm.K) and not algorithm.allow_lossy:
+        errors.append(
+            f"algorithm.K={algorithm.K}: algorithm={algorithm.name} is lossless only for K <= {spec.lossless_paths} "
+            "(its output is not distributed as the target's, docs/algorithms.md); set algorithm.allow_lossy=true "
+            "to run it anyway"
         )
     if (rule_error := node_rule_error(spec, algorithm.node_rule)) is not None:
         errors.append(rule_error)

@@ -122,6 +122,8 @@ def run(cfg: Config) -> dict[str, float]:
     The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
     `resume=true` a point that already finished is skipped."""
     validate(cfg)
+    if not get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K):
+        print(f"speculab: warning: {cfg.algorithm.name} with K={cfg.algorithm.K} is not lossless (algorithm.allow_lossy)")
     point = point_id(cfg)
     if cfg.resume and (found := finished_point(cfg, point)):
         print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found}; skipped")

@@ -19,9 +19,20 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
     assert "block_efficiency" in result.stdout and "autoregressive" in result.stdout
     (run,) = runs(store)
     assert {mlflow_name(key) for key in METRIC_KEYS} <= set(run.data.metrics)
-    assert run.data.params["algorithm.name"] == "block"
+    assert run.data.params["algorithm.name"] == "block" and run.data.tags["lossless"] == "true"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "records_table.json", "acceptance_histogram.png", "time_split.png"} <= artifacts
+
+
+@pytest.mark.slow
+def test_a_lossy_run_says_so(random_llama_pair, tmp_path: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    lossy = ["algorithm=spectr_gbv", "algorithm.K=2", "algorithm.allow_lossy=true", "baseline=false"]
+    result = speculab([*lossy, *small_run(random_llama_pair, store), "runtime=inline", "baseline_hf=false"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run,) = runs(store)
+    assert run.data.tags["lossless"] == "false" and run.data.params["algorithm.allow_lossy"] == "True"
+    assert "**Not lossless** at K=2" in run.data.tags["mlflow.note.content"]
 
 
 @pytest.mark.slow

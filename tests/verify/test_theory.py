@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from speculab.algorithms import PATH_ALGORITHMS, get_reference
+from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_reference
 from speculab.verify.exact import ToyModel, expected_accepted, round_outcomes, sequence_probability
 from support.toy_instances import Instance, instance_pair
 
@@ -78,8 +78,8 @@ MULTI_PATH: list[Instance] = [
     (3, 2, 2, "bigram", False, False),
     (2, 2, 3, "full", False, False),
 ]
-# greedy block verification is valid only with its carry (BV App. C), not per round (Def. 3.1)
-ROUND_VALID = [name for name in PATH_ALGORITHMS if name != "greedy_block"]
+# greedy block verification and SpecTr-GBV are valid only with their carry (BV App. C), not per round (Def. 3.1)
+ROUND_VALID = [name for name in PATH_ALGORITHMS if not ALGORITHMS[name].carry]
 
 
 @pytest.mark.parametrize("instance", SINGLE_PATH)

@@ -27,6 +27,7 @@ from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
 POINT_TAG = "speculab.point_id"
 KIND_TAG = "speculab.kind"
+LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certified lossless (spectr_gbv, K >= 2)
 NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page
 VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
 # The runs table's columns in the saved view: the point's shape, then the headline metrics.
@@ -126,10 +127,11 @@ def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> s
     )
     rule = f", node rule `{a.node_rule}`" if spec.node_rules else ""
     prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
+    lossy = "" if spec.lossless(a.K) else f" **Not lossless** at K={a.K} (`algorithm.allow_lossy=true`)."
     text = (
         f"**{a.name}** verification ({spec.paper}{rule}) of {drafted} from drafter `{cfg.drafter.name}`, "
         f"temperature {s.temperature}, on {prompts} `{cfg.dataset.name}` prompts × {s.max_new_tokens} new tokens "
-        f"(batch {s.batch_size}), model pair `{cfg.model.name}`, runtime `{cfg.runtime.kind}`."
+        f"(batch {s.batch_size}), model pair `{cfg.model.name}`, runtime `{cfg.runtime.kind}`.{lossy}"
     )
     if metrics is None:
         return text + "\n\nDecoding…"
@@ -169,6 +171,7 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
         KIND_TAG: "point",
         "algorithm": cfg.algorithm.name,
         "model": cfg.model.name,
+        LOSSLESS_TAG: str(get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K)).lower(),
         NOTE_TAG: point_description(cfg),
     }
     run = SpooledRun(

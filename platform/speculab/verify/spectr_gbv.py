@@ -12,23 +12,24 @@ R(y) = T(y) (1 - min(D(y) / T(y), 1))^K:
 
 Each distinct drafted prefix gets one coin: a prefix rejected on one path is skipped on the
 others (the set H of Alg. 1). For K = 1 this is greedy block verification: lossless over rounds
-and at the Lemma 5.1 bound. For K >= 2 this scan is NOT lossless and is therefore not registered:
-Lemma A.1 (eq. 7) adds the acceptance masses of sibling sub-blocks as if at most one were drafted,
-but two i.i.d. drafts can carry two siblings whose coins both succeed, and only one is kept (at
-L = 1, K = 2, target (1/2, 1/2), draft (0.9, 0.1) the first token comes out (0.457, 0.543)). A
-selection accepting each sub-block v with probability A(v) - sum_x A(v x) exists and makes eq. 4
-and Alg. 2 lossless at the bound (tests/verify/test_spectr_gbv.py finds it by an LP over every
-drafted tuple); a closed form for it is open.
+and at the Lemma 5.1 bound. For K >= 2 this scan is NOT lossless, and the registry marks it so
+(`algorithm.allow_lossy=true` runs it): Lemma A.1 (eq. 7) adds the acceptance masses of sibling
+sub-blocks as if at most one were drafted, but two i.i.d. drafts can carry two siblings whose
+coins both succeed, and only one is kept (at L = 1, K = 2, target (1/2, 1/2), draft (0.9, 0.1)
+the first token comes out (0.457, 0.543)). A selection accepting each sub-block v with
+probability A(v) - sum_x A(v x) exists and makes eq. 4 and Alg. 2 lossless at the bound
+(tests/verify/test_spectr_gbv.py finds it by an LP over every drafted tuple); a closed form
+for it is open.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .decisions import Decisions
+from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
 from .modification import ModifiedPath, ModifiedTarget, modification_weights, modify_path, next_carry
 from .primitives import residual_or_target, token_probs
-from .verdict import Verdict, reference_verdict
+from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 
 # tokens [..., L]; p [..., L, V] (rows before each token); q [..., L, V]
@@ -138,3 +139,64 @@ def spectr_gbv_verify_reference(
         d_mass[f, tau].reshape(1),
     )
     return reference_verdict(paths[f], tau, y, f, new_carry)
+
+
+# t_mass, d_mass [N, L+1] joint masses along N paths; target_rows [N, L+1, V]; q [N, L, V]
+def scan_acceptances(
+    t_mass: torch.Tensor, d_mass: torch.Tensor, target_rows: torch.Tensor, q: torch.Tensor, paths: int
+) -> torch.Tensor:
+    """``[N, L]`` the coin h_i of every sub-block x^i, i = 1..L: eq. 2 below L, eq. 3 at L."""
+    length = q.shape[1]
+    inner = t_mass[:, 1:length], d_mass[:, 1:length]
+    children = children_residual(*inner, target_rows[:, 1:length], q[:, 1:length], paths)
+    below = subblock_acceptance(*inner, children, paths)
+    return torch.cat([below, block_acceptance_full(t_mass[:, length:], d_mass[:, length:], paths)], dim=1)
+
+
+# paths [B, K, L] -> [B, K, K, L]
+def shared_prefixes(paths: torch.Tensor) -> torch.Tensor:
+    """``[b, j, k, i-1]``: paths j and k of row b start with the same i tokens."""
+    return (paths[:, :, None, :] == paths[:, None, :, :]).cumprod(-1).bool()
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
+def spectr_gbv_verify(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: ModifiedTarget | None = None
+) -> Verdict:
+    """SpecTr-GBV Alg. 1-3 over a batch: the reference's scan, one (path, depth) step for all rows at a time.
+
+    Each row consumes its uniforms in the reference's order (one per coin tossed, then one for
+    the extra token), so ``replay_decisions(uniforms[b])`` reproduces row b."""
+    batch, count, length = paths.shape
+    flat = batch * count
+    carry = _carry_for_paths(carry, batch, count, length, p.device)
+    rows = torch.arange(batch, device=p.device)
+    drafts, q_rows = paths.reshape(flat, length), q.reshape(flat, length, -1)
+    modified = modify_path(carry.select(rows.repeat_interleave(count)), drafts, p.reshape(flat, length + 1, -1), q_rows)
+    t_mass, d_mass = absolute_masses(drafts, modified.p[:, :length], q_rows)  # [B*K, L+1]
+    h = scan_acceptances(t_mass, d_mass, modified.p, q_rows, count).reshape(batch, count, length)
+    shared = shared_prefixes(paths)
+    uniforms = draw_uniforms(rng, batch, count * length + 1, p.device)
+    tau = torch.zeros(batch, dtype=torch.int64, device=p.device)
+    chosen = torch.zeros_like(tau)
+    used = torch.zeros_like(tau)  # uniforms consumed per row
+    failed = torch.zeros(batch, count, length, dtype=torch.bool, device=p.device)  # the coin of (k, i) came up 0
+    for k in range(count):
+        scanning = tau < length  # the reference stops at the first path accepted whole
+        for i in range(1, length + 1):
+            in_h = (shared[:, :k, k, i - 1] & failed[:, :k, i - 1]).any(dim=1)  # rejected on an earlier path
+            toss = scanning & (tau < i) & ~in_h
+            heads = toss & (uniforms.gather(1, used[:, None])[:, 0] < h[:, k, i - 1])
+            failed[:, k, i - 1] = toss & ~heads
+            tau = torch.where(heads, i, tau)
+            chosen = torch.where(heads, k, chosen)
+            used += toss.long()
+    index = rows * count + chosen  # the chosen path's flattened row
+    t_tau, d_tau = t_mass[index, tau], d_mass[index, tau]
+    row_tau = modified.p[index, tau]  # [B, V]
+    q_tau = q_rows[index, tau.clamp_max(length - 1)]
+    correction = residual_or_target(modification_weights(t_tau, row_tau, d_tau, q_tau, count), row_tau)  # eq. 4
+    weights = torch.where((tau == length)[:, None], row_tau, correction)
+    extra = sample_inverse_cdf(weights, uniforms.gather(1, used[:, None])[:, 0])
+    new_carry = next_carry(carry, _chosen(modified, index), p[rows, chosen], q[rows, chosen], tau, extra, t_tau, d_tau)
+    return assemble_verdict(paths[rows, chosen], Outcome(tau, extra), chosen, new_carry)
