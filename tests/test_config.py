@@ -106,6 +106,18 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
         "algorithm.K=2: algorithm=spectr_gbv is lossless only for K <= 1",
         "set algorithm.allow_lossy=true",
     ),
+    (["algorithm.compare=[token,bogus]"], "algorithm.compare: 'bogus'", "must be among token, block"),
+    (["algorithm.compare=[token]", "algorithm.compare_repeats=0"], "algorithm.compare_repeats=0", ">= 1 and <= 1024"),
+    (
+        ["algorithm=gbv", "algorithm.compare=[spectr_gbv]"],
+        "algorithm.compare: spectr_gbv is not lossless at K=2",
+        "algorithm.allow_lossy=true",
+    ),
+    (
+        ["algorithm=ddtree", "drafter=block", "algorithm.compare=[token]"],
+        "algorithm.compare: algorithm=ddtree drafts a tree",
+        "(path algorithms)",
+    ),
     (["algorithm=token", "algorithm.tree=bogus"], "algorithm.tree='bogus'", "only algorithm=ddtree builds a tree"),
     (["algorithm=gbv", "algorithm.budget=32"], "algorithm.budget=32", "only algorithm=ddtree builds a tree"),
     (["algorithm=gbv", "algorithm.node_rule=lp"], "algorithm.node_rule='lp'", "only algorithm=spectr"),

@@ -25,6 +25,7 @@ DEVICES = ("cpu", "cuda")
 K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
 L_RANGE = (1, 128)  # algorithm.L: draft length
 BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
+REPEATS_RANGE = (1, 1024)  # algorithm.compare_repeats
 # config.json keys holding a model's context length, the first one present wins
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
@@ -50,6 +51,8 @@ class AlgorithmConfig:
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
     allow_lossy: bool = False  # run an algorithm at a K its exact certificates do not cover (spectr_gbv, K >= 2)
+    compare: list[str] = field(default_factory=list)  # path verifiers also run on every round's drafts (paired)
+    compare_repeats: int = 8  # verifications per compared verifier and round (batched)
 
 
 @dataclass
@@ -409,6 +412,8 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         )
     if (rule_error := node_rule_error(spec, algorithm.node_rule)) is not None:
         errors.append(rule_error)
+    if algorithm.compare:
+        errors += _compare_errors(algorithm)
     if drafter.name in DRAFTERS and drafter.name not in spec.drafters:
         errors.append(
             f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {', '.join(spec.drafters)}"
@@ -422,6 +427,29 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         errors += _tree_key_errors(algorithm, "/".join(name for name, s in ALGORITHMS.items() if s.tree_builder))
     if "draft" in found:
         errors += _block_size_errors(algorithm.L, found["draft"])
+    return errors
+
+
+def _compare_errors(algorithm: AlgorithmConfig) -> list[str]:
+    """`algorithm.compare`: path verifiers, beside a path algorithm, lossless at K unless allowed."""
+    from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS
+
+    errors: list[str] = []
+    if ALGORITHMS[algorithm.name].tree_builder:
+        return [
+            f"algorithm.compare: algorithm={algorithm.name} drafts a tree; compare needs i.i.d. paths (path algorithms)"
+        ]
+    for name in algorithm.compare:
+        if name not in PATH_ALGORITHMS:
+            errors.append(
+                f"algorithm.compare: {name!r} is not a path verifier; must be among {', '.join(PATH_ALGORITHMS)}"
+            )
+        elif not ALGORITHMS[name].lossless(algorithm.K) and not algorithm.allow_lossy:
+            errors.append(
+                f"algorithm.compare: {name} is not lossless at K={algorithm.K}; "
+                "set algorithm.allow_lossy=true to compare it"
+            )
+    _within(errors, "algorithm.compare_repeats", algorithm.compare_repeats, REPEATS_RANGE)
     return errors
 
 

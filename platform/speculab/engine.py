@@ -39,6 +39,8 @@ class Drafter(Protocol):
 
 
 Verifier = Callable[..., Verdict]
+# (paths [B, K, L], p [B, K, L+1, V], q [B, K, L, V]) of a round's i.i.d. drafts, after its verdict
+PairedCheck = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class RoundRecord:
     time_tree_build_s: float  # part of time_draft_s: building a deterministic tree (DDTree)
     kv_target_bytes: int  # peak since this batch's prefill
     kv_draft_bytes: int
+    time_paired_s: float = 0.0  # the paired check, outside the four phases and the run's wall time
 
 
 @dataclass
@@ -82,9 +85,10 @@ class PromptRecord:
 class RunResult:
     prompts: list[PromptRecord]
     rounds: list[RoundRecord]
-    wall_s: float
+    wall_s: float  # decoding only: the paired check's time is not in it
     prefill_target_s: float
     prefill_draft_s: float
+    paired_s: float = 0.0  # spent in the paired check (extra verifications on the same drafts)
 
 
 class PhaseClock:
@@ -135,10 +139,13 @@ def decode(
     prompts: list[list[int]],
     settings: DecodeSettings,
     on_prompt_done: Callable[[PromptRecord], None] | None = None,
+    paired: PairedCheck | None = None,
 ) -> RunResult:
     """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records.
 
-    ``on_prompt_done`` gets each prompt's record as soon as it stops (live progress, tracking)."""
+    ``on_prompt_done`` gets each prompt's record as soon as it stops (live progress, tracking).
+    ``paired`` sees every round's i.i.d. drafts after they are verified (`speculab.paired`); its
+    time is kept out of the run's wall time and phase split."""
     records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
     rounds: list[RoundRecord] = []
     clock = PhaseClock()
@@ -154,13 +161,14 @@ def decode(
             )
         carry = None
         while batch:
-            active, carry = _round(target, drafter, verifier, batch, carry, settings, rng, clock, rounds)
+            active, carry = _round(target, drafter, verifier, batch, carry, settings, rng, clock, rounds, paired)
             for record in batch:
                 if record.stop and on_prompt_done:
                     on_prompt_done(record)
             batch = active
-    wall = time.perf_counter() - start
-    return RunResult(records, rounds, wall, clock.take("prefill_target"), clock.take("prefill_draft"))
+    paired_s = sum(r.time_paired_s for r in rounds)
+    wall = time.perf_counter() - start - paired_s
+    return RunResult(records, rounds, wall, clock.take("prefill_target"), clock.take("prefill_draft"), paired_s)
 
 
 def _round(
@@ -173,6 +181,7 @@ def _round(
     rng: torch.Generator,
     clock: PhaseClock,
     rounds: list[RoundRecord],
+    paired: PairedCheck | None = None,
 ) -> tuple[list[PromptRecord], Any]:
     """One round for the active rows; returns the rows still decoding and the next carry."""
     start = time.perf_counter()
@@ -180,14 +189,19 @@ def _round(
         proposal = drafter.propose(settings.num_paths, settings.length, settings.sampling)
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
+    drafts = None  # i.i.d. paths [B, K, L] with p and q, for the paired check
     with clock.phase("verify"):
         if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
             verdict = verifier(proposal.tree, p_nodes, rng=rng)
         else:
             assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
-            verdict = verifier(proposal.paths.to(p.device), p, proposal.q.to(p.device), rng=rng, carry=carry)
+            drafts = (proposal.paths.to(p.device), p, proposal.q.to(p.device))
+            verdict = verifier(*drafts, rng=rng, carry=carry)
         emitted = verdict.rows()
+    if paired is not None and drafts is not None:
+        with clock.phase("paired"):
+            paired(*drafts)
     with clock.phase("target"):
         target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
@@ -206,7 +220,7 @@ def _round(
         target.retain(rows)
         drafter.retain(rows)
         carry = carry.select(rows) if carry is not None else None
-    draft, target_s, verify = clock.take("draft"), clock.take("target"), clock.take("verify")
+    draft, target_s, verify, paired_s = (clock.take(phase) for phase in ("draft", "target", "verify", "paired"))
     rounds.append(
         RoundRecord(
             rows=len(batch),
@@ -216,10 +230,11 @@ def _round(
             time_draft_s=draft,
             time_target_s=target_s,
             time_verify_s=verify,
-            time_other_s=max(0.0, time.perf_counter() - start - draft - target_s - verify),
+            time_other_s=max(0.0, time.perf_counter() - start - draft - target_s - verify - paired_s),
             time_tree_build_s=proposal.build_s,
             kv_target_bytes=target.kv_bytes(),
             kv_draft_bytes=drafter.kv_bytes(),
+            time_paired_s=paired_s,
         )
     )
     return [batch[i] for i in live], carry

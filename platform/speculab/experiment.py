@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import TypedDict, cast
 
 import matplotlib.pyplot as plt
+from rich.console import Console
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
@@ -31,6 +32,7 @@ from speculab.engine import (
     decode,
 )
 from speculab.models import LMSpec
+from speculab.paired import PairedComparison, paired_metrics, paired_table
 from speculab.runtime import runtime_metrics, start_models
 from speculab.tracking.metrics import HF_PREFIX, baseline_metrics, hf_metrics, mlflow_metrics, prompt_metrics, summarize
 from speculab.tracking.report import (
@@ -107,6 +109,16 @@ def with_progress(
         return work(done)
 
 
+def paired_comparison(cfg: Config) -> PairedComparison | None:
+    """The `algorithm.compare` verifiers, the configured one first (the differences' reference), or None."""
+    a = cfg.algorithm
+    if not a.compare:
+        return None
+    verifiers = {a.name: get_verifier(a.name, a.node_rule)}
+    verifiers |= {name: get_verifier(name) for name in a.compare if name != a.name}
+    return PairedComparison(verifiers, a.compare_repeats, cfg.sampling.seed + 1)
+
+
 def warm_up(
     target: TargetModel, drafter: Drafter, verifier: Verifier, prompt: list[int], settings: DecodeSettings
 ) -> None:
@@ -123,7 +135,9 @@ def run(cfg: Config) -> dict[str, float]:
     `resume=true` a point that already finished is skipped."""
     validate(cfg)
     if not get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K):
-        print(f"speculab: warning: {cfg.algorithm.name} with K={cfg.algorithm.K} is not lossless (algorithm.allow_lossy)")
+        print(
+            f"speculab: warning: {cfg.algorithm.name} with K={cfg.algorithm.K} is not lossless (algorithm.allow_lossy)"
+        )
     point = point_id(cfg)
     if cfg.resume and (found := finished_point(cfg, point)):
         print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found}; skipped")
@@ -160,6 +174,7 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
     if get_algorithm(cfg.algorithm.name).tree_builder:  # the drafter's marginals become one tree per prompt
         drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
     warm_up(target, drafter, verifier, encoded[0], settings)
+    paired = paired_comparison(cfg)
     finished: list[PromptRecord] = []
 
     def log_prompt(record: PromptRecord) -> None:
@@ -170,7 +185,7 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
         spec = with_progress(
             run_name(cfg),
             len(encoded),
-            lambda done: decode(target, drafter, verifier, encoded, settings, done),
+            lambda done: decode(target, drafter, verifier, encoded, settings, done, paired),
             log_prompt,
         )
     baseline = None
@@ -184,6 +199,10 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
         result = target.hf_generate(encoded, settings)
         hf = hf_metrics(result.tokens, result.wall_s, result.cpu_s)
     metrics = print_summary(run_name(cfg), spec, baseline, hf) | measured
+    if paired:
+        compared = paired_metrics(paired.units(), cfg.algorithm.name)
+        Console().print(paired_table(compared, cfg.algorithm.name, paired.repeats))
+        metrics |= compared | {"time_paired_s": spec.paired_s}
     tracker.log_metrics(mlflow_metrics(metrics))
     if baseline:
         tracker.log_metrics(baseline_metrics(summarize(baseline)))

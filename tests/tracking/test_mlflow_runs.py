@@ -25,14 +25,18 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
 
 
 @pytest.mark.slow
-def test_a_lossy_run_says_so(random_llama_pair, tmp_path: Path) -> None:
+def test_a_lossy_run_says_so_and_logs_its_paired_comparison(random_llama_pair, tmp_path: Path) -> None:
     store = tmp_path / "mlflow.db"
-    lossy = ["algorithm=spectr_gbv", "algorithm.K=2", "algorithm.allow_lossy=true", "baseline=false"]
+    lossy = ["algorithm=spectr_gbv", "algorithm.K=2", "algorithm.allow_lossy=true", "algorithm.compare=[gbv]"]
     result = speculab([*lossy, *small_run(random_llama_pair, store), "runtime=inline", "baseline_hf=false"], tmp_path)
     assert result.returncode == 0, result.stderr
     (run,) = runs(store)
     assert run.data.tags["lossless"] == "false" and run.data.params["algorithm.allow_lossy"] == "True"
     assert "**Not lossless** at K=2" in run.data.tags["mlflow.note.content"]
+    assert {"compare/spectr_gbv/block_efficiency_se", "compare/gbv/diff_block_efficiency", "time/paired_s"} <= set(
+        run.data.metrics
+    )
+    assert "paired comparison on the same drafts" in result.stdout
 
 
 @pytest.mark.slow

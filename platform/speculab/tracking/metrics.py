@@ -50,11 +50,14 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
     Metric("restarts", "runtime/restarts", "Ray: model groups recreated after losing an actor"),
     Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
 )
+PAIRED_METRICS: tuple[Metric, ...] = (
+    Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
+)
 METRIC_KEYS = tuple(m.key for m in METRICS)
 HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
 BASELINE_PREFIX = "baseline_ar/"
 HF_PREFIX = "baseline_hf/"
-_MLFLOW = {m.key: m.mlflow for m in (*METRICS, *RUNTIME_METRICS)}
+_MLFLOW = {m.key: m.mlflow for m in (*METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)}
 
 
 def mlflow_name(key: str) -> str:
@@ -93,12 +96,15 @@ def read_metric(logged: dict[str, float], key: str) -> float | None:
 
 def metrics_markdown() -> str:
     lines = ["| key | MLflow name | meaning |", "|---|---|---|"]
-    lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in (*METRICS, *RUNTIME_METRICS)]
+    lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in (*METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)]
     lines += [
         "| `mem_peak_mb_<role>_<call>` | `memory/peak_mb_<role>_<call>` | CUDA only: peak memory per call kind |",
         "| (baseline) | `baseline_ar/<key>` | the engine's autoregressive baseline's metrics, same keys |",
         "| (baseline) | `baseline_hf/tokens_per_s`, `ms_per_token`, `generated_tokens`, `wall_s`, `cpu_s` | "
         "transformers' `generate` on the same target and prompts |",
+        "| (paired) | `compare/<verifier>/block_efficiency`, `accepted_mean`, their `_se`, "
+        "`diff_block_efficiency`, `diff_block_efficiency_se` | `algorithm.compare`: each verifier on the run's own "
+        "drafts, and its paired difference from the configured one (docs/algorithms.md) |",
         "| (live) | `prompt/block_efficiency`, `prompt/accepted_mean`, `prompt/generated_tokens` | "
         "each finished prompt, step = prompts done |",
     ]
