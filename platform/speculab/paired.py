@@ -1,9 +1,12 @@
 """Paired (counterfactual) comparison of verifiers on the same drafts (`algorithm.compare`).
 
 Every round, the drafts the run just verified (the same paths, p and q) are also verified by
-each compared verifier `repeats` times in one batched call, with its own generator, while
-decoding goes on with the configured verifier and its own randomness (so the decoded tokens
-are the same with or without the comparison). Verifiers that carry a modified target into the
+each compared verifier `repeats` times in one batched call, while decoding goes on with the
+configured verifier and its own randomness (so the decoded tokens are the same with or without
+the comparison). Common random numbers: each round, every compared verifier gets a generator
+with the same fresh seed, so verifiers that draw the same uniforms (token and block draw one per
+position) decide on the same ones; each verifier's own law is unchanged, and their decisions
+can be correlated, which can only help the variance of their difference. Verifiers that carry a modified target into the
 next round (greedy_block, spectr_gbv) start from a fresh carry every round here, so they are
 compared as one-round rules. A single-path verifier given K > 1 paths verifies the first.
 
@@ -38,8 +41,9 @@ class PairedComparison:
     def __call__(self, paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> None:
         batch = paths.shape[0]
         tiled = [x.repeat(self.repeats, *([1] * (x.dim() - 1))) for x in (paths, p, q)]  # repeat-major [R*B, ...]
+        seed = int(torch.randint(2**62, (), generator=self.rng))
         for name, verify in self.verifiers.items():
-            verdict = verify(*tiled, rng=self.rng, carry=None)
+            verdict = verify(*tiled, rng=torch.Generator().manual_seed(seed), carry=None)
             taus = (verdict.num_tokens - 1).to(torch.float64).view(self.repeats, batch)
             self.accepted[name].append(taus.mean(0).cpu())
 
