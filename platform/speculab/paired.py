@@ -4,11 +4,11 @@ Every round, the drafts the run just verified (the same paths, p and q) are also
 each compared verifier `repeats` times in one batched call, while decoding goes on with the
 configured verifier and its own randomness (so the decoded tokens are the same with or without
 the comparison). Common random numbers: each round, every compared verifier gets a generator
-with the same fresh seed, so verifiers that draw the same uniforms (token and block draw one per
-position) decide on the same ones; each verifier's own law is unchanged, and their decisions
-can be correlated, which can only help the variance of their difference. Verifiers that carry a modified target into the
-next round (greedy_block, spectr_gbv) start from a fresh carry every round here, so they are
-compared as one-round rules. A single-path verifier given K > 1 paths verifies the first.
+with the same fresh seed, so verifiers that draw the same uniforms (token and block draw one
+per position) decide on the same ones; each verifier's own law is unchanged. Verifiers that
+carry a modified target into the next round (greedy_block, spectr_gbv) start from a fresh
+carry every round here, so they are compared as one-round rules. A single-path verifier given
+K > 1 paths verifies the first.
 
 The unit of the statistics is one sequence-round: its accepted length averaged over the
 repeats. Differences are taken unit by unit against the configured verifier, which is always
