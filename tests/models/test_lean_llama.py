@@ -1,0 +1,56 @@
+"""The lean Llama stack: the same logits as transformers' own forward, bit for bit, step by step."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from speculab.models.hf import load_causal_lm
+from speculab.models.lean_llama import lean_layers, lean_stack
+
+
+def lean_logits(model, stack, tokens, cache, positions, mask) -> torch.Tensor:
+    decoder = model.model
+    hidden = decoder.embed_tokens(tokens)
+    cos, sin = decoder.rotary_emb(hidden, positions)
+    return model.lm_head(decoder.norm(lean_layers(stack, hidden, cos, sin, mask, cache)))
+
+
+@torch.inference_mode()
+def test_prefill_and_steps_equal_the_model(random_llama_pair) -> None:
+    model = load_causal_lm(random_llama_pair[0])  # grouped keys: 4 heads over 2 key heads
+    stack = lean_stack(model)
+    assert stack is not None and stack.heads > stack.kv_heads
+    tokens = torch.randint(3, 60, (2, 9), generator=torch.Generator().manual_seed(0))
+    plain, lean, lean_masked = (DynamicCache(config=model.config) for _ in range(3))
+    positions = torch.arange(9).expand(2, -1)
+    causal = torch.ones(9, 9, dtype=torch.bool).tril()[None, None].expand(2, 1, -1, -1)
+    expected = model(input_ids=tokens, past_key_values=plain, position_ids=positions, use_cache=True).logits
+    assert torch.equal(lean_logits(model, stack, tokens, lean, positions, causal), expected)
+    states: list[torch.Tensor] = []
+    decoder = model.model
+    hidden = decoder.embed_tokens(tokens)
+    lean_layers(stack, hidden, *decoder.rotary_emb(hidden, positions), causal, lean_masked, states)
+    reported = model(input_ids=tokens, position_ids=positions, output_hidden_states=True).hidden_states
+    assert all(torch.equal(mine, theirs) for mine, theirs in zip(states[:-1], reported[1:-1]))  # the last is normed
+    step = expected[:, -1:].argmax(-1)
+    for position in range(9, 12):
+        at = torch.full((2, 1), position)
+        expected = model(input_ids=step, past_key_values=plain, position_ids=at, use_cache=True).logits
+        assert torch.equal(lean_logits(model, stack, step, lean, at, None), expected)
+        every_slot = torch.ones(2, 1, 1, position + 1, dtype=torch.bool)  # a masked single query: folded heads
+        folded = lean_logits(model, stack, step, lean_masked, at, every_slot)
+        torch.testing.assert_close(folded, expected, atol=1e-5, rtol=0)
+        step = expected.argmax(-1)
+
+
+def test_a_model_with_other_projections_keeps_its_modules(random_llama_pair) -> None:
+    model = load_causal_lm(random_llama_pair[0])
+
+    class AllReduceLinear(torch.nn.Linear):  # what a tensor-parallel shard's projection looks like
+        pass
+
+    proj = model.model.layers[0].self_attn.o_proj
+    replacement = AllReduceLinear(proj.in_features, proj.out_features, bias=False)
+    model.model.layers[0].self_attn.o_proj = replacement
+    assert lean_stack(model) is None
