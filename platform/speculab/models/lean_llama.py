@@ -117,7 +117,7 @@ def lean_layers(
         q = F.linear(x, w.q).view(B, N, stack.heads, stack.head_dim).transpose(1, 2)
         k = F.linear(x, w.k).view(B, N, stack.kv_heads, stack.head_dim).transpose(1, 2)
         v = F.linear(x, w.v).view(B, N, stack.kv_heads, stack.head_dim).transpose(1, 2)
-        k, v = cache.layers[index].update(rotary(k, cos, sin), v)
+        k, v = cache.update(rotary(k, cos, sin), v, index)
         out = attention(rotary(q, cos, sin), k, v, mask)
         hidden = hidden + F.linear(out.transpose(1, 2).reshape(B, N, -1), w.o)
         x = rms_norm(hidden, w.post_norm, stack.eps)
