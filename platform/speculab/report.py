@@ -36,12 +36,12 @@ from rich.table import Table as RichTable
 from speculab.config import PROJECT_ROOT, TrackingConfig, tracking_uri
 from speculab.tracking.metrics import mlflow_name
 from speculab.tracking.points import (
-    DIMENSIONS,
     Estimate,
     Point,
     ReportError,
     Value,
     check_metrics,
+    constants,
     dimensions,
     experiment_id,
     newest_per_point,
@@ -183,9 +183,11 @@ class Grid:
 
 def caption_of(points: list[Point], shown: set[str], note: str) -> str:
     """The dimensions constant across the points (and not in the table), then ``note``."""
-    first = dimensions(points[0])
-    fixed = [f"{d} {first[d]}" for d in DIMENSIONS if d not in shown and first[d] is not None]
-    return f"{', '.join(fixed)}. {note}" if fixed else note
+    return ". ".join(part for part in (constants(points, shown), note) if part)
+
+
+def half_width(cell: Value | Estimate) -> float | None:
+    return cell.half_width if isinstance(cell, Estimate) else None
 
 
 def lay_out(table: Table, points: list[Point], note: str) -> Grid:
@@ -203,6 +205,8 @@ def lay_out(table: Table, points: list[Point], note: str) -> Grid:
     rows = [
         [*key, *(_cell(column, cells[key].get(value)) for value in across for column in table.columns)] for key in keys
     ]
+    if not any(half_width(cell) is not None for row in rows for cell in row):
+        note = ""  # nothing to explain: no cell has an interval
     return Grid(table.name, table.title, caption_of(points, {*row_dims, table.across or ""}, note), header, rows)
 
 
@@ -244,8 +248,8 @@ def _compare(verifier: str, stat: str, se: str) -> Callable[[Point], Estimate | 
     return estimate
 
 
-CI_NOTE = "± : 95% confidence interval across prompts (per-prompt histories); times are whole-run measurements."
-SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ is against the run's own verifier."
+CI_NOTE = "± : 95% confidence interval across prompts (times are measured per run: no interval)"
+SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ is against the run's own verifier"
 
 
 def grids(layout: tuple[Table, ...], points: list[Point]) -> list[Grid]:
@@ -271,10 +275,6 @@ def markdown(grid: Grid) -> str:
     lines.append("|" + "---|" * len(grid.header))
     lines += ["| " + " | ".join(text(cell) for cell in row) + " |" for row in grid.rows]
     return "\n".join(lines) + "\n"
-
-
-def half_width(cell: Value | Estimate) -> float | None:
-    return cell.half_width if isinstance(cell, Estimate) else None
 
 
 def csv_text(grid: Grid) -> str:
@@ -349,7 +349,7 @@ def resolve(client: MlflowClient, preset: str | None, experiment: str | None, ru
         children = sweep_children(client, run)
         parent = client.get_run(run)
         layout = layout_of_sweep(parent.data.params.get("sweep.overrides", ""))
-        name = parent.info.run_name or run
+        name = f"{layout if layout != 'default' else 'report'} sweep {run[:8]}"  # its run name is a command line
         return Source(name, layout, parent.info.experiment_id, read_points(client, children), run)
     if preset is not None:
         experiment = preset_experiment(preset)

@@ -241,3 +241,10 @@ def varying(points: list[Point]) -> list[str]:
     """Dimensions that take more than one value across the points."""
     coordinates = [dimensions(p) for p in points]
     return [d for d in DIMENSIONS if len({c[d] for c in coordinates}) > 1]
+
+
+def constants(points: list[Point], shown: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """The dimensions with one value across the points, but those ``shown`` elsewhere
+    (`Model pair tiny-pycode, Dataset humaneval, T 1.0`)."""
+    first, spread = dimensions(points[0]), set(varying(points))
+    return ", ".join(f"{d} {first[d]}" for d in DIMENSIONS if d not in shown | spread and first[d] is not None)

@@ -9,6 +9,8 @@ from the other series; error bars are the 95% intervals across prompts where the
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
+from textwrap import fill
 
 import matplotlib
 
@@ -16,10 +18,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from speculab.tracking.metrics import mlflow_name
-from speculab.tracking.points import Estimate, Point, Value, dimensions, per_round_estimate, sort_key, varying
+from speculab.tracking.points import (
+    Estimate,
+    Point,
+    Value,
+    constants,
+    dimensions,
+    per_round_estimate,
+    sort_key,
+    varying,
+)
 from speculab.tracking.report import PHASE_COLORS
 
 
@@ -32,24 +42,47 @@ def point_label(point: Point, among: list[str]) -> str:
 
 
 def series(points: list[Point], x: str) -> dict[str, list[Point]]:
-    """Points grouped into lines along ``x`` (sorted by it), each labelled by the other varying dimensions."""
+    """Points grouped into lines along ``x`` (each sorted by it), labelled by the other varying
+    dimensions; lines in the order of those dimensions (L=8 before L=16)."""
     others = [d for d in varying(points) if d != x]
-    lines: dict[str, list[Point]] = {}
+    lines: dict[tuple, list[Point]] = {}
     for point in points:
-        lines.setdefault(point_label(point, others) or "all points", []).append(point)
-    return {label: sorted(line, key=lambda p: sort_key(x, dimensions(p)[x])) for label, line in sorted(lines.items())}
+        coordinate = dimensions(point)
+        lines.setdefault(tuple(sort_key(d, coordinate[d]) for d in others), []).append(point)
+    return {
+        point_label(line[0], others) or "all points": sorted(line, key=lambda p: sort_key(x, dimensions(p)[x]))
+        for _, line in sorted(lines.items())
+    }
 
 
 def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[Point], Estimate | None]) -> None:
-    for label, line in lines.items():
+    """One line per series, error bars where there are intervals; lines are nudged apart along a
+    linear x axis so that their bars do not hide each other."""
+    swept = sorted(
+        {float(v) for line in lines.values() for p in line if isinstance(v := dimensions(p)[x], int | float)}
+    )
+    step = min((b - a for a, b in pairwise(swept)), default=1.0)
+    for i, (label, line) in enumerate(lines.items()):
         shown = [(dimensions(p)[x], e) for p in line if (e := y(p)) is not None]
         xs = [float(v) for v, _ in shown if isinstance(v, int | float)]
         if len(xs) != len(shown):
             continue  # a line without this coordinate (the DDTree chain has no budget B)
+        nudge = 0.0 if axes.get_xscale() == "log" else (i - (len(lines) - 1) / 2) * 0.03 * step
         errors = [e.half_width or 0.0 for _, e in shown]
-        axes.errorbar(xs, [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label)
+        axes.errorbar(
+            [v + nudge for v in xs], [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label
+        )
+    axes.set_xticks(swept, [f"{v:g}" for v in swept])
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
+
+
+def titled(figure: Figure, title: str, points: list[Point], intervals: bool = False) -> Figure:
+    """The figure's title, with what every point shares (and what the error bars are) beneath it."""
+    note = constants(points) + ("; error bars: 95% CI across prompts" if intervals else "")
+    figure.suptitle(f"{title}\n{fill(note, width=int(figure.get_figwidth() * 13))}", fontsize=10)
+    figure.tight_layout()
+    return figure
 
 
 def logged(key: str) -> Callable[[Point], Estimate | None]:
@@ -70,10 +103,8 @@ def efficiency_vs_k(points: list[Point]) -> Figure | None:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
     plot_lines(axes, series(points, "K"), "K", efficiency)
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set(xlabel="draft paths K", ylabel="block efficiency (tokens per target call)", title="block efficiency vs K")
-    figure.tight_layout()
-    return figure
+    axes.set(xlabel="draft paths K", ylabel="block efficiency (tokens per target call)")
+    return titled(figure, "block efficiency vs K", points, intervals=True)
 
 
 def speedup_vs_l(points: list[Point]) -> Figure | None:
@@ -83,10 +114,8 @@ def speedup_vs_l(points: list[Point]) -> Figure | None:
     figure, axes = plt.subplots(figsize=(8, 5))
     plot_lines(axes, series(points, "L"), "L", logged("speedup_vs_ar"))
     axes.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set(xlabel="draft length L", ylabel="speedup over autoregressive", title="speedup vs L")
-    figure.tight_layout()
-    return figure
+    axes.set(xlabel="draft length L", ylabel="speedup over autoregressive")
+    return titled(figure, "speedup vs L", points)
 
 
 def tau_vs_budget(points: list[Point]) -> Figure | None:
@@ -101,6 +130,7 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
         (tau_axes, efficiency, "τ (tokens per round, bonus included)"),
         (speed_axes, logged("speedup_vs_ar"), "speedup over autoregressive"),
     ):
+        axes.set_xscale("log", base=2)
         plot_lines(axes, series(trees, "B"), "B", y)
         for chain in chains:
             if (estimate := y(chain)) is not None:
@@ -111,11 +141,8 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
                     xycoords=("axes fraction", "data"),
                     fontsize=8,
                 )
-        axes.set_xscale("log", base=2)
         axes.set(xlabel="node budget B", ylabel=name)
-    figure.suptitle("DDTree: τ and speedup vs node budget")
-    figure.tight_layout()
-    return figure
+    return titled(figure, "DDTree: τ and speedup vs node budget (dashed: the drafter's chain)", points, intervals=True)
 
 
 def time_split(points: list[Point]) -> Figure | None:
@@ -136,8 +163,7 @@ def time_split(points: list[Point]) -> Figure | None:
     axes.set_xlim(0, 1)
     axes.set_xlabel("share of wall time")
     axes.legend(ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=9, frameon=False)
-    figure.tight_layout()
-    return figure
+    return titled(figure, "wall-time split per point", timed)
 
 
 def kv_vs_tree_size(points: list[Point]) -> Figure | None:
@@ -152,15 +178,10 @@ def kv_vs_tree_size(points: list[Point]) -> Figure | None:
         axes.scatter(
             [p.metrics[nodes] for p in shown], [p.metrics[key] for p in shown], marker=marker, label=f"{role} KV peak"
         )
-    axes.set(
-        xlabel="tree size (nodes per scored tree, root included)",
-        ylabel="peak KV cache (MiB)",
-        title="KV footprint vs tree size",
-    )
+    axes.set(xlabel="tree size (nodes per scored tree, root included)", ylabel="peak KV cache (MiB)")
     axes.legend(fontsize=9)
     axes.grid(alpha=0.3)
-    figure.tight_layout()
-    return figure
+    return titled(figure, "KV footprint vs tree size", sized)
 
 
 FIGURES: dict[str, Callable[[list[Point]], Figure | None]] = {
