@@ -120,7 +120,7 @@ DEFAULT_LAYOUT = (
 DDTREE_TABLE1 = (
     Table(
         "table1",
-        "DDTree Table 1: speedup over autoregressive decoding and τ",
+        "DDTree Table 1: speedup over autoregressive decoding and τ, every budget B (the paper shows the best)",
         ("Dataset", "T", "Method", "B"),
         (SPEEDUP, TAU),
     ),

@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from speculab.tracking.metrics import mlflow_name
@@ -55,9 +56,12 @@ def series(points: list[Point], x: str) -> dict[str, list[Point]]:
     }
 
 
-def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[Point], Estimate | None]) -> None:
+def plot_lines(
+    axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[Point], Estimate | None]
+) -> dict[str, str]:
     """One line per series, error bars where there are intervals; lines are nudged apart along a
-    linear x axis so that their bars do not hide each other."""
+    linear x axis so that their bars do not hide each other. Returns each line's colour."""
+    colors: dict[str, str] = {}
     swept = sorted(
         {float(v) for line in lines.values() for p in line if isinstance(v := dimensions(p)[x], int | float)}
     )
@@ -69,12 +73,14 @@ def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[P
             continue  # a line without this coordinate (the DDTree chain has no budget B)
         nudge = 0.0 if axes.get_xscale() == "log" else (i - (len(lines) - 1) / 2) * 0.03 * step
         errors = [e.half_width or 0.0 for _, e in shown]
-        axes.errorbar(
+        drawn = axes.errorbar(
             [v + nudge for v in xs], [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label
         )
+        colors[label] = to_hex(drawn.lines[0].get_color())
     axes.set_xticks(swept, [f"{v:g}" for v in swept])
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
+    return colors
 
 
 def titled(figure: Figure, title: str, points: list[Point], intervals: bool = False) -> Figure:
@@ -131,12 +137,13 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
         (speed_axes, logged("speedup_vs_ar"), "speedup over autoregressive"),
     ):
         axes.set_xscale("log", base=2)
-        plot_lines(axes, series(trees, "B"), "B", y)
+        colors = plot_lines(axes, series(trees, "B"), "B", y)
         for chain in chains:
             if (estimate := y(chain)) is not None:
-                axes.axhline(estimate.value, linestyle="--", linewidth=1, color="grey")
+                label = point_label(chain, [d for d in varying(trees) if d != "B"])
+                axes.axhline(estimate.value, linestyle="--", linewidth=1, color=colors.get(label, "grey"))
                 axes.annotate(
-                    f"chain T={dimensions(chain)['T']}",
+                    f"chain {label}",
                     (0.01, estimate.value),
                     xycoords=("axes fraction", "data"),
                     fontsize=8,
