@@ -120,6 +120,8 @@ def test_a_sweep_becomes_the_gbv_tables_with_intervals(sweep: tuple[str, str], t
     assert "K=1 ±" not in table2[0]  # walltime is one whole-run measurement
     tables = (tmp_path / "out" / "tables.md").read_text()
     assert "| Model pair | Dataset | L | K=1 | K=2 |" in tables  # as the paper's Table 1
+    assert "| tiny-pycode | humaneval | 4 | 2.000 ± 1.242 | **2.667 ± " in tables  # the best of a row in bold
+    assert "| tiny-pycode | humaneval | 4 | 10.000 | **5.000** |" in tables  # walltime: lower is better
     assert "Model pair tiny-pycode, Dataset humaneval, Method GBV, T 1.0, Prompts 3." in tables  # Table 6's caption
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "report")}
     expected = {"tables.md", "table1.csv", "table2.csv", "table6.csv", "block_efficiency_vs_K.png", "speedup_vs_L.png"}

@@ -32,9 +32,9 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.text import Text
 
 from speculab.config import PROJECT_ROOT, TrackingConfig, tracking_uri
-from speculab.tracking.metrics import mlflow_name
 from speculab.tracking.points import (
     Estimate,
     Point,
@@ -44,8 +44,9 @@ from speculab.tracking.points import (
     constants,
     dimensions,
     experiment_id,
+    logged,
     newest_per_point,
-    per_round_estimate,
+    per_round,
     point_runs,
     read_point,
     sort_key,
@@ -72,27 +73,14 @@ class Column:
 
     label: str
     estimate: Callable[[Point], Estimate | None]
+    better: int = 0  # +1: higher is better, -1: lower is better (the best of a row is in bold), 0: neither
 
 
-def logged(key: str, scale: float = 1.0) -> Callable[[Point], Estimate | None]:
-    """A whole-run metric as logged (no interval)."""
-
-    def estimate(point: Point) -> Estimate | None:
-        value = point.metrics.get(mlflow_name(key))
-        return None if value is None else Estimate(value * scale)
-
-    return estimate
-
-
-def per_round(key: str) -> Callable[[Point], Estimate | None]:
-    return lambda point: per_round_estimate(point, key) if mlflow_name(key) in point.metrics else None
-
-
-BLOCK_EFFICIENCY = Column("Block efficiency (tokens/M_p-call)", per_round("block_efficiency"))
-TAU = Column("τ", per_round("block_efficiency"))  # DDTree's acceptance length counts the bonus token
-WALLTIME = Column("Walltime (ms/token)", logged("ms_per_token"))
-THROUGHPUT = Column("Throughput (tokens/s)", logged("tokens_per_s"))
-SPEEDUP = Column("Speedup over autoregressive", logged("speedup_vs_ar"))
+BLOCK_EFFICIENCY = Column("Block efficiency (tokens/M_p-call)", per_round("block_efficiency"), +1)
+TAU = Column("τ", per_round("block_efficiency"), +1)  # DDTree's acceptance length counts the bonus token
+WALLTIME = Column("Walltime (ms/token)", logged("ms_per_token"), -1)
+THROUGHPUT = Column("Throughput (tokens/s)", logged("tokens_per_s"), +1)
+SPEEDUP = Column("Speedup over autoregressive", logged("speedup_vs_ar"), +1)
 DRAFT_COST = Column("Draft cost (%walltime)", logged("share_draft", 100.0))
 TARGET_COST = Column("Target cost (%walltime)", logged("share_target", 100.0))
 
@@ -179,6 +167,7 @@ class Grid:
     caption: str
     header: list[str]
     rows: list[list[Value | Estimate]]
+    best: list[int | None]  # per row, the column of its best value (a table of one metric across a dimension)
 
 
 def caption_of(points: list[Point], shown: set[str], note: str) -> str:
@@ -207,7 +196,17 @@ def lay_out(table: Table, points: list[Point], note: str) -> Grid:
     ]
     if not any(half_width(cell) is not None for row in rows for cell in row):
         note = ""  # nothing to explain: no cell has an interval
-    return Grid(table.name, table.title, caption_of(points, {*row_dims, table.across or ""}, note), header, rows)
+    caption = caption_of(points, {*row_dims, table.across or ""}, note)
+    (column, *others) = table.columns
+    ranked = table.across is not None and not others and column.better != 0
+    best = [best_cell(row, column.better) if ranked else None for row in rows]
+    return Grid(table.name, table.title, caption, header, rows, best)
+
+
+def best_cell(row: list[Value | Estimate], better: int) -> int | None:
+    """The column of the row's best estimate, as the papers bold it (None for a single value)."""
+    scored = [(better * cell.value, i) for i, cell in enumerate(row) if isinstance(cell, Estimate)]
+    return max(scored)[1] if len(scored) > 1 else None
 
 
 def _header(table: Table, column: Column, value: Value) -> str:
@@ -273,7 +272,9 @@ def text(value: Value | Estimate, digits: int = 3) -> str:
 def markdown(grid: Grid) -> str:
     lines = [f"### {grid.title}", "", grid.caption, "", "| " + " | ".join(grid.header) + " |"]
     lines.append("|" + "---|" * len(grid.header))
-    lines += ["| " + " | ".join(text(cell) for cell in row) + " |" for row in grid.rows]
+    for row, best in zip(grid.rows, grid.best):
+        cells = [f"**{text(cell)}**" if i == best else text(cell) for i, cell in enumerate(row)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -299,8 +300,8 @@ def rich_table(grid: Grid) -> RichTable:
     table = RichTable(title=grid.title, caption=grid.caption)
     for i, name in enumerate(grid.header):
         table.add_column(name, justify="right" if any(isinstance(r[i], Estimate) for r in grid.rows) else "left")
-    for row in grid.rows:
-        table.add_row(*(text(cell) for cell in row))
+    for row, best in zip(grid.rows, grid.best):
+        table.add_row(*(Text(text(cell), style="bold" if i == best else "") for i, cell in enumerate(row)))
     return table
 
 

@@ -13,12 +13,14 @@ several prompts at once), so time-based metrics carry no interval.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
+from speculab.tracking.metrics import mlflow_name
 from speculab.tracking.runs import KIND_TAG, POINT_TAG
 from speculab.tracking.spool import PARENT_TAG
 
@@ -112,7 +114,7 @@ def check_metrics(points: list[Point]) -> None:
     missing = [
         f"{p.run_id} ({p.name}): no {', '.join(absent)}"
         for p in points
-        if (absent := [key for key in REQUIRED if key not in p.metrics])
+        if (absent := [key for key in REQUIRED if mlflow_name(key) not in p.metrics])
     ]
     if missing:
         raise ReportError(
@@ -143,12 +145,27 @@ def prompt_rounds(point: Point) -> list[float]:
 def per_round_estimate(point: Point, key: str) -> Estimate:
     """`block_efficiency` or `accepted_mean` (per sequence-round): the logged value and its interval
     across prompts (None without the per-prompt histories)."""
-    value = point.metrics[key]
+    value = point.metrics[mlflow_name(key)]
     if not all(k in point.prompts for k in ("prompt/generated_tokens", "prompt/block_efficiency", f"prompt/{key}")):
         return Estimate(value)
     rounds = prompt_rounds(point)
     per_prompt = [v for v, b in zip(point.prompts[f"prompt/{key}"], point.prompts["prompt/block_efficiency"]) if b > 0]
     return Estimate(value, ratio_interval([v * r for v, r in zip(per_prompt, rounds)], rounds))
+
+
+def logged(key: str, scale: float = 1.0) -> Callable[[Point], Estimate | None]:
+    """A whole-run metric as logged, times ``scale`` (no interval); None when the run lacks it."""
+
+    def estimate(point: Point) -> Estimate | None:
+        value = point.metrics.get(mlflow_name(key))
+        return None if value is None else Estimate(value * scale)
+
+    return estimate
+
+
+def per_round(key: str) -> Callable[[Point], Estimate | None]:
+    """`per_round_estimate` of ``key``; None when the run lacks it."""
+    return lambda point: per_round_estimate(point, key) if mlflow_name(key) in point.metrics else None
 
 
 # The papers' names for the methods (GBV paper, App. L; BV paper, Table 4; Global Resolution
@@ -175,7 +192,7 @@ NODE_RULES = {
 DRAFTERS = {"block": "block drafter", "dflash": "DFlash", "ar_marginals": "AR marginals", "iid": "i.i.d. draft"}
 # A point's coordinates, in the order tables list them; a dimension a table does not lay out
 # becomes a row column when it varies across the points, or the caption when it does not.
-DIMENSIONS = ("Model pair", "Dataset", "Method", "K", "L", "B", "T", "Prompts", "New tokens", "Batch", "Seed")
+DIMENSIONS = ("Model pair", "Dataset", "Method", "K", "L", "B", "T", "Top-k", "Prompts", "New tokens", "Batch", "Seed")
 Value = str | int | float | None
 
 
@@ -215,6 +232,7 @@ def dimensions(point: Point) -> dict[str, Value]:
         "L": _number(p.get("algorithm.L")),
         "B": _number(budget),
         "T": float(p.get("sampling.temperature", "nan")),
+        "Top-k": _number(p.get("sampling.top_k")) or None,  # the draft's truncation; 0: none
         "Prompts": _number(p.get("dataset.num_prompts")),
         "New tokens": _number(p.get("sampling.max_new_tokens")),
         "Batch": _number(p.get("sampling.batch_size")),
@@ -222,19 +240,21 @@ def dimensions(point: Point) -> dict[str, Value]:
     }
 
 
-def method_order(label: str) -> tuple[int, str]:
-    """Methods sort as the papers list them: single-path, multi-path, then DDTree; ties by name."""
-    names = list(METHODS.values())
+def method_order(label: str) -> tuple[int, int, str]:
+    """Methods sort as the papers list them: single-path, multi-path (SpecTr's node rules in the
+    Global Resolution paper's order), then DDTree; ties by name."""
+    names, rules = list(METHODS.values()), list(NODE_RULES.values())
     first = next((i for i, name in enumerate(names) if label == name or label.startswith(f"{name} (")), len(names))
-    return first, label
+    rule = next((i for i, r in enumerate(rules) if label.endswith(f"({r})")), len(rules))
+    return first, rule, label
 
 
-def sort_key(dimension: str, value: Value) -> tuple[int, float, tuple[int, str]]:
+def sort_key(dimension: str, value: Value) -> tuple[int, float, tuple[int, int, str]]:
     if value is None:
-        return (0, 0.0, (0, ""))
+        return (0, 0.0, (0, 0, ""))
     if isinstance(value, int | float):
-        return (1, float(value), (0, ""))
-    return (2, 0.0, method_order(value) if dimension == "Method" else (0, value))
+        return (1, float(value), (0, 0, ""))
+    return (2, 0.0, method_order(value) if dimension == "Method" else (0, 0, value))
 
 
 def varying(points: list[Point]) -> list[str]:
@@ -243,8 +263,10 @@ def varying(points: list[Point]) -> list[str]:
     return [d for d in DIMENSIONS if len({c[d] for c in coordinates}) > 1]
 
 
-def constants(points: list[Point], shown: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def constants(points: list[Point], shown: Collection[str] = ()) -> str:
     """The dimensions with one value across the points, but those ``shown`` elsewhere
     (`Model pair tiny-pycode, Dataset humaneval, T 1.0`)."""
-    first, spread = dimensions(points[0]), set(varying(points))
-    return ", ".join(f"{d} {first[d]}" for d in DIMENSIONS if d not in shown | spread and first[d] is not None)
+    first, spread = dimensions(points[0]), varying(points)
+    return ", ".join(
+        f"{d} {first[d]}" for d in DIMENSIONS if d not in shown and d not in spread and first[d] is not None
+    )

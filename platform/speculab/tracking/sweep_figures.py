@@ -21,16 +21,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from speculab.tracking.metrics import mlflow_name
-from speculab.tracking.points import (
-    Estimate,
-    Point,
-    Value,
-    constants,
-    dimensions,
-    per_round_estimate,
-    sort_key,
-    varying,
-)
+from speculab.tracking.points import Estimate, Point, Value, constants, dimensions, logged, per_round, sort_key, varying
 from speculab.tracking.report import PHASE_COLORS
 
 
@@ -91,14 +82,6 @@ def titled(figure: Figure, title: str, points: list[Point], intervals: bool = Fa
     return figure
 
 
-def logged(key: str) -> Callable[[Point], Estimate | None]:
-    return lambda point: Estimate(v) if (v := point.metrics.get(mlflow_name(key))) is not None else None
-
-
-def efficiency(point: Point) -> Estimate | None:
-    return per_round_estimate(point, "block_efficiency") if "block_efficiency" in point.metrics else None
-
-
 def values(points: list[Point], dimension: str) -> set[Value]:
     return {dimensions(p)[dimension] for p in points}
 
@@ -108,7 +91,7 @@ def efficiency_vs_k(points: list[Point]) -> Figure | None:
     if len(values(points, "K")) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
-    plot_lines(axes, series(points, "K"), "K", efficiency)
+    plot_lines(axes, series(points, "K"), "K", per_round("block_efficiency"))
     axes.set(xlabel="draft paths K", ylabel="block efficiency (tokens per target call)")
     return titled(figure, "block efficiency vs K", points, intervals=True)
 
@@ -133,7 +116,7 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
     chains = [p for p in points if p.params.get("algorithm.tree") == "chain"]
     figure, (tau_axes, speed_axes) = plt.subplots(1, 2, figsize=(12, 5))
     for axes, y, name in (
-        (tau_axes, efficiency, "τ (tokens per round, bonus included)"),
+        (tau_axes, per_round("block_efficiency"), "τ (tokens per round, bonus included)"),
         (speed_axes, logged("speedup_vs_ar"), "speedup over autoregressive"),
     ):
         axes.set_xscale("log", base=2)
