@@ -122,6 +122,7 @@ def test_a_sweep_becomes_the_gbv_tables_with_intervals(sweep: tuple[str, str], t
     assert "| Model pair | Dataset | L | K=1 | K=2 |" in tables  # as the paper's Table 1
     assert "| tiny-pycode | humaneval | 4 | 2.000 ± 1.242 | **2.667 ± " in tables  # the best of a row in bold
     assert "| tiny-pycode | humaneval | 4 | 10.000 | **5.000** |" in tables  # walltime: lower is better
+    assert "| 4 | 1 | 2.000 ± 1.242 | 10.000 |" in tables and "| 4 | 2 | **2.667 ± " in tables  # Table 6: per L
     assert "Model pair tiny-pycode, Dataset humaneval, Method GBV, T 1.0, Prompts 3." in tables  # Table 6's caption
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "report")}
     expected = {"tables.md", "table1.csv", "table2.csv", "table6.csv", "block_efficiency_vs_K.png", "speedup_vs_L.png"}

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 from rich.console import Console
@@ -167,7 +168,7 @@ class Grid:
     caption: str
     header: list[str]
     rows: list[list[Value | Estimate]]
-    best: list[int | None]  # per row, the column of its best value (a table of one metric across a dimension)
+    bold: set[tuple[int, int]]  # (row, column) of the best values, as the papers bold them
 
 
 def caption_of(points: list[Point], shown: set[str], note: str) -> str:
@@ -197,23 +198,48 @@ def lay_out(table: Table, points: list[Point], note: str) -> Grid:
     if not any(half_width(cell) is not None for row in rows for cell in row):
         note = ""  # nothing to explain: no cell has an interval
     caption = caption_of(points, {*row_dims, table.across or ""}, note)
-    (column, *others) = table.columns
-    ranked = table.across is not None and not others and column.better != 0
-    best = [best_cell(row, column.better) if ranked else None for row in rows]
-    return Grid(table.name, table.title, caption, header, rows, best)
+    return Grid(table.name, table.title, caption, header, rows, bold_cells(table, row_dims, rows))
 
 
-def best_cell(row: list[Value | Estimate], better: int) -> int | None:
-    """The column of the row's best estimate, as the papers bold it (None for a single value)."""
-    scored = [(better * cell.value, i) for i, cell in enumerate(row) if isinstance(cell, Estimate)]
-    return max(scored)[1] if len(scored) > 1 else None
+Cell = tuple[int, int]  # (row, column) of a grid
+
+
+def bold_cells(table: Table, row_dims: list[str], rows: list[list[Value | Estimate]]) -> set[Cell]:
+    """The cells the papers set in bold: of one metric across a dimension (GBV Table 1), each row's
+    best; otherwise each metric's best among rows that differ only in the table's last row
+    dimension (GBV Table 7: the best method per T and K)."""
+    first = len(row_dims)
+    contests: list[tuple[list[Cell], int]] = []  # (competing cells, +1 higher or -1 lower is better)
+    if table.across is not None:
+        (column, *others) = table.columns
+        if column.better and not others:
+            contests = [([(r, c) for c in range(first, len(row))], column.better) for r, row in enumerate(rows)]
+    else:
+        last = row_dims.index(table.rows[-1])
+        groups: dict[tuple[Value | Estimate, ...], list[int]] = {}
+        for r, row in enumerate(rows):
+            groups.setdefault(tuple(v for j, v in enumerate(row[:first]) if j != last), []).append(r)
+        contests = [
+            ([(r, first + i) for r in members], column.better)
+            for members in groups.values()
+            for i, column in enumerate(table.columns)
+            if column.better
+        ]
+    return {cell for cells, better in contests for cell in best_of(rows, cells, better)}
+
+
+def best_of(rows: list[list[Value | Estimate]], cells: list[Cell], better: int) -> set[Cell]:
+    """The best estimates among ``cells`` (all of a tie; none when every one is equal)."""
+    scored = {(r, c): better * cell.value for r, c in cells if isinstance(cell := rows[r][c], Estimate)}
+    top = max(scored.values(), default=0.0)
+    return {at for at, score in scored.items() if score == top} if len(set(scored.values())) > 1 else set()
 
 
 def _header(table: Table, column: Column, value: Value) -> str:
-    """`K=2` for a table of one metric across K; `<metric> · K=2` for several."""
+    """`K=2` (or the method's name) for a table of one metric across K; `<metric> · K=2` for several."""
     if table.across is None:
         return column.label
-    where = f"{table.across}={value}"
+    where = value if isinstance(value, str) else f"{table.across}={value}"  # a method is its own name
     return where if len(table.columns) == 1 else f"{column.label} · {where}"
 
 
@@ -272,8 +298,8 @@ def text(value: Value | Estimate, digits: int = 3) -> str:
 def markdown(grid: Grid) -> str:
     lines = [f"### {grid.title}", "", grid.caption, "", "| " + " | ".join(grid.header) + " |"]
     lines.append("|" + "---|" * len(grid.header))
-    for row, best in zip(grid.rows, grid.best):
-        cells = [f"**{text(cell)}**" if i == best else text(cell) for i, cell in enumerate(row)]
+    for r, row in enumerate(grid.rows):
+        cells = [f"**{text(cell)}**" if (r, c) in grid.bold else text(cell) for c, cell in enumerate(row)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -300,8 +326,8 @@ def rich_table(grid: Grid) -> RichTable:
     table = RichTable(title=grid.title, caption=grid.caption)
     for i, name in enumerate(grid.header):
         table.add_column(name, justify="right" if any(isinstance(r[i], Estimate) for r in grid.rows) else "left")
-    for row, best in zip(grid.rows, grid.best):
-        table.add_row(*(Text(text(cell), style="bold" if i == best else "") for i, cell in enumerate(row)))
+    for r, row in enumerate(grid.rows):
+        table.add_row(*(Text(text(cell), style="bold" if (r, c) in grid.bold else "") for c, cell in enumerate(row)))
     return table
 
 
@@ -329,8 +355,9 @@ def preset_experiment(preset: str) -> str:
 
 
 def layout_of_experiment(name: str) -> str:
-    """The preset writing to this experiment, if one does (its layout); else the default layout."""
-    return next((p for p in presets() if preset_experiment(p) == name and p in LAYOUTS), "default")
+    """The layout of the preset writing to this experiment (the one named after it first), else the default."""
+    writers = [p for p in presets() if preset_experiment(p) == name and p in LAYOUTS]
+    return name if name in writers else next(iter(writers), "default")
 
 
 def layout_of_sweep(overrides: str) -> str:
@@ -339,36 +366,40 @@ def layout_of_sweep(overrides: str) -> str:
     return found.group(1) if found and found.group(1) in LAYOUTS else "default"
 
 
-def read_points(client: MlflowClient, runs: list) -> list[Point]:
+def read_points(client: MlflowClient, runs: list[Run]) -> list[Point]:
     points = [read_point(client, run) for run in runs]
     check_metrics(points)
     return points
 
 
-def resolve(client: MlflowClient, preset: str | None, experiment: str | None, run: str | None) -> Source:
-    if run is not None:
-        children = sweep_children(client, run)
-        parent = client.get_run(run)
-        layout = layout_of_sweep(parent.data.params.get("sweep.overrides", ""))
-        name = f"{layout if layout != 'default' else 'report'} sweep {run[:8]}"  # its run name is a command line
-        return Source(name, layout, parent.info.experiment_id, read_points(client, children), run)
-    if preset is not None:
-        experiment = preset_experiment(preset)
-        try:
-            found = experiment_id(client, experiment)
-        except ReportError as err:
-            raise ReportError(
-                f"preset {preset!r} writes to experiment {experiment!r}: {err}; run "
-                f"`speculab -m +experiment={preset}` first"
-            ) from None
-    else:
-        assert experiment is not None
-        found = experiment_id(client, experiment)
+def sweep_source(client: MlflowClient, run_id: str) -> Source:
+    """A sweep's finished points; the layout of the preset it ran."""
+    children = sweep_children(client, run_id)
+    parent = client.get_run(run_id)
+    layout = layout_of_sweep(parent.data.params.get("sweep.overrides", ""))
+    name = f"{layout if layout != 'default' else 'report'} sweep {run_id[:8]}"  # its run name is a command line
+    return Source(name, layout, parent.info.experiment_id, read_points(client, children), run_id)
+
+
+def experiment_source(client: MlflowClient, experiment: str) -> Source:
+    """An experiment's finished points, the newest run of each; the layout of the preset writing to it."""
+    found = experiment_id(client, experiment)
     runs = newest_per_point(point_runs(client, [found]))
     if not runs:
         raise ReportError(f"experiment {experiment!r} has no FINISHED point runs")
-    layout = preset if preset in LAYOUTS else layout_of_experiment(experiment)
-    return Source(preset or experiment, layout, found, read_points(client, runs), None)
+    return Source(experiment, layout_of_experiment(experiment), found, read_points(client, runs), None)
+
+
+def preset_source(client: MlflowClient, preset: str) -> Source:
+    """The points of the experiment a preset writes to."""
+    experiment = preset_experiment(preset)
+    try:
+        return experiment_source(client, experiment)
+    except ReportError as err:
+        raise ReportError(
+            f"preset {preset!r} writes to experiment {experiment!r}: {err}; "
+            f"run `speculab -m +experiment={preset}` first"
+        ) from None
 
 
 def report_run(client: MlflowClient, source: Source) -> str:
@@ -423,7 +454,12 @@ def main(argv: list[str] | None = None) -> None:
     uri = args.uri or tracking_uri(TrackingConfig())
     client = MlflowClient(uri)
     try:
-        source = resolve(client, args.preset, args.experiment, args.run)
+        if args.run:
+            source = sweep_source(client, args.run)
+        elif args.preset:
+            source = preset_source(client, args.preset)
+        else:
+            source = experiment_source(client, args.experiment)
     except ReportError as err:
         print(f"speculab-report: {err}", file=sys.stderr)
         raise SystemExit(2) from None
