@@ -62,11 +62,13 @@ def acceptance_figure(run: RunResult) -> Figure:
     return figure
 
 
+PHASE_COLORS = {"draft": "#4477aa", "target": "#ee6677", "verify": "#228833", "other": "#bbbbbb"}  # share_<phase>
+
+
 def time_split_figure(metrics: dict[str, float]) -> Figure:
-    phases = ["draft", "target", "verify", "other"]
     figure, axes = plt.subplots(figsize=(8, 2.6))
     left = 0.0
-    for phase, color in zip(phases, ["#4477aa", "#ee6677", "#228833", "#bbbbbb"]):
+    for phase, color in PHASE_COLORS.items():
         share = metrics[f"share_{phase}"]
         axes.barh([0], [share], left=left, color=color, label=f"{phase} {share:.0%}")
         left += share

@@ -1,0 +1,81 @@
+"""The paper-table presets of conf/experiment/: every point of every preset's sweep is a valid
+config, each preset has a report layout, and (slow) each runs end to end on the tiny pair."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import mlflow
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from speculab.config import validate
+from speculab.report import LAYOUTS, main, preset_experiment, presets
+from support.cli import speculab
+from support.configs import CONF, compose_config, load
+
+PRESETS = presets()
+
+
+def sweep_points(preset: str) -> list[list[str]]:
+    """The overrides of every point of a preset's sweep (`hydra.sweeper.params`, a product)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        composed = compose("config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+    params = OmegaConf.to_container(composed.hydra.sweeper.params) or {}
+    assert isinstance(params, dict)
+    parser = OverridesParser.create()
+    axes = [
+        [f"{key}={value}" for value in parser.parse_override(f"{key}={values}").sweep_string_iterator()]
+        for key, values in params.items()
+    ]
+    return [list(point) for point in itertools.product(*axes)]
+
+
+def test_the_paper_presets_are_there() -> None:
+    expected = {"gbv_table1", "gbv_table7", "bv_table4", "ddtree_table1", "ddtree_chain", "global_resolution_table4"}
+    assert expected <= set(PRESETS)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_point_of_a_preset_sweep_is_valid(preset: str) -> None:
+    points = sweep_points(preset)
+    assert len(points) >= 2, "a preset sweeps at least one parameter"
+    for point in points:
+        validate(load([f"+experiment={preset}", *point]))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_has_a_report_layout_and_its_own_experiment(preset: str) -> None:
+    assert preset in LAYOUTS
+    assert compose_config([f"+experiment={preset}"]).tracking.experiment == preset_experiment(preset)
+
+
+def test_the_ddtree_drafter_is_one_override_away() -> None:
+    assert load(["+experiment=ddtree_table1"]).drafter.name == "block"
+    assert load(["+experiment=ddtree_table1", "drafter=ar_marginals"]).drafter.name == "ar_marginals"
+
+
+def test_a_command_line_value_replaces_the_preset_grid() -> None:
+    # Hydra's basic sweeper: command-line overrides come after hydra.sweeper.params and win.
+    assert len(sweep_points("gbv_table1")) == 12
+    assert load(["+experiment=gbv_table1", "algorithm.K=3"]).algorithm.K == 3
+
+
+TINY = ["runtime=inline", "dataset.num_prompts=1", "sampling.max_new_tokens=4", "baseline_hf=false"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_preset_runs_tiny_and_reports(preset: str, tmp_path: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    result = speculab(["-m", f"+experiment={preset}", *TINY, f"tracking.uri=sqlite:///{store}"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    runs = mlflow.search_runs(experiment_names=[preset_experiment(preset)], output_format="list")
+    finished = [r for r in runs if r.data.tags.get("speculab.kind") == "point" and r.info.status == "FINISHED"]
+    assert len(finished) == len(sweep_points(preset))
+    main(["--preset", preset, "--uri", f"sqlite:///{store}", "--out", str(tmp_path / "report"), "--no-log"])
+    assert (tmp_path / "report" / "tables.md").read_text().count("###") == len(LAYOUTS[preset])

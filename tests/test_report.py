@@ -1,0 +1,220 @@
+"""`speculab-report`: runs read back through MLflow's client, laid out as the papers' tables.
+
+Fast tests log hand-made point runs into a temporary SQLite store (MLflow's own client, the
+metric names speculab logs); the slow one runs a real tiny sweep and checks every table cell
+against the runs' metrics and per-prompt histories.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from speculab.report import main
+from speculab.tracking.points import ratio_interval
+from speculab.tracking.runs import KIND_TAG, POINT_TAG
+from speculab.tracking.spool import PARENT_TAG
+from support.cli import small_run, speculab
+
+Prompt = tuple[float, float]  # (kept tokens, sequence-rounds) of one prompt
+
+
+def test_ratio_interval_by_hand() -> None:
+    # R = 18/8; residuals -0.5, 1.5, -1; se = sqrt(3.5 / 6) / (8/3); t(0.975, 2) = 4.3027
+    assert ratio_interval([4, 6, 8], [2, 2, 4]) == pytest.approx(4.3027 * math.sqrt(3.5 / 6) / (8 / 3), rel=1e-4)
+    assert ratio_interval([3, 6], [1, 2]) == pytest.approx(0.0)  # one ratio everywhere: no spread
+    assert ratio_interval([3], [1]) is None
+
+
+def log_point(
+    client: MlflowClient, experiment: str, parent: str | None, params: dict[str, object], prompts: list[Prompt]
+) -> str:
+    """A finished point run as speculab logs one: params, final metrics, per-prompt histories."""
+    tags = {KIND_TAG: "point", POINT_TAG: str(sorted(params.items()))} | ({PARENT_TAG: parent} if parent else {})
+    run = client.create_run(experiment, run_name=str(params), tags=tags).info.run_id
+    tokens, rounds = sum(g for g, _ in prompts), sum(r for _, r in prompts)
+    k = float(params.get("algorithm.K", 1))  # type: ignore[arg-type]
+    final = {
+        "block_efficiency": tokens / rounds,
+        "accepted_mean": tokens / rounds - 1,
+        "tokens_per_s": 100.0 * k,
+        "ms_per_token": 10.0 / k,
+        "speedup_vs_ar": 1.5 * k,
+        "tree/nodes_mean": 1 + 4 * k,
+        "memory/kv_peak_mb_target": 2.0 + k,
+        "memory/kv_peak_mb_draft": 1.0,
+        **{f"time/share_{phase}": 0.25 for phase in ("draft", "target", "verify", "other")},
+    }
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, value, now, 0) for key, value in final.items()]
+    for step, (g, r) in enumerate(prompts, start=1):
+        per_prompt = {"generated_tokens": g, "block_efficiency": g / r, "accepted_mean": g / r - 1}
+        metrics += [Metric(f"prompt/{key}", value, now, step) for key, value in per_prompt.items()]
+    client.log_batch(run, metrics=metrics, params=[Param(key, str(value)) for key, value in params.items()])
+    client.set_terminated(run)
+    return run
+
+
+def shape(K: int, L: int) -> dict[str, object]:
+    return {
+        "algorithm.name": "gbv",
+        "algorithm.K": K,
+        "algorithm.L": L,
+        "algorithm.budget": 64,
+        "algorithm.tree": "best_first",
+        "algorithm.node_rule": "kseq",
+        "drafter.name": "iid",
+        "sampling.temperature": 1.0,
+        "model.name": "tiny-pycode",
+        "dataset.name": "humaneval",
+        "dataset.num_prompts": 3,
+    }
+
+
+PROMPTS: dict[tuple[int, int], list[Prompt]] = {
+    (1, 4): [(8, 4), (8, 3), (8, 5)],
+    (2, 4): [(8, 3), (8, 2), (8, 4)],
+    (1, 8): [(8, 2), (8, 3), (8, 3)],
+    (2, 8): [(8, 2), (8, 2), (8, 3)],
+}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> tuple[str, str]:
+    """(store URI, parent run id) of a GBV K x L sweep of four hand-made points."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("gbv_table1")
+    parent = client.create_run(experiment, run_name="sweep +experiment=gbv_table1", tags={KIND_TAG: "sweep"})
+    client.log_param(parent.info.run_id, "sweep.overrides", "+experiment=gbv_table1 dataset.num_prompts=3")
+    for (K, L), prompts in PROMPTS.items():
+        log_point(client, experiment, parent.info.run_id, shape(K, L), prompts)
+    client.set_terminated(parent.info.run_id)
+    return uri, parent.info.run_id
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(path.open()))
+
+
+def test_a_sweep_becomes_the_gbv_tables_with_intervals(sweep: tuple[str, str], tmp_path: Path) -> None:
+    uri, parent = sweep
+    main(["--run", parent, "--uri", uri, "--out", str(tmp_path / "out")])
+    table1 = read_csv(tmp_path / "out" / "table1.csv")
+    assert [row["L"] for row in table1] == ["4", "8"]
+    for row in table1:
+        for K in (1, 2):
+            prompts = PROMPTS[(K, int(row["L"]))]
+            tokens, rounds = [g for g, _ in prompts], [r for _, r in prompts]
+            assert float(row[f"K={K}"]) == pytest.approx(sum(tokens) / sum(rounds))
+            assert float(row[f"K={K} ±"]) == pytest.approx(ratio_interval(tokens, rounds))
+    table2 = read_csv(tmp_path / "out" / "table2.csv")
+    assert [float(table2[0][f"K={K}"]) for K in (1, 2)] == [10.0, 5.0]
+    assert "K=1 ±" not in table2[0]  # walltime is one whole-run measurement
+    tables = (tmp_path / "out" / "tables.md").read_text()
+    assert "| Model pair | Dataset | L | K=1 | K=2 |" in tables  # as the paper's Table 1
+    assert "| tiny-pycode | humaneval | 4 | 2.000 ± 1.242 | **2.667 ± " in tables  # the best of a row in bold
+    assert "| tiny-pycode | humaneval | 4 | 10.000 | **5.000** |" in tables  # walltime: lower is better
+    assert "| 4 | 1 | 2.000 ± 1.242 | 10.000 |" in tables and "| 4 | 2 | **2.667 ± " in tables  # Table 6: per L
+    assert "Model pair tiny-pycode, Dataset humaneval, Method GBV, T 1.0, Prompts 3." in tables  # Table 6's caption
+    logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "report")}
+    expected = {"tables.md", "table1.csv", "table2.csv", "table6.csv", "block_efficiency_vs_K.png", "speedup_vs_L.png"}
+    assert {f"report/{name}" for name in expected | {"time_split.png", "kv_vs_tree_size.png"}} <= logged
+
+
+def test_runs_with_compare_metrics_get_the_paired_comparison(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("paired")
+    run = log_point(client, experiment, None, shape(1, 4), PROMPTS[(1, 4)])
+    log_point(client, experiment, None, shape(2, 4), PROMPTS[(2, 4)])  # no compare/ metrics: its cells are empty
+    compare = {"block_efficiency": 2.4, "block_efficiency_se": 0.1, "accepted_mean": 1.4, "accepted_se": 0.05}
+    compare |= {"diff_block_efficiency": -0.3, "diff_block_efficiency_se": 0.02}
+    for verifier in ("token", "block"):
+        for stat, value in compare.items():
+            client.log_metric(run, f"compare/{verifier}/{stat}", value)
+    main(["--experiment", "paired", "--uri", uri, "--out", str(tmp_path / "out")])
+    (row_k1, row_k2) = read_csv(tmp_path / "out" / "paired_comparison.csv")
+    for verifier in ("block", "token"):
+        assert float(row_k1[f"{verifier} · block efficiency"]) == 2.4
+        assert float(row_k1[f"{verifier} · block efficiency ±"]) == 0.1
+        assert float(row_k1[f"{verifier} · Δ block efficiency"]) == -0.3
+        assert row_k2[f"{verifier} · block efficiency"] == ""
+    assert "Paired comparison" in (tmp_path / "out" / "tables.md").read_text()
+    report_runs = client.search_runs([experiment], f"tags.`{KIND_TAG}` = 'report'")
+    assert len(report_runs) == 1 and "Paired comparison" in report_runs[0].data.tags["mlflow.note.content"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "nope"], "unknown preset 'nope'; presets (conf/experiment/): bv_table4, ddtree_chain"),
+        (
+            ["--experiment", "nope"],
+            "no MLflow experiment named 'nope' in this store; experiments there: Default, gbv_table1",
+        ),
+        (["--preset", "bv_table4"], "preset 'bv_table4' writes to experiment 'bv_table4': no MLflow experiment"),
+        (["--run", "0123abc"], "no MLflow run '0123abc'"),
+    ],
+)
+def test_bad_input_names_what_was_given_and_what_is_allowed(
+    sweep: tuple[str, str], args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--uri", sweep[0]])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_point_run_is_not_a_sweep_and_runs_need_their_metrics(
+    sweep: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri, parent = sweep
+    client = MlflowClient(uri)
+    child = client.search_runs([client.get_run(parent).info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent}'")[0]
+    with pytest.raises(SystemExit):
+        main(["--run", child.info.run_id, "--uri", uri])
+    assert "has no FINISHED point runs under it; give a sweep's parent run" in capsys.readouterr().err
+    bare = client.create_run(client.get_run(parent).info.experiment_id, tags={KIND_TAG: "point", PARENT_TAG: parent})
+    client.log_metric(bare.info.run_id, "block_efficiency", 2.0)
+    client.set_terminated(bare.info.run_id)
+    with pytest.raises(SystemExit):
+        main(["--run", parent, "--uri", uri])
+    assert (
+        f"{bare.info.run_id} ({bare.info.run_name}): no accepted_mean, tokens_per_s, ms_per_token"
+        in capsys.readouterr().err
+    )
+
+
+@pytest.mark.slow
+def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    sweep = ["-m", "algorithm=gbv", "algorithm.K=1,2", "runtime=inline", "baseline_hf=false", "dataset.num_prompts=3"]
+    result = speculab([*sweep, *small_run(random_llama_pair, store)], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    uri = f"sqlite:///{store}"
+    client = MlflowClient(uri)
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["speculab"], output_format="list")
+    (parent,) = [r for r in runs if r.data.tags.get(KIND_TAG) == "sweep"]
+    main(["--run", parent.info.run_id, "--uri", uri, "--out", str(tmp_path / "out")])
+    (row,) = read_csv(tmp_path / "out" / "block_efficiency.csv")
+    (walltime,) = read_csv(tmp_path / "out" / "walltime.csv")
+    for run in (r for r in runs if r.data.tags.get(KIND_TAG) == "point"):
+        K = run.data.params["algorithm.K"]
+        assert float(row[f"K={K}"]) == run.data.metrics["block_efficiency"]
+        assert float(walltime[f"K={K}"]) == run.data.metrics["ms_per_token"]
+        history = {
+            key: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+            for key in ("prompt/generated_tokens", "prompt/block_efficiency")
+        }
+        rounds = [g / b for g, b in zip(history["prompt/generated_tokens"], history["prompt/block_efficiency"])]
+        assert float(row[f"K={K} ±"]) == pytest.approx(ratio_interval(history["prompt/generated_tokens"], rounds))
+        assert sum(history["prompt/generated_tokens"]) / sum(rounds) == pytest.approx(float(row[f"K={K}"]), rel=1e-4)
