@@ -36,6 +36,7 @@ def sweep_points(preset: str) -> list[list[str]]:
 
 def test_the_paper_presets_are_there() -> None:
     expected = {"gbv_table1", "gbv_table7", "bv_table4", "ddtree_table1", "ddtree_chain", "global_resolution_table4"}
+    expected |= {"spectr_gbv_table1", "spectr_gbv_table1_single"}
     assert expected <= set(PRESETS)
 
 

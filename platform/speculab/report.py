@@ -116,6 +116,14 @@ DDTREE_TABLE1 = (
         (SPEEDUP, TAU, THROUGHPUT, AUTOREGRESSIVE),
     ),
 )
+SPECTR_GBV_TABLE1 = (
+    Table(
+        "table1",
+        "SpecTr-GBV Table 1: block efficiency (BE) and speedup ratio (SR); SpecTr-GBV at K >= 2 is not lossless",
+        ("Dataset", "Method", "K"),
+        (BLOCK_EFFICIENCY, SPEEDUP, WALLTIME),
+    ),
+)
 LAYOUTS: dict[str, tuple[Table, ...]] = {
     "gbv_table1": (
         Table(
@@ -153,6 +161,8 @@ LAYOUTS: dict[str, tuple[Table, ...]] = {
     ),
     "ddtree_table1": DDTREE_TABLE1,
     "ddtree_chain": DDTREE_TABLE1,
+    "spectr_gbv_table1": SPECTR_GBV_TABLE1,
+    "spectr_gbv_table1_single": SPECTR_GBV_TABLE1,
     "global_resolution_table4": (
         Table(
             "table4", "Global Resolution Table 4: SpecTr per-node rules", ("K", "Method"), (BLOCK_EFFICIENCY, SPEEDUP)

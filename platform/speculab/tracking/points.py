@@ -179,6 +179,7 @@ METHODS = {
     "specinfer": "SpecInfer",
     "nss": "NSS",
     "traversal": "Traversal",
+    "spectr_gbv": "SpecTr-GBV",
 }
 NODE_RULES = {
     "kseq": "K-SEQ",
