@@ -18,7 +18,7 @@ def test_every_drafter_option_composes(pair: list[str]) -> None:
     ("overrides", "field", "allowed"),
     [
         (["algorithm=ddtree"], "drafter.name='iid'", "ar_marginals, block"),
-        (["drafter=ar_marginals"], "drafter.name='ar_marginals'", "iid"),
+        (["algorithm=gbv", "drafter=ar_marginals"], "drafter.name='ar_marginals'", "iid"),  # token/block take it
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=8"], "algorithm.budget=8", "16..1024"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=2048"], "algorithm.budget=2048", "16..1024"),
         (
