@@ -12,7 +12,7 @@ layers. Seeded; CPU; data and loop are the tiny pair's (jobs/tiny_model_lib.py,
 jobs/train_tiny.py). Ends with the held-out greedy acceptance: the mean number of leading
 block positions whose argmax equals the target's.
 
-    python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 1 thread, --minutes 25
+    python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 3 layers, 3500 steps, 1 thread
     python jobs/train_dflash.py --smoke                              # < 60 s, temp dir
 """
 
@@ -23,8 +23,6 @@ import json
 import math
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -32,43 +30,27 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen3Config
+from transformers import LlamaForCausalLM, Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 import tiny_model_lib as lib
-from train_block_drafter import training_mask
-from train_tiny import load_corpus
+from train_block_drafter import drafter_args, drafter_parser, prepare, save_stats, schedule, training_mask
 
 from speculab.models.dflash import DFlashDraft
 
-TARGET = Path("assets/tiny-pycode/target")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, help="output dir (default assets/tiny-pycode/dflash; a temp dir with --smoke)")
-    p.add_argument("--smoke", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--layers", type=int, default=2, help="draft layers (initialised from the target's last ones)")
+    layers_help = "draft layers (initialised from the target's last ones)"
+    block_help = "block size S: the bonus and S - 1 mask positions"
+    p = drafter_parser(__doc__, "dflash", 3, layers_help, block_help, 3500)
     p.add_argument("--layer-ids", type=int, nargs="+", default=[1, 3, 5], help="target layers whose features it sees")
-    p.add_argument("--block", type=int, default=16, help="block size S: the bonus and S - 1 mask positions")
     p.add_argument("--gamma", type=float, default=7.0, help="loss weight decay over block positions")
-    p.add_argument("--blocks-per-window", type=int, default=12)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--minutes", type=float, default=25.0, help="wall-time budget (0 = steps only)")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--max-file-bytes", type=int, default=300_000)
-    p.add_argument("--heldout-every", type=int, default=50)
     p.add_argument("--heldout-windows", type=int, default=64)
-    args = p.parse_args(argv)
+    args = drafter_args(p, argv, "dflash")
     if args.smoke:
-        args.steps, args.minutes, args.batch, args.seq_len, args.heldout_windows = 6, 0.0, 2, 64, 4
-    if args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="dflash-")) if args.smoke else Path("assets/tiny-pycode/dflash")
+        args.heldout_windows = 4
     return args
 
 
@@ -184,45 +166,20 @@ def save_dflash(draft: DFlashDraft, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    tok = AutoTokenizer.from_pretrained(TARGET)
-    target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
-    for param in target.parameters():
-        param.requires_grad_(False)
-    train_texts, heldout_texts, corpus = load_corpus(
-        argparse.Namespace(max_file_bytes=args.max_file_bytes, heldout_every=args.heldout_every, smoke=args.smoke)
-    )
+    setup = prepare(args)
+    tok, target = setup.tok, setup.target
     draft = DFlashDraft(dflash_config(target, args, tok.pad_token_id))
     picks = init_from_target(draft, target)
     gen = torch.Generator().manual_seed(args.seed)
-    sched = lib.Schedule(
-        args.steps,
-        args.batch,
-        args.seq_len,
-        args.lr,
-        warmup=min(100, args.steps // 10 + 1),
-        max_seconds=args.minutes * 60,
-    )
     loss = dflash_loss(draft, target, args, tok.pad_token_id, gen)
-    stats = lib.run_loop(draft, loss, lib.encode_stream(tok, train_texts), sched, gen, print, "dflash")
-    heldout = lib.encode_stream(tok, heldout_texts)
+    stats = lib.run_loop(draft, loss, lib.encode_stream(tok, setup.train_texts), schedule(args), gen, print, "dflash")
+    heldout = lib.encode_stream(tok, setup.heldout_texts)
     stats["heldout_greedy_accepted"] = heldout_acceptance(draft, target, heldout, args, tok.pad_token_id)
     save_dflash(draft, args.out)
-    stats |= {
-        "layers": args.layers,
-        "init_from_target_layers": picks,
-        "target_layer_ids": args.layer_ids,
-        "block": args.block,
-        "seed": args.seed,
-        "python": corpus["python"],
-        "params": lib.num_params(draft),
-        "wall_min": (time.perf_counter() - start) / 60,
-        "command": "python jobs/train_dflash.py " + " ".join(sys.argv[1:] if argv is None else argv),
-    }
-    (args.out / "train_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    print(f"saved {args.out}: {stats}", flush=True)
+    stats |= {"init_from_target_layers": picks, "target_layer_ids": args.layer_ids}
+    save_stats(
+        setup, args, stats, draft, "python jobs/train_dflash.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    )
 
 
 if __name__ == "__main__":
