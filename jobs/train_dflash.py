@@ -40,7 +40,6 @@ from train_block_drafter import drafter_args, drafter_parser, prepare, save_stat
 from speculab.models.dflash import DFlashDraft
 
 
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     layers_help = "draft layers (initialised from the target's last ones)"
     block_help = "block size S: the bonus and S - 1 mask positions"
