@@ -21,12 +21,13 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_model_lib as lib
@@ -35,18 +36,19 @@ from train_tiny import load_corpus, save_pair
 TARGET = Path("assets/tiny-pycode/target")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, help="output dir (default assets/tiny-pycode/block; a temp dir with --smoke)")
+def drafter_parser(doc: str | None, name: str, layers: int, layers_help: str, block_help: str, steps: int):
+    """The options of a tiny drafter's training (this script's and jobs/train_dflash.py's)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, help=f"output dir (default assets/tiny-pycode/{name}; a temp dir with --smoke)")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--layers", type=int, default=2, help="drafter layers (copied from the target's first ones)")
-    p.add_argument("--block", type=int, default=16, help="mask positions per block (largest L)")
+    p.add_argument("--layers", type=int, default=layers, help=layers_help)
+    p.add_argument("--block", type=int, default=16, help=block_help)
     p.add_argument("--blocks-per-window", type=int, default=12)
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=1300)
+    p.add_argument("--steps", type=int, default=steps)
     p.add_argument(
         "--minutes",
         type=float,
@@ -56,12 +58,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--max-file-bytes", type=int, default=300_000)
     p.add_argument("--heldout-every", type=int, default=50)
+    return p
+
+
+def drafter_args(p: argparse.ArgumentParser, argv: list[str] | None, name: str) -> argparse.Namespace:
+    """Parsed, with --smoke's tiny run and the default output dir applied."""
     args = p.parse_args(argv)
     if args.smoke:
         args.steps, args.minutes, args.batch, args.seq_len = 6, 0.0, 2, 64
     if args.out is None:
-        args.out = Path(tempfile.mkdtemp(prefix="block-")) if args.smoke else Path("assets/tiny-pycode/block")
+        args.out = Path(tempfile.mkdtemp(prefix=f"{name}-")) if args.smoke else Path(f"assets/tiny-pycode/{name}")
     return args
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    layers_help = "drafter layers (copied from the target's first ones)"
+    p = drafter_parser(__doc__, "block", 2, layers_help, "mask positions per block (largest L)", 1300)
+    return drafter_args(p, argv, "block")
 
 
 def block_drafter(target: LlamaForCausalLM, layers: int) -> LlamaForCausalLM:
@@ -115,8 +128,20 @@ def block_loss(
     return fn
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+@dataclass
+class Setup:
+    """What a drafter's training starts from (this script's and jobs/train_dflash.py's)."""
+
+    tok: PreTrainedTokenizerFast
+    target: LlamaForCausalLM  # frozen, fp32
+    train_texts: list[str]
+    heldout_texts: list[str]
+    corpus: dict
+    start: float  # perf_counter at the start
+
+
+def prepare(args: argparse.Namespace) -> Setup:
+    """Threads and seed, the tiny target (frozen) and its tokenizer, the corpus split."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     start = time.perf_counter()
@@ -124,13 +149,14 @@ def main(argv: list[str] | None = None) -> None:
     target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
     for param in target.parameters():
         param.requires_grad_(False)
-    train_texts, _, corpus = load_corpus(
+    train_texts, heldout_texts, corpus = load_corpus(
         argparse.Namespace(max_file_bytes=args.max_file_bytes, heldout_every=args.heldout_every, smoke=args.smoke)
     )
-    stream = lib.encode_stream(tok, train_texts)
-    drafter = block_drafter(target, args.layers)
-    gen = torch.Generator().manual_seed(args.seed)
-    sched = lib.Schedule(
+    return Setup(tok, target, train_texts, heldout_texts, corpus, start)
+
+
+def schedule(args: argparse.Namespace) -> lib.Schedule:
+    return lib.Schedule(
         args.steps,
         args.batch,
         args.seq_len,
@@ -138,11 +164,34 @@ def main(argv: list[str] | None = None) -> None:
         warmup=min(100, args.steps // 10 + 1),
         max_seconds=args.minutes * 60,
     )
+
+
+def save_stats(setup: Setup, args: argparse.Namespace, stats: dict, drafter: torch.nn.Module, command: str) -> None:
+    """train_stats.json beside the weights: the loop's numbers, the run's settings and its command."""
+    stats |= {
+        "layers": args.layers,
+        "block": args.block,
+        "seed": args.seed,
+        "python": setup.corpus["python"],
+        "params": lib.num_params(drafter),
+        "wall_min": (time.perf_counter() - setup.start) / 60,
+        "command": command,
+    }
+    (args.out / "train_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"saved {args.out}: {stats}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    setup = prepare(args)
+    tok, target = setup.tok, setup.target
+    drafter = block_drafter(target, args.layers)
+    gen = torch.Generator().manual_seed(args.seed)
     stats = lib.run_loop(
         drafter,
         block_loss(drafter, target, args, tok.pad_token_id, gen),
-        stream,
-        sched,
+        lib.encode_stream(tok, setup.train_texts),
+        schedule(args),
         gen,
         lambda msg: print(msg, flush=True),
         "block",
@@ -152,17 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "block.json").write_text(
         json.dumps({"mask_token_id": tok.pad_token_id, "block_size": args.block}) + "\n"
     )
-    stats |= {
-        "layers": args.layers,
-        "block": args.block,
-        "seed": args.seed,
-        "python": corpus["python"],
-        "params": lib.num_params(drafter),
-        "wall_min": (time.perf_counter() - start) / 60,
-        "command": "python jobs/train_block_drafter.py " + " ".join(sys.argv[1:] if argv is None else argv),
-    }
-    (args.out / "train_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    print(f"saved {args.out}: {stats}", flush=True)
+    command = "python jobs/train_block_drafter.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    save_stats(setup, args, stats, drafter, command)
 
 
 if __name__ == "__main__":

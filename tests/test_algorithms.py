@@ -99,10 +99,15 @@ def test_decoded_joint_matches_target_chi_square(name: str) -> None:
 
 
 def test_every_algorithm_accepts_registered_drafters_of_its_kind() -> None:
+    """Tree builders take marginals; path algorithms take paths, and the single-path ones (K = 1)
+    also one path drawn from marginals."""
     for spec in ALGORITHMS.values():
         assert spec.drafters and set(spec.drafters) <= set(DRAFTERS)
-        wanted = "marginals" if spec.tree_builder else "paths"
-        assert {DRAFTERS[d].proposes for d in spec.drafters} == {wanted}, spec.name
+        kinds = {DRAFTERS[d].proposes for d in spec.drafters}
+        if spec.tree_builder:
+            assert kinds == {"marginals"}, spec.name
+        else:
+            assert kinds == ({"paths"} if spec.multi_path or spec.carry else {"paths", "marginals"}), spec.name
 
 
 def test_every_algorithm_has_a_reference_and_a_checked_verifier() -> None:

@@ -206,3 +206,50 @@ def test_block_drafter_vocabulary_must_match_the_target(tmp_path: Path) -> None:
         validate(load(["algorithm=ddtree", "drafter=block", f"model.target_path={target}"]))
     line = next(line for line in str(err.value).splitlines() if "vocabularies differ" in line)
     assert line.strip().startswith("drafter.path:") and "target 10 tokens, draft 4096" in line
+
+
+# DFlash drafters against the tiny target (7 layers, hidden 256): (config.json overrides, overrides, field, allowed)
+DFLASH_BAD: list[tuple[dict, list[str], str, str]] = [
+    (
+        {"dflash_config": {"block_size": 16, "mask_token_id": 1}},
+        [],
+        "dflash_config.target_layer_ids=None",
+        "must be a non-empty list of target layer ids",
+    ),
+    (
+        {"dflash_config": {"target_layer_ids": [1, 7], "block_size": 16, "mask_token_id": 1}},
+        [],
+        "dflash_config.target_layer_ids=[1, 7]",
+        "each must be in 0..6 (the target",
+    ),
+    ({"hidden_size": 128}, [], "hidden_size=128", "differs from the target's hidden_size=256"),
+    ({}, ["algorithm.L=16"], "algorithm.L=16", "at most block_size - 1 = 15 tokens"),
+    ({}, ["drafter=iid", "algorithm=block"], "drafter.name='iid'", "it drafts only as drafter=dflash"),
+]
+
+
+@pytest.mark.parametrize(("config", "overrides", "field", "allowed"), DFLASH_BAD, ids=[row[2] for row in DFLASH_BAD])
+def test_bad_dflash_drafters_are_refused_before_weights_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict, overrides: list[str], field: str, allowed: str
+) -> None:
+    from support.models import TINY_PAIR, save_random_dflash
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("weights loaded before validation finished")
+
+    monkeypatch.setattr("speculab.models.dflash.load_dflash", must_not_load)
+    draft = save_random_dflash(tmp_path / "d", TINY_PAIR / "target", [1, 3, 5], block_size=16, **config)
+    paths = [f"model.target_path={TINY_PAIR / 'target'}", f"model.draft_path={draft}"]
+    with pytest.raises(ConfigError) as err:
+        validate(load([*paths, "algorithm=ddtree", "drafter=dflash", *overrides]))
+    assert any(field in line and allowed in line for line in str(err.value).splitlines()), str(err.value)
+
+
+def test_a_dflash_drafter_in_the_published_layout_validates(tmp_path: Path) -> None:
+    from support.models import TINY_PAIR, save_random_dflash
+
+    draft = save_random_dflash(tmp_path / "d", TINY_PAIR / "target", [1, 3, 5], block_size=16)
+    target = f"model.target_path={TINY_PAIR / 'target'}"
+    for overrides in (["algorithm=ddtree"], ["algorithm=token", "algorithm.L=15"], ["algorithm=block"]):
+        validate(load([target, f"model.draft_path={draft}", "drafter=dflash", *overrides]))
+        validate(load([target, f"drafter.path={draft}", "drafter=dflash", *overrides]))  # drafter.path wins

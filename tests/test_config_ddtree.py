@@ -18,7 +18,7 @@ def test_every_drafter_option_composes(pair: list[str]) -> None:
     ("overrides", "field", "allowed"),
     [
         (["algorithm=ddtree"], "drafter.name='iid'", "ar_marginals, block"),
-        (["drafter=ar_marginals"], "drafter.name='ar_marginals'", "iid"),
+        (["algorithm=gbv", "drafter=ar_marginals"], "drafter.name='ar_marginals'", "iid"),  # token/block take it
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=8"], "algorithm.budget=8", "16..1024"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=2048"], "algorithm.budget=2048", "16..1024"),
         (
@@ -60,3 +60,26 @@ def test_ddtree_experiment_runs_inline_on_the_tiny_pair(tree: str) -> None:
     metrics = experiment.run(cfg)
     assert metrics["time_tree_build_s"] > 0 and 1 <= metrics["block_efficiency"] <= 5
     assert metrics["tree_nodes_mean"] <= (33 if tree == "best_first" else 5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["ddtree", "token"])
+def test_dflash_experiment_runs_inline_on_the_tiny_pair(algorithm: str) -> None:
+    cfg = load(
+        [
+            "model=tiny-pycode_dflash",
+            "drafter=dflash",
+            f"algorithm={algorithm}",
+            "algorithm.L=4",
+            "runtime=inline",
+            "tracking=none",
+            "dataset.num_prompts=2",
+            "sampling.max_new_tokens=16",
+            "sampling.temperature=0",
+            "runtime.torch_threads=1",
+            "baseline_hf=false",
+        ]
+    )
+    metrics = experiment.run(cfg)
+    assert metrics["feature_bytes_per_round"] > 0 and metrics["time_feature_s"] > 0
+    assert metrics["accepted_mean"] > 0

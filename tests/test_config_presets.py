@@ -16,7 +16,7 @@ from test_config import CONF, load
 from speculab.config import ConfigError, checkpoint_dir, validate
 from support.hub_configs import HUB_CONFIGS
 
-MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != "tiny-pycode")
+MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if not p.stem.startswith("tiny-pycode"))
 CLUSTERS = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
 # Weights alone need 32.9 GiB (a TP=4 shard of 70B) + 15.0 GiB (the 8B draft beside it) on one 48 GiB A6000.
 REFUSED = {("llama3-70b_8b", "a6000x4"): "does not fit"}
@@ -51,7 +51,8 @@ def test_every_preset_model_is_a_known_architecture() -> None:
 @pytest.mark.parametrize("cluster", CLUSTERS)
 @pytest.mark.parametrize("model", MODELS)
 def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, model: str, cluster: str) -> None:
-    cfg = load([f"model={model}", f"cluster={cluster}"])
+    drafter = ["drafter=dflash", "algorithm=ddtree"] if model.endswith("_dflash") else []
+    cfg = load([f"model={model}", f"cluster={cluster}", *drafter])
     refusal = REFUSED.get((model, cluster))
     if refusal is None:
         validate(cfg)
@@ -64,7 +65,14 @@ def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, mod
     ("overrides", "expected"),
     [
         (
-            ["model=qwen3-coder-30b-a3b_dflash", "cluster=h200x8", "cluster.tp_size=8", "cluster.draft_gpu=0.5"],
+            [
+                "model=qwen3-coder-30b-a3b_dflash",
+                "drafter=dflash",
+                "algorithm=ddtree",
+                "cluster=h200x8",
+                "cluster.tp_size=8",
+                "cluster.draft_gpu=0.5",
+            ],
             "cluster.tp_size=8: must divide the 32 attention heads and 4 KV heads",
         ),
         (["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_gpu=1"], "> cluster.num_gpus=4"),
@@ -92,3 +100,18 @@ def test_a_model_missing_from_the_cache_says_how_to_download(tmp_path: Path, mon
     message = str(err.value)
     assert "model.target_id='Qwen/Qwen3-32B'" in message and "hf download Qwen/Qwen3-32B" in message
     assert "model.draft_path=DIR" in message
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if m.endswith("_dflash")])
+def test_dflash_presets_resolve_to_a_dflash_drafter_fed_by_target_features(hub_cache: Path, model: str) -> None:
+    """The draft role loads the preset's DFlash checkpoint (backend dflash, with the target's dir for its
+    embeddings and head); the target is told the drafter's target_layer_ids. Loading that layout is
+    tested on a random-weight checkpoint (tests/models/test_dflash.py)."""
+    from speculab.experiment import model_specs
+
+    cfg = load([f"model={model}", "drafter=dflash", "algorithm=ddtree"])
+    target, draft = model_specs(cfg)
+    ids = HUB_CONFIGS[str(cfg.model.draft_id)]["dflash_config"]["target_layer_ids"]
+    assert target.feature_layers == tuple(ids) and target.backend == "hf"
+    assert draft.backend == "dflash" and draft.target_path == target.path
+    assert draft.path == str(checkpoint_dir(cfg.model, "draft"))

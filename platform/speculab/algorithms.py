@@ -41,9 +41,12 @@ from speculab.verify.traversal import traversal_verify, traversal_verify_referen
 class DrafterSpec:
     name: str
     proposes: Literal["paths", "marginals"]  # K i.i.d. paths with q, or per-depth marginals q [B, L, V]
-    weights: Literal["model.draft", "drafter.path"]  # the draft model of the pair, or its own checkpoint
+    # the draft model of the pair, its own checkpoint, or its own if `drafter.path` is set, else the pair's
+    weights: Literal["model.draft", "drafter.path", "drafter.path or model.draft"]
     backend: str  # the `LMSpec` backend that loads it ("" = the model's own backend)
     summary: str
+    marker: str = ""  # the file that marks its checkpoint dir (`drafter.path`)
+    target_features: bool = False  # conditioned on the target's hidden features (`dflash_config`)
 
 
 DRAFTERS: dict[str, DrafterSpec] = {
@@ -63,6 +66,17 @@ DRAFTERS: dict[str, DrafterSpec] = {
             "drafter.path",
             "block",
             "a one-pass block drafter conditioned on the context only (one pass for L marginals)",
+            marker="block.json",
+        ),
+        DrafterSpec(
+            "dflash",
+            "marginals",
+            "drafter.path or model.draft",
+            "dflash",
+            "DFlash: a one-pass block drafter conditioned on target hidden features, with the target's "
+            "embeddings and lm_head (the authors' checkpoint layout)",
+            marker="config.json",
+            target_features=True,
         ),
     )
 }
@@ -88,6 +102,8 @@ class AlgorithmSpec:
 
 PATH_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "paths")
 MARGINAL_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "marginals")
+# token and block also verify one path drawn from per-depth marginals (`MarginalPathDrafter`: token j ~ q_j)
+SINGLE_PATH_DRAFTERS = (*PATH_DRAFTERS, *MARGINAL_DRAFTERS)
 
 # spectr's per-node rules: K-SEQ (its own) and the SpecInfer and NSS rules, batched; the
 # optimal-transport solvers of the Global Resolution paper (App. R), row by row.
@@ -98,8 +114,10 @@ SPECTR_NODE_RULES: tuple[str, ...] = (*_BATCHED_NODE_RULES, *OT_RULES)
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
-        AlgorithmSpec("token", "BV paper, Alg. 1", token_verify, token_verify_reference, PATH_DRAFTERS, False),
-        AlgorithmSpec("block", "BV paper, Alg. 2, eq. 3-5", block_verify, block_verify_reference, PATH_DRAFTERS, False),
+        AlgorithmSpec("token", "BV paper, Alg. 1", token_verify, token_verify_reference, SINGLE_PATH_DRAFTERS, False),
+        AlgorithmSpec(
+            "block", "BV paper, Alg. 2, eq. 3-5", block_verify, block_verify_reference, SINGLE_PATH_DRAFTERS, False
+        ),
         AlgorithmSpec(
             "greedy_block",
             "BV paper, App. C, Alg. 4-6",

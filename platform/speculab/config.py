@@ -2,9 +2,10 @@
 
 Hydra composes YAML from conf/ over these dataclasses, so a typo in a key fails at
 composition; a key added with `+key=...` is refused by `unknown_keys`. `validate` then checks
-values and the files a run needs (config.json, tokenizer.json, block.json and the safetensors
-headers, never tensor data), and raises one `ConfigError` naming every bad field and what it
-allows, before any actor starts or any weight loads. Below the CLI, functions take these small
+values and the files a run needs (config.json, tokenizer.json, block.json, a DFlash drafter's
+`dflash_config` against its target, and the safetensors headers, never tensor data), and
+raises one `ConfigError` naming every bad field and what it allows, before any actor starts
+or any weight loads. Below the CLI, functions take these small
 dataclasses or plain values.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -57,8 +58,8 @@ class AlgorithmConfig:
 
 @dataclass
 class DrafterConfig:
-    name: str = "iid"  # iid: K sampled paths (path algorithms); ar_marginals, block: per-depth marginals (ddtree)
-    path: str | None = None  # block: the block drafter's checkpoint dir
+    name: str = "iid"  # iid: K sampled paths; ar_marginals, block, dflash: per-depth marginals (ddtree, token, block)
+    path: str | None = None  # block: its checkpoint dir; dflash: its checkpoint dir (null: the model's draft)
 
 
 @dataclass
@@ -228,9 +229,20 @@ class Checkpoint:
     config: dict[str, Any]
 
 
-def _locate(cfg: Config, role: str, own_weights: bool) -> tuple[str, Path]:
-    """(config key, dir) of the `role` checkpoint; ValueError naming the key when there is none."""
-    if role == "draft" and own_weights:
+def own_weights(cfg: Config) -> bool:
+    """The draft role loads `drafter.path` (a drafter with its own checkpoint), not the pair's draft."""
+    from speculab.algorithms import DRAFTERS
+
+    spec = DRAFTERS.get(cfg.drafter.name)
+    if spec is None or spec.weights == "model.draft":
+        return False
+    return spec.weights == "drafter.path" or cfg.drafter.path is not None
+
+
+def locate(cfg: Config, role: str) -> tuple[str, Path]:
+    """(config key, dir) of the `role` ("target" or "draft") checkpoint a run loads; ValueError
+    naming the key when there is none."""
+    if role == "draft" and own_weights(cfg):
         return "drafter.path", drafter_dir(cfg.drafter)
     key = f"model.{role}_path" if getattr(cfg.model, f"{role}_path") is not None else f"model.{role}_id"
     return key, checkpoint_dir(cfg.model, role)
@@ -254,19 +266,16 @@ def _weight_errors(key: str, path: Path) -> list[str]:
 def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
     """(errors, checkpoint per role found). The draft role's weights are the pair's draft model
     (`model.draft_*`) or, for a drafter with its own checkpoint, `drafter.path`."""
-    from speculab.algorithms import DRAFTERS
-
     model = cfg.model
     errors: list[str] = []
     _choice(errors, "model.backend", model.backend, BACKENDS)
     _choice(errors, "model.dtype", model.dtype, DTYPES)
     _choice(errors, "model.device", model.device, DEVICES)
-    own_weights = cfg.drafter.name in DRAFTERS and DRAFTERS[cfg.drafter.name].weights == "drafter.path"
     found: dict[str, Checkpoint] = {}
     vocab: dict[str, tuple[int, Any]] = {}
     for role in ("target", "draft"):
         try:
-            key, path = _locate(cfg, role, own_weights)
+            key, path = locate(cfg, role)
         except ValueError as err:
             errors.append(str(err))
             continue
@@ -276,7 +285,7 @@ def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
         except ValueError as err:
             errors.append(f"{key}: {err}")
         errors += _weight_errors(key, path)
-    if len(vocab) == 2 and vocab["target"] != vocab["draft"]:
+    if len(vocab) == 2 and _vocabularies_differ(vocab["target"], vocab["draft"]):
         errors.append(
             f"{found['draft'].key}: draft and target vocabularies differ "
             f"(target {vocab['target'][0]} tokens, draft {vocab['draft'][0]}); "
@@ -286,10 +295,53 @@ def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
 
 
 def drafter_dir(cfg: DrafterConfig) -> Path:
-    """The checkpoint dir of a drafter with its own weights (`drafter.path`, holding block.json)."""
-    if not (cfg.path and (resolve_path(cfg.path) / "block.json").is_file()):
-        raise ValueError(f"drafter.path={cfg.path!r}: no block drafter there (expected a directory with block.json)")
+    """The checkpoint dir of a drafter with its own weights (`drafter.path`, holding its marker file:
+    block.json for `block`, config.json for `dflash`)."""
+    from speculab.algorithms import DRAFTERS
+
+    marker = DRAFTERS[cfg.name].marker
+    if not (cfg.path and (resolve_path(cfg.path) / marker).is_file()):
+        raise ValueError(f"drafter.path={cfg.path!r}: no {cfg.name} drafter there (expected a directory with {marker})")
     return resolve_path(cfg.path)
+
+
+def _int_list(value: Any) -> bool:
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )
+
+
+def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint) -> list[str]:
+    """A DFlash drafter's config.json against its target's: `dflash_config` {target_layer_ids,
+    block_size, mask_token_id}, layer ids below the target's layer count, one hidden size, and
+    algorithm.L below the block size (the block holds the bonus and block_size - 1 drafts)."""
+    where = f"{draft.key}: {draft.path / 'config.json'}"
+    spec = draft.config.get("dflash_config")
+    if not isinstance(spec, dict):
+        return [f"{where} has no dflash_config: not a DFlash drafter checkpoint"]
+    errors = []
+    layers = target.config.get("num_hidden_layers")
+    ids = spec.get("target_layer_ids")
+    if not _int_list(ids):
+        errors.append(f"{where}: dflash_config.target_layer_ids={ids!r}: must be a non-empty list of target layer ids")
+    elif isinstance(layers, int) and not all(0 <= i < layers for i in cast(list[int], ids)):
+        errors.append(
+            f"{where}: dflash_config.target_layer_ids={ids}: each must be in 0..{layers - 1} "
+            f"(the target {target.path} has num_hidden_layers={layers})"
+        )
+    for key in ("block_size", "mask_token_id"):
+        if not isinstance(spec.get(key), int):
+            errors.append(f"{where}: dflash_config.{key}={spec.get(key)!r}: must be an integer")
+    if isinstance(size := spec.get("block_size"), int) and not 1 <= L <= size - 1:
+        errors.append(f"algorithm.L={L}: the DFlash drafter drafts at most block_size - 1 = {size - 1} tokens")
+    if draft.config.get("hidden_size") != target.config.get("hidden_size"):
+        errors.append(
+            f"{where}: hidden_size={draft.config.get('hidden_size')!r} differs from the target's "
+            f"hidden_size={target.config.get('hidden_size')!r}: DFlash uses the target's embeddings and lm_head"
+        )
+    if draft.config.get("model_type") != "qwen3":
+        errors.append(f"{where}: model_type={draft.config.get('model_type')!r}: must be qwen3 (DFlash layers)")
+    return errors
 
 
 def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
@@ -378,6 +430,12 @@ def _context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:
     ]
 
 
+def _vocabularies_differ(target: tuple[int, Any], draft: tuple[int, Any]) -> bool:
+    """Sizes differ, or both dirs hold a tokenizer.json and their vocabularies differ (a DFlash
+    checkpoint ships none: it reads the target's tokens)."""
+    return target[0] != draft[0] or (target[1] is not None and draft[1] is not None and target[1] != draft[1])
+
+
 def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
     """(vocab_size from config.json, tokenizer.json's vocabulary if present): reads no weights."""
     size = checkpoint.config.get("vocab_size", -1)
@@ -427,6 +485,15 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         errors += _tree_key_errors(algorithm, "/".join(name for name, s in ALGORITHMS.items() if s.tree_builder))
     if "draft" in found:
         errors += _block_size_errors(algorithm.L, found["draft"])
+    conditioned = drafter.name in DRAFTERS and DRAFTERS[drafter.name].target_features
+    if len(found) == 2 and conditioned:
+        errors += dflash_errors(algorithm.L, found["draft"], found["target"])
+    elif "draft" in found and "dflash_config" in found["draft"].config:
+        takers = ", ".join(name for name, d in DRAFTERS.items() if d.target_features)
+        errors.append(
+            f"drafter.name={drafter.name!r}: {found['draft'].key} is a DFlash checkpoint (dflash_config); "
+            f"it drafts only as drafter={takers}"
+        )
     return errors
 
 

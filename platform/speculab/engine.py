@@ -21,19 +21,24 @@ from speculab.drafting.sampling import SamplingParams, sample
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.verify.verdict import Verdict
 
+# Target features (DFlash): what `TargetModel.prefill`/`commit` return and `Drafter.prefill`/`commit`
+# take: hidden features [B, T, n * hidden] of the tokens just committed, None when the drafter needs
+# none, or on Ray an ObjectRef to them that the engine passes on unread.
+Features = Any
+
 
 class TargetModel(Protocol):
-    def prefill(self, contexts: list[list[int]]) -> None: ...
+    def prefill(self, contexts: list[list[int]]) -> Features: ...
     def score(self, tree: DraftTree, temperature: float) -> torch.Tensor: ...  # p [B, N, V]
-    def commit(self, accepted_nodes: torch.Tensor) -> None: ...  # [B, M]
+    def commit(self, accepted_nodes: torch.Tensor) -> Features: ...  # [B, M]
     def retain(self, rows: torch.Tensor) -> None: ...
     def kv_bytes(self) -> int: ...
 
 
 class Drafter(Protocol):
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None: ...
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None) -> None: ...
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal: ...
-    def commit(self, emitted: list[list[int]]) -> None: ...
+    def commit(self, emitted: list[list[int]], features: Features = None) -> None: ...
     def retain(self, rows: torch.Tensor) -> None: ...
     def kv_bytes(self) -> int: ...
 
@@ -70,6 +75,8 @@ class RoundRecord:
     kv_target_bytes: int  # peak since this batch's prefill
     kv_draft_bytes: int
     time_paired_s: float = 0.0  # the paired check, outside the four phases and the run's wall time
+    feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
+    time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
 
 
 @dataclass
@@ -154,10 +161,13 @@ def decode(
     for first in range(0, len(prompts), settings.batch_size):
         batch = records[first : first + settings.batch_size]
         with clock.phase("prefill_target"):
-            target.prefill([prompts[r.index][:-1] for r in batch])
+            features = target.prefill([prompts[r.index][:-1] for r in batch])
         with clock.phase("prefill_draft"):
             drafter.prefill(
-                [prompts[r.index][:-1] for r in batch], [prompts[r.index][-1] for r in batch], settings.seed + first
+                [prompts[r.index][:-1] for r in batch],
+                [prompts[r.index][-1] for r in batch],
+                settings.seed + first,
+                features=features,
             )
         carry = None
         while batch:
@@ -203,9 +213,9 @@ def _round(
         with clock.phase("paired"):
             paired(*drafts)
     with clock.phase("target"):
-        target.commit(accepted_nodes(proposal.tree, verdict))
+        features = target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
-        drafter.commit(emitted)
+        drafter.commit(emitted, features=features)
     taus = (verdict.num_tokens - 1).tolist()
     kept = []
     for record, tokens, tau in zip(batch, emitted, taus):
@@ -235,6 +245,8 @@ def _round(
             kv_target_bytes=target.kv_bytes(),
             kv_draft_bytes=drafter.kv_bytes(),
             time_paired_s=paired_s,
+            feature_bytes=proposal.feature_bytes,
+            time_feature_s=proposal.feature_s,
         )
     )
     return [batch[i] for i in live], carry
@@ -246,7 +258,7 @@ class RootOnlyDrafter:
     def __init__(self) -> None:
         self.roots: list[int] = []
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None:
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None) -> None:
         self.roots = list(roots)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
@@ -255,7 +267,7 @@ class RootOnlyDrafter:
             DraftTree.from_paths(torch.tensor(self.roots), paths), paths, torch.empty(len(self.roots), 1, 0, 0)
         )
 
-    def commit(self, emitted: list[list[int]]) -> None:
+    def commit(self, emitted: list[list[int]], features: Features = None) -> None:
         self.roots = [row[-1] for row in emitted]
 
     def retain(self, rows: torch.Tensor) -> None:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TypedDict, cast
 
 import matplotlib.pyplot as plt
+import torch
 from rich.console import Console
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.config import Config, checkpoint_dir, drafter_dir, validate
+from speculab.config import Config, checkpoint_dir, locate, read_json, validate
 from speculab.data import encode_prompt, load_prompts
-from speculab.drafting.ddtree import TreeDrafter, tree_builder
+from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import (
     DecodeSettings,
@@ -72,11 +74,16 @@ def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
         backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads
     )
     drafter = DRAFTERS[cfg.drafter.name]
-    if drafter.weights == "drafter.path":
-        draft = LMSpec(**(common | {"backend": drafter.backend}), path=str(drafter_dir(cfg.drafter)))
-    else:
-        draft = LMSpec(path=str(checkpoint_dir(model, "draft")), **common)
-    return LMSpec(path=str(checkpoint_dir(model, "target")), tp_size=cfg.cluster.tp_size, **common), draft
+    target_path = str(checkpoint_dir(model, "target"))
+    draft_path = str(locate(cfg, "draft")[1])
+    features: tuple[int, ...] = ()
+    if drafter.target_features:  # the target returns what the drafter is conditioned on
+        features = tuple(read_json(Path(draft_path) / "config.json")["dflash_config"]["target_layer_ids"])
+    draft = LMSpec(**(common | {"backend": drafter.backend or model.backend}), path=draft_path)
+    if drafter.target_features:
+        draft = replace(draft, target_path=target_path)
+    target = LMSpec(path=target_path, tp_size=cfg.cluster.tp_size, feature_layers=features, **common)
+    return target, draft
 
 
 def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
@@ -173,6 +180,8 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
     drafter = draft_model
     if get_algorithm(cfg.algorithm.name).tree_builder:  # the drafter's marginals become one tree per prompt
         drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
+    elif DRAFTERS[cfg.drafter.name].proposes == "marginals":  # one path drawn from them (token, block)
+        drafter = MarginalPathDrafter(draft_model, torch.Generator())
     warm_up(target, drafter, verifier, encoded[0], settings)
     paired = paired_comparison(cfg)
     finished: list[PromptRecord] = []

@@ -1,8 +1,8 @@
 """config.json contents of the preset models (architecture keys only), for fake checkpoints.
 
 Figures from the models' published config.json files. The DFlash drafters' shapes are
-assumptions (Qwen3-style, target width, 5 layers): their remote-code configs were not
-checked, and the tests only need them to be plausible.
+assumptions (Qwen3-style, target width, 5 layers, block 16, five target layers spread from
+layer 1): the tests only need them plausible and in the authors' layout (`dflash_config`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,13 @@ def qwen3(hidden: int, intermediate: int, layers: int, heads: int, kv_heads: int
         tie_word_embeddings=tied,
         max_position_embeddings=40960,
     )
+
+
+def dflash(base: dict[str, Any], target_layers: int) -> dict[str, Any]:
+    """A DFlash drafter's config.json: a Qwen3 config plus `dflash_config` and `num_target_layers`."""
+    ids = [1 + i * (target_layers - 4) // 4 for i in range(5)]
+    spec = {"target_layer_ids": ids, "block_size": 16, "mask_token_id": 151669}
+    return base | {"dflash_config": spec, "num_target_layers": target_layers}
 
 
 def opt(hidden: int, ffn: int, layers: int, heads: int, project: int, norm_before: bool = True) -> dict[str, Any]:
@@ -77,9 +84,9 @@ HUB_CONFIGS: dict[str, dict[str, Any]] = {
     "Qwen/Qwen3-4B": qwen3(2560, 9728, 36, 32, 8, tied=True),
     "Qwen/Qwen3-8B": qwen3(4096, 12288, 36, 32, 8, tied=False),
     "Qwen/Qwen3-Coder-30B-A3B-Instruct": QWEN3_CODER_30B_A3B,
-    "z-lab/Qwen3-4B-DFlash-b16": qwen3(2560, 9728, 5, 32, 8, tied=True),
-    "z-lab/Qwen3-8B-DFlash-b16": qwen3(4096, 12288, 5, 32, 8, tied=True),
-    "z-lab/Qwen3-Coder-30B-A3B-DFlash": qwen3(2048, 6144, 5, 32, 4, tied=True),
+    "z-lab/Qwen3-4B-DFlash-b16": dflash(qwen3(2560, 9728, 5, 32, 8, tied=True), 36),
+    "z-lab/Qwen3-8B-DFlash-b16": dflash(qwen3(4096, 12288, 5, 32, 8, tied=True), 36),
+    "z-lab/Qwen3-Coder-30B-A3B-DFlash": dflash(qwen3(2048, 6144, 5, 32, 4, tied=True), 48),
     "facebook/opt-6.7b": opt(4096, 16384, 32, 32, 4096),
     "facebook/opt-350m": opt(1024, 4096, 24, 16, 512, norm_before=False),
     "facebook/opt-125m": opt(768, 3072, 12, 12, 768),

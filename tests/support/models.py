@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -36,4 +37,75 @@ def save_random_llama(path: Path, layers: int, hidden: int, vocab: int = VOCAB, 
     )
     LlamaForCausalLM(config).save_pretrained(path)
     char_tokenizer().save_pretrained(path)
+    return path
+
+
+def dflash_tensor_shapes(hidden: int, ffn: int, heads: int, kv_heads: int, head_dim: int, layers: int, n_ids: int):
+    """{key: shape} of a DFlash checkpoint, in the authors' published layout (no embedding, no head)."""
+    shapes = {"fc.weight": (hidden, n_ids * hidden), "hidden_norm.weight": (hidden,), "norm.weight": (hidden,)}
+    for i in range(layers):
+        p = f"layers.{i}."
+        shapes |= {
+            p + "self_attn.q_proj.weight": (heads * head_dim, hidden),
+            p + "self_attn.k_proj.weight": (kv_heads * head_dim, hidden),
+            p + "self_attn.v_proj.weight": (kv_heads * head_dim, hidden),
+            p + "self_attn.o_proj.weight": (hidden, heads * head_dim),
+            p + "self_attn.q_norm.weight": (head_dim,),
+            p + "self_attn.k_norm.weight": (head_dim,),
+            p + "mlp.gate_proj.weight": (ffn, hidden),
+            p + "mlp.up_proj.weight": (ffn, hidden),
+            p + "mlp.down_proj.weight": (hidden, ffn),
+            p + "input_layernorm.weight": (hidden,),
+            p + "post_attention_layernorm.weight": (hidden,),
+        }
+    return shapes
+
+
+def save_random_dflash(
+    path: Path,
+    target: Path,
+    layer_ids: list[int],
+    block_size: int = 8,
+    layers: int = 2,
+    seed: int = 0,
+    **config: object,
+) -> Path:
+    """A random-weight DFlash drafter for the Llama checkpoint `target`, written tensor by tensor in the
+    published layout (config.json with dflash_config; safetensors keys as the authors name them).
+    `config` overrides config.json keys (None removes one)."""
+    from safetensors.torch import save_file
+
+    t = json.loads((target / "config.json").read_text())
+    head_dim = t.get("head_dim") or t["hidden_size"] // t["num_attention_heads"]
+    gen = torch.Generator().manual_seed(seed)
+    shapes = dflash_tensor_shapes(
+        t["hidden_size"], 96, t["num_attention_heads"], t["num_key_value_heads"], head_dim, layers, len(layer_ids)
+    )
+    tensors = {
+        key: (1 + 0.1 * torch.randn(shape, generator=gen))
+        if len(shape) == 1
+        else 0.08 * torch.randn(shape, generator=gen)
+        for key, shape in shapes.items()
+    }
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / "model.safetensors"))
+    body = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "hidden_size": t["hidden_size"],
+        "intermediate_size": 96,
+        "num_hidden_layers": layers,
+        "num_attention_heads": t["num_attention_heads"],
+        "num_key_value_heads": t["num_key_value_heads"],
+        "head_dim": head_dim,
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "vocab_size": t["vocab_size"],
+        "max_position_embeddings": t["max_position_embeddings"],
+        "tie_word_embeddings": False,
+        "num_target_layers": t["num_hidden_layers"],
+        "dflash_config": {"target_layer_ids": layer_ids, "block_size": block_size, "mask_token_id": 0},
+    }
+    body = {key: value for key, value in (body | config).items() if value is not None}
+    (path / "config.json").write_text(json.dumps(body))
     return path

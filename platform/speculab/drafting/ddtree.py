@@ -4,35 +4,45 @@
 draft role of `speculab.models`, in-process or a Ray actor proxy): the source returns q
 [B, L, V] for the next L positions after its pending bonus token, and a tree builder (the
 best-first DDTree of B nodes, or the single-chain baseline) turns them into a `Proposal`
-without i.i.d. paths, which the engine verifies with the walk. `greedy_marginals` is the
-`ar_marginals` source: an autoregressive draft rolled out greedily, one distribution per
-depth (L passes). Knows no model backend.
+without i.i.d. paths, which the engine verifies with the walk. `MarginalPathDrafter` turns
+the same marginals into one drafted path for the path algorithms (token, block): the token
+at depth j is drawn from q_j itself (argmax at T = 0), so q is exactly what produced the
+draft and verification stays lossless. `greedy_marginals` is the `ar_marginals` source: an
+autoregressive draft rolled out greedily, one distribution per depth (L passes). Target
+features (DFlash) pass through to the source untouched. Knows no model backend.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
 from speculab.drafting.best_first import best_first_tree, chain_tree
 from speculab.drafting.iid import ForestLM, step_nodes
-from speculab.drafting.sampling import SamplingParams, tempered_probs
+from speculab.drafting.sampling import SamplingParams, sample, tempered_probs, truncate_probs
 from speculab.drafting.tree import DraftTree, Proposal
 
 TREES = ("best_first", "chain")
 TreeBuilder = Callable[[torch.Tensor, torch.Tensor], DraftTree]  # (q [B, L, V], root [B]) -> tree
 
 
+@dataclass(frozen=True)
+class Marginals:
+    root: torch.Tensor  # [B] the pending bonus token of every row
+    q: torch.Tensor  # [B, L, V] the drafter's distribution at each depth after the root
+    feature_bytes: int = 0  # target features absorbed for this draft (DFlash), bytes
+    feature_s: float = 0.0  # seconds absorbing them (projection, context keys and values)
+
+
 class MarginalSource(Protocol):
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None: ...
-    def marginals(
-        self, length: int, temperature: float
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...  # root [B], q [B, L, V]
-    def commit(self, emitted: list[list[int]]) -> None: ...
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None: ...
+    def marginals(self, length: int, temperature: float) -> Marginals: ...
+    def commit(self, emitted: list[list[int]], features: Any = None) -> None: ...
     def retain(self, rows: torch.Tensor) -> None: ...
     def kv_bytes(self) -> int: ...
 
@@ -63,27 +73,53 @@ def greedy_marginals(lm: ForestLM, root_logits: torch.Tensor, length: int, tempe
     return torch.stack(qs, dim=1)
 
 
-class TreeDrafter:
-    """Drafter protocol: marginals from `source`, then one tree per prompt from `build`."""
+class MarginalDrafter:
+    """What both drafters over a marginal source share: prefill, commit, retain pass through."""
 
-    def __init__(self, source: MarginalSource, build: TreeBuilder) -> None:
+    def __init__(self, source: MarginalSource) -> None:
         self.source = source
-        self.build = build
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None:
-        self.source.prefill(contexts, roots, seed)
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None:
+        self.source.prefill(contexts, roots, seed, features=features)
 
-    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
-        root, q = self.source.marginals(length, marginal_temperature(sampling.temperature))
-        start = time.perf_counter()
-        tree = self.build(q, root)
-        return Proposal(tree, None, None, time.perf_counter() - start)
-
-    def commit(self, emitted: list[list[int]]) -> None:
-        self.source.commit(emitted)
+    def commit(self, emitted: list[list[int]], features: Any = None) -> None:
+        self.source.commit(emitted, features=features)
 
     def retain(self, rows: torch.Tensor) -> None:
         self.source.retain(rows)
 
     def kv_bytes(self) -> int:
         return self.source.kv_bytes()
+
+
+class TreeDrafter(MarginalDrafter):
+    """Drafter protocol: marginals from `source`, then one tree per prompt from `build`."""
+
+    def __init__(self, source: MarginalSource, build: TreeBuilder) -> None:
+        super().__init__(source)
+        self.build = build
+
+    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
+        m = self.source.marginals(length, marginal_temperature(sampling.temperature))
+        start = time.perf_counter()
+        tree = self.build(m.q, m.root)
+        return Proposal(tree, None, None, time.perf_counter() - start, m.feature_bytes, m.feature_s)
+
+
+class MarginalPathDrafter(MarginalDrafter):
+    """Drafter protocol for the path algorithms: one path, token j drawn from q_j (K = 1)."""
+
+    def __init__(self, source: MarginalSource, rng: torch.Generator) -> None:
+        super().__init__(source)
+        self.rng = rng
+
+    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None:
+        self.rng.manual_seed(seed)
+        super().prefill(contexts, roots, seed, features)
+
+    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
+        m = self.source.marginals(length, sampling.temperature)  # one-hot at T = 0
+        q = truncate_probs(m.q, sampling.top_k, sampling.top_p)  # [B, L, V]
+        path = sample(q, 1, self.rng).transpose(1, 2)  # [B, 1, L]
+        tree = DraftTree.from_paths(m.root, path)
+        return Proposal(tree, path, q[:, None], 0.0, m.feature_bytes, m.feature_s)

@@ -122,3 +122,5 @@ class Proposal:
     paths: torch.Tensor | None  # [B, K, L] int64 drafted tokens; None: a deterministic tree (DDTree)
     q: torch.Tensor | None  # [B, K, L, V] draft probs that produced each drafted token; None with paths
     build_s: float = 0.0  # seconds spent building a deterministic tree from marginals
+    feature_bytes: int = 0  # target features the drafter absorbed for this proposal (DFlash)
+    feature_s: float = 0.0  # seconds it spent absorbing them

@@ -6,6 +6,9 @@ accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, 
 paths being drafted) form a forest after the committed slots; one forward pass extends it
 with explicit position ids and a causal mask (chains) or a 4-D additive tree mask, and
 `commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest.
+Given `feature_layers`, it also keeps every forest node's hidden states at those layers
+(transformers' `hidden_states[id + 1]`, concatenated) and `commit` leaves the kept nodes' ones
+in `features`: what a DFlash drafter is conditioned on. Without them nothing is captured.
 The target and drafter roles (`models.roles`) drive it.
 Loading happens here; what to load and how to validate it is the config's business.
 """
@@ -56,11 +59,12 @@ LEAN_MODEL_TYPES = frozenset({"llama"})
 class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, feature_layers: tuple[int, ...] = ()) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.lean = lean_stack(model)  # None: a non-Llama or tensor-parallel model runs its own modules
+        self.feature_layers = feature_layers
         self.reset(0)
 
     def reset(self, batch_size: int) -> None:
@@ -68,6 +72,8 @@ class TreeLM:
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
         self.forest: DraftTree | None = None  # uncommitted nodes, slots [committed, S)
+        self.forest_features: torch.Tensor | None = None  # [B, F, n * hidden] at feature_layers
+        self.features: torch.Tensor | None = None  # [B, M, n * hidden] of the nodes the last commit kept
         self.peak_bytes = 0  # largest cache footprint since reset
 
     @property
@@ -93,7 +99,10 @@ class TreeLM:
         N = nodes.tokens.shape[1]
         # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there.
         mask = causal_mask(slot_valid, N) if forest.is_chain() else self._tree_mask(forest, N)
-        logits = self._forward(nodes.tokens, mask, self.context_len[:, None] + nodes.depth, last_only)
+        logits, features = self._forward(nodes.tokens, mask, self.context_len[:, None] + nodes.depth, last_only)
+        if features is not None:
+            old = self.forest_features if self.forest is not None else None
+            self.forest_features = features if old is None else torch.cat([old, features], dim=1)
         self.forest = forest
         self.slot_valid = slot_valid
         self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
@@ -101,24 +110,29 @@ class TreeLM:
 
     def _forward(
         self, tokens: torch.Tensor, mask: torch.Tensor | None, position_ids: torch.Tensor, last_only: bool
-    ) -> torch.Tensor:
-        """logits of tokens [B, N] after the cache; mask [B, 1, N, S + N] or None (attend to all)."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits, features [B, N, n * hidden] or None) of tokens [B, N] after the cache; mask
+        [B, 1, N, S + N] or None (attend to all)."""
         if self.model.config.model_type not in LEAN_MODEL_TYPES:
-            return self.model(
+            out = self.model(
                 input_ids=tokens,
                 attention_mask=mask,
                 position_ids=position_ids,
                 past_key_values=self.cache,
                 use_cache=True,
                 logits_to_keep=1 if last_only else 0,
-            ).logits
+                output_hidden_states=bool(self.feature_layers),
+            )
+            return out.logits, self._features(out.hidden_states)
         # The model's own weights, without transformers' per-call wrappers and module calls
         # (models/lean_llama.py): a fifth of a tiny model's step; the logits are the same.
         decoder = self.model.model
         hidden = decoder.embed_tokens(tokens)
         cos, sin = decoder.rotary_emb(hidden, position_ids)
+        states = [hidden]  # transformers' hidden_states: the embeddings, then each layer's output
+        outputs = states if self.feature_layers else None
         if self.lean is not None:
-            hidden = lean_layers(self.lean, hidden, cos, sin, mask, self.cache)
+            hidden = lean_layers(self.lean, hidden, cos, sin, mask, self.cache, outputs)
         else:
             for layer in decoder.layers:
                 hidden = layer(
@@ -129,7 +143,18 @@ class TreeLM:
                     use_cache=True,
                     position_embeddings=(cos, sin),
                 )
-        return self.model.lm_head(decoder.norm(hidden[:, -1:] if last_only else hidden))
+                if outputs is not None:
+                    outputs.append(hidden)
+        logits = self.model.lm_head(decoder.norm(hidden[:, -1:] if last_only else hidden))
+        if self.feature_layers:
+            states[-1] = decoder.norm(hidden)  # transformers reports the last layer after the final norm
+        return logits, self._features(states)
+
+    def _features(self, states: tuple[torch.Tensor, ...] | list[torch.Tensor] | None) -> torch.Tensor | None:
+        """[B, N, n * hidden]: hidden_states[id + 1] of every feature layer, concatenated (None: none asked)."""
+        if not self.feature_layers or states is None:
+            return None
+        return torch.cat([states[i + 1] for i in self.feature_layers], dim=-1)
 
     @torch.inference_mode()
     def commit(self, keep: torch.Tensor) -> None:
@@ -139,6 +164,10 @@ class TreeLM:
         M = keep.shape[1]
         kept = keep.clamp(min=0)
         valid = (keep >= 0) & self.slot_valid[:, self.committed :].gather(1, kept)  # [B, M]
+        if self.forest_features is not None:
+            self.features = self.forest_features.gather(
+                1, kept[..., None].expand(-1, -1, self.forest_features.shape[2])
+            )
         if bool(((keep == torch.arange(M, device=self.device)) | (keep < 0)).all()):
             # Every row keeps a prefix of the forest (holes at -1): crop, as transformers' cache does.
             self._crop(self.committed + M)
@@ -147,6 +176,7 @@ class TreeLM:
         self.slot_valid = torch.cat([self.slot_valid[:, : self.committed], valid], dim=1)
         self.committed += M
         self.forest = None
+        self.forest_features = None
         if int(self.slot_valid.sum(dim=1).max()) < self.slot_valid.shape[1] * 3 // 4:
             self._repack()
 

@@ -2,17 +2,21 @@
 
 `TreeTarget` and `DraftModel` implement the engine's `TargetModel` and `Drafter` protocols (docs/architecture.md).
 They build their decoder from an `LMSpec` inside the process that owns them, so a Ray actor
-wrapping either one loads weights on its own side and ships only tokens and probabilities.
+wrapping either one loads weights on its own side and ships only tokens and probabilities,
+and, for a drafter conditioned on the target (DFlash), the target's hidden features of the
+tokens it commits: `TreeTarget.prefill`/`commit` return them ([B, T, n * hidden]) when its
+spec names `feature_layers`, and `DraftModel.prefill`/`commit` take them.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from speculab.drafting.ddtree import greedy_marginals
+from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from speculab.baselines import BaselineResult
     from speculab.engine import DecodeSettings
     from speculab.models.block import BlockLM
+    from speculab.models.dflash import DFlashLM
 
 
 class DecoderLM(Protocol):
@@ -35,7 +40,8 @@ class DecoderLM(Protocol):
 
 @dataclass(frozen=True)
 class LMSpec:
-    """What to load: `hf` (a local transformers checkpoint), `block` (a block drafter) or `toy` (a bigram table)."""
+    """What to load: `hf` (a local transformers checkpoint), `block` (a block drafter), `dflash` (a DFlash
+    drafter, with the target's embeddings and head from `target_path`) or `toy` (a bigram table)."""
 
     backend: str
     path: str = ""
@@ -44,9 +50,11 @@ class LMSpec:
     threads: int = 0  # torch CPU threads in the owning process; 0 = leave as is
     tp_size: int = 1  # > 1: this process holds one AutoTP shard (its TP world must exist already)
     table: torch.Tensor | None = field(default=None, compare=False)  # toy: [V, V]
+    feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
+    target_path: str = ""  # dflash: the target checkpoint whose input embeddings and lm_head it uses
 
 
-def build_lm(spec: LMSpec) -> DecoderLM | BlockLM:
+def build_lm(spec: LMSpec) -> DecoderLM | BlockLM | DFlashLM:
     if spec.threads:
         torch.set_num_threads(spec.threads)
     if spec.backend == "hf":
@@ -55,8 +63,11 @@ def build_lm(spec: LMSpec) -> DecoderLM | BlockLM:
         if spec.tp_size > 1:
             from speculab.models.tp import load_tp_causal_lm
 
-            return TreeLM(load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size))
-        return TreeLM(load_causal_lm(spec.path, spec.dtype, spec.device))
+            model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size)
+            return TreeLM(model, spec.feature_layers)
+        return TreeLM(load_causal_lm(spec.path, spec.dtype, spec.device), spec.feature_layers)
+    if spec.feature_layers:
+        raise ValueError(f"target features need a transformers target (backend hf); got {spec.backend!r}")
     if spec.backend == "toy":
         from speculab.models.toy import BigramLM
 
@@ -66,7 +77,11 @@ def build_lm(spec: LMSpec) -> DecoderLM | BlockLM:
         from speculab.models.block import BlockLM
 
         return BlockLM(spec.path, spec.dtype, spec.device)
-    raise ValueError(f"model backend must be one of hf, toy, block; got {spec.backend!r}")
+    if spec.backend == "dflash":
+        from speculab.models.dflash import DFlashLM
+
+        return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device)
+    raise ValueError(f"model backend must be one of hf, toy, block, dflash; got {spec.backend!r}")
 
 
 class TreeTarget:
@@ -77,19 +92,29 @@ class TreeTarget:
         assert not hasattr(lm, "block_marginals"), "a block drafter cannot score trees"
         self.lm = lm
 
-    def prefill(self, contexts: list[list[int]]) -> None:
-        """Process each prompt but its last token (the first round's root)."""
+    def prefill(self, contexts: list[list[int]]) -> torch.Tensor | None:
+        """Process each prompt but its last token (the first round's root); the features of those
+        tokens [B, T, n * hidden] (right-aligned like the contexts), or None without feature layers."""
         self.lm.reset(len(contexts))
-        if any(contexts):
-            self.lm.feed(contexts)
+        if not any(contexts):
+            return None
+        self.lm.feed(contexts)
+        return self._features()
 
     def score(self, tree: DraftTree, temperature: float) -> torch.Tensor:
         """Target probabilities p [B, N, V] at every node, in one forward pass."""
         return tempered_probs(self.lm.extend(tree), temperature)
 
-    def commit(self, accepted_nodes: torch.Tensor) -> None:
-        """accepted_nodes [B, M]: tree nodes to keep, root first, -1 padded."""
+    def commit(self, accepted_nodes: torch.Tensor) -> torch.Tensor | None:
+        """accepted_nodes [B, M]: tree nodes to keep, root first, -1 padded. Returns their features
+        [B, M', n * hidden] from the tree-scoring pass (left-aligned), or None without feature layers."""
         self.lm.commit(accepted_nodes)
+        return self._features()
+
+    def _features(self) -> torch.Tensor | None:
+        """The kept nodes' features of the last commit, on the CPU (what crosses to the drafter)."""
+        features = getattr(self.lm, "features", None)
+        return None if features is None else features.cpu()
 
     def retain(self, rows: torch.Tensor) -> None:
         self.lm.retain(rows)
@@ -109,58 +134,94 @@ class TreeTarget:
         return generate(model, prompts, settings)
 
 
+def aligned_valid(lengths: list[int], width: int, right: bool = False) -> torch.Tensor:
+    """valid [B, width]: each row's first (or, right-aligned, last) lengths[b] columns."""
+    cols = torch.arange(width)[None, :]
+    counts = torch.tensor(lengths)[:, None]
+    return cols >= width - counts if right else cols < counts
+
+
 class DraftModel:
     """Drafter: K i.i.d. paths of length L per prompt from an autoregressive draft model.
 
     Tokens committed since the last round (accepted tokens, then the extra token) are fed at
-    the start of the next proposal, in the same pass that yields the first draft step.
+    the start of the next proposal, in the same pass that yields the first draft step. A
+    drafter conditioned on the target (DFlash) reads no tokens but the bonus: it takes the
+    target's features of the committed tokens instead, absorbing a round's at the next proposal.
     """
 
     def __init__(self, spec: LMSpec) -> None:
         self.lm = build_lm(spec)
         self.pending: list[list[int]] = []
+        self.pending_features: tuple[torch.Tensor, torch.Tensor] | None = None  # features [B, T, F], valid [B, T]
         self.rng = torch.Generator(device=spec.device)
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int) -> None:
-        """Process each prompt but its last token; the roots wait for the first proposal."""
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: torch.Tensor | None = None
+    ) -> None:
+        """Process each prompt but its last token (or the target's features of them, right-aligned
+        [B, T, n * hidden]); the roots wait for the first proposal."""
         self.lm.reset(len(contexts))
         self.rng.manual_seed(seed)
-        if any(contexts):
-            self.lm.feed(contexts)
         self.pending = [[root] for root in roots]
+        self.pending_features = None
+        if hasattr(self.lm, "absorb"):
+            if features is not None:
+                self.lm.absorb(features, aligned_valid([len(c) for c in contexts], features.shape[1], right=True))
+        elif any(contexts):
+            self.lm.feed(contexts)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
         assert not hasattr(self.lm, "block_marginals"), "a block drafter drafts marginals, not paths"
         root_logits = self.lm.feed(self.pending)
         root = self._root().to(root_logits.device)
         proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)
-        self._drop_forest(root_logits.device)
+        self._drop_forest(self.lm, root_logits.device)
         return proposal
 
-    def marginals(self, length: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """(root [B], q [B, L, V]) for DDTree: a block drafter's one pass, or the greedy rollout
-        of an autoregressive draft (`ar_marginals`, L passes)."""
+    def marginals(self, length: int, temperature: float) -> Marginals:
+        """Root [B] and q [B, L, V] for DDTree: a block drafter's one pass (a DFlash one first
+        absorbs the features committed since), or the greedy rollout of an autoregressive draft
+        (`ar_marginals`, L passes)."""
         if hasattr(self.lm, "block_marginals"):
-            return self._root(), self.lm.block_marginals(self.pending, length, temperature).cpu()
+            start, absorbed = time.perf_counter(), self._absorb_pending()
+            absorb_s = time.perf_counter() - start
+            q = self.lm.block_marginals(self.pending, length, temperature).cpu()
+            return Marginals(self._root(), q, absorbed, absorb_s)
         q = greedy_marginals(self.lm, self.lm.feed(self.pending), length, temperature)
-        self._drop_forest(q.device)
-        return self._root(), q.cpu()
+        self._drop_forest(self.lm, q.device)
+        return Marginals(self._root(), q.cpu())
+
+    def _absorb_pending(self) -> int:
+        """Feed the features held since the last commit to a DFlash drafter; their bytes."""
+        if self.pending_features is None or not hasattr(self.lm, "absorb"):
+            return 0
+        features, valid = self.pending_features
+        self.lm.absorb(features, valid)
+        self.pending_features = None
+        return features.nbytes
 
     def _root(self) -> torch.Tensor:
         """[B] the pending bonus token of every row."""
         return torch.tensor([row[-1] for row in self.pending])
 
-    def _drop_forest(self, device: torch.device) -> None:
+    def _drop_forest(self, lm: DecoderLM, device: torch.device) -> None:
         """Discard drafted nodes: the next round feeds what was actually committed."""
-        self.lm.commit(torch.empty(len(self.pending), 0, dtype=torch.long, device=device))
+        lm.commit(torch.empty(len(self.pending), 0, dtype=torch.long, device=device))
 
-    def commit(self, emitted: list[list[int]]) -> None:
-        """Tokens each row committed this round (accepted, then the extra token)."""
+    def commit(self, emitted: list[list[int]], features: torch.Tensor | None = None) -> None:
+        """Tokens each row committed this round (accepted, then the extra token), and the target's
+        features of the root and the accepted tokens (left-aligned; the extra token is the next root)."""
         self.pending = emitted
+        if features is not None:
+            self.pending_features = features, aligned_valid([len(row) for row in emitted], features.shape[1])
 
     def retain(self, rows: torch.Tensor) -> None:
         self.lm.retain(rows)
         self.pending = [self.pending[r] for r in rows.tolist()]
+        if self.pending_features is not None:
+            features, valid = self.pending_features
+            self.pending_features = features[rows], valid[rows]
 
     def kv_bytes(self) -> int:
         """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""

@@ -48,6 +48,8 @@ def group_name(role: str, spec: LMSpec, bundles: list[Bundle]) -> str:
         role,
         spec.backend,
         os.path.abspath(spec.path),
+        spec.target_path and os.path.abspath(spec.target_path),
+        spec.feature_layers,
         spec.tp_size,
         spec.dtype,
         spec.device,
@@ -86,10 +88,17 @@ class ActorGroup:
         # Every rank's load is submitted before waiting on any: the rendezvous needs all of them.
         ray.get([m.load.remote(self.role, self.spec, self.name, address, port) for m in self.members])
 
-    def submit(self, method: str, args: tuple, kwargs: dict) -> list[Any]:
-        """The same call on every rank, in order; one reference per rank (rank 0 first)."""
+    def submit(self, method: str, args: tuple, kwargs: dict, split: bool = False) -> tuple[list[Any], Any]:
+        """The same call on every rank, in order: (one Reply reference per rank, rank 0 first; with
+        `split`, the reference to rank 0's value, which the Replies then lack, else None).
+        ObjectRef keyword arguments go as top-level arguments, so each rank gets their values."""
         payload = ray.put(args) if self.size > 1 else args  # serialised once for all ranks
-        return [m.call.remote(method, payload, kwargs) for m in self.members]
+        refs = {key: value for key, value in kwargs.items() if isinstance(value, ray.ObjectRef)}
+        plain = {key: value for key, value in kwargs.items() if key not in refs}
+        if not split:
+            return [m.call.remote(method, payload, plain, tuple(refs), *refs.values()) for m in self.members], None
+        pairs = [m.call_split.remote(method, payload, plain, tuple(refs), *refs.values()) for m in self.members]
+        return [reply for reply, _ in pairs], pairs[0][1]
 
     def close(self) -> None:
         """Kill every rank and free the placement group; returns once the names are free."""

@@ -5,6 +5,13 @@ identical forward and cache calls, or their collectives hang) and returns rank 0
 Calls that return nothing (`commit`, `retain`) are submitted without waiting; the next
 waiting call also waits on them, so their errors still surface.
 
+Target features (DFlash): a target group whose spec names `feature_layers` runs `prefill`
+and `commit` as split calls; the proxy returns the ObjectRef of rank 0's features without
+fetching them (`commit` stays unwaited), and the engine passes it as the draft's `features`
+keyword, which the draft actor receives resolved. The coordinator's Python never holds the
+tensor; Ray stores it in the object store, or, below its inline threshold (100 KiB by
+default), in the coordinator's object table, whence Ray's core worker forwards the bytes.
+
 Faults: when any rank of a group dies, the whole group is torn down and created again, and
 the calls since the current batch's `prefill` are replayed on it, so the interrupted
 prompts restart from their prompt while finished ones are kept and the engine never
@@ -35,6 +42,8 @@ log = logging.getLogger(__name__)
 FIRE_AND_FORGET = frozenset({"commit", "retain"})
 # Methods that change no state: not replayed after a restart.
 READ_ONLY = frozenset({"kv_bytes", "hf_generate"})
+# Target methods whose value (the features a DFlash drafter needs) stays in Ray for the draft actor.
+SPLIT = frozenset({"prefill", "commit"})
 
 
 @dataclass(frozen=True)
@@ -72,17 +81,27 @@ class GroupProxy:
             self.batch_calls = []  # prefill resets the model: nothing before it matters
         if call.method not in READ_ONLY:
             self.batch_calls.append(call)
-        self.in_flight.append((call.method, self.group.submit(call.method, call.args, call.kwargs)))
+        value = self._submit(call)
         if call.method in FIRE_AND_FORGET:
-            return None
+            return value
         while True:
             try:
-                return self._wait()
+                result = self._wait()
+                return result if value is None else value
             except RayActorError as err:
                 self._restart(err)
-                self.in_flight = [(c.method, self.group.submit(c.method, c.args, c.kwargs)) for c in self.batch_calls]
+                self.in_flight = []
+                for c in self.batch_calls:
+                    value = self._submit(c)
                 if call.method in READ_ONLY:
-                    self.in_flight.append((call.method, self.group.submit(call.method, call.args, call.kwargs)))
+                    value = self._submit(call)
+
+    def _submit(self, call: Call) -> Any:
+        """Submit on every rank; the ObjectRef of a split call's value (target features), else None."""
+        split = call.method in SPLIT and bool(self.group.spec.feature_layers)
+        replies, value = self.group.submit(call.method, call.args, call.kwargs, split)
+        self.in_flight.append((call.method, replies))
+        return value
 
     def _wait(self) -> Any:
         """Wait on every call in flight; the last one's result (summed over ranks for PER_RANK)."""

@@ -4,8 +4,11 @@ A `ModelHost` is a thin shell around the in-process roles (`TreeTarget`, `DraftM
 joins its group's torch.distributed world when the group has several ranks, builds the role
 from an `LMSpec` on its own side, and runs calls on it, returning the result (rank 0 only;
 the ranks of a TP group compute the same thing) with its own compute time, so the
-coordinator can tell Ray's transfer time from model time. Groups, placement and restarts
-are `speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
+coordinator can tell Ray's transfer time from model time. `call_split` returns the value as
+a second object instead (the target's features for a DFlash drafter): the coordinator hands
+its ObjectRef to the draft actor without fetching it, and keyword arguments that are
+ObjectRefs arrive as top-level arguments, which Ray resolves in the callee. Groups,
+placement and restarts are `speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
 """
 
 from __future__ import annotations
@@ -79,17 +82,27 @@ class ModelHost:
         if self.rank == 0:
             ray.get_actor(LEDGER).record.remote(group)
 
-    def call(self, method: str, args: tuple, kwargs: dict) -> Reply:
+    def call(self, method: str, args: tuple, kwargs: dict, ref_names: tuple[str, ...] = (), *resolved: Any) -> Reply:
+        """role.method(*args, **kwargs), plus `ref_names` bound to the top-level arguments after them
+        (ObjectRefs the caller passed, resolved by Ray before this runs)."""
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        value = getattr(self.role, method)(*args, **kwargs)
+        value = getattr(self.role, method)(*args, **kwargs, **dict(zip(ref_names, resolved)))
         if cuda:
             torch.cuda.synchronize()
         compute = time.perf_counter() - start
         keep = self.rank == 0 or method in PER_RANK
         return Reply(value if keep else None, compute, torch.cuda.max_memory_allocated() if cuda else 0)
+
+    @ray.method(num_returns=2)
+    def call_split(
+        self, method: str, args: tuple, kwargs: dict, ref_names: tuple[str, ...] = (), *resolved: Any
+    ) -> tuple[Reply, Any]:
+        """`call`, with the value as its own object (rank 0's; None elsewhere) and the Reply without it."""
+        reply = self.call(method, args, kwargs, ref_names, *resolved)
+        return Reply(None, reply.compute_s, reply.peak_bytes), reply.value
 
 
 class LoadLedger:

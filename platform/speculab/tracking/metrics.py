@@ -39,6 +39,17 @@ METRICS: tuple[Metric, ...] = (
     Metric("share_verify", "time/share_verify", "time_verify_s over the wall time"),
     Metric("share_other", "time/share_other", "time_other_s over the wall time (the four shares add up to 1)"),
     Metric("time_tree_build_s", "time/tree_build_s", "building DDTree trees from marginals (part of time_draft_s)"),
+    Metric(
+        "time_feature_s",
+        "time/feature_s",
+        "DFlash: the drafter absorbing the target's features (part of time_draft_s; on Ray the transfer is in "
+        "time_ray_s)",
+    ),
+    Metric(
+        "feature_bytes_per_round",
+        "runtime/feature_bytes_per_round",
+        "DFlash: bytes of target features handed to the drafter per round (prefill's excluded)",
+    ),
     Metric("kv_peak_mb_target", "memory/kv_peak_mb_target", "largest target KV cache held, MiB (trees included)"),
     Metric("kv_peak_mb_draft", "memory/kv_peak_mb_draft", "largest draft KV cache held, MiB (drafted paths included)"),
     Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),
@@ -137,6 +148,8 @@ def summarize(
         "kv_peak_mb_target": max(r.kv_target_bytes for r in run.rounds) / 2**20,
         "kv_peak_mb_draft": max(r.kv_draft_bytes for r in run.rounds) / 2**20,
         "time_tree_build_s": sum(r.time_tree_build_s for r in run.rounds),
+        "time_feature_s": sum(r.time_feature_s for r in run.rounds),
+        "feature_bytes_per_round": sum(r.feature_bytes for r in run.rounds) / len(run.rounds),
         "tree_nodes_mean": sum(sum(r.tree_nodes) for r in run.rounds) / sequence_rounds,
         "accepted_mean": sum(sum(r.accepted) for r in run.rounds) / sequence_rounds,
         "target_calls": float(len(run.rounds)),

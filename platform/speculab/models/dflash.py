@@ -1,0 +1,239 @@
+"""DFlash: a block drafter conditioned on the target's hidden features (DDTree paper, Sec. 2 and 5).
+
+The drafter drafts a whole block in one forward pass. Its queries are the block positions
+[bonus, mask x (S - 1)] (embedded with the *target's* input embeddings); in every draft layer
+the keys and values are [the context's target features ; the block positions]. The features
+are the hidden states of a few target layers at every token the target has processed,
+concatenated, projected by `fc` and normalised by `hidden_norm`; each layer turns them into
+its own context keys and values, which `DFlashLM` keeps as the draft's KV cache (the block's
+entries are never cached). The block attends to every context slot and to itself
+(bidirectional); the target's lm_head turns block position j into the marginal q_j of the
+token j steps after the bonus.
+
+Checkpoints are read in the layout the DFlash authors publish: `config.json` (`model_type`
+qwen3 plus `dflash_config` {target_layer_ids, block_size, mask_token_id} and
+`num_target_layers`) and safetensors keys `layers.{i}.self_attn.{q,k,v,o}_proj`,
+`layers.{i}.self_attn.{q,k}_norm`, `layers.{i}.mlp.{gate,up,down}_proj`,
+`layers.{i}.{input,post_attention}_layernorm`, `fc`, `hidden_norm`, `norm`; no embedding and
+no lm_head: those two tensors are read from the target's checkpoint alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from torch import nn
+from transformers import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
+
+from speculab.drafting.sampling import tempered_probs
+
+KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
+
+
+# x [B, H, T, D], cos/sin [B, T, D]: rotary position embedding at each token's own position
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
+class DFlashAttention(nn.Module):
+    """Queries from the block; keys and values from [context features ; block] (one projection each)."""
+
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(config.num_key_value_heads or self.heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=bias)
+        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    # x [B, T, hidden] -> [B, heads, T, D]
+    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        return x.view(*x.shape[:2], heads, self.head_dim).transpose(1, 2)
+
+    # x [B, T, hidden], cos/sin [B, T, D] -> keys, values [B, H_kv, T, D]
+    def key_values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> KV:
+        keys = rope(self.k_norm(self._split(self.k_proj(x), self.kv_heads)), cos, sin)
+        return keys, self._split(self.v_proj(x), self.kv_heads)
+
+    # h [B, Q, hidden] block; context keys/values [B, H_kv, S, D]; allowed [B, 1, Q, S + Q] bool
+    def forward(
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: KV, allowed: torch.Tensor
+    ) -> torch.Tensor:
+        queries = rope(self.q_norm(self._split(self.q_proj(h), self.heads)), cos, sin)
+        keys, values = self.key_values(h, cos, sin)
+        keys, values = torch.cat([context[0], keys], dim=2), torch.cat([context[1], values], dim=2)
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(*h.shape[:2], -1))
+
+
+class DFlashLayer(nn.Module):
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        self.self_attn = DFlashAttention(config)
+        self.mlp = Qwen3MLP(config)
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(
+        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: KV, allowed: torch.Tensor
+    ) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, context, allowed)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DFlashDraft(nn.Module):
+    """The drafter's own weights (parameter names are the checkpoint's keys)."""
+
+    def __init__(self, config: Qwen3Config) -> None:
+        super().__init__()
+        self.config = config
+        self.layer_ids: list[int] = list(config.dflash_config["target_layer_ids"])
+        self.layers = nn.ModuleList(DFlashLayer(config) for _ in range(int(config.num_hidden_layers)))
+        self.fc = nn.Linear(len(self.layer_ids) * config.hidden_size, config.hidden_size, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config)  # inv_freq is a non-persistent buffer: no key
+
+    # features [B, T, n * hidden] target hidden states, positions [B, T] -> per layer (K, V) [B, H_kv, T, D]
+    def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[KV]:
+        context = self.hidden_norm(self.fc(features))
+        cos, sin = self.rotary_emb(context, positions)
+        return [cast(DFlashLayer, layer).self_attn.key_values(context, cos, sin) for layer in self.layers]
+
+    # block [B, Q, hidden] embedded tokens, positions [B, Q], allowed [B, 1, Q, S + Q] -> [B, Q, hidden]
+    def forward(
+        self, block: torch.Tensor, positions: torch.Tensor, context: list[KV], allowed: torch.Tensor
+    ) -> torch.Tensor:
+        cos, sin = self.rotary_emb(block, positions)
+        h = block
+        for layer, kv in zip(self.layers, context):
+            h = layer(h, cos, sin, kv, allowed)
+        return self.norm(h)
+
+
+def dflash_spec(config: dict) -> tuple[list[int], int, int]:
+    """(target_layer_ids, block_size, mask_token_id) of a DFlash config.json (`dflash_config`)."""
+    spec = config["dflash_config"]
+    return list(spec["target_layer_ids"]), int(spec["block_size"]), int(spec["mask_token_id"])
+
+
+def _safetensors_files(path: Path) -> list[Path]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{path}: no *.safetensors file")
+    return files
+
+
+def load_dflash(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> DFlashDraft:
+    """A DFlash checkpoint dir; ValueError naming any missing or unexpected key."""
+    path = Path(path)
+    model = DFlashDraft(Qwen3Config.from_dict(json.loads((path / "config.json").read_text())))
+    state: dict[str, torch.Tensor] = {}
+    for file in _safetensors_files(path):
+        with safe_open(str(file), framework="pt") as f:
+            state |= {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{path}: not a DFlash checkpoint (missing keys {missing}, unexpected keys {unexpected})")
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_target_head(path: str | Path, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input embeddings [V, hidden], lm_head [V, hidden]) read from the target checkpoint alone
+    (`safe_open` on just those keys; tied embeddings share one tensor)."""
+    path = Path(path)
+    config = json.loads((path / "config.json").read_text())
+    names = {"embed": "model.embed_tokens.weight", "head": "lm_head.weight"}
+    if config.get("tie_word_embeddings", False):
+        names["head"] = names["embed"]
+    index = path / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"] if index.is_file() else {}
+    tensors = {}
+    for role, key in names.items():
+        file = path / weight_map.get(key, "model.safetensors")
+        with safe_open(str(file), framework="pt") as f:
+            tensors[role] = f.get_tensor(key).to(device=device, dtype=dtype)
+    return tensors["embed"], tensors["head"]
+
+
+# context_valid [B, S] -> [B, 1, Q, S + Q] bool: every valid context slot and the whole block
+def block_allowed(context_valid: torch.Tensor, block: int) -> torch.Tensor:
+    B = context_valid.shape[0]
+    inside = torch.ones(B, block, block, dtype=torch.bool, device=context_valid.device)
+    return torch.cat([context_valid[:, None, :].expand(B, block, -1), inside], dim=2)[:, None]
+
+
+class DFlashLM:
+    """A `DFlashDraft` with the target's embeddings and head, and a padded KV cache of context features."""
+
+    def __init__(self, path: str | Path, target_path: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
+        torch_dtype = getattr(torch, dtype)
+        self.model = load_dflash(path, torch_dtype, device)
+        self.embed, self.head = load_target_head(target_path, torch_dtype, device)
+        self.layer_ids, self.block_size, self.mask_token_id = dflash_spec(self.model.config.to_dict())
+        self.device, self.dtype = torch.device(device), torch_dtype
+        self.reset(0)
+
+    def reset(self, batch_size: int) -> None:
+        self.cache: list[KV] = []
+        self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
+        self.peak_bytes = 0
+
+    @property
+    def context_len(self) -> torch.Tensor:
+        """[B] tokens whose features are cached: the position of the next token."""
+        return self.slot_valid.sum(dim=1)
+
+    @torch.inference_mode()
+    def absorb(self, features: torch.Tensor, valid: torch.Tensor) -> None:
+        """Append the context keys/values of features [B, T, n * hidden] at valid [B, T] slots."""
+        valid = valid.to(self.device)
+        positions = self.context_len[:, None] + (valid.cumsum(dim=1) - 1).clamp(min=0)
+        new = self.model.context_kv(features.to(self.device, self.dtype), positions)
+        self.cache = [
+            (torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2)) for (k, v), (nk, nv) in zip(self.cache, new)
+        ] or new
+        self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)
+        self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
+        if int(self.context_len.max()) < self.slot_valid.shape[1] * 3 // 4:
+            self._repack()
+
+    def _repack(self) -> None:
+        """Drop holes: each row's valid slots in order, left-padded to the longest row."""
+        width = int(self.context_len.max())
+        order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices[:, -width:]  # [B, width]
+        index = order[:, None, :, None].expand(-1, self.cache[0][0].shape[1], -1, self.cache[0][0].shape[3])
+        self.cache = [(k.gather(2, index), v.gather(2, index)) for k, v in self.cache]
+        self.slot_valid = self.slot_valid.gather(1, order)
+
+    @torch.inference_mode()
+    def block_marginals(self, pending: list[list[int]], length: int, temperature: float) -> torch.Tensor:
+        """q [B, L, V] after each row's last pending token (the bonus); the context is the absorbed features."""
+        B, S = len(pending), self.block_size
+        tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
+        tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=self.device)
+        positions = self.context_len[:, None] + torch.arange(S, device=self.device)
+        context = self.cache or self.model.context_kv(
+            torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
+        )
+        hidden = self.model(F.embedding(tokens, self.embed), positions, context, block_allowed(self.slot_valid, S))
+        return tempered_probs(hidden[:, 1 : 1 + length] @ self.head.T, temperature)
+
+    def retain(self, rows: torch.Tensor) -> None:
+        rows = rows.to(self.device)
+        self.cache = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cache]
+        self.slot_valid = self.slot_valid.index_select(0, rows)
+
+    def kv_bytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.cache)
