@@ -39,25 +39,17 @@ def test_bad_ddtree_configs_name_field_and_allowed_values(
     assert allowed in line
 
 
+def tiny_point(*overrides: str) -> dict[str, float]:
+    """experiment.run inline on the tiny pair: 2 prompts x 16 tokens at T = 0, untracked, 1 thread, L = 4."""
+    fixed = ["algorithm.L=4", "runtime=inline", "tracking=none", "dataset.num_prompts=2"]
+    fixed += ["sampling.max_new_tokens=16", "sampling.temperature=0", "runtime.torch_threads=1"]
+    return experiment.run(load([*overrides, *fixed]))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tree", ["best_first", "chain"])
 def test_ddtree_experiment_runs_inline_on_the_tiny_pair(tree: str) -> None:
-    cfg = load(
-        [
-            "algorithm=ddtree",
-            "drafter=ar_marginals",
-            f"algorithm.tree={tree}",
-            "algorithm.budget=32",
-            "algorithm.L=4",
-            "runtime=inline",
-            "tracking=none",
-            "dataset.num_prompts=2",
-            "sampling.max_new_tokens=16",
-            "sampling.temperature=0",
-            "runtime.torch_threads=1",
-        ]
-    )
-    metrics = experiment.run(cfg)
+    metrics = tiny_point("algorithm=ddtree", "drafter=ar_marginals", f"algorithm.tree={tree}", "algorithm.budget=32")
     assert metrics["time_tree_build_s"] > 0 and 1 <= metrics["block_efficiency"] <= 5
     assert metrics["tree_nodes_mean"] <= (33 if tree == "best_first" else 5)
 
@@ -65,21 +57,6 @@ def test_ddtree_experiment_runs_inline_on_the_tiny_pair(tree: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ddtree", "token"])
 def test_dflash_experiment_runs_inline_on_the_tiny_pair(algorithm: str) -> None:
-    cfg = load(
-        [
-            "model=tiny-pycode_dflash",
-            "drafter=dflash",
-            f"algorithm={algorithm}",
-            "algorithm.L=4",
-            "runtime=inline",
-            "tracking=none",
-            "dataset.num_prompts=2",
-            "sampling.max_new_tokens=16",
-            "sampling.temperature=0",
-            "runtime.torch_threads=1",
-            "baseline_hf=false",
-        ]
-    )
-    metrics = experiment.run(cfg)
+    metrics = tiny_point("model=tiny-pycode_dflash", "drafter=dflash", f"algorithm={algorithm}", "baseline_hf=false")
     assert metrics["feature_bytes_per_round"] > 0 and metrics["time_feature_s"] > 0
     assert metrics["accepted_mean"] > 0
