@@ -2,7 +2,7 @@
 drafter, as a chain and as DDTree trees over a budget sweep, against autoregressive decoding.
 
     PYTHONPATH=platform python benchmarks/dflash.py [--prompts 16] [--max-new-tokens 128] [--reps 3]
-        [--threads 1] [--L 8] [--budgets 16 32 64 128 256]
+        [--threads 1] [--L 8] [--budgets 16 32 64 128 256] [--dflash DIR]
 
 One process, inline, batch 1, the shipped tiny target with `assets/tiny-pycode/block` (context
 only) and `assets/tiny-pycode/dflash` (conditioned on target features); T = 0 and 1. Every
@@ -139,17 +139,19 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--L", type=int, default=8)
-    parser.add_argument("--budgets", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    parser.add_argument("--budgets", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: chains only")
+    parser.add_argument("--dflash", help="DFlash checkpoint directory (default: MODEL/dflash)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     root = resolve_path(args.model)
     pair = load_pair(args.model, args.prompts)
-    layer_ids = dflash_spec(read_json(root / "dflash" / "config.json"))[0]
+    dflash = resolve_path(args.dflash) if args.dflash else root / "dflash"
+    layer_ids = dflash_spec(read_json(dflash / "config.json"))[0]
     # autoregressive and the block drafter run on the plain target; DFlash on one returning features
     featured = TreeTarget(LMSpec("hf", str(root / "target"), feature_layers=tuple(layer_ids)))
     sources = {
         "block": DraftModel(LMSpec("block", str(root / "block"))),
-        "dflash": DraftModel(LMSpec("dflash", str(root / "dflash"), target_path=str(root / "target"))),
+        "dflash": DraftModel(LMSpec("dflash", str(dflash), target_path=str(root / "target"))),
     }
     methods = plan(args.budgets)
     results: dict[Method, list[Result]] = {m: [] for m in methods}

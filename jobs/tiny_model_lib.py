@@ -166,7 +166,10 @@ def lr_at(step: int, progress: float, peak: float, warmup: int, floor: float = 0
 
 
 def sample_windows(stream: torch.Tensor, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
-    """`batch` random windows of `length` tokens (int64) from the stream."""
+    """`batch` random windows of `length` tokens (int64) from the stream; from a 2-D stream
+    [N, length] of fixed windows (e.g. a model's own generations), `batch` random rows."""
+    if stream.dim() == 2:
+        return stream[torch.randint(0, len(stream), (batch,), generator=gen)].long()
     starts = torch.randint(0, len(stream) - length, (batch,), generator=gen)
     return torch.stack([stream[s : s + length] for s in starts.tolist()]).long()
 

@@ -2,15 +2,23 @@
 
 The drafter is `speculab.models.dflash.DFlashDraft` (Qwen3 layers, no embedding or head of its
 own: it uses the target's), run as `DFlashLM` runs it: the block [bonus, mask x (S - 1)]
-attends to the context's projected target features and to itself. Each training window is
-one target pass (its logits are the teacher, its hidden states at `--layer-ids` the
-features) and several blocks at random anchors n in one drafter pass: block g sees the
-features of tokens < n and its own S positions (the block drafter's training mask). The loss
-is KL(p_target || q_j) at every mask position j, weighted by exp(-(j - 1) / gamma) as in the
-DFlash recipe (early positions decide acceptance). Layers start from the target's last
-layers. Seeded; CPU; data and loop are the tiny pair's (jobs/tiny_model_lib.py,
-jobs/train_tiny.py). Ends with the held-out greedy acceptance: the mean number of leading
-block positions whose argmax equals the target's.
+attends to the context's projected target features and to itself.
+
+Data: the target's own greedy continuations of `--prefix`-token corpus windows (`--data
+generated`, the default), the context a T = 0 drafter sees at decode time; there the block
+to guess is a function of the context, while on corpus text (`--data text`) every position
+past the first is the corpus's token, not the target's. Each training window is one target
+pass (its hidden states at `--layer-ids` are the features, its logits the KL teacher) and
+several blocks at random anchors n in the generated part, in one drafter pass: block g sees
+the features of tokens < n and its own S positions (the block drafter's training mask).
+
+Loss at every mask position j, weighted by exp(-(j - 1) / gamma) as in the DFlash recipe
+(early positions decide acceptance): cross-entropy on the window's token n + j (`--loss ce`,
+the default: on generated data, the target's argmax) or KL(p_target || q_j) (`--loss kl`).
+Layers start from the target's last layers. Seeded; CPU; data and loop are the tiny pair's
+(jobs/tiny_model_lib.py, jobs/train_tiny.py). Ends with the held-out greedy acceptance: the
+mean number of leading block positions whose argmax equals the target's, on continuations of
+held-out files.
 
     python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 3 layers, block 8, 2000 steps, 1 thread, ~31 min
     python jobs/train_dflash.py --smoke                              # < 60 s, temp dir
@@ -44,13 +52,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     layers_help = "draft layers (initialised from the target's last ones)"
     block_help = "block size S: the bonus and S - 1 mask positions"
     p = drafter_parser(__doc__, "dflash", 3, layers_help, block_help, 2000)
-    p.add_argument("--layer-ids", type=int, nargs="+", default=[1, 3, 5], help="target layers whose features it sees")
+    p.add_argument("--layer-ids", type=int, nargs="+", default=[2, 4, 6], help="target layers whose features it sees")
     p.add_argument("--gamma", type=float, default=4.0, help="loss weight decay over block positions")
     p.add_argument("--heldout-windows", type=int, default=64)
+    p.add_argument(
+        "--data",
+        choices=["generated", "text"],
+        default="generated",
+        help="the target's own greedy continuations of corpus prefixes (the T = 0 decoding context) or corpus text",
+    )
+    p.add_argument("--generations", type=int, default=4000, help="greedy continuations made for --data generated")
+    p.add_argument(
+        "--loss",
+        choices=["ce", "kl"],
+        default="ce",
+        help="cross-entropy on the window's next tokens (the target's argmax on generated data) or KL(p_target || q)",
+    )
+    p.add_argument("--prefix", type=int, default=128, help="corpus tokens before each continuation")
     p.set_defaults(block=8, blocks_per_window=64)  # many short blocks: more supervision of the first positions
     args = drafter_args(p, argv, "dflash")
     if args.smoke:
-        args.heldout_windows = 4
+        args.heldout_windows, args.generations, args.prefix = 4, 8, 32
     return args
 
 
@@ -118,6 +140,33 @@ def teacher_at(teacher: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     )
 
 
+def first_anchor(args: argparse.Namespace) -> int:
+    """The first bonus position blocks may start at: the first generated token, or 1 on text."""
+    return args.prefix if args.data == "generated" else 1
+
+
+@torch.no_grad()
+def target_generations(target: LlamaForCausalLM, stream: torch.Tensor, args: argparse.Namespace, n: int, seed: int):
+    """[n, seq_len + 1]: random `args.prefix`-token windows of the stream, each continued greedily by
+    the target (transformers' generate, eos suppressed so every row is full)."""
+    prefixes = lib.sample_windows(stream, n, args.prefix, torch.Generator().manual_seed(seed))
+    new = args.seq_len + 1 - args.prefix
+    rows = []
+    for chunk in prefixes.split(128):
+        rows.append(
+            target.generate(
+                chunk,
+                attention_mask=torch.ones_like(chunk),
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=target.config.pad_token_id,
+            )
+        )
+        print(f"[dflash] generated {sum(map(len, rows))}/{n} continuations", flush=True)
+    return torch.cat(rows)
+
+
 def dflash_loss(draft, target, args: argparse.Namespace, mask_id: int, gen: torch.Generator):
     embed, head = target.model.embed_tokens.weight, target.lm_head.weight
     weights = torch.tensor([math.exp(-j / args.gamma) for j in range(args.block - 1)])
@@ -127,28 +176,35 @@ def dflash_loss(draft, target, args: argparse.Namespace, mask_id: int, gen: torc
         B, T = window.shape[0], window.shape[1] - 1
         context = window[:, :T]
         features, teacher = features_and_teacher(target, context, args.layer_ids)
-        anchors = torch.randint(1, T - args.block + 1, (B, args.blocks_per_window), generator=gen)
+        anchors = torch.randint(first_anchor(args), T - args.block + 1, (B, args.blocks_per_window), generator=gen)
         q_logits, positions = block_logits(draft, head, embed, context, features, anchors, args.block, mask_id)
-        p_logits = teacher_at(teacher, positions)
-        per_position = torch.stack(
-            [lib.kl_target_to_draft(p_logits[:, :, j], q_logits[:, :, j]) for j in range(args.block - 1)]
-        )
+        if args.loss == "ce":  # the window's tokens n + j: on generated data, the target's argmax
+            labels = context.gather(1, positions[..., 1:].reshape(B, -1)).view(q_logits.shape[:-1])  # [B, G, S - 1]
+            per_position = F.cross_entropy(q_logits.float().permute(0, 3, 1, 2), labels, reduction="none").mean((0, 1))
+        else:
+            p_logits = teacher_at(teacher, positions)
+            per_position = torch.stack(
+                [lib.kl_target_to_draft(p_logits[:, :, j], q_logits[:, :, j]) for j in range(args.block - 1)]
+            )
         return (weights * per_position).sum()
 
     return fn
 
 
 @torch.no_grad()
-def heldout_acceptance(draft, target, stream: torch.Tensor, args: argparse.Namespace, mask_id: int) -> float:
-    """Mean leading block positions whose draft argmax equals the target's (T = 0 acceptance, bonus excluded)."""
+def heldout_acceptance(draft, target, windows: torch.Tensor, args: argparse.Namespace, mask_id: int) -> float:
+    """Mean leading block positions whose draft argmax equals the target's (T = 0 acceptance, bonus
+    excluded), over uniform random anchors: above the per-round mean of a decode, whose rounds
+    start more often where drafts fail (a full accept skips 7 positions, a miss 1)."""
     embed, head = target.model.embed_tokens.weight, target.lm_head.weight
-    windows = lib.eval_windows(stream, args.seq_len, args.heldout_windows)
     gen = torch.Generator().manual_seed(1)
     accepted = []
     for window in windows.split(args.batch):
         features, teacher = features_and_teacher(target, window, args.layer_ids)
         T = window.shape[1]
-        anchors = torch.randint(1, T - args.block + 1, (window.shape[0], args.blocks_per_window), generator=gen)
+        anchors = torch.randint(
+            first_anchor(args), T - args.block + 1, (window.shape[0], args.blocks_per_window), generator=gen
+        )
         q_logits, positions = block_logits(draft, head, embed, window, features, anchors, args.block, mask_id)
         agree = q_logits.argmax(-1) == teacher_at(teacher, positions).argmax(-1)  # [B, G, S - 1]
         accepted.append(agree.long().cumprod(-1).sum(-1).float().flatten())
@@ -172,11 +228,18 @@ def main(argv: list[str] | None = None) -> None:
     picks = init_from_target(draft, target)
     gen = torch.Generator().manual_seed(args.seed)
     loss = dflash_loss(draft, target, args, tok.pad_token_id, gen)
-    stats = lib.run_loop(draft, loss, lib.encode_stream(tok, setup.train_texts), schedule(args), gen, print, "dflash")
-    heldout = lib.encode_stream(tok, setup.heldout_texts)
+    train, heldout = lib.encode_stream(tok, setup.train_texts), lib.encode_stream(tok, setup.heldout_texts)
+    if args.data == "generated":
+        train = target_generations(target, train, args, args.generations, args.seed)
+        heldout = target_generations(target, heldout, args, args.heldout_windows, args.seed + 1)[:, :-1]
+    else:
+        heldout = lib.eval_windows(heldout, args.seq_len, args.heldout_windows)
+    stats = lib.run_loop(draft, loss, train, schedule(args), gen, print, "dflash")
     stats["heldout_greedy_accepted"] = heldout_acceptance(draft, target, heldout, args, tok.pad_token_id)
     save_dflash(draft, args.out)
-    stats |= {"init_from_target_layers": picks, "target_layer_ids": args.layer_ids}
+    stats |= {"init_from_target_layers": picks, "target_layer_ids": args.layer_ids, "data": args.data}
+    if args.data == "generated":
+        stats |= {"generations": args.generations, "prefix": args.prefix}
     save_stats(
         setup, args, stats, draft, "python jobs/train_dflash.py " + " ".join(sys.argv[1:] if argv is None else argv)
     )
