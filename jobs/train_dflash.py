@@ -55,19 +55,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--layer-ids", type=int, nargs="+", default=[2, 4, 6], help="target layers whose features it sees")
     p.add_argument("--gamma", type=float, default=4.0, help="loss weight decay over block positions")
     p.add_argument("--heldout-windows", type=int, default=64)
-    p.add_argument(
-        "--data",
-        choices=["generated", "text"],
-        default="generated",
-        help="the target's own greedy continuations of corpus prefixes (the T = 0 decoding context) or corpus text",
-    )
+    data_help = "the target's own greedy continuations of corpus prefixes (the T = 0 decoding context) or corpus text"
+    p.add_argument("--data", choices=["generated", "text"], default="generated", help=data_help)
     p.add_argument("--generations", type=int, default=4000, help="greedy continuations made for --data generated")
-    p.add_argument(
-        "--loss",
-        choices=["ce", "kl"],
-        default="ce",
-        help="cross-entropy on the window's next tokens (the target's argmax on generated data) or KL(p_target || q)",
-    )
+    loss_help = "cross-entropy on the window's next tokens (the target's argmax on generated data) or KL(p_target || q)"
+    p.add_argument("--loss", choices=["ce", "kl"], default="ce", help=loss_help)
     p.add_argument("--prefix", type=int, default=128, help="corpus tokens before each continuation")
     p.set_defaults(block=8, blocks_per_window=64)  # many short blocks: more supervision of the first positions
     args = drafter_args(p, argv, "dflash")
