@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from safetensors.numpy import save_file
 
 from speculab import experiment
-from speculab.config import Config, ConfigError, unknown_keys, validate
+from speculab.config import Config, ConfigError, config_warnings, unknown_keys, validate
 from support.configs import CONF, compose_config, fake_checkpoint, load
 
 
@@ -253,3 +253,20 @@ def test_a_dflash_drafter_in_the_published_layout_validates(tmp_path: Path) -> N
     for overrides in (["algorithm=ddtree"], ["algorithm=token", "algorithm.L=15"], ["algorithm=block"]):
         validate(load([target, f"model.draft_path={draft}", "drafter=dflash", *overrides]))
         validate(load([target, f"drafter.path={draft}", "drafter=dflash", *overrides]))  # drafter.path wins
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], []),
+        (["algorithm=spectr", "algorithm.node_rule=lp"], ["algorithm.node_rule=lp with sampling.top_k=0"]),
+        (["algorithm=spectr", "algorithm.node_rule=maxflow", "sampling.top_k=10"], []),
+        (["algorithm=spectr_gbv", "algorithm.K=2", "algorithm.allow_lossy=true"], ["spectr_gbv with K=2 is not"]),
+    ],
+)
+def test_valid_settings_worth_a_warning_are_named(overrides: list[str], expected: list[str]) -> None:
+    cfg = load(overrides)
+    validate(cfg)
+    notes = config_warnings(cfg)
+    assert len(notes) == len(expected)
+    assert all(note.startswith(start) for note, start in zip(notes, expected))

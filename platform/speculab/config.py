@@ -547,6 +547,23 @@ def _block_size_errors(L: int, draft: Checkpoint) -> list[str]:
     return []
 
 
+def config_warnings(cfg: Config) -> list[str]:
+    """Settings that are valid but that a user should hear about before the run starts (printed, not raised)."""
+    from speculab.algorithms import OT_RULES, get_algorithm
+
+    algorithm = cfg.algorithm
+    notes = []
+    if not get_algorithm(algorithm.name).lossless(algorithm.K):
+        notes.append(f"{algorithm.name} with K={algorithm.K} is not lossless (algorithm.allow_lossy)")
+    if algorithm.name == "spectr" and algorithm.node_rule in OT_RULES and cfg.sampling.top_k == 0:
+        notes.append(
+            f"algorithm.node_rule={algorithm.node_rule} with sampling.top_k=0 solves its optimal-transport problem "
+            "over the draft's whole vocabulary at every node, which can take many GiB and seconds per node; set "
+            "sampling.top_k (+experiment=global_resolution_table4 uses 10)"
+        )
+    return notes
+
+
 def validate(cfg: Config) -> None:
     """Raise ConfigError listing every invalid field; touches no weights and starts nothing."""
     from speculab.data import DATASETS, check_dataset

@@ -19,7 +19,7 @@ from rich.progress import Progress
 from transformers import AutoTokenizer
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.config import Config, checkpoint_dir, locate, read_json, validate
+from speculab.config import Config, checkpoint_dir, config_warnings, locate, read_json, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
@@ -141,10 +141,8 @@ def run(cfg: Config) -> dict[str, float]:
     The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
     `resume=true` a point that already finished is skipped."""
     validate(cfg)
-    if not get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K):
-        print(
-            f"speculab: warning: {cfg.algorithm.name} with K={cfg.algorithm.K} is not lossless (algorithm.allow_lossy)"
-        )
+    for note in config_warnings(cfg):
+        print(f"speculab: warning: {note}")
     point = point_id(cfg)
     if cfg.resume and (found := finished_point(cfg, point)):
         print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found}; skipped")
