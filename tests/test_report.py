@@ -12,15 +12,17 @@ import math
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import mlflow
 import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from speculab.report import main
-from speculab.tracking.points import ratio_interval
+from speculab.tracking.points import Estimate, Point, ratio_interval
 from speculab.tracking.runs import KIND_TAG, POINT_TAG
 from speculab.tracking.spool import PARENT_TAG
+from speculab.tracking.sweep_figures import plot_lines
 from support.cli import small_run, speculab
 
 Prompt = tuple[float, float]  # (kept tokens, sequence-rounds) of one prompt
@@ -218,3 +220,14 @@ def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path
         rounds = [g / b for g, b in zip(history["prompt/generated_tokens"], history["prompt/block_efficiency"])]
         assert float(row[f"K={K} ±"]) == pytest.approx(ratio_interval(history["prompt/generated_tokens"], rounds))
         assert sum(history["prompt/generated_tokens"]) / sum(rounds) == pytest.approx(float(row[f"K={K}"]), rel=1e-4)
+
+
+def test_error_bars_stop_at_the_metrics_least_value() -> None:
+    """Two prompts make a wide t interval; block efficiency's bar is cut at 1, not drawn below it."""
+    points = [Point(str(k), f"K={k}", 0, {"algorithm.name": "gbv", "algorithm.K": str(k)}, {}) for k in (1, 2)]
+    figure, axes = plt.subplots()
+    plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(1.5 + int(p.run_id), 10.0), floor=1.0)
+    bars = axes.containers[0].lines[2][0]  # the errorbar's vertical segments
+    low, high = bars.get_segments()[0][:, 1]  # K=1: value 2.5, half-width 10
+    plt.close(figure)
+    assert (low, high) == (1.0, 12.5)

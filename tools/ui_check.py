@@ -4,11 +4,13 @@
 
 Runs a tiny sweep of the shipped pair into a temporary SQLite store, serves it with `mlflow ui`
 on a loopback port, opens the experiment's runs table (through the link speculab prints), a
-point's run page, its per-prompt table and the sweep's parent run in headless Chromium
+point's run page, its per-prompt table, the sweep's parent run and the `report/` files
+`speculab-report --run PARENT` logged to it in headless Chromium
 (Debian's `chromium` and `chromium-driver`; `apt-get install chromium chromium-driver`), saves
 a screenshot of each into --out and asserts from the rendered page that the runs table lists
-the points with the headline metric columns and that the parent run shows its summary and
-holds the sweep's table. Exits non-zero naming the first fact that does not hold.
+the points with the headline metric columns, that the parent run shows its summary and
+holds the sweep's table, and that its `report/` folder holds the paper-layout tables and
+plots. Exits non-zero naming the first fact that does not hold.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ def run_sweep(workdir: Path) -> str:
     ]
     subprocess.run(command, cwd=workdir, check=True, capture_output=True, timeout=900)
     return uri
+
+
+def run_report(uri: str, parent_run_id: str, workdir: Path) -> None:
+    """`speculab-report --run PARENT`: tables and plots logged under the parent's `report/`."""
+    command = [sys.executable, "-m", "speculab.report", "--run", parent_run_id, "--uri", uri]
+    subprocess.run(command, cwd=workdir, check=True, capture_output=True, timeout=600)
 
 
 def serve(uri: str, port: int, workdir: Path) -> subprocess.Popen:
@@ -142,6 +150,7 @@ def main() -> None:
         runs = client.search_runs([experiment.experiment_id])
         parent = next(r for r in runs if r.data.tags["speculab.kind"] == "sweep")
         point = next(r for r in runs if r.data.tags["speculab.kind"] == "point")
+        run_report(uri, parent.info.run_id, workdir)
         base = f"http://127.0.0.1:{args.port}"
         run_page, table_page = (
             link.replace("http://127.0.0.1:5000", base)
@@ -173,6 +182,12 @@ def main() -> None:
             driver.find_element(By.XPATH, "//*[normalize-space(text())='sweep_points.png']").click()
             time.sleep(3)
             driver.save_screenshot(str(args.out / "parent_artifacts.png"))
+            driver.find_element(By.XPATH, "//*[normalize-space(text())='report']").click()
+            text = page_text(driver, driver.current_url, "tables.md")
+            check("block_efficiency_vs_K.png" in text, "the parent's report/ folder holds the report's plots")
+            driver.find_element(By.XPATH, "//*[normalize-space(text())='block_efficiency_vs_K.png']").click()
+            time.sleep(3)
+            driver.save_screenshot(str(args.out / "report_artifacts.png"))
         finally:
             driver.quit()
             stop(server)

@@ -48,10 +48,11 @@ def series(points: list[Point], x: str) -> dict[str, list[Point]]:
 
 
 def plot_lines(
-    axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[Point], Estimate | None]
+    axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[Point], Estimate | None], floor: float = 0.0
 ) -> dict[str, str]:
-    """One line per series, error bars where there are intervals; lines are nudged apart along a
-    linear x axis so that their bars do not hide each other. Returns each line's colour."""
+    """One line per series, error bars where there are intervals, cut at `floor`, the metric's least
+    possible value (a t interval over few prompts can reach below it); lines are nudged apart along
+    a linear x axis so that their bars do not hide each other. Returns each line's colour."""
     colors: dict[str, str] = {}
     swept = sorted(
         {float(v) for line in lines.values() for p in line if isinstance(v := dimensions(p)[x], int | float)}
@@ -63,7 +64,8 @@ def plot_lines(
         if len(xs) != len(shown):
             continue  # a line without this coordinate (the DDTree chain has no budget B)
         nudge = 0.0 if axes.get_xscale() == "log" else (i - (len(lines) - 1) / 2) * 0.03 * step
-        errors = [e.half_width or 0.0 for _, e in shown]
+        upper = [e.half_width or 0.0 for _, e in shown]
+        errors = [[min(h, max(e.value - floor, 0.0)) for h, (_, e) in zip(upper, shown)], upper]
         drawn = axes.errorbar(
             [v + nudge for v in xs], [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label
         )
@@ -91,7 +93,7 @@ def efficiency_vs_k(points: list[Point]) -> Figure | None:
     if len(values(points, "K")) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
-    plot_lines(axes, series(points, "K"), "K", per_round("block_efficiency"))
+    plot_lines(axes, series(points, "K"), "K", per_round("block_efficiency"), floor=1.0)
     axes.set(xlabel="draft paths K", ylabel="block efficiency (tokens per target call)")
     return titled(figure, "block efficiency vs K", points, intervals=True)
 
@@ -115,12 +117,12 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
         return None
     chains = [p for p in points if p.params.get("algorithm.tree") == "chain"]
     figure, (tau_axes, speed_axes) = plt.subplots(1, 2, figsize=(12, 5))
-    for axes, y, name in (
-        (tau_axes, per_round("block_efficiency"), "τ (tokens per round, bonus included)"),
-        (speed_axes, logged("speedup_vs_ar"), "speedup over autoregressive"),
+    for axes, y, name, floor in (
+        (tau_axes, per_round("block_efficiency"), "τ (tokens per round, bonus included)", 1.0),
+        (speed_axes, logged("speedup_vs_ar"), "speedup over autoregressive", 0.0),
     ):
         axes.set_xscale("log", base=2)
-        colors = plot_lines(axes, series(trees, "B"), "B", y)
+        colors = plot_lines(axes, series(trees, "B"), "B", y, floor)
         for chain in chains:
             if (estimate := y(chain)) is not None:
                 label = point_label(chain, [d for d in varying(trees) if d != "B"])
