@@ -7,7 +7,9 @@ attends to the context's projected target features and to itself.
 Data: the target's own greedy continuations of `--prefix`-token corpus windows (`--data
 generated`, the default), the context a T = 0 drafter sees at decode time; there the block
 to guess is a function of the context, while on corpus text (`--data text`) every position
-past the first is the corpus's token, not the target's. Each training window is one target
+past the first is the corpus's token, not the target's. `--sampled F` continues a fraction F
+by sampling at T = 1 instead (a T = 1 decode's context; cross-entropy on sampled tokens fits
+the target's distribution, in expectation). Each training window is one target
 pass (its hidden states at `--layer-ids` are the features, its logits the KL teacher) and
 several blocks at random anchors n in the generated part, in one drafter pass: block g sees
 the features of tokens < n and its own S positions (the block drafter's training mask).
@@ -57,7 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heldout-windows", type=int, default=64)
     data_help = "the target's own greedy continuations of corpus prefixes (the T = 0 decoding context) or corpus text"
     p.add_argument("--data", choices=["generated", "text"], default="generated", help=data_help)
-    p.add_argument("--generations", type=int, default=4000, help="greedy continuations made for --data generated")
+    p.add_argument("--generations", type=int, default=4000, help="continuations made for --data generated")
+    p.add_argument("--sampled", type=float, default=0.0, help="fraction of them sampled at T = 1 (the rest greedy)")
     loss_help = "cross-entropy on the window's next tokens (the target's argmax on generated data) or KL(p_target || q)"
     p.add_argument("--loss", choices=["ce", "kl"], default="ce", help=loss_help)
     p.add_argument("--prefix", type=int, default=128, help="corpus tokens before each continuation")
@@ -138,24 +141,32 @@ def first_anchor(args: argparse.Namespace) -> int:
 
 
 @torch.no_grad()
-def target_generations(target: LlamaForCausalLM, stream: torch.Tensor, args: argparse.Namespace, n: int, seed: int):
-    """[n, seq_len + 1]: random `args.prefix`-token windows of the stream, each continued greedily by
-    the target (transformers' generate, eos suppressed so every row is full)."""
+def target_generations(
+    target: LlamaForCausalLM, stream: torch.Tensor, args: argparse.Namespace, n: int, seed: int, sampled: int = 0
+) -> torch.Tensor:
+    """[n, seq_len + 1]: random `args.prefix`-token windows of the stream, each continued by the
+    target (transformers' generate, eos suppressed so every row is full): greedily, or for the last
+    `sampled` rows by sampling its full distribution at T = 1 (the context of a T = 1 decode)."""
     prefixes = lib.sample_windows(stream, n, args.prefix, torch.Generator().manual_seed(seed))
+    torch.manual_seed(seed)  # generate samples from torch's global generator
     new = args.seq_len + 1 - args.prefix
     rows = []
-    for chunk in prefixes.split(128):
-        rows.append(
-            target.generate(
-                chunk,
-                attention_mask=torch.ones_like(chunk),
-                max_new_tokens=new,
-                min_new_tokens=new,
-                do_sample=False,
-                pad_token_id=target.config.pad_token_id,
+    for part, options in (
+        (prefixes[: n - sampled], {"do_sample": False}),
+        (prefixes[n - sampled :], {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}),
+    ):
+        for chunk in part.split(128) if len(part) else ():  # split() of an empty part yields one empty chunk
+            rows.append(
+                target.generate(
+                    chunk,
+                    attention_mask=torch.ones_like(chunk),
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    pad_token_id=target.config.pad_token_id,
+                    **options,
+                )
             )
-        )
-        print(f"[dflash] generated {sum(map(len, rows))}/{n} continuations", flush=True)
+            print(f"[dflash] generated {sum(map(len, rows))}/{n} continuations", flush=True)
     return torch.cat(rows)
 
 
@@ -222,7 +233,9 @@ def main(argv: list[str] | None = None) -> None:
     loss = dflash_loss(draft, target, args, tok.pad_token_id, gen)
     train, heldout = lib.encode_stream(tok, setup.train_texts), lib.encode_stream(tok, setup.heldout_texts)
     if args.data == "generated":
-        train = target_generations(target, train, args, args.generations, args.seed)
+        train = target_generations(
+            target, train, args, args.generations, args.seed, round(args.sampled * args.generations)
+        )
         heldout = target_generations(target, heldout, args, args.heldout_windows, args.seed + 1)[:, :-1]
     else:
         heldout = lib.eval_windows(heldout, args.seq_len, args.heldout_windows)
@@ -231,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     save_dflash(draft, args.out)
     stats |= {"init_from_target_layers": picks, "target_layer_ids": args.layer_ids, "data": args.data}
     if args.data == "generated":
-        stats |= {"generations": args.generations, "prefix": args.prefix}
+        stats |= {"generations": args.generations, "sampled": args.sampled, "prefix": args.prefix}
     save_stats(
         setup, args, stats, draft, "python jobs/train_dflash.py " + " ".join(sys.argv[1:] if argv is None else argv)
     )

@@ -33,6 +33,19 @@ def test_generated_rows_continue_their_prefix_with_the_targets_argmax() -> None:
     assert torch.equal(rows[:, 12:], argmax[:, 11:-1])
 
 
+def test_sampled_rows_are_seeded_draws_and_the_others_stay_greedy() -> None:
+    target = AutoModelForCausalLM.from_pretrained(TARGET, dtype=torch.float32).eval()
+    stream = torch.randint(5, target.config.vocab_size, (400,))
+    args = argparse.Namespace(prefix=12, seq_len=31)
+    rows = train_dflash.target_generations(target, stream, args, 4, seed=0, sampled=2)  # [4, 32]
+    again = train_dflash.target_generations(target, stream, args, 4, seed=0, sampled=2)
+    assert torch.equal(rows, again)
+    with torch.no_grad():
+        argmax = target(rows).logits.argmax(-1)
+    assert torch.equal(rows[:2, 12:], argmax[:2, 11:-1])
+    assert not torch.equal(rows[2:, 12:], argmax[2:, 11:-1])  # T = 1 draws leave the argmax somewhere
+
+
 def test_blocks_start_at_the_first_generated_token_on_generated_data() -> None:
     assert train_dflash.first_anchor(argparse.Namespace(data="generated", prefix=128)) == 128
     assert train_dflash.first_anchor(argparse.Namespace(data="text", prefix=128)) == 1
