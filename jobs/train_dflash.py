@@ -9,10 +9,10 @@ generated`, the default), the context a T = 0 drafter sees at decode time; there
 to guess is a function of the context, while on corpus text (`--data text`) every position
 past the first is the corpus's token, not the target's. `--sampled F` continues a fraction F
 by sampling at T = 1 instead (a T = 1 decode's context; cross-entropy on sampled tokens fits
-the target's distribution, in expectation). Each training window is one target
-pass (its hidden states at `--layer-ids` are the features, its logits the KL teacher) and
-several blocks at random anchors n in the generated part, in one drafter pass: block g sees
-the features of tokens < n and its own S positions (the block drafter's training mask).
+the target's distribution, in expectation). Each training window is one target pass (its
+hidden states at `--layer-ids` are the features, its logits the KL teacher) and several
+blocks at random anchors n in the generated part, in one drafter pass: block g sees the
+features of tokens < n and its own S positions (the block drafter's training mask).
 
 Loss at every mask position j, weighted by exp(-(j - 1) / gamma) as in the DFlash recipe
 (early positions decide acceptance): cross-entropy on the window's token n + j (`--loss ce`,
@@ -22,7 +22,7 @@ Layers start from the target's last layers. Seeded; CPU; data and loop are the t
 mean number of leading block positions whose argmax equals the target's, on continuations of
 held-out files.
 
-    python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 3 layers, block 8, 2000 steps, 1 thread, ~31 min
+    python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 3 layers, block 8, 2000 steps, 1 thread, ~35 min
     python jobs/train_dflash.py --smoke                              # < 60 s, temp dir
 """
 
