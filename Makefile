@@ -1,21 +1,31 @@
-# One entry point for people and CI. `make demo` and `make test` build .venv on first use.
+# One entry point for people and CI. `make demo` and `make test` build .venv on first use,
+# from the lock of tested versions for this Python (requirements/lock-py3.X.txt).
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# torch first and pinned to the CPU build this machine serves, so nothing pulls CUDA wheels;
-# on a GPU machine set TORCH_SPEC="torch" (or a CUDA index) before `make`.
-TORCH_SPEC ?= torch==2.13.*
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+LOCK := requirements/lock-py$(PY_VERSION).txt
+# The lock names torch==2.13.0, whose CPU build this machine's pip finds first. Elsewhere PyPI's
+# default Linux build of torch is the CUDA one: TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# gets the CPU build there, and a CUDA index (cu130, ...) a GPU build.
+TORCH_INDEX ?=
+INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint bench ui-check install clean
+.PHONY: demo test test-fast test-latest lint lock bench ui-check install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install "$(TORCH_SPEC)"
-	$(PY) -m pip install -e ".[test,lint]"
+	$(PY) -m pip install $(INDEX) -r $(LOCK)
+	$(PY) -m pip install --no-deps -e .
+	$(PY) -m pip check
 	touch $(STAMP)
+
+$(LOCK):
+	@echo "no lock of tested versions for Python $(PY_VERSION) ($(LOCK)): run with PYTHON=python3.11 or"
+	@echo "PYTHON=python3.12, or write one with: make lock PYTHONS=$(PYTHON)"
+	@exit 2
 
 install: $(STAMP)
 
@@ -24,6 +34,23 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The suite on the newest releases that pyproject.toml allows (torch too: TORCH_SPEC), in .venv-latest,
+# so that drift shows here before users meet it; versions.txt there lists what was tested.
+TORCH_SPEC ?= torch
+test-latest:
+	rm -rf .venv-latest
+	$(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --upgrade pip
+	.venv-latest/bin/python -m pip install $(INDEX) "$(TORCH_SPEC)"
+	.venv-latest/bin/python -m pip install $(INDEX) --upgrade --upgrade-strategy eager -e ".[test,lint,ui]"
+	.venv-latest/bin/python -m pip freeze --exclude-editable > .venv-latest/versions.txt
+	.venv-latest/bin/python -m pytest $(PYTEST_ARGS)
+
+# Rewrites the locks from today's newest releases: a throwaway venv per Python, then `pip freeze`.
+PYTHONS ?= python3.11 python3.12
+lock:
+	TORCH_INDEX="$(TORCH_INDEX)" bash tools/lock.sh $(PYTHONS)
 
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: $(STAMP)
@@ -45,7 +72,6 @@ bench: $(STAMP)
 # a researcher needs checked from the rendered pages (needs `apt-get install chromium chromium-driver`).
 ui-check: $(STAMP)
 	@command -v chromium >/dev/null || { echo "ui-check needs Chromium: apt-get install chromium chromium-driver"; exit 2; }
-	$(PY) -m pip install -q -e ".[ui]"
 	$(PY) tools/ui_check.py --out docs/img
 
 clean:

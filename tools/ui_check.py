@@ -16,13 +16,12 @@ plots. Exits non-zero naming the first fact that does not hold.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import requests
@@ -35,6 +34,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from speculab.tracking.metrics import HEADLINE, mlflow_name
 from speculab.tracking.runs import ui_pages
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.servers import free_port, serving  # the test suite's helpers
 
 SWEEP = [
     "-m",
@@ -68,35 +70,11 @@ def run_report(uri: str, parent_run_id: str, workdir: Path) -> None:
     subprocess.run(command, cwd=workdir, check=True, capture_output=True, timeout=600)
 
 
-def serve(uri: str, port: int, workdir: Path) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
-                return server
-        except requests.ConnectionError:
-            time.sleep(0.5)
-    stop(server)
-    raise SystemExit("ui_check: mlflow ui did not start")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(server: subprocess.Popen) -> None:
-    """End the UI server with its workers (its own process group)."""
-    os.killpg(server.pid, signal.SIGKILL)
-    server.wait()
+def serve(uri: str, port: int, workdir: Path) -> AbstractContextManager:
+    """`mlflow ui` over the store on a loopback port, stopped with its workers when the block ends."""
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1"]
+    health = f"http://127.0.0.1:{port}/health"
+    return serving([*command, "--port", str(port)], lambda: requests.get(health, timeout=10).ok, health, workdir)
 
 
 def browser() -> WebDriver:
@@ -136,6 +114,7 @@ def check(fact: bool, what: str) -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed check still stops its server and browser
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--port", type=int, default=0, help="loopback port of the MLflow UI (0: a free one)")
@@ -157,9 +136,7 @@ def main() -> None:
             for link in ui_pages(uri, experiment.experiment_id, point.info.run_id)
         )
         parent_page = run_page.replace(point.info.run_id, parent.info.run_id)
-        server = serve(uri, args.port, workdir)
-        driver = browser()
-        try:
+        with serve(uri, args.port, workdir), browser() as driver:
             shapes = [r.info.run_name.split(" · ")[0] for r in runs if r.data.tags["speculab.kind"] == "point"]
             text = page_text(driver, table_page, shapes[0])
             close_assistant(driver)
@@ -188,9 +165,6 @@ def main() -> None:
             driver.find_element(By.XPATH, "//*[normalize-space(text())='block_efficiency_vs_K.png']").click()
             time.sleep(3)
             driver.save_screenshot(str(args.out / "report_artifacts.png"))
-        finally:
-            driver.quit()
-            stop(server)
     print(f"ui_check: screenshots in {args.out}")
 
 

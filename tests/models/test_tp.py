@@ -17,6 +17,9 @@ the full model. It does not see allocations outside the model and the shard's st
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -209,6 +212,37 @@ def test_no_rank_materialises_the_full_model(tp_runs) -> None:
             f"{case}: {len(list(path.glob('model-*')))} shards, full {full_bytes} B, per-rank peak "
             f"{[rank['peak'] for rank in ranks]} B, held after loading {held} B"
         )  # README figures (pytest -s)
+
+
+FRESH_RANK = """
+import sys
+import torch
+from speculab.models.tp import join_process_group, load_tp_causal_lm
+
+assert "transformers.masking_utils" not in sys.modules  # as in a fresh Ray actor
+rank = int(sys.argv[1])
+join_process_group(rank, {world}, "127.0.0.1", {port}, "cpu")
+model = load_tp_causal_lm({path!r}, "float32", "cpu", {world})
+torch.save(model(torch.tensor([{context}])).logits, f"{out}/{{rank}}.pt")
+"""
+
+
+@pytest.mark.slow
+def test_ranks_load_in_processes_that_imported_no_modelling_code(tmp_path: Path) -> None:
+    """A Ray actor's first transformers modelling import happens inside the meta-device build:
+    under transformers 5.x that import pulls in torch._dynamo, which refused DeepSpeed's
+    OnDevice patch of Tensor.__new__ (the load failed with "Signature mismatch")."""
+    path, context = TINY_PAIR / "target", CONTEXTS[0]
+    code = FRESH_RANK.format(world=WORLD, port=free_port(), path=str(path), context=context, out=tmp_path)
+    ranks = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(rank)]) for rank in range(WORLD)]
+    try:
+        assert [rank.wait(timeout=300) for rank in ranks] == [0] * WORLD
+    finally:  # a rank that failed leaves the other waiting at the rendezvous
+        for rank in ranks:
+            rank.kill()
+    want = log_probs(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)(torch.tensor([context])).logits)
+    for rank in range(WORLD):
+        torch.testing.assert_close(log_probs(torch.load(tmp_path / f"{rank}.pt")), want, rtol=1e-5, atol=1e-5)
 
 
 LLAMA3_ROPE = {

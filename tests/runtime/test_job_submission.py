@@ -15,13 +15,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import mlflow
 import pytest
 
 from support.models import REPO
+from support.servers import serving
 
 
 def load_submit():
@@ -52,11 +53,17 @@ def test_entrypoint_attaches_to_the_jobs_cluster_and_keeps_user_keys() -> None:
     assert {".venv", ".git", "mlflow.db", "mlruns", "outputs", "multirun"} <= set(submit.runtime_env()["excludes"])
 
 
+def list_jobs(address: str) -> bool:
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(address).list_jobs() is not None
+
+
 @pytest.fixture
 def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A Ray head of this test only, on 127.0.0.1 without token auth; yields its Jobs API address."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on when ~/.ray/auth_token exists
-    yield from ray_head({"RAY_AUTH_MODE": "disabled"})
+    yield from ray_head({"RAY_AUTH_MODE": "disabled"}, list_jobs)
 
 
 HEAD_TOKEN = "speculab-test-token-0123456789abcdef"
@@ -64,12 +71,18 @@ HEAD_TOKEN = "speculab-test-token-0123456789abcdef"
 
 @pytest.fixture
 def token_ray_head() -> Iterator[str]:
-    """Like `local_ray_head`, with token authentication on and a known token."""
-    yield from ray_head({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": HEAD_TOKEN})
+    """Like `local_ray_head`, with token authentication on and a known token (asked in a fresh
+    process each time: Ray reads its auth settings once per process)."""
+    probe = ["-c", "import sys; from ray.job_submission import JobSubmissionClient as C; C(sys.argv[1]).list_jobs()"]
+    yield from ray_head(
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": HEAD_TOKEN},
+        lambda address: with_token(HEAD_TOKEN, [*probe, address]).returncode == 0,
+    )
 
 
-def ray_head(auth_env: dict[str, str]) -> Iterator[str]:
-    """Start a private head with ``auth_env``, yield its Jobs API address, stop only its process group."""
+def ray_head(auth_env: dict[str, str], probe: Callable[[str], bool]) -> Iterator[str]:
+    """Start a private head with ``auth_env``, yield its Jobs API address once ``probe`` answers,
+    stop only its process group and the raylet workers it started."""
     gcs, dashboard, agent, metrics, grpc, runtime_env, nm, om = free_ports(8)
     worker_low = 20000 + (os.getpid() % 200) * 100  # a worker port range unlikely to collide
     temp_dir = tempfile.mkdtemp(prefix="ray_sl_", dir="/tmp")  # short: Ray's socket paths have a length limit
@@ -102,41 +115,19 @@ def ray_head(auth_env: dict[str, str]) -> Iterator[str]:
         "RAY_ADDRESS": "",
         **auth_env,
     }  # the job must find speculab in its uploaded working dir
-    head = subprocess.Popen(
-        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
     address = f"http://127.0.0.1:{dashboard}"
     try:
-        yield address
+        with serving(command, lambda: probe(address), f"the Ray Jobs API at {address}", env=env):
+            yield address
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # this head's process group only
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
         time.sleep(2)
         leftovers = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
         for pid in leftovers:  # raylet children of this head only (their command lines name its temp dir)
             os.kill(int(pid), signal.SIGKILL)
 
 
-def wait_for_jobs_api(address: str, timeout_s: float = 90) -> None:
-    from ray.job_submission import JobSubmissionClient
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            JobSubmissionClient(address).list_jobs()
-            return
-        except Exception:  # the dashboard is still starting
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-
-
 @pytest.mark.slow
 def test_a_job_submitted_to_a_local_cluster_produces_an_mlflow_run(local_ray_head: str, tmp_path: Path) -> None:
-    wait_for_jobs_api(local_ray_head)
     store = tmp_path / "mlflow.db"
     overrides = [
         "dataset.num_prompts=1",
@@ -174,11 +165,7 @@ def with_token(token: str, args: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_right_one(token_ray_head: str) -> None:
-    list_jobs = ["-c", f"from ray.job_submission import JobSubmissionClient as C; C({token_ray_head!r}).list_jobs()"]
-    deadline = time.monotonic() + 90
-    while (answer := with_token(HEAD_TOKEN, list_jobs)).returncode != 0:  # the dashboard is still starting
-        assert time.monotonic() < deadline, answer.stderr
-        time.sleep(1)
+    # The right token: the fixture yields only once a fresh process listed the head's jobs with it.
     refused = with_token(
         "not-the-token",
         [

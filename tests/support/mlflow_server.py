@@ -2,57 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
+import contextlib
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import requests
 from mlflow.tracking import MlflowClient
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.servers import free_port, serving
 
 
-def start_server(store: Path, cwd: Path) -> tuple[subprocess.Popen, str]:
-    """`mlflow server` on a loopback port over a SQLite store; waits until it answers."""
+@contextlib.contextmanager
+def mlflow_server(store: Path, cwd: Path) -> Iterator[str]:
+    """`mlflow server` over a SQLite store; yields its URI once the store answers, stops it on exit."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "server",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--backend-store-uri",
-        f"sqlite:///{store}",
-        "--workers",
-        "1",
-    ]
-    server = subprocess.Popen(
-        command, cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{uri}/health", timeout=2).ok:
-                MlflowClient(uri).search_experiments()  # the store answers too, not only the web server
-                return server, uri
-        except requests.ConnectionError:
-            time.sleep(0.5)
-    stop(server)
-    raise RuntimeError("mlflow server did not start")
-
-
-def stop(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--backend-store-uri", f"sqlite:///{store}", "--workers", "1"]
+    # The store answering, not only the web server's /health: the first query creates the tables.
+    with serving(command, lambda: MlflowClient(uri).search_experiments() is not None, f"mlflow server at {uri}", cwd):
+        yield uri

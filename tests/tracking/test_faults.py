@@ -8,13 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from support.cli import speculab
-from support.mlflow_server import start_server, stop
+from support.mlflow_server import mlflow_server
 
 POINTS = ["algorithm=gbv", "algorithm.K=1,2,3"]
 
@@ -33,17 +34,30 @@ def sweep_args(pair: tuple[Path, Path], uri: str, sweep_dir: Path) -> list[str]:
     ]
 
 
-def launch(args: list[str], cwd: Path) -> subprocess.Popen:
-    """The sweep in a child whose SIGINT is the default even when this suite runs with it ignored
-    (as a shell's `&` does without job control), so that Python there turns it into KeyboardInterrupt."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "speculab.cli", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+@pytest.fixture
+def sweeps() -> Iterator[Callable[[list[str], Path], subprocess.Popen]]:
+    """Starts sweeps in children whose SIGINT is the default even when this suite runs with it ignored
+    (as a shell's `&` does without job control), so that Python there turns it into KeyboardInterrupt;
+    whatever of them still runs when the test ends, passed or failed, is killed."""
+    started: list[subprocess.Popen] = []
+
+    def launch(args: list[str], cwd: Path) -> subprocess.Popen:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "speculab.cli", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        started.append(sweep)
+        return sweep
+
+    yield launch
+    for sweep in started:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()
 
 
 def finished_children(uri: str) -> list:
@@ -83,19 +97,15 @@ def assert_each_point_once(uri: str, parents: int) -> None:
 
 
 @pytest.mark.slow
-def test_server_killed_mid_sweep_then_sync(random_llama_pair, tmp_path: Path) -> None:
+def test_server_killed_mid_sweep_then_sync(random_llama_pair, tmp_path: Path, sweeps) -> None:
     store = tmp_path / "server.db"
-    server, uri = start_server(store, tmp_path)
-    sweep = launch(sweep_args(random_llama_pair, uri, tmp_path / "sweep"), tmp_path)
-    try:
+    with mlflow_server(store, tmp_path) as uri:
+        sweep = sweeps(sweep_args(random_llama_pair, uri, tmp_path / "sweep"), tmp_path)
         wait_for_finished_child(uri, sweep)
-    finally:
-        stop(server)
     _, err = sweep.communicate(timeout=600)
     assert sweep.returncode == 0, err
     assert "speculab: MLflow at" in err and "speculab-sync" in err
-    server, uri = start_server(store, tmp_path)
-    try:
+    with mlflow_server(store, tmp_path) as uri:
         synced = subprocess.run(
             [sys.executable, "-m", "speculab.tracking.sync", str(tmp_path / "sweep"), "--uri", uri],
             capture_output=True,
@@ -113,14 +123,12 @@ def test_server_killed_mid_sweep_then_sync(random_llama_pair, tmp_path: Path) ->
         assert again.returncode == 0
         assert_each_point_once(uri, parents=1)
         assert all(r.info.status == "FINISHED" for r in runs_by_kind(uri)["sweep"])
-    finally:
-        stop(server)
 
 
 @pytest.mark.slow
-def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path) -> None:
+def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path, sweeps) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    sweep = launch(sweep_args(random_llama_pair, uri, tmp_path / "first"), tmp_path)
+    sweep = sweeps(sweep_args(random_llama_pair, uri, tmp_path / "first"), tmp_path)
     wait_for_finished_child(uri, sweep)
     sweep.send_signal(signal.SIGINT)
     _, err = sweep.communicate(timeout=300)

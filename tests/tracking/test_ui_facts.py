@@ -14,7 +14,7 @@ import requests
 from speculab.tracking.metrics import HEADLINE, mlflow_name
 from speculab.tracking.runs import NOTE_TAG, VIEW_KEY
 from support.cli import speculab
-from support.mlflow_server import start_server, stop
+from support.mlflow_server import mlflow_server
 
 
 def api(uri: str, path: str, **params: str) -> dict:
@@ -29,8 +29,7 @@ def tags(entity: dict) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) -> None:
-    server, uri = start_server(tmp_path / "mlflow.db", tmp_path)
-    try:
+    with mlflow_server(tmp_path / "mlflow.db", tmp_path) as uri:
         args = [
             "-m",
             "algorithm=gbv",
@@ -84,5 +83,3 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
         assert best["best/tokens_per_s"] == pytest.approx(max(speeds), rel=1e-3)
         parent_files = {f["path"] for f in api(uri, "artifacts/list", run_id=parent["info"]["run_id"])["files"]}
         assert {"sweep_table.md", "sweep_table.csv", "sweep_points.png", "sweep_points.json"} <= parent_files
-    finally:
-        stop(server)

@@ -81,13 +81,18 @@ def recreate_rotary_buffers(model: torch.nn.Module, device: str) -> None:
 
 def load_tp_causal_lm(path: str | Path, dtype: str, device: str, tp_size: int) -> PreTrainedModel:
     """This rank's AutoTP shard; the process must already be in a world of tp_size ranks."""
+    if tp_size < 2:  # DeepSpeed skips AutoTP at 1 and leaves the meta-built model unloaded
+        raise ValueError(f"tp_size must be at least 2 for a tensor-parallel load, got {tp_size}")
     import deepspeed
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = Path(path)
     torch_dtype = getattr(torch, dtype)
     config = AutoConfig.from_pretrained(path, local_files_only=True)
-    with deepspeed.OnDevice(dtype=torch_dtype, device="meta"):
+    # torch's own device context, not deepspeed.OnDevice: OnDevice swaps `torch.Tensor.__new__`,
+    # and a transformers module imported inside it (5.x imports torch._dynamo lazily from
+    # masking_utils) fails dynamo's signature check of that very function.
+    with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, attn_implementation="sdpa")
     checkpoint = {"type": "ds_model", "checkpoints": checkpoint_files(path), "version": 1.0}
     engine = deepspeed.init_inference(
