@@ -30,22 +30,22 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.runs import ui_pages
+from speculab.tracking.runs import VIEW_NAME, ui_pages
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.servers import free_port, serving  # the test suite's helpers
 
-SWEEP = [
+SWEEP = [  # the README's sweep, shorter: which verifier and which draft length?
     "-m",
-    "algorithm=gbv",
-    "algorithm.K=1,2",
-    "sampling.temperature=0,1",
+    "algorithm=gbv,spectr,specinfer",
+    "algorithm.L=4,8",
     "runtime=inline",
-    "dataset.num_prompts=2",
-    "sampling.max_new_tokens=16",
+    "dataset.num_prompts=4",
+    "sampling.max_new_tokens=32",
 ]
 
 
@@ -130,19 +130,20 @@ def main() -> None:
         parent = next(r for r in runs if r.data.tags["speculab.kind"] == "sweep")
         point = next(r for r in runs if r.data.tags["speculab.kind"] == "point")
         run_report(uri, parent.info.run_id, workdir)
-        base = f"http://127.0.0.1:{args.port}"
-        run_page, table_page = (
-            link.replace("http://127.0.0.1:5000", base)
-            for link in ui_pages(uri, experiment.experiment_id, point.info.run_id)
-        )
+        run_page, table_page = ui_pages(uri, experiment.experiment_id, point.info.run_id, args.port)
         parent_page = run_page.replace(point.info.run_id, parent.info.run_id)
         with serve(uri, args.port, workdir), browser() as driver:
             shapes = [r.info.run_name.split(" · ")[0] for r in runs if r.data.tags["speculab.kind"] == "point"]
             text = page_text(driver, table_page, shapes[0])
             close_assistant(driver)
             driver.save_screenshot(str(args.out / "runs_table.png"))
+            driver.find_element(By.CSS_SELECTOR, "[data-testid='saved-views-trigger']").click()
+            views = page_text(driver, driver.current_url, VIEW_NAME)
+            driver.save_screenshot(str(args.out / "saved_views.png"))
+            check(VIEW_NAME in views, "the experiment page's Views menu lists speculab's view")
+            driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
             check(all(mlflow_name(key) in text for key in HEADLINE), "the runs table shows the headline metric columns")
-            check(all(shape in text for shape in shapes), "the runs table lists the 4 points by name")
+            check(all(shape in text for shape in shapes), f"the runs table lists the {len(shapes)} points by name")
             text = page_text(driver, run_page, "Description")
             driver.save_screenshot(str(args.out / "point_run.png"))
             check("verification" in text and "block efficiency" in text, "a point's page describes it with its numbers")
@@ -151,9 +152,10 @@ def main() -> None:
             text = page_text(driver, driver.current_url, "HumanEval/0")
             driver.save_screenshot(str(args.out / "point_records.png"))
             check("accepted" in text and "stop" in text, "the per-prompt records show as a table")
-            text = page_text(driver, parent_page, "Fastest")
+            text = page_text(driver, parent_page, "ranked by speedup_vs_ar")
             driver.save_screenshot(str(args.out / "parent_run.png"))
-            check(f"best/{mlflow_name('tokens_per_s')}" in text, "the parent run shows the best point's metrics")
+            answer = ("Best:" in text and "best/speedup_vs_ar" in text) or "No single best" in text
+            check(answer and "sweep/tied_points" in text, "the parent run names its best point, or the points that tie")
             text = page_text(driver, parent_page.replace("?", "/artifacts?"), "sweep_table.md")
             check("sweep_points.png" in text and "sweep_table.csv" in text, "the parent run holds the sweep's table")
             driver.find_element(By.XPATH, "//*[normalize-space(text())='sweep_points.png']").click()
@@ -161,8 +163,8 @@ def main() -> None:
             driver.save_screenshot(str(args.out / "parent_artifacts.png"))
             driver.find_element(By.XPATH, "//*[normalize-space(text())='report']").click()
             text = page_text(driver, driver.current_url, "tables.md")
-            check("block_efficiency_vs_K.png" in text, "the parent's report/ folder holds the report's plots")
-            driver.find_element(By.XPATH, "//*[normalize-space(text())='block_efficiency_vs_K.png']").click()
+            check("speedup_vs_L.png" in text, "the parent's report/ folder holds the report's plots")
+            driver.find_element(By.XPATH, "//*[normalize-space(text())='speedup_vs_L.png']").click()
             time.sleep(3)
             driver.save_screenshot(str(args.out / "report_artifacts.png"))
     print(f"ui_check: screenshots in {args.out}")

@@ -105,6 +105,12 @@ class TrackingConfig:
     uri: str | None = None  # None: sqlite:///<cwd>/mlflow.db
     experiment: str = "speculab"
     spool_dir: str | None = None  # every run's local record, for speculab-sync; None: <Hydra output dir>/spool
+    ui_port: int = 5000  # a database store's links point at `mlflow ui --port ui_port` (an http uri: its own pages)
+
+
+@dataclass
+class MeasureConfig:
+    repeats: int = 3  # each unit (batch of prompts) decoded this many times by every method, interleaved
 
 
 @dataclass
@@ -117,6 +123,7 @@ class Config:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
     baseline: bool = True  # also decode autoregressively with the engine, for speedup_vs_ar
     baseline_hf: bool = True  # also run transformers' generate on the same target and prompts, for speedup_vs_hf
     resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)
@@ -586,6 +593,8 @@ def validate(cfg: Config) -> None:
             f"cluster.tp_size={cfg.cluster.tp_size}: tensor parallelism needs runtime=ray (inline is one process)"
         )
     _at_least(errors, "runtime.max_restarts", cfg.runtime.max_restarts, 0)
+    _at_least(errors, "measure.repeats", cfg.measure.repeats, 1)
+    _within(errors, "tracking.ui_port", cfg.tracking.ui_port, (1, 65535))
     if cfg.dataset.num_prompts is not None:
         _at_least(errors, "dataset.num_prompts", cfg.dataset.num_prompts, 1)
     if cfg.dataset.name not in DATASETS:

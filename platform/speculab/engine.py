@@ -75,6 +75,7 @@ class RoundRecord:
     kv_target_bytes: int  # peak since this batch's prefill
     kv_draft_bytes: int
     time_paired_s: float = 0.0  # the paired check, outside the four phases and the run's wall time
+    cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
     feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
     time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
 
@@ -96,6 +97,22 @@ class RunResult:
     prefill_target_s: float
     prefill_draft_s: float
     paired_s: float = 0.0  # spent in the paired check (extra verifications on the same drafts)
+    paired_cpu_s: float = 0.0  # its CPU seconds
+
+
+def concat_runs(runs: list[RunResult]) -> RunResult:
+    """One run of consecutive parts (the units of a point, each decoded by its own `decode` call):
+    prompts renumbered in order, rounds concatenated, times summed."""
+    prompts = [replace(p, index=i) for i, p in enumerate(p for run in runs for p in run.prompts)]
+    return RunResult(
+        prompts,
+        [r for run in runs for r in run.rounds],
+        sum(run.wall_s for run in runs),
+        sum(run.prefill_target_s for run in runs),
+        sum(run.prefill_draft_s for run in runs),
+        sum(run.paired_s for run in runs),
+        sum(run.paired_cpu_s for run in runs),
+    )
 
 
 class PhaseClock:
@@ -178,7 +195,15 @@ def decode(
             batch = active
     paired_s = sum(r.time_paired_s for r in rounds)
     wall = time.perf_counter() - start - paired_s
-    return RunResult(records, rounds, wall, clock.take("prefill_target"), clock.take("prefill_draft"), paired_s)
+    return RunResult(
+        records,
+        rounds,
+        wall,
+        clock.take("prefill_target"),
+        clock.take("prefill_draft"),
+        paired_s,
+        sum(r.cpu_paired_s for r in rounds),
+    )
 
 
 def _round(
@@ -200,6 +225,7 @@ def _round(
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
     drafts = None  # i.i.d. paths [B, K, L] with p and q, for the paired check
+    paired_cpu = 0.0
     with clock.phase("verify"):
         if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
             verdict = verifier(proposal.tree, p_nodes, rng=rng)
@@ -210,8 +236,10 @@ def _round(
             verdict = verifier(*drafts, rng=rng, carry=carry)
         emitted = verdict.rows()
     if paired is not None and drafts is not None:
+        paired_cpu = time.process_time()
         with clock.phase("paired"):
             paired(*drafts)
+        paired_cpu = time.process_time() - paired_cpu
     with clock.phase("target"):
         features = target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
@@ -245,6 +273,7 @@ def _round(
             kv_target_bytes=target.kv_bytes(),
             kv_draft_bytes=drafter.kv_bytes(),
             time_paired_s=paired_s,
+            cpu_paired_s=paired_cpu,
             feature_bytes=proposal.feature_bytes,
             time_feature_s=proposal.feature_s,
         )

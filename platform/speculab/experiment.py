@@ -1,16 +1,17 @@
 """One experiment point: validate, load prompts and models, decode, measure, track, report.
 
 `run` is what the Hydra entry point calls with a validated `Config`; everything below it
-takes plain values. The autoregressive baseline runs on the same target and prompts in the
-same process, so speedup_vs_ar compares like with like.
+takes plain values. The baselines (the engine's autoregressive loop, transformers' `generate`)
+run on the same target and prompts, interleaved with the point's own decode prompt by prompt
+and repeated (`speculab.measure`), so each speedup compares measurements taken seconds apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import Any, Protocol, TypedDict, cast
 
 import matplotlib.pyplot as plt
 import torch
@@ -19,6 +20,7 @@ from rich.progress import Progress
 from transformers import AutoTokenizer
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
+from speculab.baselines import BaselineResult
 from speculab.config import Config, checkpoint_dir, config_warnings, locate, read_json, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
@@ -27,16 +29,25 @@ from speculab.engine import (
     DecodeSettings,
     Drafter,
     PromptRecord,
-    RunResult,
     TargetModel,
     Verifier,
     autoregressive,
+    concat_runs,
     decode,
 )
+from speculab.measure import Sample, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics, timed
 from speculab.models import LMSpec
 from speculab.paired import PairedComparison, paired_metrics, paired_table
-from speculab.runtime import runtime_metrics, start_models
-from speculab.tracking.metrics import HF_PREFIX, baseline_metrics, hf_metrics, mlflow_metrics, prompt_metrics, summarize
+from speculab.runtime import cpu_seconds, ray_seconds, runtime_metrics, start_models
+from speculab.tracking.metrics import (
+    BASELINE_KEYS,
+    HF_PREFIX,
+    baseline_metrics,
+    hf_metrics,
+    mlflow_metrics,
+    prompt_metrics,
+    summarize,
+)
 from speculab.tracking.report import (
     acceptance_figure,
     print_summary,
@@ -57,6 +68,12 @@ from speculab.tracking.runs import (
     where,
 )
 from speculab.tracking.spool import tracked
+
+
+class GeneratingTarget(TargetModel, Protocol):
+    """A target that also runs transformers' `generate` on its own model (`TreeTarget`, or its Ray proxy)."""
+
+    def hf_generate(self, prompts: list[list[int]], settings: DecodeSettings) -> BaselineResult: ...
 
 
 class CommonSpec(TypedDict):
@@ -99,23 +116,6 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
     )
 
 
-def with_progress(
-    label: str,
-    total: int,
-    work: Callable[[Callable[[PromptRecord], None]], RunResult],
-    on_prompt: Callable[[PromptRecord], None] = lambda record: None,
-) -> RunResult:
-    """Run work(on_prompt_done) under a progress bar over prompts; ``on_prompt`` sees each finished prompt."""
-    with Progress(transient=False) as progress:
-        task = progress.add_task(label, total=total)
-
-        def done(record: PromptRecord) -> None:
-            progress.advance(task)
-            on_prompt(record)
-
-        return work(done)
-
-
 def paired_comparison(cfg: Config) -> PairedComparison | None:
     """The `algorithm.compare` verifiers, the configured one first (the differences' reference), or None."""
     a = cfg.algorithm
@@ -126,13 +126,18 @@ def paired_comparison(cfg: Config) -> PairedComparison | None:
     return PairedComparison(verifiers, a.compare_repeats, cfg.sampling.seed + 1)
 
 
-def warm_up(
-    target: TargetModel, drafter: Drafter, verifier: Verifier, prompt: list[int], settings: DecodeSettings
-) -> None:
-    """A few untimed rounds of both methods, so one-off start-up costs bias neither."""
-    short = replace(settings, max_new_tokens=2 * (settings.length + 1), batch_size=1)
-    decode(target, drafter, verifier, [prompt], short)
-    autoregressive(target, [prompt], short)
+Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
+METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
+
+
+def units_of(prompts: list[list[int]], batch_size: int) -> list[Unit]:
+    return [(first, prompts[first : first + batch_size]) for first in range(0, len(prompts), batch_size)]
+
+
+def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
+    """A unit is seeded by its first prompt's index, as among all the prompts, so every repetition
+    decodes the same tokens."""
+    return replace(settings, seed=settings.seed + first)
 
 
 def run(cfg: Config) -> dict[str, float]:
@@ -152,12 +157,78 @@ def run(cfg: Config) -> dict[str, float]:
     tracked_run = start_point_run(cfg, point)
     with tracked(tracked_run):
         metrics = decode_point(cfg, tracked_run)
-    print(f"speculab: {where(tracked_run)}")
+    print(f"speculab: {where(tracked_run, cfg.tracking.ui_port)}")
     return metrics
 
 
+@dataclass
+class Decoders:
+    """The point's methods, each run on one unit at a time (`speculab.measure.interleave`), and what
+    their first repetition decoded, kept for the metrics and records."""
+
+    target: GeneratingTarget
+    draft_model: Drafter  # the draft as loaded (a Ray proxy on Ray): what CPU and Ray time are read from
+    drafter: Drafter
+    verifier: Verifier
+    units: list[Unit]
+    settings: DecodeSettings
+    paired: PairedComparison | None = None
+    on_prompt: Callable[[PromptRecord], None] = lambda record: None
+    runs: dict[str, list[Any]] = field(default_factory=lambda: {method: [] for method in METHODS})
+    ray_s: float = 0.0  # Ray time of the first repetition's speculative decodes
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.target, self.draft_model)
+
+    def speculative(self, unit: int, repeat: int) -> Sample:
+        first, prompts = self.units[unit]
+        done, paired = (self.on_prompt, self.paired) if repeat == 0 else (None, None)
+        ray_s = ray_seconds(self.target, self.draft_model)
+        settings = unit_settings(self.settings, first)
+        run, wall, cpu = timed(
+            self.cpu, lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, done, paired)
+        )
+        if repeat == 0:
+            self.runs["speculative"].append(run)
+            self.ray_s += ray_seconds(self.target, self.draft_model) - ray_s
+        return Sample(sum(len(p.tokens) for p in run.prompts), wall - run.paired_s, cpu - run.paired_cpu_s)
+
+    def autoregressive(self, unit: int, repeat: int) -> Sample:
+        first, prompts = self.units[unit]
+        settings = unit_settings(self.settings, first)
+        run, wall, cpu = timed(self.cpu, lambda: autoregressive(self.target, prompts, settings))
+        if repeat == 0:
+            self.runs["autoregressive"].append(run)
+        return Sample(sum(len(p.tokens) for p in run.prompts), wall, cpu)
+
+    def generate(self, unit: int, repeat: int) -> Sample:
+        """transformers' generate in the target's process, timed like the others from this one."""
+        first, prompts = self.units[unit]
+        settings = unit_settings(self.settings, first)
+        result, wall, cpu = timed(self.cpu, lambda: self.target.hf_generate(prompts, settings))
+        if repeat == 0:
+            self.runs["generate"].append(result)
+        return Sample(sum(map(len, result.tokens)), wall, cpu)
+
+    def warm_up(self) -> None:
+        """The first unit once by every method, untimed: one-off costs (allocator, lazy imports,
+        Ray actors, a sweep's first point) bias none of them."""
+        first, prompts = self.units[0]
+        settings = unit_settings(self.settings, first)
+        decode(self.target, self.drafter, self.verifier, prompts, settings)
+        autoregressive(self.target, prompts, settings)
+        self.target.hf_generate(prompts, settings)
+
+
+def measured_methods(cfg: Config, decoders: Decoders) -> dict[str, Callable[[int, int], Sample]]:
+    """The methods a point times: its decode, and the baselines the config asks for."""
+    chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
+    return {method: getattr(decoders, method) for method in METHODS if chosen[method]}
+
+
 def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
-    """Load prompts and models, decode, and log metrics (live per prompt, then final) and artifacts."""
+    """Load prompts and models, time every method interleaved, and log metrics (live per prompt,
+    then final) and artifacts."""
     prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
     target_spec, draft_spec = model_specs(cfg)
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
@@ -180,41 +251,54 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
         drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
     elif DRAFTERS[cfg.drafter.name].proposes == "marginals":  # one path drawn from them (token, block)
         drafter = MarginalPathDrafter(draft_model, torch.Generator())
-    warm_up(target, drafter, verifier, encoded[0], settings)
-    paired = paired_comparison(cfg)
+    decoders = Decoders(
+        target, draft_model, drafter, verifier, units_of(encoded, settings.batch_size), settings, paired_comparison(cfg)
+    )
+    decoders.warm_up()
+    methods = measured_methods(cfg, decoders)
+    repeats = cfg.measure.repeats
     finished: list[PromptRecord] = []
 
-    def log_prompt(record: PromptRecord) -> None:
-        finished.append(record)
-        tracker.log_metrics(prompt_metrics(record), step=len(finished))
+    with Progress(transient=False) as progress, runtime_metrics(target, draft_model) as measured:
+        label = f"{run_name(cfg)} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
+        task = progress.add_task(label, total=len(decoders.units) * repeats * len(methods))
 
-    with runtime_metrics(target, draft_model) as measured:
-        spec = with_progress(
-            run_name(cfg),
-            len(encoded),
-            lambda done: decode(target, drafter, verifier, encoded, settings, done, paired),
-            log_prompt,
-        )
-    baseline = None
+        def log_prompt(record: PromptRecord) -> None:
+            finished.append(record)
+            tracker.log_metrics(prompt_metrics(record), step=len(finished))
+
+        def advancing(method: Callable[[int, int], Sample]) -> Callable[[int, int], Sample]:
+            def run(unit: int, repeat: int) -> Sample:
+                sample = method(unit, repeat)
+                progress.advance(task)
+                return sample
+
+            return run
+
+        decoders.on_prompt = log_prompt
+        timings = interleave({m: advancing(run) for m, run in methods.items()}, len(decoders.units), repeats)
+    spec = concat_runs(decoders.runs["speculative"])
+    speed = speed_metrics(
+        timings, "speculative", "autoregressive" if cfg.baseline else None, "generate" if cfg.baseline_hf else None
+    )
+    ar = hf = None
     if cfg.baseline:
-        baseline = with_progress(
-            "autoregressive baseline", len(encoded), lambda done: autoregressive(target, encoded, settings, done)
-        )
-    hf = None
+        loop = summarize(concat_runs(decoders.runs["autoregressive"]))
+        ar = {key: loop[key] for key in BASELINE_KEYS} | baseline_speed(timings["autoregressive"])
     if cfg.baseline_hf:
-        print("speculab: transformers generate baseline on the same target and prompts")
-        result = target.hf_generate(encoded, settings)
-        hf = hf_metrics(result.tokens, result.wall_s, result.cpu_s)
-    metrics = print_summary(run_name(cfg), spec, baseline, hf) | measured
-    if paired:
-        compared = paired_metrics(paired.units(), cfg.algorithm.name)
-        Console().print(paired_table(compared, cfg.algorithm.name, paired.repeats))
+        hf = hf_metrics([t for result in decoders.runs["generate"] for t in result.tokens])
+        hf |= baseline_speed(timings["generate"])
+        if cfg.baseline:  # generate's own paired speedup over the engine's loop: the sweep plot's reference
+            hf["speedup_vs_ar"] = median_interval(paired_ratios(timings["generate"], timings["autoregressive"])).value
+    runtime = measured | ({"time_ray_s": decoders.ray_s} if measured else {})
+    title = f"{run_name(cfg)} · medians of {repeats} interleaved repetition(s), 95% intervals over prompts"
+    metrics = print_summary(title, summarize(spec) | speed, ar, hf) | runtime
+    if decoders.paired:
+        compared = paired_metrics(decoders.paired.units(), cfg.algorithm.name)
+        Console().print(paired_table(compared, cfg.algorithm.name, decoders.paired.repeats))
         metrics |= compared | {"time_paired_s": spec.paired_s}
-    tracker.log_metrics(mlflow_metrics(metrics))
-    if baseline:
-        tracker.log_metrics(baseline_metrics(summarize(baseline)))
-    if hf:
-        tracker.log_metrics(baseline_metrics(hf, HF_PREFIX))
+    baselines = (baseline_metrics(ar) if ar else {}) | (baseline_metrics(hf, HF_PREFIX) if hf else {})
+    tracker.log_metrics(mlflow_metrics(metrics) | baselines)
     tracker.set_tags({NOTE_TAG: point_description(cfg, metrics)})
     texts = [cast(str, tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
     records = prompt_records(spec, [p.id for p in prompts], texts)
@@ -223,4 +307,4 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
     tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
     tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
-    return metrics
+    return metrics | baselines

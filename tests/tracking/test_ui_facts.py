@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.runs import NOTE_TAG, VIEW_KEY
+from speculab.tracking.runs import NOTE_TAG, VIEW_KEY, VIEW_NAME
 from support.cli import speculab
 from support.mlflow_server import mlflow_server
 
@@ -21,6 +21,10 @@ def api(uri: str, path: str, **params: str) -> dict:
     answer = requests.get(f"{uri}/api/2.0/mlflow/{path}", params=params, timeout=30)
     answer.raise_for_status()
     return answer.json()
+
+
+def metric(run: dict, key: str) -> float:
+    return next(m["value"] for m in run["data"]["metrics"] if m["key"] == key)
 
 
 def tags(entity: dict) -> dict[str, str]:
@@ -50,7 +54,10 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
         experiment_tags = tags(experiment)
         assert experiment_tags["mlflow.experimentKind"] == "custom_model_development"
         assert "block_efficiency" in experiment_tags[NOTE_TAG]
-        view = json.loads(experiment_tags[f"mlflow.sharedViewState.{VIEW_KEY}"])
+        envelope = json.loads(experiment_tags[f"mlflow.sharedViewState.{VIEW_KEY}"])  # what the "Views" menu lists
+        assert envelope["name"] == VIEW_NAME and isinstance(envelope["createdAt"], int)
+        view = json.loads(envelope["state"])
+        assert view["orderByKey"] == "metrics.`speedup_vs_ar`" and not view["orderByAsc"]
 
         found = requests.post(
             f"{uri}/api/2.0/mlflow/runs/search", json={"experiment_ids": [experiment["experiment_id"]]}, timeout=30
@@ -71,15 +78,30 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             }
             assert {c for c in view["selectedColumns"] if c.startswith("params.")} <= {f"params.`{p}`" for p in params}
             unprefixed = {m for m in metrics if "/" not in m}
-            assert unprefixed == {*HEADLINE, "ms_per_token"}, unprefixed  # everything else sits in a chart section
+            intervals = {
+                f"{k}_ci_{end}" for k in ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf") for end in ("low", "high")
+            }
+            assert unprefixed == {*HEADLINE, "ms_per_token", "speedup_vs_ar_cpu", *intervals}, unprefixed
+            assert {"baseline_ar/tokens_per_s", "baseline_hf/tokens_per_s", "baseline_hf/speedup_vs_ar"} <= metrics
             artifacts = {f["path"] for f in api(uri, "artifacts/list", run_id=run["info"]["run_id"]).get("files", [])}
             assert {"records_table.json", "records.jsonl", "acceptance_histogram.png", "time_split.png"} <= artifacts
 
         parent_tags = tags(parent["data"])
-        assert parent["info"]["run_name"] == "sweep algorithm.K=1,2 sampling.temperature=0,1"
-        assert "4 finished point(s)" in parent_tags[NOTE_TAG] and "Fastest" in parent_tags[NOTE_TAG]
+        assert parent["info"]["run_name"] == (
+            "sweep algorithm.K=1,2 sampling.temperature=0,1 · gbv L=4 · iid · humaneval×2 · tiny-pycode"
+        )
+        note = parent_tags[NOTE_TAG]
+        assert "4 finished point(s), ranked by speedup_vs_ar" in note and (
+            "Best: **" in note or "No single best" in note
+        )
         best = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
-        speeds = [next(m["value"] for m in r["data"]["metrics"] if m["key"] == "tokens_per_s") for r in points]
-        assert best["best/tokens_per_s"] == pytest.approx(max(speeds), rel=1e-3)
+        speedups = {r["info"]["run_id"]: metric(r, "speedup_vs_ar") for r in points}
+        if "Best: **" in note:  # clear of the runner-up: the best point's metrics are the parent's best/*
+            assert best["best/speedup_vs_ar"] == pytest.approx(max(speedups.values()), rel=1e-3)
+            assert best["sweep/tied_points"] == 1
+        else:
+            assert not any(key.startswith("best/") for key in best) and best["sweep/tied_points"] >= 2
+        assert "speculab: No single best" in result.stdout or "speculab: best point's run: http" in result.stdout
+        assert "sweep ranking by speedup_vs_ar" in result.stdout
         parent_files = {f["path"] for f in api(uri, "artifacts/list", run_id=parent["info"]["run_id"])["files"]}
         assert {"sweep_table.md", "sweep_table.csv", "sweep_points.png", "sweep_points.json"} <= parent_files

@@ -9,6 +9,7 @@ drafter is a one-actor group outside the TP world.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,31 +46,47 @@ def start_models(
     )
 
 
+def proxies(**models: Any) -> dict[str, Any]:
+    """The Ray group proxies among ``models`` (role -> model), by role (none inline)."""
+    from speculab.runtime.proxy import GroupProxy
+
+    return {role: m for role, m in models.items() if isinstance(m, GroupProxy)}
+
+
+def cpu_seconds(target: Any, drafter: Any) -> float:
+    """CPU seconds so far of this process and of every rank of the Ray groups (counted per call
+    they answered): what a decode costs in CPU, wherever its models live."""
+    return time.process_time() + sum(p.stats.cpu_s for p in proxies(target=target, draft=drafter).values())
+
+
+def ray_seconds(target: Any, drafter: Any) -> float:
+    """Coordinator seconds so far in Ray calls beyond the ranks' own compute (0 inline)."""
+    return sum(p.stats.ray_s for p in proxies(target=target, draft=drafter).values())
+
+
 @contextmanager
 def runtime_metrics(target: Any, drafter: Any) -> Iterator[dict[str, float]]:
-    """Fills a dict, on exit, with what the Ray runtime measured inside the block (inline: nothing).
+    """Fills a dict, on exit, with what the Ray runtime counted inside the block (inline: nothing).
 
-    `time_ray_s`: coordinator time in Ray calls beyond the actors' own compute (already part
-    of time_target_s / time_draft_s); `restarts`: groups recreated after a lost actor;
-    `model_loads`: group loads in this Ray job so far (a sweep that reuses its actors shows
-    the same number at every point); `mem_peak_mb_<role>_<method>`: CUDA peak per call kind.
+    `restarts`: groups recreated after a lost actor; `model_loads`: group loads in this Ray job
+    so far (a sweep that reuses its actors shows the same number at every point);
+    `mem_peak_mb_<role>_<method>`: CUDA peak per call kind.
     """
-    from speculab.runtime.proxy import GroupProxy, ProxyStats
+    from speculab.runtime.proxy import ProxyStats
 
-    proxies = {role: m for role, m in (("target", target), ("draft", drafter)) if isinstance(m, GroupProxy)}
-    for proxy in proxies.values():
-        proxy.stats = ProxyStats()
     found: dict[str, float] = {}
+    groups = proxies(target=target, draft=drafter)
+    for proxy in groups.values():
+        proxy.stats = ProxyStats()
     yield found
-    if not proxies:
+    if not groups:
         return
     import ray
 
     from speculab.runtime.groups import POOL
 
-    found["time_ray_s"] = sum(p.stats.ray_s for p in proxies.values())
-    found["restarts"] = float(sum(p.stats.restarts for p in proxies.values()))
+    found["restarts"] = float(sum(p.stats.restarts for p in groups.values()))
     found["model_loads"] = float(sum(ray.get(POOL.ledger.counts.remote()).values()))
-    for role, proxy in proxies.items():
+    for role, proxy in groups.items():
         for method, peak in proxy.stats.peak_bytes.items():
             found[f"mem_peak_mb_{role}_{method}"] = peak / 2**20

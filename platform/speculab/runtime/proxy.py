@@ -57,6 +57,7 @@ class Call:
 class ProxyStats:
     ray_s: float = 0.0  # blocked in Ray calls minus the ranks' compute for them
     compute_s: float = 0.0  # rank 0's compute time of the calls waited on
+    cpu_s: float = 0.0  # CPU seconds of every rank's process in the calls waited on
     restarts: int = 0
     peak_bytes: dict[str, int] = field(default_factory=dict)  # method -> CUDA peak over ranks
 
@@ -118,6 +119,7 @@ class GroupProxy:
         compute = sum(ranks[0].compute_s for ranks in replies)
         self.stats.ray_s += max(0.0, time.perf_counter() - start - compute)
         self.stats.compute_s += compute
+        self.stats.cpu_s += sum(r.cpu_s for ranks in replies for r in ranks)
         for method, ranks in zip(methods, replies):
             peak = max(r.peak_bytes for r in ranks)
             if peak:

@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
@@ -52,6 +52,7 @@ class Reply:
     value: Any  # None on ranks > 0 (except PER_RANK methods)
     compute_s: float  # time inside the model call, on this rank
     peak_bytes: int  # CUDA peak allocated memory during the call (0 on CPU)
+    cpu_s: float = 0.0  # CPU seconds of this rank's process (every thread) during the call
 
 
 class ModelHost:
@@ -88,13 +89,13 @@ class ModelHost:
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         value = getattr(self.role, method)(*args, **kwargs, **dict(zip(ref_names, resolved)))
         if cuda:
             torch.cuda.synchronize()
-        compute = time.perf_counter() - start
+        compute, cpu = time.perf_counter() - start, time.process_time() - cpu
         keep = self.rank == 0 or method in PER_RANK
-        return Reply(value if keep else None, compute, torch.cuda.max_memory_allocated() if cuda else 0)
+        return Reply(value if keep else None, compute, torch.cuda.max_memory_allocated() if cuda else 0, cpu)
 
     @ray.method(num_returns=2)
     def call_split(
@@ -102,7 +103,7 @@ class ModelHost:
     ) -> tuple[Reply, Any]:
         """`call`, with the value as its own object (rank 0's; None elsewhere) and the Reply without it."""
         reply = self.call(method, args, kwargs, ref_names, *resolved)
-        return Reply(None, reply.compute_s, reply.peak_bytes), reply.value
+        return replace(reply, value=None), reply.value
 
 
 class LoadLedger:

@@ -19,39 +19,63 @@ from typing import Any, cast
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
 
 from speculab.config import Config, TrackingConfig, tracking_uri
-from speculab.tracking.runs import KIND_TAG, NOTE_TAG, PARENT_FILE, experiment_tags, spool_dir, where
+from speculab.tracking.runs import (
+    KIND_TAG,
+    NOTE_TAG,
+    PARENT_FILE,
+    experiment_tags,
+    point_id,
+    point_link,
+    spool_dir,
+    where,
+)
 from speculab.tracking.spool import SpooledRun
 from speculab.tracking.sweep import (
+    Verdict,
     best_metrics,
-    fastest_first,
+    labels,
     point_row,
+    ranking_table,
     sweep_csv,
     sweep_description,
     sweep_figure,
     sweep_markdown,
+    sweep_name,
+    table_rows,
+    verdict,
+    verdict_line,
 )
+
+
+def job_config(config: DictConfig) -> Config:
+    """The `Config` of a Hydra config (its `hydra` node left out)."""
+    job = OmegaConf.masked_copy(config, [str(key) for key in config if key != "hydra"])
+    return cast(Config, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), job)))
 
 
 class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.parent: SpooledRun | None = None
         self.rows: list[dict[str, Any]] = []  # one per finished point, for the parent's summary
+        self.point_ids: list[str] = []  # the same points' ids
+        self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         tracking = TrackingConfig(**config.tracking)
+        self.ui_port = tracking.ui_port
         if not tracking.enabled:
             return
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
-        swept = " ".join(o for o in config.hydra.overrides.task if "," in o) or overrides
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running."}
         self.parent = SpooledRun(
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
             tracking.experiment,
-            f"sweep {swept}".strip(),
+            sweep_name(job_config(config), list(config.hydra.overrides.task)),
             tags,
             experiment_tags=experiment_tags(),
         )
@@ -61,20 +85,33 @@ class MlflowSweepCallback(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent is not None and job_return.status == JobStatus.COMPLETED and job_return.return_value:
-            job = OmegaConf.masked_copy(config, [str(key) for key in config if key != "hydra"])
-            cfg = cast(Config, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), job)))
+            cfg = job_config(config)
             self.rows.append(point_row(cfg, job_return.return_value))
+            self.point_ids.append(point_id(cfg))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent is None:
             return
+        found = None
         if self.rows:
             overrides = " ".join(config.hydra.overrides.task)
-            self.parent.log_table(fastest_first(self.rows), "sweep_points.json")
+            found = verdict(self.rows)
+            self.parent.log_table(table_rows(self.rows), "sweep_points.json")
             self.parent.log_text(sweep_markdown(self.rows), "sweep_table.md")
             self.parent.log_text(sweep_csv(self.rows), "sweep_table.csv")
             self.parent.log_figure(sweep_figure(self.rows), "sweep_points.png")
-            self.parent.log_metrics(best_metrics(self.rows))
+            self.parent.log_metrics(best_metrics(found))
             self.parent.set_tags({NOTE_TAG: sweep_description(overrides, self.rows)})
         self.parent.end("FINISHED")
-        print(f"speculab: sweep summary in the parent {where(self.parent)}")
+        if found is not None:
+            self.print_ranking(found)
+        print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port)}")
+
+    def print_ranking(self, found: Verdict) -> None:
+        """The top points with their intervals, and the best point's run (or the tie) in one line."""
+        title = f"sweep ranking by {found.key} (median, 95% interval over prompts)"
+        Console().print(ranking_table(self.rows, title))
+        print(f"speculab: {verdict_line(found, labels(self.rows)).replace('**', '')}")
+        best = self.point_ids[self.rows.index(found.best)] if found.best is not None else None
+        if self.parent is not None and best is not None and (link := point_link(self.parent, best, self.ui_port)):
+            print(f"speculab: best point's run: {link}")

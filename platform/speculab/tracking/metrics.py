@@ -11,6 +11,7 @@ headline metrics carry no prefix and come first, and the rest sit under `time/`,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from speculab.engine import PromptRecord, RunResult
@@ -25,9 +26,32 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("block_efficiency", "block_efficiency", "kept tokens per sequence-round (per target call per sequence)"),
-    Metric("tokens_per_s", "tokens_per_s", "all kept tokens over the decoding wall time, prefill included"),
-    Metric("speedup_vs_ar", "speedup_vs_ar", "tokens_per_s over the engine's own autoregressive loop's (same run)"),
-    Metric("speedup_vs_hf", "speedup_vs_hf", "tokens_per_s over transformers' generate's, same target and prompts"),
+    Metric(
+        "tokens_per_s",
+        "tokens_per_s",
+        "kept tokens per wall second, prefill included: the median over prompts (units of a batch) of each one's "
+        "median over measure.repeats interleaved repetitions",
+    ),
+    Metric("tokens_per_s_ci_low", "tokens_per_s_ci_low", "its 95% bootstrap interval over prompts: lower end"),
+    Metric("tokens_per_s_ci_high", "tokens_per_s_ci_high", "its 95% bootstrap interval over prompts: upper end"),
+    Metric(
+        "speedup_vs_ar",
+        "speedup_vs_ar",
+        "over the engine's own autoregressive loop: the median over prompts of paired throughput ratios, each "
+        "of two decodes run back to back (docs/measuring.md)",
+    ),
+    Metric("speedup_vs_ar_ci_low", "speedup_vs_ar_ci_low", "its 95% bootstrap interval over prompts: lower end"),
+    Metric("speedup_vs_ar_ci_high", "speedup_vs_ar_ci_high", "its 95% bootstrap interval over prompts: upper end"),
+    Metric(
+        "speedup_vs_ar_cpu",
+        "speedup_vs_ar_cpu",
+        "the same paired ratio in tokens per CPU second (this process and the model actors): robust to a busy machine",
+    ),
+    Metric(
+        "speedup_vs_hf", "speedup_vs_hf", "over transformers' generate on the same target: paired like speedup_vs_ar"
+    ),
+    Metric("speedup_vs_hf_ci_low", "speedup_vs_hf_ci_low", "its 95% bootstrap interval over prompts: lower end"),
+    Metric("speedup_vs_hf_ci_high", "speedup_vs_hf_ci_high", "its 95% bootstrap interval over prompts: upper end"),
     Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round"),
     Metric("ms_per_token", "ms_per_token", "1000 / tokens_per_s"),
     Metric("time_draft_s", "time/draft_s", "wall time drafting (draft prefill included)"),
@@ -66,6 +90,16 @@ PAIRED_METRICS: tuple[Metric, ...] = (
 )
 METRIC_KEYS = tuple(m.key for m in METRICS)
 HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
+# What the autoregressive baseline logs of its metrics (the rest are constants for it: block efficiency 1,
+# no draft, no tree); fewer charts stand before the headline ones on a run's page.
+BASELINE_KEYS = (
+    "tokens_per_s",
+    "ms_per_token",
+    "time_target_s",
+    "kv_peak_mb_target",
+    "target_calls",
+    "generated_tokens",
+)
 BASELINE_PREFIX = "baseline_ar/"
 HF_PREFIX = "baseline_hf/"
 _MLFLOW = {m.key: m.mlflow for m in (*METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)}
@@ -84,20 +118,14 @@ def mlflow_metrics(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def baseline_metrics(baseline: dict[str, float], prefix: str = BASELINE_PREFIX) -> dict[str, float]:
-    """A baseline's metrics under `<prefix><key>` (its own speedups are not its metrics)."""
-    return {f"{prefix}{key}": float(f"{value:.5g}") for key, value in baseline.items() if not key.startswith("speedup")}
+    """A baseline's metrics under `<prefix><key>`, those it has (a speedup over itself is NaN)."""
+    return {f"{prefix}{key}": float(f"{value:.5g}") for key, value in baseline.items() if not math.isnan(value)}
 
 
-def hf_metrics(tokens: list[list[int]], wall_s: float, cpu_s: float) -> dict[str, float]:
-    """transformers' generate as a baseline: its throughput on the run's prompts (wall time of its calls)."""
-    generated = sum(map(len, tokens))
-    return {
-        "tokens_per_s": generated / wall_s,
-        "ms_per_token": 1000.0 * wall_s / generated,
-        "generated_tokens": float(generated),
-        "wall_s": wall_s,
-        "cpu_s": cpu_s,
-    }
+def hf_metrics(tokens: list[list[int]]) -> dict[str, float]:
+    """transformers' generate as a baseline: what it generated on the run's prompts (its speed is
+    `speculab.measure.baseline_speed`'s)."""
+    return {"generated_tokens": float(sum(map(len, tokens)))}
 
 
 def read_metric(logged: dict[str, float], key: str) -> float | None:
@@ -110,9 +138,9 @@ def metrics_markdown() -> str:
     lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in (*METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)]
     lines += [
         "| `mem_peak_mb_<role>_<call>` | `memory/peak_mb_<role>_<call>` | CUDA only: peak memory per call kind |",
-        "| (baseline) | `baseline_ar/<key>` | the engine's autoregressive baseline's metrics, same keys |",
-        "| (baseline) | `baseline_hf/tokens_per_s`, `ms_per_token`, `generated_tokens`, `wall_s`, `cpu_s` | "
-        "transformers' `generate` on the same target and prompts |",
+        f"| (baseline) | `baseline_ar/<key>` | the engine's autoregressive loop's {', '.join(BASELINE_KEYS)} |",
+        "| (baseline) | `baseline_hf/tokens_per_s`, `ms_per_token`, `generated_tokens`, `speedup_vs_ar` | "
+        "transformers' `generate` on the same target and prompts; its own paired speedup over the engine's loop |",
         "| (paired) | `compare/<verifier>/block_efficiency`, `accepted_mean`, their `_se`, "
         "`diff_block_efficiency`, `diff_block_efficiency_se` | `algorithm.compare`: each verifier on the run's own "
         "drafts, and its paired difference from the configured one (docs/algorithms.md) |",
@@ -129,7 +157,8 @@ def tokens_per_second(run: RunResult) -> float:
 def summarize(
     run: RunResult, baseline: RunResult | None = None, hf_tokens_per_s: float | None = None
 ) -> dict[str, float]:
-    """Every metric of METRIC_KEYS; a speedup is NaN without its baseline."""
+    """Every metric of METRIC_KEYS from one pass (a point's speeds are `speculab.measure`'s, from
+    repeated interleaved passes); a speedup is NaN without its baseline, an interval always."""
     generated = sum(len(p.tokens) for p in run.prompts)
     sequence_rounds = sum(r.rows for r in run.rounds)
     times = {
@@ -158,7 +187,7 @@ def summarize(
     for phase, spent in times.items():
         metrics[f"time_{phase}_s"] = spent
         metrics[f"share_{phase}"] = spent / run.wall_s
-    return {key: metrics[key] for key in METRIC_KEYS}
+    return {key: metrics.get(key, math.nan) for key in METRIC_KEYS}
 
 
 def prompt_metrics(record: PromptRecord) -> dict[str, float]:

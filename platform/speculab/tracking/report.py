@@ -16,21 +16,23 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.engine import RunResult
-from speculab.tracking.metrics import acceptance_histogram, summarize
+from speculab.tracking.metrics import acceptance_histogram
 
 
 def summary_table(title: str, metrics: dict[str, float], baselines: dict[str, dict[str, float]]) -> Table:
-    """Every metric, beside each baseline's (column name -> its metrics) where it has one."""
+    """Every metric, beside each baseline's (column name -> its metrics) where it has one; a
+    measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in brackets."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("speculative", justify="right")
     for name in baselines:
         table.add_column(name, justify="right")
     for key, value in metrics.items():
-        shown = [
-            b.get(key) if not key.startswith(("speedup", "kv_peak_mb_draft")) else None for b in baselines.values()
-        ]
-        table.add_row(key, _fmt(value), *("" if v is None else _fmt(v) for v in shown))
+        if key.endswith(("_ci_low", "_ci_high")):
+            continue
+        shown = [b.get(key) if key != "kv_peak_mb_draft" else None for b in baselines.values()]  # no draft there
+        cell = _fmt(value) + _bracket(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high"))
+        table.add_row(key, cell, *("" if v is None or math.isnan(v) else _fmt(v) for v in shown))
     return table
 
 
@@ -38,12 +40,17 @@ def _fmt(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:.4g}"
 
 
+def _bracket(low: float | None, high: float | None) -> str:
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return ""
+    return f" [{low:.4g}, {high:.4g}]"
+
+
 def print_summary(
-    title: str, run: RunResult, baseline: RunResult | None, hf: dict[str, float] | None
+    title: str, metrics: dict[str, float], ar: dict[str, float] | None, hf: dict[str, float] | None
 ) -> dict[str, float]:
-    """Print the run's metrics beside the engine's autoregressive loop and transformers' generate."""
-    metrics = summarize(run, baseline, hf["tokens_per_s"] if hf else None)
-    columns = {"autoregressive": summarize(baseline)} if baseline else {}
+    """Print the point's metrics beside the engine's autoregressive loop's and transformers' generate's."""
+    columns = {"autoregressive": ar} if ar else {}
     if hf:
         columns["transformers generate"] = hf
     Console().print(summary_table(title, metrics, columns))

@@ -30,6 +30,8 @@ KIND_TAG = "speculab.kind"
 LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certified lossless (spectr_gbv, K >= 2)
 NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page
 VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
+VIEW_NAME = "speculab: shape and headline metrics"
+VIEW_CREATED_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that rewriting the tag at every run changes nothing
 # The runs table's columns in the saved view: the point's shape, then the headline metrics.
 VIEW_PARAMS = ("algorithm.name", "algorithm.K", "algorithm.L", "sampling.temperature", "drafter.name")
 PARENT_FILE = "mlflow_parent.json"  # in a sweep's directory: the parent run's spool id and run id
@@ -141,11 +143,13 @@ def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> s
 
 
 def view_state() -> str:
-    """The experiment's saved runs-table view (MLflow's shared view state): shape and headline columns,
-    fastest first."""
+    """The experiment's saved runs-table view, in the envelope MLflow's "Views" menu lists (a name,
+    times, and the table state as a JSON string; share links read it too): shape and headline
+    columns, the fastest over autoregressive decoding first."""
     columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{mlflow_name(key)}`" for key in HEADLINE]
+    state = {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('speedup_vs_ar')}`", "orderByAsc": False}
     return json.dumps(
-        {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('tokens_per_s')}`", "orderByAsc": False}
+        {"name": VIEW_NAME, "createdAt": VIEW_CREATED_MS, "updatedAt": VIEW_CREATED_MS, "state": json.dumps(state)}
     )
 
 
@@ -223,17 +227,32 @@ def finished_point(cfg: Config, point: str) -> str | None:
 UI_MODE = "workflowType=machine_learning"  # MLflow 3's UI opens experiments in its GenAI mode otherwise
 
 
-def ui_pages(uri: str, experiment_id: str | None, run_id: str | None) -> tuple[str, str]:
-    """(the run's page, the experiment's runs table in speculab's saved view) in the MLflow UI."""
-    base = uri.rstrip("/") if uri.startswith("http") else "http://127.0.0.1:5000"
+def ui_pages(uri: str, experiment_id: str | None, run_id: str | None, ui_port: int) -> tuple[str, str]:
+    """(the run's page, the experiment's runs table in speculab's saved view) in the MLflow UI: the
+    tracking server's own pages, or for a database store those of `mlflow ui --port ui_port`."""
+    base = uri.rstrip("/") if uri.startswith("http") else f"http://127.0.0.1:{ui_port}"
     table = f"{base}/#/experiments/{experiment_id}/runs?{UI_MODE}&viewStateShareKey={VIEW_KEY}"
     return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{UI_MODE}", table
 
 
-def where(run: SpooledRun) -> str:
+def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
+    """The MLflow page of the sweep point `point` under `parent` (None: the store is unreachable)."""
+    if not parent.online or parent.experiment_id is None:
+        return None
+    try:
+        client = MlflowClient(parent.uri)
+        query = f"tags.`{POINT_TAG}` = '{point}' and tags.`mlflow.parentRunId` = '{parent.run_id}'"
+        runs = client.search_runs([parent.experiment_id], query, max_results=1)
+    except Exception:  # the store went away since: the ranking above stands without the link
+        return None
+    return ui_pages(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port)[0] if runs else None
+
+
+def where(run: SpooledRun, ui_port: int) -> str:
     """Which run was written and how to see it (no store call: the store may have gone since)."""
     if run.online:
-        page, table = ui_pages(run.uri, run.experiment_id, run.run_id)
-        serve = "" if run.uri.startswith("http") else f" (serve the store: `mlflow ui --backend-store-uri {run.uri}`)"
+        page, table = ui_pages(run.uri, run.experiment_id, run.run_id, ui_port)
+        serve = f"mlflow ui --backend-store-uri {run.uri} --port {ui_port}"
+        serve = "" if run.uri.startswith("http") else f" (serve the store: `{serve}`)"
         return f"MLflow run {run.run_id}: {page} ; all runs: {table}{serve}"
     return f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"

@@ -1,6 +1,11 @@
-"""What a sweep's parent run shows: one row per finished point, the table in markdown and CSV,
-a chart of the points, the best point's headline metrics and a description of what was swept.
+"""What a sweep's parent run shows: one row per finished point, ranked, the table in markdown
+and CSV, a chart of the points, the best point (or the points that tie for it) and a
+description of what was swept.
 
+Points are ranked by `speedup_vs_ar`, a median of paired ratios (`speculab.measure`), which a
+busy machine moves far less than raw tokens/s; a sweep without the autoregressive baseline
+ranks by tokens/s. The leader is named the best only when its 95% interval lies wholly above
+the runner-up's; otherwise every point whose interval reaches the leader's lower end ties.
 Rows come from the points' own return values in this process (`MlflowSweepCallback`), so the
 summary is written (or spooled) even when MLflow was down during the sweep.
 """
@@ -9,79 +14,241 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from rich.table import Table
 
 from speculab.algorithms import get_algorithm
 from speculab.config import Config
-from speculab.tracking.metrics import HEADLINE, mlflow_name
+from speculab.tracking.metrics import HEADLINE, HF_PREFIX, mlflow_name
 from speculab.tracking.runs import run_name
+
+INTERVALS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf")  # headline figures measured with an interval
+HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # generate's own paired speedup over the engine's loop
+TOP = 5  # rows of the ranking the console shows
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The sweep's answer: its best point, or the points tied for first."""
+
+    key: str  # what the points are ranked by
+    tied: list[dict[str, Any]]  # the best point alone, or every point tied with the leader
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return self.tied[0] if len(self.tied) == 1 else None
+
+
+def swept_keys(overrides: list[str]) -> list[str]:
+    """The keys (or config groups) an override list sweeps: those given several values."""
+    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "," in o]
+
+
+def sweep_name(cfg: Config, overrides: list[str]) -> str:
+    """The parent run's name: what is swept, then the settings every point shares (algorithm, K,
+    L, T, drafter, dataset, model: those no swept key or group touches)."""
+    swept = swept_keys(overrides)
+
+    def held(*keys: str) -> bool:
+        return not any(k == s or k.startswith(f"{s}.") for k in keys for s in swept)
+
+    a = cfg.algorithm
+    shape = [f"{name}={value}" for name, key, value in (("K", "K", a.K), ("L", "L", a.L)) if held(f"algorithm.{key}")]
+    if held("sampling.temperature"):
+        shape.append(f"T={cfg.sampling.temperature}")
+    if held("algorithm.name"):
+        shape.insert(0, a.name)
+    fixed = [" ".join(shape)] if shape else []
+    if held("drafter.name"):
+        fixed.append(cfg.drafter.name)
+    if held("dataset.name", "dataset.num_prompts"):
+        prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
+        fixed.append(f"{cfg.dataset.name}×{prompts}")
+    if held("model.name"):
+        fixed.append(cfg.model.name)
+    varied = " ".join(o for o in overrides if "," in o) or " ".join(overrides)
+    return " · ".join([f"sweep {varied}".strip(), *fixed])
 
 
 def point_row(cfg: Config, metrics: dict[str, float]) -> dict[str, Any]:
-    """A point's row: its name and shape, then its headline metrics."""
+    """A point's row: its name and shape, then its headline metrics, each measured one with its interval."""
     a = cfg.algorithm
-    budget = a.budget if get_algorithm(a.name).tree_builder else ""
-    shape = {
-        "algorithm": a.name,
-        "K": a.K,
-        "L": a.L,
-        "budget": budget,
-        "T": cfg.sampling.temperature,
-        "drafter": cfg.drafter.name,
-    }
-    return {"point": run_name(cfg), **shape, **{key: round(metrics[key], 4) for key in HEADLINE if key in metrics}}
+    shape: dict[str, Any] = {"algorithm": a.name, "K": a.K, "L": a.L}
+    if get_algorithm(a.name).tree_builder:
+        shape["budget"] = a.budget
+    shape |= {"T": cfg.sampling.temperature, "drafter": cfg.drafter.name}
+    figures: dict[str, float] = {}
+    for key in HEADLINE:
+        if key in metrics:
+            figures[key] = round(metrics[key], 4)
+        if key in INTERVALS and f"{key}_ci_low" in metrics:
+            figures |= {f"{key}_{end}": round(metrics[f"{key}_{end}"], 4) for end in ("ci_low", "ci_high")}
+    reference = {HF_SPEEDUP: round(metrics[HF_SPEEDUP], 4)} if HF_SPEEDUP in metrics else {}
+    return {"point": run_name(cfg), **shape, **figures, **reference}
 
 
-def fastest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda row: -row.get("tokens_per_s", 0.0))
+def table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with the same columns, in ranking order; a column no point has a value in is left out
+    (`budget` in a sweep without DDTree)."""
+    columns = list(dict.fromkeys(column for row in rows for column in row))
+    return [{column: row.get(column, "") for column in columns} for row in ranked(rows)]
+
+
+def _number(row: dict[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def rank_key(rows: list[dict[str, Any]]) -> str:
+    """speedup_vs_ar where every point has it, else tokens_per_s."""
+    return "speedup_vs_ar" if all(not math.isnan(_number(row, "speedup_vs_ar")) for row in rows) else "tokens_per_s"
+
+
+def ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    key = rank_key(rows)
+    return sorted(rows, key=lambda row: -_number(row, key) if not math.isnan(_number(row, key)) else math.inf)
+
+
+def verdict(rows: list[dict[str, Any]]) -> Verdict:
+    """The leader alone when its interval is clear of the runner-up's; else all that reach its lower end
+    (a point without an interval cannot be told apart, so it ties)."""
+    key = rank_key(rows)
+    leader, *rest = ranked(rows)
+    low = _number(leader, f"{key}_ci_low")
+
+    def reaches(row: dict[str, Any]) -> bool:
+        return not _number(row, f"{key}_ci_high") < low  # NaN on either side: not clear
+
+    return Verdict(key, [leader, *(row for row in rest if reaches(row))])
+
+
+def _parts(rows: list[dict[str, Any]]) -> tuple[list[list[str]], set[int]]:
+    """Each point name's ` · `-separated parts, and the positions where every point has the same part."""
+    parts = [row["point"].split(" · ") for row in rows]
+    return parts, {i for i in range(min(map(len, parts))) if len({p[i] for p in parts}) == 1}
+
+
+def labels(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Point name -> the parts of it that not every point shares."""
+    parts, shared = _parts(rows)
+    kept = [" · ".join(x for i, x in enumerate(p) if i not in shared) for p in parts]
+    return {row["point"]: label or row["point"] for row, label in zip(rows, kept)}
+
+
+def shared_name(rows: list[dict[str, Any]]) -> str:
+    """The parts of the point names that every point shares (` · `-joined)."""
+    parts, shared = _parts(rows)
+    return " · ".join(parts[0][i] for i in sorted(shared))
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    value = _number(row, key)
+    if math.isnan(value):
+        return "n/a"
+    low, high = _number(row, f"{key}_ci_low"), _number(row, f"{key}_ci_high")
+    return f"{value:.3g}" + ("" if math.isnan(low) else f" [{low:.3g}, {high:.3g}]")
 
 
 def sweep_markdown(rows: list[dict[str, Any]]) -> str:
-    columns = list(rows[0])
+    shown = table_rows(rows)
+    columns = list(shown[0])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in fastest_first(rows)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in shown]
     return "\n".join(lines) + "\n"
 
 
 def sweep_csv(rows: list[dict[str, Any]]) -> str:
+    shown = table_rows(rows)
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(out, fieldnames=list(shown[0]))
     writer.writeheader()
-    writer.writerows(fastest_first(rows))
+    writer.writerows(shown)
     return out.getvalue()
 
 
-def sweep_figure(rows: list[dict[str, Any]]) -> Figure:
-    """Tokens/s per point (fastest on top), each bar labelled with its block efficiency."""
-    ordered = fastest_first(rows)[::-1]
-    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.45 * len(ordered)))
-    speeds = [row.get("tokens_per_s", 0.0) for row in ordered]
-    bars = axes.barh(range(len(ordered)), speeds, color="#4477aa")
-    axes.set_yticks(range(len(ordered)), [row["point"].split(" · ")[0] for row in ordered], fontsize=9)
-    axes.bar_label(
-        bars, [f"block eff. {row.get('block_efficiency', float('nan')):.2f}" for row in ordered], padding=3, fontsize=8
+def ranking_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """The console's end of a sweep: the top points with their intervals, named by what sets them apart
+    (what they share is the caption)."""
+    key = rank_key(rows)
+    table = Table(title=title, caption=f"every point: {shared_name(rows)}" if shared_name(rows) else None)
+    for column in ("#", "point", key, "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf", "block eff."):
+        table.add_column(column, justify="left" if column == "point" else "right")
+    other = "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf"
+    short = labels(rows)
+    for place, row in enumerate(ranked(rows)[:TOP], start=1):
+        table.add_row(
+            str(place), short[row["point"]], _cell(row, key), _cell(row, other), _cell(row, "block_efficiency")
+        )
+    return table
+
+
+def verdict_line(found: Verdict, short: dict[str, str] | None = None) -> str:
+    """One sentence: the best point, or which points tie (named by `short` where given)."""
+    if found.best is not None:
+        return (
+            f"Best: **{found.best['point']}**, {found.key} {_cell(found.best, found.key)}: its 95% interval lies "
+            "above every other point's."
+        )
+    names = "; ".join((short or {}).get(row["point"], row["point"]) for row in found.tied)
+    return (
+        f"No single best: {len(found.tied)} points tie on {found.key} within their 95% intervals "
+        f"(the leader's lower end is inside the others'): {names}."
     )
-    axes.set_xlabel("tokens/s")
-    axes.set_xlim(0, max(speeds, default=1.0) * 1.3)
-    axes.set_title("sweep points, fastest on top")
+
+
+def sweep_figure(rows: list[dict[str, Any]]) -> Figure:
+    """The ranking key per point (best on top) with its 95% interval, labelled with block efficiency;
+    on the speedup axis, reference lines at 1 (autoregressive) and at transformers' generate."""
+    key = rank_key(rows)
+    ordered = ranked(rows)[::-1]
+    figure, axes = plt.subplots(figsize=(9, 1.6 + 0.45 * len(ordered)))
+    values = [_number(row, key) for row in ordered]
+    errors = [
+        [max(v - _number(row, f"{key}_ci_low"), 0.0) for v, row in zip(values, ordered)],
+        [max(_number(row, f"{key}_ci_high") - v, 0.0) for v, row in zip(values, ordered)],
+    ]
+    errors = [[0.0 if math.isnan(e) else e for e in side] for side in errors]
+    bars = axes.barh(range(len(ordered)), values, xerr=errors, capsize=3, color="#4477aa", ecolor="#222222")
+    short = labels(rows)
+    axes.set_yticks(range(len(ordered)), [short[row["point"]] for row in ordered], fontsize=9)
+    efficiency = [f"block eff. {_number(row, 'block_efficiency'):.2f}" for row in ordered]
+    axes.bar_label(bars, efficiency, padding=14, fontsize=8)
+    right = max((v + e for v, e in zip(values, errors[1]) if not math.isnan(v)), default=1.0)
+    if key == "speedup_vs_ar":
+        axes.axvline(1.0, color="#ee6677", linestyle="--", linewidth=1.2, label="autoregressive (1.0)")
+        references = [r for row in rows if not math.isnan(r := _number(row, HF_SPEEDUP))]
+        if references:
+            hf = statistics.median(references)
+            axes.axvline(hf, color="#228833", linestyle=":", linewidth=1.5, label=f"transformers generate ({hf:.2f})")
+            right = max(right, hf)
+        axes.legend(loc="lower right", fontsize=8)
+        axes.set_xlabel("speedup over the engine's autoregressive loop (median of paired ratios, 95% interval)")
+    else:
+        axes.set_xlabel("tokens/s (median over prompts, 95% interval)")
+    axes.set_xlim(0, right * 1.35)
+    axes.set_title("sweep points, best on top")
     figure.tight_layout()
     return figure
 
 
-def best_metrics(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """The fastest point's headline metrics, as `best/<name>`."""
-    best = fastest_first(rows)[0]
-    return {f"best/{mlflow_name(key)}": best[key] for key in HEADLINE if key in best}
+def best_metrics(found: Verdict) -> dict[str, float]:
+    """The best point's headline metrics as `best/<name>` (none when points tie), and how many tie."""
+    metrics = {"sweep/tied_points": float(len(found.tied))}
+    if found.best is not None:
+        metrics |= {f"best/{mlflow_name(key)}": found.best[key] for key in HEADLINE if key in found.best}
+    return metrics
 
 
 def sweep_description(overrides: str, rows: list[dict[str, Any]]) -> str:
-    best = fastest_first(rows)[0]
+    answer = verdict_line(verdict(rows), labels(rows))
     return (
-        f"Sweep `{overrides}`: {len(rows)} finished point(s). Fastest: **{best['point']}** at "
-        f"{best.get('tokens_per_s', float('nan')):.4g} tokens/s, block efficiency "
-        f"{best.get('block_efficiency', float('nan')):.4g}. Artifacts: `sweep_table.md`, `sweep_table.csv`, "
-        f"`sweep_points.png`.\n\n{sweep_markdown(rows)}"
+        f"Sweep `{overrides}`: {len(rows)} finished point(s), ranked by {rank_key(rows)} (medians of paired, "
+        f"interleaved measurements; 95% intervals over prompts). {answer} Artifacts: `sweep_table.md`, "
+        f"`sweep_table.csv`, `sweep_points.png`.\n\n{sweep_markdown(rows)}"
     )

@@ -1,0 +1,111 @@
+"""The sweep's answer (`speculab.tracking.sweep`): points ranked by their paired speedup, a best point
+named only when its interval clears the runner-up's, and the tables and plot that show it."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+
+from speculab.config import Config, ModelConfig
+from speculab.tracking.sweep import (
+    HF_SPEEDUP,
+    best_metrics,
+    labels,
+    rank_key,
+    ranked,
+    sweep_csv,
+    sweep_description,
+    sweep_figure,
+    sweep_name,
+    table_rows,
+    verdict,
+)
+
+SHARED = "iid · humaneval×4 · tiny-pycode"
+
+
+def row(name: str, speedup: float, low: float, high: float, **extra: object) -> dict:
+    return {
+        "point": f"{name} T=1.0 · {SHARED}",
+        "algorithm": name.split()[0],
+        "block_efficiency": 2.0,
+        "tokens_per_s": 100 * speedup,
+        "tokens_per_s_ci_low": 100 * low,
+        "tokens_per_s_ci_high": 100 * high,
+        "speedup_vs_ar": speedup,
+        "speedup_vs_ar_ci_low": low,
+        "speedup_vs_ar_ci_high": high,
+        HF_SPEEDUP: 0.9,
+        **extra,
+    }
+
+
+def test_a_leader_clear_of_the_runner_up_is_the_best() -> None:
+    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("block K=1 L=8", 1.6, 1.5, 1.7), row("token K=1 L=4", 1.0, 0.9, 1.1)]
+    found = verdict(rows)
+    assert found.key == "speedup_vs_ar" and found.best is rows[1] and found.tied == [rows[1]]
+    assert best_metrics(found) == {
+        "sweep/tied_points": 1.0,
+        **{f"best/{k}": rows[1][k] for k in ("block_efficiency", "tokens_per_s", "speedup_vs_ar")},
+    }
+    assert "Best: **block K=1 L=8" in sweep_description("algorithm=gbv,block", rows)
+
+
+def test_overlapping_intervals_tie_and_name_no_best() -> None:
+    rows = [row("gbv K=2 L=4", 1.5, 1.3, 1.7), row("block K=1 L=8", 1.6, 1.45, 1.75), row("nss K=2 L=4", 1.0, 0.9, 1.1)]
+    found = verdict(rows)
+    assert found.best is None and found.tied == [rows[1], rows[0]]
+    assert best_metrics(found) == {"sweep/tied_points": 2.0}
+    description = sweep_description("algorithm=gbv,block,nss", rows)
+    assert "No single best: 2 points tie" in description and "block K=1 L=8 T=1.0; gbv K=2 L=4 T=1.0" in description
+
+
+def test_points_without_an_interval_cannot_be_told_apart() -> None:
+    rows = [row("gbv K=2 L=4", 1.5, math.nan, math.nan), row("block K=1 L=8", 1.1, math.nan, math.nan)]
+    assert verdict(rows).best is None and len(verdict(rows).tied) == 2
+
+
+def test_without_the_autoregressive_baseline_points_rank_by_tokens_per_s() -> None:
+    rows = [row("gbv K=2 L=4", 1.5, 1.4, 1.6), row("block K=1 L=8", 1.1, 1.0, 1.2)]
+    for r, speed in zip(rows, (50.0, 80.0)):
+        r["speedup_vs_ar"] = math.nan
+        r["tokens_per_s"] = speed
+    assert rank_key(rows) == "tokens_per_s" and ranked(rows)[0] is rows[1]
+
+
+def test_tables_are_ranked_and_leave_out_columns_no_point_has() -> None:
+    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("ddtree best_first B=64 L=4", 1.4, 1.3, 1.5, budget=64)]
+    shown = table_rows(rows)
+    assert [r["speedup_vs_ar"] for r in shown] == [1.4, 1.2] and shown[1]["budget"] == ""
+    assert "budget" not in table_rows(rows[:1])[0]
+    header = sweep_csv(rows).splitlines()[0].split(",")
+    assert {"speedup_vs_ar_ci_low", "speedup_vs_ar_ci_high", "tokens_per_s_ci_low"} <= set(header)
+
+
+def test_labels_keep_what_tells_points_apart() -> None:
+    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("gbv K=2 L=8", 1.4, 1.3, 1.5)]
+    assert labels(rows) == {r["point"]: r["point"].split(" · ")[0] for r in rows}
+
+
+def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
+    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("block K=1 L=8", 1.6, 1.5, 1.7)]
+    figure = sweep_figure(rows)
+    axes = figure.axes[0]
+    lines = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines() if not line.get_label().startswith("_")}
+    assert lines == {"autoregressive (1.0)": 1.0, "transformers generate (0.90)": 0.9}
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["gbv K=2 L=4 T=1.0", "block K=1 L=8 T=1.0"]
+    assert len(axes.containers) == 2  # the bars and their error bars
+    plt.close(figure)
+
+
+def test_the_parent_is_named_by_what_is_swept_and_what_every_point_shares() -> None:
+    cfg = Config(model=ModelConfig(name="tiny-pycode"))
+    cfg.dataset.num_prompts = 4
+    swept = ["algorithm=gbv,spectr,specinfer", "algorithm.L=4,8", "dataset.num_prompts=4"]
+    assert sweep_name(cfg, swept) == (
+        "sweep algorithm=gbv,spectr,specinfer algorithm.L=4,8 · T=1.0 · iid · humaneval×4 · tiny-pycode"
+    )
+    assert sweep_name(cfg, ["sampling.temperature=0,1", "model=tiny-pycode"]) == (
+        "sweep sampling.temperature=0,1 · block K=1 L=4 · iid · humaneval×4 · tiny-pycode"
+    )
