@@ -1,6 +1,6 @@
 """How far a point's speed figure moves on a busy machine: the same point run several times.
 
-    PYTHONPATH=platform python benchmarks/spread.py [--runs 2] [--repeats 1 3 5] [--prompts 8]
+    PYTHONPATH=platform python benchmarks/spread.py [--runs 2] [--repeats 1 3 5] [--prompts 8 32]
         [--max-new-tokens 64] [--hog-processes 2] [--quiet-machine] [--overrides algorithm=gbv ...]
 
 While it runs, `--hog-processes` CPU-bound processes switch on and off at random (1 to 4 s
@@ -13,9 +13,9 @@ machine. Each run of the point is measured two ways on the same models and promp
   methods back to back in rotating order, R times, the median of paired ratios with its 95%
   bootstrap interval over prompts (docs/measuring.md).
 
-Prints, per protocol and R, every run's speedup_vs_ar (with its interval where there is one),
-the spread between runs, and whether each interleaved run's median lies inside the other
-runs' intervals. Inline runtime, one torch thread, transformers' generate off (baseline_hf),
+Prints, per prompt count, protocol and R, every run's speedup_vs_ar (with its interval where
+there is one), the spread between runs, and whether each interleaved run's median lies inside
+every run's interval. Inline runtime, one torch thread, transformers' generate off (baseline_hf),
 tracking off.
 """
 
@@ -98,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--repeats", type=int, nargs="+", default=[1, 3, 5])
-    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--prompts", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--hog-processes", type=int, default=2)
     parser.add_argument("--quiet-machine", action="store_true", help="no hog processes")
@@ -110,7 +110,6 @@ def main() -> None:
         "runtime.torch_threads=1",
         "tracking=none",
         "baseline_hf=false",
-        f"dataset.num_prompts={args.prompts}",
         f"sampling.max_new_tokens={args.max_new_tokens}",
     ]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -119,11 +118,14 @@ def main() -> None:
     start = time.time()
     with hogs(0 if args.quiet_machine else args.hog_processes):
         for run in range(args.runs):
-            results.setdefault("sequential", []).append((sequential(point(base)), float("nan"), float("nan")))
-            for repeats in args.repeats:
-                m = decode_point(point([*base, f"measure.repeats={repeats}"]), NoopTracker())
-                found = (m["speedup_vs_ar"], m["speedup_vs_ar_ci_low"], m["speedup_vs_ar_ci_high"])
-                results.setdefault(f"interleaved R={repeats}", []).append(found)
+            for prompts in args.prompts:
+                point_args = [*base, f"dataset.num_prompts={prompts}"]
+                found = (sequential(point(point_args)), math.nan, math.nan)
+                results.setdefault(f"{prompts} prompts, sequential", []).append(found)
+                for repeats in args.repeats:
+                    m = decode_point(point([*point_args, f"measure.repeats={repeats}"]), NoopTracker())
+                    found = (m["speedup_vs_ar"], m["speedup_vs_ar_ci_low"], m["speedup_vs_ar_ci_high"])
+                    results.setdefault(f"{prompts} prompts, interleaved R={repeats}", []).append(found)
             print(f"run {run + 1}/{args.runs} done after {time.time() - start:.0f} s", flush=True)
     table = Table(title=f"speedup_vs_ar of one point ({' '.join(args.overrides)}), {args.runs} runs")
     for column in ("protocol", "runs: median [95% interval]", "max/min across runs", "interval width", "agree"):
@@ -143,7 +145,7 @@ def main() -> None:
         )
     Console(width=200).print(table)
     load = "a quiet machine" if args.quiet_machine else f"{args.hog_processes} on/off CPU hog process(es)"
-    print(f"{args.prompts} prompts x {args.max_new_tokens} tokens, inline, 1 torch thread, {load}")
+    print(f"HumanEval prompts x {args.max_new_tokens} tokens, inline, 1 torch thread, {load}")
 
 
 if __name__ == "__main__":

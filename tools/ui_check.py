@@ -98,6 +98,19 @@ def page_text(driver: WebDriver, url: str, expect: str, timeout_s: float = 60) -
     return text
 
 
+def scrolled_to_end(driver: WebDriver) -> str:
+    """Scroll every scrollable element to its end, step by step (MLflow renders charts as they come
+    into view); the page's text then."""
+    for _ in range(30):
+        driver.execute_script(
+            "document.querySelectorAll('*').forEach(e => {"
+            " if (e.scrollHeight > e.clientHeight + 10) e.scrollTop += e.clientHeight; })"
+        )
+        time.sleep(0.3)
+    time.sleep(2)
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
 def close_assistant(driver: WebDriver) -> None:
     """The MLflow Assistant side panel takes a third of the width; close it like a user would."""
     for button in driver.find_elements(By.CSS_SELECTOR, "button[aria-label='Close']"):
@@ -147,6 +160,11 @@ def main() -> None:
             text = page_text(driver, run_page, "Description")
             driver.save_screenshot(str(args.out / "point_run.png"))
             check("verification" in text and "block efficiency" in text, "a point's page describes it with its numbers")
+            page_text(driver, run_page.replace("?", "/model-metrics?"), "baseline_ar")
+            driver.save_screenshot(str(args.out / "point_metrics.png"))
+            text = scrolled_to_end(driver)
+            driver.save_screenshot(str(args.out / "point_metrics_headline.png"))
+            check("tokens_per_s_ci_low" in text, "a point's Model metrics tab ends with the headline charts")
             page_text(driver, run_page.replace("?", "/artifacts?"), "records_table.json")
             driver.find_element(By.XPATH, "//*[normalize-space(text())='records_table.json']").click()
             text = page_text(driver, driver.current_url, "HumanEval/0")

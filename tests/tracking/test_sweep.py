@@ -94,8 +94,10 @@ def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
     axes = figure.axes[0]
     lines = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines() if not line.get_label().startswith("_")}
     assert lines == {"autoregressive (1.0)": 1.0, "transformers generate (0.90)": 0.9}
-    assert [t.get_text() for t in axes.get_yticklabels()] == ["gbv K=2 L=4 T=1.0", "block K=1 L=8 T=1.0"]
+    names = [t.get_text() for t in axes.get_yticklabels()]
+    assert names == ["gbv K=2 L=4 T=1.0\nblock eff. 2.00", "block K=1 L=8 T=1.0\nblock eff. 2.00"]  # best on top
     assert len(axes.containers) == 2  # the bars and their error bars
+    assert "every point: iid · humaneval×4 · tiny-pycode" in axes.get_title()
     plt.close(figure)
 
 

@@ -190,35 +190,36 @@ def ranking_table(rows: list[dict[str, Any]], title: str) -> Table:
 
 def verdict_line(found: Verdict, short: dict[str, str] | None = None) -> str:
     """One sentence: the best point, or which points tie (named by `short` where given)."""
+
+    def name(row: dict[str, Any]) -> str:
+        return (short or {}).get(row["point"], row["point"])
+
     if found.best is not None:
-        return (
-            f"Best: **{found.best['point']}**, {found.key} {_cell(found.best, found.key)}: its 95% interval lies "
-            "above every other point's."
-        )
-    names = "; ".join((short or {}).get(row["point"], row["point"]) for row in found.tied)
+        figure = f"{found.key} {_cell(found.best, found.key)}"
+        return f"Best: **{name(found.best)}**, {figure}: its 95% interval lies above every other point's."
     return (
         f"No single best: {len(found.tied)} points tie on {found.key} within their 95% intervals "
-        f"(the leader's lower end is inside the others'): {names}."
+        f"(the leader's lower end is inside the others'): {'; '.join(map(name, found.tied))}."
     )
 
 
 def sweep_figure(rows: list[dict[str, Any]]) -> Figure:
-    """The ranking key per point (best on top) with its 95% interval, labelled with block efficiency;
-    on the speedup axis, reference lines at 1 (autoregressive) and at transformers' generate."""
+    """The ranking key per point (best on top) with its 95% interval, each point labelled with its
+    block efficiency; on the speedup axis, reference lines at 1 (autoregressive) and at
+    transformers' generate, the legend below the axes so that it hides no bar."""
     key = rank_key(rows)
     ordered = ranked(rows)[::-1]
-    figure, axes = plt.subplots(figsize=(9, 1.6 + 0.45 * len(ordered)))
+    figure, axes = plt.subplots(figsize=(9, 2.2 + 0.45 * len(ordered)))
     values = [_number(row, key) for row in ordered]
     errors = [
         [max(v - _number(row, f"{key}_ci_low"), 0.0) for v, row in zip(values, ordered)],
         [max(_number(row, f"{key}_ci_high") - v, 0.0) for v, row in zip(values, ordered)],
     ]
     errors = [[0.0 if math.isnan(e) else e for e in side] for side in errors]
-    bars = axes.barh(range(len(ordered)), values, xerr=errors, capsize=3, color="#4477aa", ecolor="#222222")
+    axes.barh(range(len(ordered)), values, xerr=errors, capsize=3, color="#4477aa", ecolor="#222222")
     short = labels(rows)
-    axes.set_yticks(range(len(ordered)), [short[row["point"]] for row in ordered], fontsize=9)
-    efficiency = [f"block eff. {_number(row, 'block_efficiency'):.2f}" for row in ordered]
-    axes.bar_label(bars, efficiency, padding=14, fontsize=8)
+    names = [f"{short[row['point']]}\nblock eff. {_number(row, 'block_efficiency'):.2f}" for row in ordered]
+    axes.set_yticks(range(len(ordered)), names, fontsize=8)
     right = max((v + e for v, e in zip(values, errors[1]) if not math.isnan(v)), default=1.0)
     if key == "speedup_vs_ar":
         axes.axvline(1.0, color="#ee6677", linestyle="--", linewidth=1.2, label="autoregressive (1.0)")
@@ -227,12 +228,14 @@ def sweep_figure(rows: list[dict[str, Any]]) -> Figure:
             hf = statistics.median(references)
             axes.axvline(hf, color="#228833", linestyle=":", linewidth=1.5, label=f"transformers generate ({hf:.2f})")
             right = max(right, hf)
-        axes.legend(loc="lower right", fontsize=8)
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)
         axes.set_xlabel("speedup over the engine's autoregressive loop (median of paired ratios, 95% interval)")
     else:
         axes.set_xlabel("tokens/s (median over prompts, 95% interval)")
-    axes.set_xlim(0, right * 1.35)
-    axes.set_title("sweep points, best on top")
+    axes.set_xlim(0, right * 1.1)
+    axes.grid(axis="x", alpha=0.3)
+    shared = shared_name(rows)
+    axes.set_title("sweep points, best on top" + (f"\nevery point: {shared}" if shared else ""), fontsize=10)
     figure.tight_layout()
     return figure
 
@@ -245,10 +248,20 @@ def best_metrics(found: Verdict) -> dict[str, float]:
     return metrics
 
 
+def ranking_markdown(rows: list[dict[str, Any]]) -> str:
+    """Every point in ranking order, named by what sets it apart, each figure with its interval."""
+    short, figures = labels(rows), ("speedup_vs_ar", "tokens_per_s", "speedup_vs_hf", "block_efficiency")
+    lines = ["| # | point | " + " | ".join(figures) + " |", "|" + "---|" * (len(figures) + 2)]
+    for place, row in enumerate(ranked(rows), start=1):
+        lines.append(f"| {place} | {short[row['point']]} | " + " | ".join(_cell(row, f) for f in figures) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def sweep_description(overrides: str, rows: list[dict[str, Any]]) -> str:
     answer = verdict_line(verdict(rows), labels(rows))
+    shared = f" Every point: {shared_name(rows)}." if shared_name(rows) else ""
     return (
         f"Sweep `{overrides}`: {len(rows)} finished point(s), ranked by {rank_key(rows)} (medians of paired, "
-        f"interleaved measurements; 95% intervals over prompts). {answer} Artifacts: `sweep_table.md`, "
-        f"`sweep_table.csv`, `sweep_points.png`.\n\n{sweep_markdown(rows)}"
+        f"interleaved measurements; 95% intervals over prompts). {answer}{shared} Every column: "
+        f"`sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`.\n\n{ranking_markdown(rows)}"
     )
