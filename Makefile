@@ -11,13 +11,17 @@ LOCK := requirements/lock-py$(PY_VERSION).txt
 # gets the CPU build there, and a CUDA index (cu130, ...) a GPU build.
 TORCH_INDEX ?=
 INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# On a machine whose Python already has a CUDA torch: `make install SYSTEM_TORCH=1` builds .venv on top
+# of it (--system-site-packages) and installs every locked version but torch's.
+SYSTEM_TORCH ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast test-latest lint lock bench ui-check install clean
+.PHONY: demo test test-fast test-gpu test-latest lint lock bench ui-check install clean
 
 $(STAMP): pyproject.toml $(LOCK)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(INDEX) -r $(LOCK)
+	$(PYTHON) -m venv $(if $(SYSTEM_TORCH),--system-site-packages) $(VENV)
+	grep -v '$(if $(SYSTEM_TORCH),^torch==,^#)' $(LOCK) > $(VENV)/requirements.txt  # the lock, less its comments (and torch's pin with SYSTEM_TORCH)
+	$(PY) -m pip install $(INDEX) -r $(VENV)/requirements.txt
 	$(PY) -m pip install --no-deps -e .
 	$(PY) -m pip check
 	touch $(STAMP)
@@ -51,6 +55,10 @@ test-latest:
 PYTHONS ?= python3.11 python3.12
 lock:
 	TORCH_INDEX="$(TORCH_INDEX)" bash tools/lock.sh $(PYTHONS)
+
+# The tests that need a CUDA GPU (skipped elsewhere): every decode path on the GPU, inline and on Ray.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: $(STAMP)

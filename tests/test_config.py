@@ -136,6 +136,12 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
     (["model.device=cuda", "runtime=inline"], "model.device='cuda'", "set model.device=cpu"),
     (["model.device=cuda", "runtime=ray"], "model.device='cuda'", "cluster.address=auto"),
     (["model.device=cuda", "cluster.address=auto"], "model.device='cuda'", "set cluster.num_gpus"),
+    (["model.device=gpu"], "model.device='gpu'", "must be one of cpu, cuda, cuda:N, auto"),
+    (["model.device=cuda:x"], "model.device='cuda:x'", "must be one of cpu, cuda, cuda:N, auto"),
+    (["model.draft_device=cuda", "runtime=inline"], "model.draft_device='cuda'", "set model.draft_device=cpu"),
+    (["model.device=cuda:1", "runtime=ray"], "model.device='cuda:1'", "on runtime=ray each model actor sees only"),
+    (["measure.repeats=0"], "measure.repeats=0", ">= 1"),
+    (["tracking.ui_port=70000"], "tracking.ui_port=70000", ">= 1 and <= 65535"),
     (["cluster.actor_cpus=-1"], "cluster.actor_cpus=-1.0", "must be > 0"),
     (["cluster.actor_cpus=0"], "cluster.actor_cpus=0.0", "must be > 0"),
     (["cluster.num_cpus=0"], "cluster.num_cpus=0", ">= 1"),
@@ -169,6 +175,40 @@ def test_every_bad_config_is_refused_naming_the_field_and_what_is_allowed(
         errors = str(err.value).splitlines()
     field, allowed = field.format(**paths), allowed.format(**paths)
     assert any(field in line and allowed in line for line in errors), errors
+
+
+def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine, as validation sees it, with one CUDA device."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+
+
+def test_a_gpu_this_machine_lacks_is_refused_naming_what_it_has(pair: list[str], monkeypatch) -> None:
+    one_gpu(monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        validate(load([*pair, "runtime=inline", "model.device=cuda:7"]))
+    assert "model.device='cuda:7': this machine has 1 CUDA device(s): cuda:0 (NVIDIA H100 80GB HBM3)" in str(err.value)
+    validate(load([*pair, "runtime=inline", "model.device=cuda:0", "model.draft_device=cpu"]))
+    validate(load([*pair, "model.device=cuda"]))  # an embedded Ray on this machine
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(True, "cuda"), (False, "cpu")])
+def test_auto_places_the_models_on_cuda_where_they_run_has_one(
+    pair: list[str], monkeypatch: pytest.MonkeyPatch, gpus: bool, expected: str
+) -> None:
+    if gpus:
+        one_gpu(monkeypatch)
+    else:
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    cfg = load([*pair, "runtime=inline", "model.device=auto"])
+    validate(cfg)
+    target, draft = experiment.model_specs(cfg)
+    assert target.device == draft.device == expected
+    remote = load(
+        [*pair, "model.device=auto", "cluster.address=auto", "cluster.num_gpus=2", "cluster.gpu_memory_gib=80"]
+    )
+    assert experiment.model_specs(remote)[0].device == "cuda"  # the cluster's GPUs, not this machine's
 
 
 @pytest.mark.parametrize("sizes", [(10, 12), (10, 10)])

@@ -18,8 +18,9 @@ from support.hub_configs import HUB_CONFIGS
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if not p.stem.startswith("tiny-pycode"))
 CLUSTERS = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
-# Weights alone need 32.9 GiB (a TP=4 shard of 70B) + 15.0 GiB (the 8B draft beside it) on one 48 GiB A6000.
-REFUSED = {("llama3-70b_8b", "a6000x4"): "does not fit"}
+# Weights alone need 32.9 GiB (a TP=4 shard of 70B) + 15.0 GiB (the 8B draft beside it) on one 48 GiB A6000,
+# and 131.4 GiB (all of 70B) + 15.0 GiB on one 80 GiB GPU.
+REFUSED = {("llama3-70b_8b", "a6000x4"): "does not fit", ("llama3-70b_8b", "gpu1"): "does not fit"}
 
 
 @pytest.fixture
@@ -38,8 +39,11 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """torch sees a GPU here: cluster=local (models on this machine) with a cuda preset validates as on a GPU box."""
+    """torch sees four GPUs here: a cluster preset on this machine (local, gpu1, gpus_local) with a cuda
+    preset validates as on a GPU box."""
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 4)
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
 
 
 def test_every_preset_model_is_a_known_architecture() -> None:

@@ -118,7 +118,7 @@ def generate(
     wall = cpu = 0.0
     with forward_widths(model) as widths:
         for first in range(0, len(prompts), settings.batch_size):
-            ids, mask = left_padded(prompts[first : first + settings.batch_size], pad)
+            ids, mask = (t.to(model.device) for t in left_padded(prompts[first : first + settings.batch_size], pad))
             torch.manual_seed(settings.seed + first)
             wall_start, cpu_start = time.perf_counter(), time.process_time()
             with torch.inference_mode():

@@ -12,6 +12,7 @@ dataclasses or plain values.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -22,7 +23,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = ("inline", "ray")
 BACKENDS = ("hf",)
 DTYPES = ("float32", "float16", "bfloat16")
-DEVICES = ("cpu", "cuda")
+DEVICES = ("cpu", "cuda", "cuda:N", "auto")  # auto: cuda where the models run has a GPU, else cpu
+CUDA_INDEX = re.compile(r"cuda:(\d+)")
 K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
 L_RANGE = (1, 128)  # algorithm.L: draft length
 BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
@@ -40,7 +42,8 @@ class ModelConfig:
     draft_id: str | None = None
     backend: str = "hf"
     dtype: str = "float32"
-    device: str = "cpu"
+    device: str = "cpu"  # cpu, cuda, cuda:N (inline), auto
+    draft_device: str | None = None  # the draft's, where it differs (null: model.device)
 
 
 @dataclass
@@ -277,7 +280,6 @@ def _model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
     errors: list[str] = []
     _choice(errors, "model.backend", model.backend, BACKENDS)
     _choice(errors, "model.dtype", model.dtype, DTYPES)
-    _choice(errors, "model.device", model.device, DEVICES)
     found: dict[str, Checkpoint] = {}
     vocab: dict[str, tuple[int, Any]] = {}
     for role in ("target", "draft"):
@@ -389,7 +391,7 @@ def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
             f"model.name={cfg.model.name!r}: cannot plan tensor parallelism or memory from config.json ({err!r})",
         ]
     errors += tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)")
-    if errors or c.num_gpus == 0 or cfg.model.device != "cuda":
+    if errors or c.num_gpus == 0 or not resolve_device(cfg, cfg.model.device).startswith("cuda"):
         return errors
     a, s = cfg.algorithm, cfg.sampling
     tree_nodes = a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
@@ -397,28 +399,84 @@ def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
 
-def _device_errors(cfg: Config) -> list[str]:
-    """model.device=cuda needs a GPU where the models run: torch's CUDA on this machine (runtime=inline,
-    or an embedded local Ray cluster: cluster.address null), or GPUs declared by a remote cluster."""
-    if cfg.model.device != "cuda":
+def device_fields(cfg: Config) -> dict[str, str]:
+    """The config keys that place a model, and their values (the draft's only where it is set)."""
+    fields = {"model.device": cfg.model.device}
+    if cfg.model.draft_device is not None:
+        fields["model.draft_device"] = cfg.model.draft_device
+    return fields
+
+
+def remote_cluster(cfg: Config) -> bool:
+    """The models run on a Ray cluster elsewhere, whose GPUs this machine cannot see."""
+    return cfg.runtime.kind == "ray" and cfg.cluster.address is not None
+
+
+def local_gpus() -> list[str]:
+    """This machine's CUDA devices as `cuda:i (name)`."""
+    import torch
+
+    if not torch.cuda.is_available():
         return []
-    if cfg.runtime.kind == "ray" and cfg.cluster.address is not None:
+    return [f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())]
+
+
+def describe_device(cfg: Config, device: str) -> str:
+    """What a configured device is where the models run: `cpu`, `cuda:0 (NVIDIA H100 80GB HBM3)`, or
+    for a remote cluster `cuda (cluster)` (this machine cannot see its GPUs)."""
+    device = resolve_device(cfg, device)
+    if not device.startswith("cuda"):
+        return device
+    if remote_cluster(cfg):
+        return f"{device} (cluster)"
+    gpus = local_gpus()
+    index = int(match.group(1)) if (match := CUDA_INDEX.fullmatch(device)) else 0
+    return gpus[index] if index < len(gpus) else device
+
+
+def resolve_device(cfg: Config, device: str) -> str:
+    """A configured device as torch names it where the models run: `auto` becomes cuda when that
+    place has a GPU (this machine's CUDA, or cluster.num_gpus > 0 on a remote cluster), else cpu."""
+    if device != "auto":
+        return device
+    has_gpu = cfg.cluster.num_gpus > 0 if remote_cluster(cfg) else bool(local_gpus())
+    return "cuda" if has_gpu else "cpu"
+
+
+def _device_errors(cfg: Config) -> list[str]:
+    """Each model device is one of DEVICES and exists where the models run: this machine's CUDA
+    (runtime=inline, or an embedded local Ray cluster: cluster.address null), or the GPUs a remote
+    cluster declares. On Ray an actor sees only the GPU Ray gives it, so cuda:N is inline only."""
+    errors: list[str] = []
+    for key, device in device_fields(cfg).items():
+        if device not in ("cpu", "cuda", "auto") and not CUDA_INDEX.fullmatch(device):
+            errors.append(f"{key}={device!r}: must be one of {', '.join(DEVICES)}")
+        elif device.startswith("cuda"):
+            errors += _cuda_errors(cfg, key, device)
+    return errors
+
+
+def _cuda_errors(cfg: Config, key: str, device: str) -> list[str]:
+    if cfg.runtime.kind == "ray" and device != "cuda":
+        return [f"{key}={device!r}: on runtime=ray each model actor sees only the GPU Ray assigns it; use cuda"]
+    if remote_cluster(cfg):
         if cfg.cluster.num_gpus > 0:
             return []
         return [
-            f"model.device='cuda': cluster.num_gpus={cfg.cluster.num_gpus} on the cluster at "
+            f"{key}={device!r}: cluster.num_gpus={cfg.cluster.num_gpus} on the cluster at "
             f"cluster.address={cfg.cluster.address!r}; set cluster.num_gpus (and cluster.gpu_memory_gib) to the "
-            "GPUs it offers, or model.device=cpu"
+            f"GPUs it offers, or {key}=cpu"
         ]
-    import torch
-
-    if torch.cuda.is_available():
-        return []
+    gpus = local_gpus()
     where = "runtime=inline" if cfg.runtime.kind == "inline" else "cluster.address=null (an embedded local Ray)"
-    return [
-        f"model.device='cuda': torch finds no CUDA GPU on this machine, where {where} runs the models; "
-        "set model.device=cpu, or runtime=ray with cluster.address=auto or ray://host:10001 (a GPU cluster)"
-    ]
+    if not gpus:
+        return [
+            f"{key}={device!r}: torch finds no CUDA GPU on this machine, where {where} runs the models; "
+            f"set {key}=cpu (or auto), or runtime=ray with cluster.address=auto or ray://host:10001 (a GPU cluster)"
+        ]
+    if (index := CUDA_INDEX.fullmatch(device)) and int(index.group(1)) >= len(gpus):
+        return [f"{key}={device!r}: this machine has {len(gpus)} CUDA device(s): {', '.join(gpus)}"]
+    return []
 
 
 def _context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:

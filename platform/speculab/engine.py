@@ -173,6 +173,8 @@ def decode(
     records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
     rounds: list[RoundRecord] = []
     clock = PhaseClock()
+    # On the CPU whatever the models' device: verifiers and the sampler move its uniforms to p's
+    # device, so a seed gives the same draws inline and on Ray, on the CPU and on a GPU.
     rng = torch.Generator().manual_seed(settings.seed)
     start = time.perf_counter()
     for first in range(0, len(prompts), settings.batch_size):
@@ -228,7 +230,7 @@ def _round(
     paired_cpu = 0.0
     with clock.phase("verify"):
         if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
-            verdict = verifier(proposal.tree, p_nodes, rng=rng)
+            verdict = verifier(proposal.tree.to(p_nodes.device), p_nodes, rng=rng)
         else:
             assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
@@ -257,7 +259,7 @@ def _round(
         rows = torch.tensor(live, dtype=torch.long)
         target.retain(rows)
         drafter.retain(rows)
-        carry = carry.select(rows) if carry is not None else None
+        carry = carry.select(rows.to(verdict.num_tokens.device)) if carry is not None else None
     draft, target_s, verify, paired_s = (clock.take(phase) for phase in ("draft", "target", "verify", "paired"))
     rounds.append(
         RoundRecord(
@@ -312,7 +314,7 @@ def sample_target(
 ) -> Verdict:
     """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
     token = sample(p[:, 0, 0], 1, rng)  # [B, 1]
-    zeros = torch.zeros(len(token), dtype=torch.long)
+    zeros = torch.zeros(len(token), dtype=torch.long, device=token.device)
     return Verdict(token, zeros + 1, zeros)
 
 

@@ -21,7 +21,7 @@ from transformers import AutoTokenizer
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
 from speculab.baselines import BaselineResult
-from speculab.config import Config, checkpoint_dir, config_warnings, locate, read_json, validate
+from speculab.config import Config, checkpoint_dir, config_warnings, locate, read_json, resolve_device, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
@@ -87,16 +87,16 @@ class CommonSpec(TypedDict):
 
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
-    common = CommonSpec(
-        backend=model.backend, dtype=model.dtype, device=model.device, threads=cfg.runtime.torch_threads
-    )
+    device = resolve_device(cfg, model.device)
+    common = CommonSpec(backend=model.backend, dtype=model.dtype, device=device, threads=cfg.runtime.torch_threads)
     drafter = DRAFTERS[cfg.drafter.name]
     target_path = str(checkpoint_dir(model, "target"))
     draft_path = str(locate(cfg, "draft")[1])
     features: tuple[int, ...] = ()
     if drafter.target_features:  # the target returns what the drafter is conditioned on
         features = tuple(read_json(Path(draft_path) / "config.json")["dflash_config"]["target_layer_ids"])
-    draft = LMSpec(**(common | {"backend": drafter.backend or model.backend}), path=draft_path)
+    draft_device = resolve_device(cfg, model.draft_device or model.device)
+    draft = LMSpec(**(common | {"backend": drafter.backend or model.backend, "device": draft_device}), path=draft_path)
     if drafter.target_features:
         draft = replace(draft, target_path=target_path)
     target = LMSpec(path=target_path, tp_size=cfg.cluster.tp_size, feature_layers=features, **common)

@@ -56,8 +56,11 @@ def sample(probs: torch.Tensor, num_samples: int, rng: torch.Generator) -> torch
 
     Inverse CDF on (1 - u) * total, u in [0, 1): the threshold is in (0, total], so the first
     index with cdf >= threshold always exists and never has zero probability. On CPU this is
-    ~10x cheaper than torch.multinomial at V = 4096, which matters once per drafted token.
+    ~10x cheaper than torch.multinomial at V = 4096, which matters once per drafted token. The
+    uniforms come from `rng` on its own device and move to probs' (the engine's generator lives on
+    the CPU; a drafter's on its model's device, where they stay).
     """
     cdf = probs.to(torch.float64).cumsum(-1)  # [..., V]
-    u = torch.rand(*probs.shape[:-1], num_samples, generator=rng, dtype=torch.float64, device=probs.device)
+    u = torch.rand(*probs.shape[:-1], num_samples, generator=rng, dtype=torch.float64, device=rng.device)
+    u = u.to(probs.device)
     return torch.searchsorted(cdf, (1 - u) * cdf[..., -1:])

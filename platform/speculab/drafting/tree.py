@@ -25,6 +25,16 @@ class DraftTree:
     def batch_size(self) -> int:
         return self.tokens.shape[0]
 
+    def to(self, device: torch.device | str) -> DraftTree:
+        """The same tree on `device` (itself where it is there already): a model takes a tree its
+        caller built elsewhere (the coordinator, or a drafter on another device) to its own."""
+        if self.tokens.device == torch.device(device):
+            return self
+        paths = None if self.path_nodes is None else self.path_nodes.to(device)
+        return DraftTree(
+            self.tokens.to(device), self.parents.to(device), self.depth.to(device), self.valid.to(device), paths
+        )
+
     @property
     def num_nodes(self) -> torch.Tensor:
         """[B] number of real nodes per tree."""

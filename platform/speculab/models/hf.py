@@ -94,6 +94,7 @@ class TreeLM:
     def extend(self, nodes: DraftTree, last_only: bool = False) -> torch.Tensor:
         """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V],
         or [B, 1, V] at the last column with last_only (right-aligned rows: each row's last)."""
+        nodes = nodes.to(self.device)
         forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
         slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)  # [B, S + N]
         N = nodes.tokens.shape[1]
@@ -159,6 +160,7 @@ class TreeLM:
     @torch.inference_mode()
     def commit(self, keep: torch.Tensor) -> None:
         """Keep forest nodes keep [B, M] (forest indices, -1 = none) after the committed slots."""
+        keep = keep.to(self.device)
         used = (keep >= 0).any(dim=0).nonzero()
         keep = keep[:, : int(used.max()) + 1 if len(used) else 0]  # columns no row uses hold no slot
         M = keep.shape[1]
@@ -211,6 +213,7 @@ class TreeLM:
         """Keep only batch rows [R] (finished prompts leave the batch)."""
         if self.forest is not None:
             raise RuntimeError("retain() with uncommitted nodes: commit first")
+        rows = rows.to(self.device)
         for layer in self._filled_layers():
             layer.keys = layer.keys.index_select(0, rows)
             layer.values = layer.values.index_select(0, rows)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -50,6 +50,7 @@ class LMSpec:
     threads: int = 0  # torch CPU threads in the owning process; 0 = leave as is
     tp_size: int = 1  # > 1: this process holds one AutoTP shard (its TP world must exist already)
     table: torch.Tensor | None = field(default=None, compare=False)  # toy: [V, V]
+    model: Any = field(default=None, compare=False)  # hf: a transformers model already built (benchmarks), not `path`
     feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
     target_path: str = ""  # dflash: the target checkpoint whose input embeddings and lm_head it uses
 
@@ -65,7 +66,8 @@ def build_lm(spec: LMSpec) -> DecoderLM | BlockLM | DFlashLM:
 
             model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size)
             return TreeLM(model, spec.feature_layers)
-        return TreeLM(load_causal_lm(spec.path, spec.dtype, spec.device), spec.feature_layers)
+        model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
+        return TreeLM(model, spec.feature_layers)
     if spec.feature_layers:
         raise ValueError(f"target features need a transformers target (backend hf); got {spec.backend!r}")
     if spec.backend == "toy":
@@ -112,9 +114,9 @@ class TreeTarget:
         return self._features()
 
     def _features(self) -> torch.Tensor | None:
-        """The kept nodes' features of the last commit, on the CPU (what crosses to the drafter)."""
-        features = getattr(self.lm, "features", None)
-        return None if features is None else features.cpu()
+        """The kept nodes' features of the last commit, on the target's device (the drafter takes them
+        to its own; on Ray the actor hands them to the object store on the CPU)."""
+        return getattr(self.lm, "features", None)
 
     def retain(self, rows: torch.Tensor) -> None:
         self.lm.retain(rows)
@@ -221,7 +223,7 @@ class DraftModel:
         self.pending = [self.pending[r] for r in rows.tolist()]
         if self.pending_features is not None:
             features, valid = self.pending_features
-            self.pending_features = features[rows], valid[rows]
+            self.pending_features = features[rows.to(features.device)], valid[rows.to(valid.device)]
 
     def kv_bytes(self) -> int:
         """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""

@@ -70,15 +70,23 @@ def runtime_metrics(target: Any, drafter: Any) -> Iterator[dict[str, float]]:
 
     `restarts`: groups recreated after a lost actor; `model_loads`: group loads in this Ray job
     so far (a sweep that reuses its actors shows the same number at every point);
-    `mem_peak_mb_<role>_<method>`: CUDA peak per call kind.
+    `mem_peak_mb_<role>_<method>`: CUDA peak per call kind; inline on a GPU, `mem_peak_mb_process`:
+    this process's CUDA peak over the block (both models live in it).
     """
+    import torch
+
     from speculab.runtime.proxy import ProxyStats
 
     found: dict[str, float] = {}
     groups = proxies(target=target, draft=drafter)
     for proxy in groups.values():
         proxy.stats = ProxyStats()
+    cuda = not groups and torch.cuda.is_available() and torch.cuda.is_initialized()  # inline models on a GPU
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     yield found
+    if cuda:
+        found["mem_peak_mb_process"] = torch.cuda.max_memory_allocated() / 2**20
     if not groups:
         return
     import ray

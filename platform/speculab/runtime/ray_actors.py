@@ -17,7 +17,7 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
 import ray
@@ -55,6 +55,23 @@ class Reply:
     cpu_s: float = 0.0  # CPU seconds of this rank's process (every thread) during the call
 
 
+def on_host(value: Any) -> Any:
+    """`value` with every tensor in it on the CPU: a model actor hands results to the coordinator, and
+    target features to the object store, there, whatever its own device (the receiver takes them to
+    its own). Tensors already on the CPU are not copied."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
+        return type(value)(*map(on_host, value))
+    if isinstance(value, list | tuple):
+        return type(value)(map(on_host, value))
+    if isinstance(value, dict):
+        return {key: on_host(item) for key, item in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: on_host(getattr(value, f.name)) for f in fields(value) if f.init})
+    return value
+
+
 class ModelHost:
     """Rank `rank` of a group of `world` actors holding one model role."""
 
@@ -90,7 +107,7 @@ class ModelHost:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         start, cpu = time.perf_counter(), time.process_time()
-        value = getattr(self.role, method)(*args, **kwargs, **dict(zip(ref_names, resolved)))
+        value = on_host(getattr(self.role, method)(*args, **kwargs, **dict(zip(ref_names, resolved))))
         if cuda:
             torch.cuda.synchronize()
         compute, cpu = time.perf_counter() - start, time.process_time() - cpu

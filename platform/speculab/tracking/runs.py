@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import get_algorithm
-from speculab.config import Config, TrackingConfig, tracking_uri
+from speculab.config import Config, TrackingConfig, describe_device, tracking_uri
 from speculab.tracking.metrics import HEADLINE, mlflow_name
 from speculab.tracking.spool import RunRef, SpooledRun, fail_fast, read_spool
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
@@ -177,6 +177,8 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
         "model": cfg.model.name,
         LOSSLESS_TAG: str(get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K)).lower(),
         NOTE_TAG: point_description(cfg),
+        "device": describe_device(cfg, cfg.model.device),
+        "draft_device": describe_device(cfg, cfg.model.draft_device or cfg.model.device),
     }
     run = SpooledRun(
         spool_dir(cfg.tracking, output_dir() / "spool"),

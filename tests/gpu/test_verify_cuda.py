@@ -1,0 +1,34 @@
+"""Every registered verifier on CUDA: the verdicts the CPU gives for the same draws, and tokens
+drawn on the GPU that follow the target (chi-square over the first four tokens)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from support.toy_instances import decoded_joint_pvalue, sample_batch, toy_pair
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("name", PATH_ALGORITHMS)
+def test_the_same_draws_give_the_cpu_verdict_on_cuda(name: str) -> None:
+    """A CPU generator on both sides: the verifier draws its uniforms there and moves them to p's
+    device (`verify.decisions.draw_uniforms`), so both runs consume the same uniforms."""
+    spec = ALGORITHMS[name]
+    paths_per_row = 3 if spec.multi_path and spec.lossless(3) else 1
+    target, draft = toy_pair(6, "full", False, False, seed=3)
+    paths, p, q = sample_batch(target, draft, batch=64, paths=paths_per_row, length=4, seed=5)
+    verify = get_verifier(name)
+    on_cpu = verify(paths, p, q, rng=torch.Generator().manual_seed(11))
+    on_cuda = verify(paths.cuda(), p.cuda(), q.cuda(), rng=torch.Generator().manual_seed(11))
+    assert on_cuda.tokens.device.type == "cuda"
+    for field in ("tokens", "num_tokens", "path"):
+        assert torch.equal(getattr(on_cpu, field), getattr(on_cuda, field).cpu()), field
+
+
+@pytest.mark.parametrize("name", PATH_ALGORITHMS)
+def test_tokens_drawn_on_cuda_follow_the_target(name: str) -> None:
+    pvalue, cells = decoded_joint_pvalue(name, device="cuda")
+    assert pvalue > 1e-4, f"{name}: chi-square p-value {pvalue:.3g} over {cells} cells"
