@@ -29,7 +29,6 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from rich.console import Console
@@ -45,33 +44,26 @@ from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.tracking.metrics import summarize
 
-
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-
-
 # (target, draft, vocab): Llama-3-8B with a 0.6B-class Llama draft; Qwen3-8B with Qwen3-0.6B; CPU-sized ones.
-ARCHS = {
-    "llama": (Shape(4096, 32, 32, 8, 14336), Shape(1024, 16, 16, 8, 3584), 128256),
-    "qwen3": (Shape(4096, 36, 32, 8, 12288), Shape(1024, 28, 16, 8, 3072), 151936),
-    "small": (Shape(512, 6, 8, 2, 1408), Shape(128, 2, 4, 2, 352), 8192),
+# Each size is (hidden, layers, attention heads, KV heads, MLP width).
+Size = tuple[int, int, int, int, int]
+ARCHS: dict[str, tuple[Size, Size, int]] = {
+    "llama": ((4096, 32, 32, 8, 14336), (1024, 16, 16, 8, 3584), 128256),
+    "qwen3": ((4096, 36, 32, 8, 12288), (1024, 28, 16, 8, 3072), 151936),
+    "small": ((512, 6, 8, 2, 1408), (128, 2, 4, 2, 352), 8192),
 }
 VOCABS = (128256, 151936)
 
 
-def config_of(arch: str, shape: Shape, vocab: int) -> LlamaConfig | Qwen3Config:
+def config_of(arch: str, size: Size, vocab: int) -> LlamaConfig | Qwen3Config:
+    hidden, layers, heads, kv_heads, intermediate = size
     common = {
         "vocab_size": vocab,
-        "hidden_size": shape.hidden,
-        "num_hidden_layers": shape.layers,
-        "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads,
-        "intermediate_size": shape.intermediate,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": intermediate,
         "max_position_embeddings": 8192,
     }
     if arch == "qwen3":
@@ -79,11 +71,11 @@ def config_of(arch: str, shape: Shape, vocab: int) -> LlamaConfig | Qwen3Config:
     return LlamaConfig(**common)
 
 
-def random_model(arch: str, shape: Shape, vocab: int, dtype: torch.dtype, device: str, seed: int) -> PreTrainedModel:
+def random_model(arch: str, size: Size, vocab: int, dtype: torch.dtype, device: str, seed: int) -> PreTrainedModel:
     """A random-weight causal LM built directly on `device` in `dtype` (an 8B model never touches the host)."""
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config_of(arch, shape, vocab), dtype=dtype, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(config_of(arch, size, vocab), dtype=dtype, attn_implementation="sdpa")
     return model.eval()
 
 

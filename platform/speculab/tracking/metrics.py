@@ -24,6 +24,14 @@ class Metric:
     meaning: str
 
 
+def interval(key: str) -> tuple[Metric, Metric]:
+    """The two ends of a measured figure's 95% interval (`speculab.measure`), logged beside it."""
+    return (
+        Metric(f"{key}_ci_low", f"{key}_ci_low", f"{key}'s 95% bootstrap interval over prompts: lower end"),
+        Metric(f"{key}_ci_high", f"{key}_ci_high", f"{key}'s 95% bootstrap interval over prompts: upper end"),
+    )
+
+
 METRICS: tuple[Metric, ...] = (
     Metric("block_efficiency", "block_efficiency", "kept tokens per sequence-round (per target call per sequence)"),
     Metric(
@@ -32,16 +40,14 @@ METRICS: tuple[Metric, ...] = (
         "kept tokens per wall second, prefill included: the median over prompts (units of a batch) of each one's "
         "median over measure.repeats interleaved repetitions",
     ),
-    Metric("tokens_per_s_ci_low", "tokens_per_s_ci_low", "its 95% bootstrap interval over prompts: lower end"),
-    Metric("tokens_per_s_ci_high", "tokens_per_s_ci_high", "its 95% bootstrap interval over prompts: upper end"),
+    *interval("tokens_per_s"),
     Metric(
         "speedup_vs_ar",
         "speedup_vs_ar",
         "over the engine's own autoregressive loop: the median over prompts of paired throughput ratios, each "
         "of two decodes run back to back (docs/measuring.md)",
     ),
-    Metric("speedup_vs_ar_ci_low", "speedup_vs_ar_ci_low", "its 95% bootstrap interval over prompts: lower end"),
-    Metric("speedup_vs_ar_ci_high", "speedup_vs_ar_ci_high", "its 95% bootstrap interval over prompts: upper end"),
+    *interval("speedup_vs_ar"),
     Metric(
         "speedup_vs_ar_cpu",
         "speedup_vs_ar_cpu",
@@ -50,8 +56,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "speedup_vs_hf", "speedup_vs_hf", "over transformers' generate on the same target: paired like speedup_vs_ar"
     ),
-    Metric("speedup_vs_hf_ci_low", "speedup_vs_hf_ci_low", "its 95% bootstrap interval over prompts: lower end"),
-    Metric("speedup_vs_hf_ci_high", "speedup_vs_hf_ci_high", "its 95% bootstrap interval over prompts: upper end"),
+    *interval("speedup_vs_hf"),
     Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round"),
     Metric("ms_per_token", "ms_per_token", "1000 / tokens_per_s"),
     Metric("time_draft_s", "time/draft_s", "wall time drafting (draft prefill included)"),
