@@ -164,7 +164,8 @@ def run(cfg: Config) -> dict[str, float]:
 @dataclass
 class Decoders:
     """The point's methods, each run on one unit at a time (`speculab.measure.interleave`), and what
-    their first repetition decoded, kept for the metrics and records."""
+    their first repetition (`repeat` 0) decoded, kept for the metrics and records; a warm-up call
+    (`repeat` -1) keeps nothing."""
 
     target: GeneratingTarget
     draft_model: Drafter  # the draft as loaded (a Ray proxy on Ray): what CPU and Ray time are read from
@@ -210,15 +211,6 @@ class Decoders:
             self.runs["generate"].append(result)
         return Sample(sum(map(len, result.tokens)), wall, cpu)
 
-    def warm_up(self) -> None:
-        """The first unit once by every method, untimed: one-off costs (allocator, lazy imports,
-        Ray actors, a sweep's first point) bias none of them."""
-        first, prompts = self.units[0]
-        settings = unit_settings(self.settings, first)
-        decode(self.target, self.drafter, self.verifier, prompts, settings)
-        autoregressive(self.target, prompts, settings)
-        self.target.hf_generate(prompts, settings)
-
 
 def measured_methods(cfg: Config, decoders: Decoders) -> dict[str, Callable[[int, int], Sample]]:
     """The methods a point times: its decode, and the baselines the config asks for."""
@@ -254,8 +246,11 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
     decoders = Decoders(
         target, draft_model, drafter, verifier, units_of(encoded, settings.batch_size), settings, paired_comparison(cfg)
     )
-    decoders.warm_up()
     methods = measured_methods(cfg, decoders)
+    # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
+    # actors, a sweep's first point) then bias none of them.
+    for method in methods.values():
+        method(0, -1)
     repeats = cfg.measure.repeats
     finished: list[PromptRecord] = []
 
