@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import mlflow
@@ -35,3 +36,18 @@ def test_an_unknown_key_added_with_plus_exits_naming_it(tmp_path: Path) -> None:
     result = speculab(["+foo=1", "runtime=inline", "tracking=none"], tmp_path)
     assert result.returncode != 0
     assert "foo: unknown key; top-level keys are model, algorithm" in result.stderr
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_interrupt_swallowed_by_a_finaliser_stops_the_next_point(monkeypatch) -> None:
+    from speculab import cli
+
+    class InterruptedWhileCollected:
+        def __del__(self) -> None:
+            cli.interrupt(signal.SIGINT, None)
+
+    monkeypatch.setattr(cli, "INTERRUPTS", [])
+    cli.raise_if_interrupted()
+    InterruptedWhileCollected()  # Python prints "Exception ignored in ..." and goes on
+    with pytest.raises(KeyboardInterrupt, match="signal 2"):
+        cli.raise_if_interrupted()

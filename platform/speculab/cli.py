@@ -2,7 +2,9 @@
 
 `main` wraps Hydra's entry point so that no tracked run is left RUNNING: SIGTERM becomes
 Ctrl-C, and an interrupt or an error ends every run still open (a sweep's parent) KILLED or
-FAILED. Finished points are already recorded by then.
+FAILED. Finished points are already recorded by then. Python swallows an exception raised
+while a finaliser or weakref callback runs, so an interrupt is also remembered and raised
+again at the next point boundary.
 """
 
 from __future__ import annotations
@@ -26,21 +28,36 @@ ConfigStore.instance().store(name="config_schema", node=Config)
 @hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
 def hydra_main(cfg: DictConfig) -> dict[str, float]:
     """One point; its metrics are the job's return value (a sweep's parent run summarises them)."""
+    raise_if_interrupted()
     try:
         if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
             raise ConfigError.listing(unknown)
-        return run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
+        metrics = run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
     except ConfigError as err:
         print(f"speculab: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    raise_if_interrupted()  # this point is recorded; the sweep stops before the next
+    return metrics
+
+
+INTERRUPTS: list[int] = []  # signals received by this process
+
+
+def raise_if_interrupted() -> None:
+    """Raise an interrupt that was swallowed where it landed (a finaliser, a weakref callback)."""
+    if INTERRUPTS:
+        raise KeyboardInterrupt(f"signal {INTERRUPTS[0]}")
 
 
 def interrupt(signum: int, frame: FrameType | None) -> None:
+    INTERRUPTS.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell set SIGINT ignored
+        signal.signal(signal.SIGINT, interrupt)
     try:
         hydra_main()
     except KeyboardInterrupt:
