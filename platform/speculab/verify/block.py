@@ -11,10 +11,12 @@ consumes a table of uniforms in the reference's order. Greedy block verification
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
+from .contracts import DrawnPathVerifier
+from .decisions import Decisions, sample_inverse_cdf
 from .primitives import (
     SinglePath,
     clipped_ratio,
@@ -143,32 +145,27 @@ def token_outcome(path: SinglePath, u: torch.Tensor) -> Outcome:
     return Outcome(tau, sample_extra(path, tau, torch.ones_like(u_extra), (~full).double(), u_extra))
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def verify_first_path(
+def single_path_uniforms(count: int, length: int) -> int:
+    """Uniforms per row of a single-path verifier: eta_1..eta_L, then the extra token's."""
+    return length + 1
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; u [B, L+1]
+def first_path_decision(
     paths: torch.Tensor,
     p: torch.Tensor,
     q: torch.Tensor,
-    rng: torch.Generator,
+    u: torch.Tensor,
+    carry: None = None,
+    *,
     outcome: Callable[[SinglePath, torch.Tensor], Outcome],
 ) -> Verdict:
-    """Run a single-path ``outcome`` on path 0 with ``[B, L+1]`` fresh uniforms."""
+    """Run a single-path ``outcome`` on path 0 of every prompt."""
     first = torch.zeros(paths.shape[0], dtype=torch.int64, device=paths.device)
     path = SinglePath(paths[:, 0], p[:, 0], q[:, 0])  # views: no copy of the rows
-    u = draw_uniforms(rng, paths.shape[0], paths.shape[2] + 1, p.device)
     return assemble_verdict(path.draft, outcome(path, u), first)
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def token_verify(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
-) -> Verdict:
-    """Token verification (BV Alg. 1) of path 0 of every prompt."""
-    return verify_first_path(paths, p, q, rng, token_outcome)
-
-
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def block_verify(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
-) -> Verdict:
-    """Block verification (BV Alg. 2) of path 0 of every prompt."""
-    return verify_first_path(paths, p, q, rng, block_outcome)
+# token verification (BV Alg. 1) and block verification (BV Alg. 2) of path 0 of every prompt
+token_verify = DrawnPathVerifier(partial(first_path_decision, outcome=token_outcome), single_path_uniforms)
+block_verify = DrawnPathVerifier(partial(first_path_decision, outcome=block_outcome), single_path_uniforms)

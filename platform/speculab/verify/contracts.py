@@ -10,12 +10,15 @@ the shape it should have, instead of deep inside the algorithm. The registry
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from speculab.drafting.tree import DraftTree
 
+from .decisions import draw_uniforms
 from .verdict import Verdict
 
 
@@ -39,6 +42,31 @@ class TreeVerifier(Protocol):
         *,
         rng: torch.Generator,
     ) -> Verdict: ...
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; u [B, n] uniforms; carry as in PathVerifier
+PathDecision = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any], Verdict]
+
+
+@dataclass(frozen=True)
+class DrawnPathVerifier:
+    """A `PathVerifier` split where capture needs it: the uniforms, then a pure tensor function.
+
+    Drawing from a ``torch.Generator`` (the run's, on the CPU) is the one step a captured graph
+    cannot contain, so the call draws the ``[B, n]`` table up front, n fixed by (K, L), and
+    ``decide`` turns it into the verdict with no host read on a GPU (``torch.compile(decide,
+    fullgraph=True)`` traces it whole for fixed shapes). Each row consumes its uniforms in the
+    scalar reference's order, so ``replay_decisions(u[b])`` reproduces row b.
+    """
+
+    decide: PathDecision
+    uniforms: Callable[[int, int], int]  # (K, L) -> n uniforms per row
+
+    def __call__(
+        self, paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
+    ) -> Verdict:
+        batch, count, length = paths.shape
+        return self.decide(paths, p, q, draw_uniforms(rng, batch, self.uniforms(count, length), p.device), carry)
 
 
 class ContractError(ValueError):

@@ -18,6 +18,7 @@ import torch
 from speculab.drafting.tree import DraftTree
 
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
+from .primitives import host_reads_free
 from .verdict import PAD, Verdict
 
 
@@ -35,16 +36,19 @@ def ddtree_walk_reference(
         nodes.append(child)
 
 
-# p [B, N, V] target probabilities at every node of `tree`
-def ddtree_walk(tree: DraftTree, p: torch.Tensor, *, rng: torch.Generator) -> Verdict:
-    """Batched walk; ``verdict.path`` indexes ``tree.path_nodes`` (the path through the last accepted node)."""
+# p [B, N, V] target probabilities at every node of `tree`; uniforms [B, L+1]: one per visited depth
+def ddtree_walk_decision(tree: DraftTree, p: torch.Tensor, uniforms: torch.Tensor) -> Verdict:
+    """Batched walk; ``verdict.path`` indexes ``tree.path_nodes`` (the path through the last accepted node).
+
+    L + 1 steps, each a fixed set of [B, N] and [B, V] operations; only where host reads are free
+    does the loop stop once no row walks.
+    """
     assert tree.path_nodes is not None  # every drafted tree records its paths
     B = tree.tokens.shape[0]
     L = tree.path_nodes.shape[2] - 1
     device = p.device
     tokens, parents = tree.tokens.to(device), tree.parents.to(device)
     real = tree.valid.to(device) & (parents >= 0)
-    uniforms = draw_uniforms(rng, B, L + 1, device)  # [B, L+1]: one per visited depth
     rows = torch.arange(B, device=device)
     node = torch.zeros(B, dtype=torch.long, device=device)  # current node
     walking = torch.ones(B, dtype=torch.bool, device=device)
@@ -58,8 +62,16 @@ def ddtree_walk(tree: DraftTree, p: torch.Tensor, *, rng: torch.Generator) -> Ve
         node = torch.where(moves, match.to(torch.int8).argmax(dim=1), node)
         tau = tau + moves.long()
         walking = moves
-        if not bool(walking.any()):
+        if host_reads_free(walking) and not bool(walking.any()):
             break
     path_nodes = tree.path_nodes.to(device)  # [B, K, L+1]
     on_path = path_nodes.gather(2, tau[:, None, None].expand(B, path_nodes.shape[1], 1))[..., 0] == node[:, None]
     return Verdict(out, tau + 1, on_path.to(torch.int8).argmax(dim=1))
+
+
+# p [B, N, V] target probabilities at every node of `tree`
+def ddtree_walk(tree: DraftTree, p: torch.Tensor, *, rng: torch.Generator) -> Verdict:
+    """The walk with its ``[B, L+1]`` uniforms drawn up front from ``rng`` (`ddtree_walk_decision`)."""
+    assert tree.path_nodes is not None  # every drafted tree records its paths
+    uniforms = draw_uniforms(rng, tree.tokens.shape[0], tree.path_nodes.shape[2], p.device)
+    return ddtree_walk_decision(tree, p, uniforms)

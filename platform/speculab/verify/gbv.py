@@ -15,9 +15,27 @@ from __future__ import annotations
 
 import torch
 
-from .block import block_acceptance, block_outcome, block_verify_reference, block_weights, longest_accepted
-from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import SinglePath, residual_mass, residual_or_target, select_path, select_positions, token_probs
+from .block import (
+    block_acceptance,
+    block_outcome,
+    block_verify_reference,
+    block_weights,
+    longest_accepted,
+    single_path_uniforms,
+)
+from .contracts import DrawnPathVerifier
+from .decisions import Decisions, sample_inverse_cdf
+from .primitives import (
+    SinglePath,
+    host_reads_free,
+    packed_columns,
+    residual_mass,
+    residual_or_target,
+    rows_to_step,
+    select_path,
+    select_positions,
+    token_probs,
+)
 from .verdict import Outcome, Verdict, assemble_verdict
 
 
@@ -237,30 +255,25 @@ def member_residuals(
     w: torch.Tensor,
     u: torch.Tensor,
     paths: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(row, token, max(w p - q^Gamma, 0)) of the members, their C(x) from sorting them only.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[R, W]`` tokens and their max(w p - q^Gamma, 0), 0 in the slots past a row's members,
+    with C(x) from sorting the members only (`packed_columns`: W the most members of a row
+    where that can be read, else V).
 
     The members must be contiguous in the ranking right above the bottom, so that C(x) is the
     bottom mass plus the members ranked below x.
     """
-    # pack each row's members left in a [R, M] table (M: the most members of any row), sort
-    # the rows of the table by (pi, id) and take exclusive cumulative sums along them
-    slot = members.cumsum(-1) - 1  # [R, V] each member's place in its row's table
-    width = max(int(members.sum(-1).max()), 1)
-    row, token = members.nonzero(as_tuple=True)
-    keys = torch.full((members.shape[0], width), torch.inf, dtype=ranking.dtype, device=ranking.device)
-    ids = torch.zeros(keys.shape, dtype=torch.int64, device=ranking.device)
-    keys[row, slot[row, token]] = ranking[row, token]
-    ids[row, slot[row, token]] = token
-    order = ranking_order(keys)  # padding (+inf, last) after real +inf
-    ids = ids.gather(-1, order)
-    filled = torch.arange(width, device=ids.device) < members.sum(-1, keepdim=True)
+    # pack each row's members left in a table, sort the rows of the table by (pi, id) and take
+    # exclusive cumulative sums along them; the padding (+inf, last) sorts after a real +inf and
+    # the sort is stable, so the members keep the leading ``filled`` slots
+    columns, filled = packed_columns(members)
+    order = ranking_order(torch.where(filled, ranking.gather(-1, columns), torch.inf))
+    ids = columns.gather(-1, order)
     q_sorted = torch.where(filled, q.gather(-1, ids), 0).to(torch.float64)
     exclusive = q_sorted.cumsum(-1) - q_sorted
-    row, place = filled.nonzero(as_tuple=True)
-    token, q_member, exclusive = ids[row, place], q_sorted[row, place], exclusive[row, place]
-    skewed = skewed_probs(q_member, bottom_mass[row, 0] + exclusive, u[row, 0], paths)
-    return row, token, (w[row, 0] * p[row, token].to(torch.float64) - skewed).clamp_min(0)
+    skewed = skewed_probs(q_sorted, bottom_mass + exclusive, u, paths)
+    residual = (w * p.gather(-1, ids).to(torch.float64) - skewed).clamp_min(0)
+    return ids, torch.where(filled, residual, 0)
 
 
 # p, q, ranking [R, V]; w, u [R] float64; paths: K
@@ -284,8 +297,8 @@ def skewed_residual_mass(
     )
     top_p = torch.where(top, p, 0).sum(-1, keepdim=True).to(torch.float64)
     mass = (w * top_p - top_q).clamp_min(0).squeeze(-1)
-    row, _, residual = member_residuals(p, q, ranking, ~(bottom | top), bottom_mass, w, u, paths)
-    return mass.index_add_(0, row, residual)
+    _, residual = member_residuals(p, q, ranking, ~(bottom | top), bottom_mass, w, u, paths)
+    return mass + residual.sum(-1)
 
 
 # p, q, ranking [R, V]; w, u [R] float64; paths: K
@@ -296,12 +309,11 @@ def skewed_residual_rows(
     tokens above the bottom, whose residual is 0."""
     w, u = w.unsqueeze(-1), u.unsqueeze(-1)
     bottom, _, bottom_mass, _ = bound_classes(ranking, q, w, u, paths)
-    if 2 * int((~bottom).sum(-1).max()) > p.shape[-1]:  # mostly undecided (u near 1): sort whole rows
+    # mostly undecided (u near 1): sorting whole rows costs less than packing them first
+    if host_reads_free(bottom) and 2 * int((~bottom).sum(-1).max()) > p.shape[-1]:
         return (w * p.to(torch.float64) - skewed_rows(p, q, u.squeeze(-1), paths).to(torch.float64)).clamp_min(0)
-    row, token, residual = member_residuals(p, q, ranking, ~bottom, bottom_mass, w, u, paths)
-    weights = torch.zeros(p.shape, dtype=torch.float64, device=p.device)
-    weights[row, token] = residual
-    return weights
+    ids, residual = member_residuals(p, q, ranking, ~bottom, bottom_mass, w, u, paths)
+    return torch.zeros(p.shape, dtype=torch.float64, device=p.device).scatter_(-1, ids, residual)
 
 
 # p, q [R, V]; w, u [R] float64; paths: K
@@ -354,12 +366,14 @@ def longest_accepted_lazily(
         & (torch.arange(1, length, device=eta.device) > surely_accepted.unsqueeze(-1))
     )  # [B, L-1]
     h = torch.cat([sure[:, :-1].to(torch.float64), w[:, length:]], dim=1)  # 1: surely accepted
-    rows = open_.flatten().nonzero().squeeze(-1)
+    rows = rows_to_step(open_.flatten())  # the open positions, or all (a static shape)
     if rows.numel():
         mass = skewed_residual_mass(
             p.flatten(0, 1)[rows], q.flatten(0, 1)[rows], ranking.flatten(0, 1)[rows], w_mid[rows], u_mid[rows], paths
         )
-        h[:, :-1] = h[:, :-1].flatten().index_put((rows,), block_acceptance(w_mid[rows], mass)).view(batch, -1)
+        h_mid = h[:, :-1].flatten()
+        exact = torch.where(open_.flatten()[rows], block_acceptance(w_mid[rows], mass), h_mid[rows])
+        h[:, :-1] = h_mid.index_put((rows,), exact).view(batch, -1)
     return longest_accepted(eta < h)
 
 
@@ -396,13 +410,12 @@ def gbv_outcome(path: SinglePath, paths: int, uniforms: torch.Tensor) -> Outcome
     return Outcome(tau, sample_inverse_cdf(residual_or_target(residual, p_tau.to(torch.float64)), uniforms[:, length]))
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def gbv_verify(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
-) -> Verdict:
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; u [B, L+1]
+def gbv_decision(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, u: torch.Tensor, carry: None = None) -> Verdict:
     """GBV (Alg. 1): path selection, skewed draft, block verification with it."""
-    batch, count, length = paths.shape
     chosen = select_path_index(paths, p, q)
     path = select_path(paths, p, q, chosen)
-    outcome = gbv_outcome(path, count, draw_uniforms(rng, batch, length + 1, p.device))
-    return assemble_verdict(path.draft, outcome, chosen)
+    return assemble_verdict(path.draft, gbv_outcome(path, paths.shape[1], u), chosen)
+
+
+gbv_verify = DrawnPathVerifier(gbv_decision, single_path_uniforms)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from .block import longest_accepted, sample_extra
-from .decisions import Decisions, draw_uniforms
+from .block import longest_accepted, sample_extra, single_path_uniforms
+from .contracts import DrawnPathVerifier
+from .decisions import Decisions
 from .modification import JointMasses, ModifiedTarget, joint_masses, modify_path, next_carry
 from .primitives import (
     SinglePath,
@@ -96,9 +97,9 @@ def greedy_block_outcome(path: SinglePath, masses: JointMasses, u: torch.Tensor)
     return Outcome(tau, sample_extra(path, tau, coef_a, coef_s, u[:, length]))
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def greedy_block_verify(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: ModifiedTarget | None = None
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; u [B, L+1]
+def greedy_block_decision(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, u: torch.Tensor, carry: ModifiedTarget | None = None
 ) -> Verdict:
     """Greedy block verification (BV Alg. 4-6) of path 0; the carry holds BV eq. 31's state."""
     batch, _, length = paths.shape
@@ -108,7 +109,7 @@ def greedy_block_verify(
     modified = modify_path(carry, path.draft, path.p, path.q)
     target_path = SinglePath(path.draft, modified.p, path.q)
     masses = joint_masses(token_probs(modified.p[:, :length], path.draft), token_probs(path.q, path.draft))
-    outcome = greedy_block_outcome(target_path, masses, draw_uniforms(rng, batch, length + 1, p.device))
+    outcome = greedy_block_outcome(target_path, masses, u)
     new_carry = next_carry(
         carry,
         modified,
@@ -120,3 +121,6 @@ def greedy_block_verify(
         select_positions(masses.s, outcome.tau),
     )
     return assemble_verdict(path.draft, outcome, first, new_carry)
+
+
+greedy_block_verify = DrawnPathVerifier(greedy_block_decision, single_path_uniforms)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .primitives import positive_part, residual_or_target, select_positions, token_probs
+from .primitives import host_reads_free, positive_part, residual_or_target, select_positions, token_probs
 
 
 @dataclass
@@ -90,13 +90,14 @@ def apply_slots(
 ) -> LevelStep:
     """Apply the slots oldest first: each modifies the row the older ones produced.
 
-    A slot that modifies this position in no row is skipped (one host sync for all slots):
-    usually only the last round's slot, and in a first round none, is still pending.
+    Where host reads are free, a slot that modifies this position in no row is skipped (one
+    read for all slots): usually only the last round's slot, and in a first round none, is
+    still pending. Elsewhere every slot is applied, leaving the rows it does not modify as they are.
     """
     row = p_row
     seen = []
     active = carry.remaining > torch.as_tensor(position, device=p_row.device).reshape(-1, 1)  # [B, M]
-    pending = active.any(0).tolist()
+    pending = active.any(0).tolist() if host_reads_free(active) else [True] * active.shape[1]
     for j in range(carry.a.shape[1]):
         seen.append(token_probs(row, tokens).to(torch.float64))
         if not pending[j]:

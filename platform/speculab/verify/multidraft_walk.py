@@ -7,7 +7,7 @@ sharing is rebuilt from ``paths``: the paths alive at depth d are those whose fi
 equal the accepted ones; the reported path is the lowest alive index.
 
 ``multidraft_walk`` is the scalar reference for one prompt and accepts any ``NodeRule`` (also the
-optimal-transport rules); ``walk_verify`` is the batched walk for the batched rules.
+optimal-transport rules); ``walk_decision`` is the batched walk for the batched rules.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from functools import partial
 
 import torch
 
-from .decisions import Decisions, as_decisions, draw_uniforms, sample_inverse_cdf
+from .contracts import DrawnPathVerifier
+from .decisions import Decisions, as_decisions, sample_inverse_cdf
 from .node_rules import NodeDecision, NodeRule, batched_kseq, batched_nss, batched_specinfer
+from .primitives import rows_to_step
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 BatchedRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], NodeDecision]
@@ -60,29 +62,38 @@ def first_alive(alive: torch.Tensor) -> torch.Tensor:
     return alive.to(torch.int8).argmax(dim=1)
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def walk_verify(
+def walk_uniforms(count: int, length: int) -> int:
+    """Uniforms per row of a batched walk: up to K + 1 per depth, the bonus token's, and slack
+    for the window each depth reads (``u[used : used + K + 1]``)."""
+    return length * (count + 1) + count + 2
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; u [B, walk_uniforms(K, L)]
+def walk_decision(
     paths: torch.Tensor,
     p: torch.Tensor,
     q: torch.Tensor,
-    *,
-    rng: torch.Generator,
+    u: torch.Tensor,
     carry: None = None,
+    *,
     rule: BatchedRule,
 ) -> Verdict:
-    """The batched top-down walk; each row consumes its uniforms in ``multidraft_walk``'s order."""
+    """The batched top-down walk; each row consumes its uniforms in ``multidraft_walk``'s order.
+
+    Each depth steps the rows `rows_to_step` names; a row that stopped keeps its state.
+    """
     batch, count, length = paths.shape
     rows = torch.arange(batch, device=paths.device)
-    u = draw_uniforms(rng, batch, length * (count + 1) + count + 2, p.device)
     used = torch.zeros(batch, dtype=torch.int64, device=paths.device)
     alive = torch.ones(batch, count, dtype=torch.bool, device=paths.device)
     tau = torch.full((batch,), length, dtype=torch.int64, device=paths.device)
     extra = torch.zeros(batch, dtype=torch.int64, device=paths.device)
     window = torch.arange(count + 1, device=paths.device)
     for depth in range(length):
-        live = (tau == length).nonzero().squeeze(1)  # rows still walking: the others cost nothing
+        live = rows_to_step(tau == length)  # [n]
         if live.numel() == 0:
             break
+        walking = tau[live] == length
         node = first_alive(alive[live])
         drafts = paths[live, :, depth]
         decision = rule(
@@ -93,14 +104,15 @@ def walk_verify(
             u[live].gather(1, used[live].unsqueeze(1) + window),
         )
         matching = alive[live] & (drafts == decision.token.unsqueeze(1))
-        stops = ~matching.any(dim=1)
-        tau[live] = torch.where(stops, depth, length)
-        extra[live] = torch.where(stops, decision.token, 0)
-        alive[live] = torch.where(stops.unsqueeze(1), alive[live], matching)
-        used[live] += decision.consumed
+        stops = walking & ~matching.any(dim=1)
+        tau[live] = torch.where(stops, depth, tau[live])
+        extra[live] = torch.where(stops, decision.token, extra[live])
+        alive[live] = torch.where((walking & ~stops).unsqueeze(1), matching, alive[live])
+        used[live] += torch.where(walking, decision.consumed, 0)
     node = first_alive(alive)
-    full = (tau == length).nonzero().squeeze(1)
-    extra[full] = sample_inverse_cdf(p[full, node[full], length], u[full].gather(1, used[full].unsqueeze(1)).squeeze(1))
+    full = rows_to_step(tau == length)  # the rows that take a bonus token (where it is free to say which)
+    bonus = sample_inverse_cdf(p[full, node[full], length], u[full].gather(1, used[full].unsqueeze(1)).squeeze(1))
+    extra[full] = torch.where(tau[full] == length, bonus, extra[full])
     return assemble_verdict(paths[rows, node], Outcome(tau, extra), node)
 
 
@@ -113,6 +125,6 @@ def rowwise_walk_verify(
     return Verdict(*(torch.cat([getattr(v, field) for v in verdicts]) for field in ("tokens", "num_tokens", "path")))
 
 
-spectr_verify = partial(walk_verify, rule=batched_kseq)
-specinfer_verify = partial(walk_verify, rule=batched_specinfer)
-nss_verify = partial(walk_verify, rule=batched_nss)
+spectr_verify = DrawnPathVerifier(partial(walk_decision, rule=batched_kseq), walk_uniforms)
+specinfer_verify = DrawnPathVerifier(partial(walk_decision, rule=batched_specinfer), walk_uniforms)
+nss_verify = DrawnPathVerifier(partial(walk_decision, rule=batched_nss), walk_uniforms)

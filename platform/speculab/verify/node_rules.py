@@ -13,13 +13,14 @@ many uniforms each row consumed, in the scalar rule's order.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from .decisions import Decisions, sample_inverse_cdf
-from .primitives import clipped_ratio, positive_part, residual_or_target
+from .primitives import clipped_ratio, packed_columns, positive_part, residual_or_target
 
 
 class NodeRule(Protocol):
@@ -34,8 +35,9 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
     Bisection: f(rho) = 1 - (1 - beta)^k - rho beta is >= 0 at rho = 1 and <= 0 at rho = k.
     Only tokens with q < p < k q switch between the two sides of the min inside [1, k]; the
-    others are summed once, so each bisection step reads that active set, not the vocabulary.
-    Iterates to the precision of p's dtype.
+    others are summed once, so each bisection step reads that active set (packed, `packed_columns`;
+    the whole vocabulary, zeros outside it, where its size cannot be read). Iterates to the
+    precision of p's dtype (a fixed count: no host read).
     """
     shape, vocab = k.shape, p.shape[-1]
     p, q, k = p.reshape(-1, vocab), q.reshape(-1, vocab), k.reshape(-1).to(torch.float64)
@@ -43,14 +45,15 @@ def kseq_rho(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     unsaturated = p <= q  # = p / rho for every rho >= 1
     fixed_q = torch.where(saturated, q, 0).sum(-1, dtype=torch.float64)
     fixed_p = torch.where(unsaturated & ~saturated, p, 0).sum(-1, dtype=torch.float64)
-    row, col = (~saturated & ~unsaturated).nonzero(as_tuple=True)
-    active_p, active_q = p[row, col].to(torch.float64), q[row, col].to(torch.float64)
+    columns, filled = packed_columns(~saturated & ~unsaturated)  # [R, W]
+    active_p = torch.where(filled, p.gather(1, columns), 0).to(torch.float64)
+    active_q = torch.where(filled, q.gather(1, columns), 0).to(torch.float64)
     lo, hi = torch.ones_like(k), k.clamp_min(1)
-    steps = int(-torch.log2(torch.tensor(torch.finfo(p.dtype).eps))) + 4
+    steps = int(-math.log2(torch.finfo(p.dtype).eps)) + 4
     for _ in range(steps):
         rho = (lo + hi) / 2
-        active = torch.minimum(active_q, active_p / rho[row])
-        beta = fixed_q + fixed_p / rho + torch.zeros_like(rho).index_add_(0, row, active)
+        active = torch.minimum(active_q, active_p / rho.unsqueeze(1)).sum(-1)  # 0 in the unfilled slots
+        beta = fixed_q + fixed_p / rho + active
         above = 1 - (1 - beta) ** k - rho * beta >= 0
         lo, hi = torch.where(above, rho, lo), torch.where(above, hi, rho)
     return ((lo + hi) / 2).reshape(shape)

@@ -11,6 +11,50 @@ from dataclasses import dataclass
 import torch
 
 
+# t: any tensor the verifier reads
+def host_reads_free(t: torch.Tensor) -> bool:
+    """Whether reading ``t``'s values on the host is free: it lives on the CPU and no graph is
+    being captured (``torch.compile``).
+
+    Only then may a verifier let data choose a shape or a trip count (skip finished rows, sort a
+    sparse set, stop a loop early), which is what keeps the CPU fast. On a GPU each such read
+    is a device round trip and under capture it breaks the graph, so there the verifiers
+    compute the static-shape form, which gives the same verdict (tests/verify/test_capture.py).
+    """
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+# walking [B] bool
+def rows_to_step(walking: torch.Tensor) -> torch.Tensor:
+    """``[n]`` the rows a batched loop steps next.
+
+    Where host reads are free, only the walking rows (the finished ones cost nothing, and
+    n = 0 ends the loop); elsewhere every row, a static shape, and the caller leaves the
+    finished rows' state as it is.
+    """
+    if host_reads_free(walking):
+        return walking.nonzero().squeeze(1)
+    return torch.arange(walking.shape[0], device=walking.device)
+
+
+# mask [R, V] bool
+def packed_columns(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's marked columns packed left, in order: ``[R, W]`` column indices and ``[R, W]``
+    bool whether the slot holds a marked one (the rest hold unmarked columns).
+
+    W is the most marked columns of any row where host reads are free (so the caller works on
+    the sparse set only), else V (a static shape). Places come from two running counts, a
+    permutation of every row: no sort.
+    """
+    marked = mask.long().cumsum(-1)
+    count = marked[:, -1:]
+    place = torch.where(mask, marked - 1, count + (~mask).long().cumsum(-1) - 1)
+    columns = torch.arange(mask.shape[-1], device=mask.device).expand_as(place)
+    columns = torch.empty_like(place).scatter_(1, place, columns)
+    width = max(int(count.max()), 1) if host_reads_free(mask) else mask.shape[-1]
+    return columns[:, :width], torch.arange(width, device=mask.device) < count
+
+
 # dist [..., V]; tokens [...] int64
 def token_probs(dist: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """``dist[..., tokens]``: the probability of each token under its own distribution."""

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
+from .contracts import DrawnPathVerifier
+from .decisions import Decisions, sample_inverse_cdf
 from .modification import ModifiedPath, ModifiedTarget, modification_weights, modify_path, next_carry
 from .primitives import residual_or_target, token_probs
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
@@ -159,9 +160,18 @@ def shared_prefixes(paths: torch.Tensor) -> torch.Tensor:
     return (paths[:, :, None, :] == paths[:, None, :, :]).cumprod(-1).bool()
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def spectr_gbv_verify(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: ModifiedTarget | None = None
+def spectr_gbv_uniforms(count: int, length: int) -> int:
+    """Uniforms per row: at most one coin per (path, depth), then the extra token's."""
+    return count * length + 1
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; uniforms [B, K L + 1]
+def spectr_gbv_decision(
+    paths: torch.Tensor,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    uniforms: torch.Tensor,
+    carry: ModifiedTarget | None = None,
 ) -> Verdict:
     """SpecTr-GBV Alg. 1-3 over a batch: the reference's scan, one (path, depth) step for all rows at a time.
 
@@ -176,7 +186,6 @@ def spectr_gbv_verify(
     t_mass, d_mass = absolute_masses(drafts, modified.p[:, :length], q_rows)  # [B*K, L+1]
     h = scan_acceptances(t_mass, d_mass, modified.p, q_rows, count).reshape(batch, count, length)
     shared = shared_prefixes(paths)
-    uniforms = draw_uniforms(rng, batch, count * length + 1, p.device)
     tau = torch.zeros(batch, dtype=torch.int64, device=p.device)
     chosen = torch.zeros_like(tau)
     used = torch.zeros_like(tau)  # uniforms consumed per row
@@ -200,3 +209,6 @@ def spectr_gbv_verify(
     extra = sample_inverse_cdf(weights, uniforms.gather(1, used[:, None])[:, 0])
     new_carry = next_carry(carry, _chosen(modified, index), p[rows, chosen], q[rows, chosen], tau, extra, t_tau, d_tau)
     return assemble_verdict(paths[rows, chosen], Outcome(tau, extra), chosen, new_carry)
+
+
+spectr_gbv_verify = DrawnPathVerifier(spectr_gbv_decision, spectr_gbv_uniforms)
