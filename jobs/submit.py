@@ -1,28 +1,49 @@
 """Submit a speculab run or sweep to a Ray cluster through the Ray Jobs API, and follow it.
 
-    python jobs/submit.py [--address http://127.0.0.1:8265] [--tracking-uri URI] -- \
-        cluster=h200x8 model=qwen3-32b_0.6b algorithm=gbv -m algorithm.K=1,2,3,4
+    .venv/bin/python jobs/submit.py [--address http://127.0.0.1:8265] [--tracking-uri URI] \
+        [--output-dir DIR] [--python PY] -- algorithm=gbv -m algorithm.K=1,2
 
-The job runs `python -m speculab.cli <overrides> cluster.address=auto` on the cluster with
-this checkout as its working dir (stores, virtualenvs, git history and weight files left
-out) and `PYTHONPATH=platform`, so the driver and the model actors import the uploaded
-speculab even where the cluster's Python has none installed (its dependencies must be).
-MLflow: the job's cwd is Ray's copy of the working dir, so a relative store would vanish;
-the URI is either given (an `mlflow server` the cluster reaches) or, for a cluster on this
-machine, the absolute SQLite file `<repo>/mlflow.db`. This module does not start clusters.
+The job runs `<python> -m speculab.cli <overrides>` on the cluster with this checkout as its
+working dir (stores, virtualenvs, git history and weight files left out) and
+`PYTHONPATH=platform`, so the driver and the model actors import the uploaded speculab. `-m`
+may stand anywhere among the overrides (it is moved first, as Hydra needs). Added unless given:
+- `cluster.address=auto`: the coordinator attaches to the job's own cluster;
+- `tracking.uri`: the job's cwd is Ray's temporary copy, so a relative store would vanish; for a
+  cluster on this machine the absolute `<repo>/mlflow.db`, else `--tracking-uri` is required;
+- `hydra.run.dir`, `hydra.sweep.dir` and `tracking.spool_dir` under `<output dir>/<job id>`:
+  Hydra's outputs and the spool (the record of every run that survives MLflow being down) must
+  outlive Ray's copy; for a local cluster `<repo>/outputs/jobs`, else `--output-dir` (a path on
+  the cluster's shared disk) is required.
+
+The interpreter: for a cluster on this machine, the one running this script (the project's
+venv; a bare `python` on the cluster's PATH is whatever `ray start` inherited, often one without
+hydra); for a remote cluster `python`, which the `cluster/` presets make the project's (they
+start Ray from its venv or image). The commit is computed here and passed in
+`SPECULAB_GIT_COMMIT`/`SPECULAB_GIT_DIRTY` (the upload has no `.git`). The job's log is streamed
+while it runs; at the end the MLflow runs tagged with its id are listed with their pages.
+This module does not start clusters.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shlex
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
+
+from speculab.cli_args import multirun_first
+from speculab.config import TrackingConfig
+from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
+from speculab.tracking.runs import job_links
 
 REPO = Path(__file__).resolve().parents[1]
 # gitignore-style patterns left out of the upload (Ray caps a working dir at 500 MiB).
@@ -48,27 +69,65 @@ AUTH_HELP = (
     "needs its token here: run `ray get-auth-token` on the head, then submit with "
     "`RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> python jobs/submit.py ...` (or RAY_AUTH_TOKEN_PATH=<file>)."
 )
+T = TypeVar("T")
 TERMINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
 
-def with_default(overrides: list[str], key: str, value: str) -> list[str]:
-    """Overrides plus key=value unless the user set the key."""
-    return overrides if any(o.startswith(f"{key}=") for o in overrides) else [*overrides, f"{key}={value}"]
+def override(overrides: list[str], key: str) -> str | None:
+    """The value the user gave ``key`` (`key=value`), or None."""
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}=")), None)
+
+
+def with_defaults(overrides: list[str], defaults: dict[str, str]) -> list[str]:
+    """Overrides plus key=value for each default whose key the user did not set."""
+    return [*overrides, *(f"{key}={value}" for key, value in defaults.items() if override(overrides, key) is None)]
+
+
+def is_local(address: str) -> bool:
+    return urlparse(address).hostname in LOCAL_HOSTS
 
 
 def default_tracking_uri(address: str) -> str | None:
     """The absolute SQLite store of this checkout when the cluster runs on this machine, else None."""
-    return f"sqlite:///{REPO / 'mlflow.db'}" if urlparse(address).hostname in LOCAL_HOSTS else None
+    return f"sqlite:///{REPO / 'mlflow.db'}" if is_local(address) else None
 
 
-def entrypoint(overrides: list[str], tracking_uri: str, python: str = "python") -> str:
-    """The shell command the job runs: the speculab CLI attached to the job's own cluster."""
-    args = with_default(with_default(overrides, "cluster.address", "auto"), "tracking.uri", tracking_uri)
+def default_output_root(address: str) -> Path | None:
+    """`<repo>/outputs/jobs` when the cluster runs on this machine, else None (no path is known there)."""
+    return REPO / "outputs" / "jobs" if is_local(address) else None
+
+
+def default_python(address: str) -> str:
+    """This script's interpreter for a cluster on this machine, else `python` on the cluster's PATH."""
+    return sys.executable if is_local(address) else "python"
+
+
+def new_job_id() -> str:
+    """A submission id chosen here, so that the job's output directory can be named before it starts."""
+    return f"speculab_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+
+
+def job_overrides(overrides: list[str], tracking_uri: str, job_dir: Path) -> list[str]:
+    """The job's speculab arguments: the user's, `-m` first, plus where it attaches and writes."""
+    defaults = {
+        "cluster.address": "auto",
+        "tracking.uri": tracking_uri,
+        "hydra.run.dir": str(job_dir),
+        "hydra.sweep.dir": str(job_dir),
+        "tracking.spool_dir": str(job_dir / "spool"),
+    }
+    return with_defaults(multirun_first(overrides), defaults)
+
+
+def entrypoint(args: list[str], python: str) -> str:
+    """The shell command the job runs."""
     return shlex.join([python, "-m", "speculab.cli", *args])
 
 
 def runtime_env() -> dict:
-    return {"working_dir": str(REPO), "excludes": EXCLUDES, "env_vars": {"PYTHONPATH": "platform"}}
+    commit, dirty = git_state(REPO, {})
+    env_vars = {"PYTHONPATH": "platform", COMMIT_ENV: commit, DIRTY_ENV: dirty}
+    return {"working_dir": str(REPO), "excludes": EXCLUDES, "env_vars": env_vars}
 
 
 def follow(client: JobSubmissionClient, job_id: str, poll_s: float = 2.0, timeout_s: float | None = None) -> JobStatus:
@@ -81,23 +140,65 @@ def follow(client: JobSubmissionClient, job_id: str, poll_s: float = 2.0, timeou
     return status
 
 
+def show(chunk: str) -> None:
+    print(chunk, end="", flush=True)
+
+
+async def stream_logs(client: JobSubmissionClient, job_id: str, write: Callable[[str], None] = show) -> None:
+    """Hand the job's log to ``write`` as it is written, until the job ends."""
+    async for chunk in client.tail_job_logs(job_id):
+        write(chunk)
+
+
+def print_links(uri: str, job_id: str, ui_port: int) -> None:
+    """The job's MLflow runs and their pages (or why they cannot be listed)."""
+    try:
+        links = job_links(uri, job_id, ui_port)
+    except Exception as err:  # the store is down or unreachable from here: the job's spool still has the runs
+        print(f"MLflow at {uri} did not answer ({type(err).__name__}); the runs are in the job's spool")
+        return
+    print(f"MLflow runs of {job_id} ({len(links)}):", *(f"  {link}" for link in links), sep="\n")
+    if not uri.startswith("http"):
+        print(f"(serve the store: `mlflow ui --backend-store-uri {uri} --port {ui_port}`)")
+
+
+def remote_needs(parser: argparse.ArgumentParser, value: T | None, option: str) -> T:
+    """``value``; None (no default: nothing here names a place a remote cluster reaches) stops with
+    what to give instead."""
+    if value is None:
+        parser.error(f"a remote cluster needs {option}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", default="http://127.0.0.1:8265", help="the cluster's Jobs API (dashboard) address")
     parser.add_argument("--tracking-uri", help="MLflow URI the cluster can reach (default: <repo>/mlflow.db if local)")
-    parser.add_argument("--python", default="python", help="interpreter on the cluster (default: python on its PATH)")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="durable root of the jobs' outputs and spools (default: <repo>/outputs/jobs if local)",
+    )
+    parser.add_argument("--python", help="interpreter on the cluster (default: this one if local, else `python`)")
     parser.add_argument("--no-wait", action="store_true", help="submit and print the job id only")
     parser.add_argument("overrides", nargs="*", help="speculab (Hydra) arguments, after --")
     args = parser.parse_args(argv)
-    uri = args.tracking_uri or default_tracking_uri(args.address)
-    if uri is None:
-        parser.error(
-            f"--tracking-uri is required for a remote cluster ({args.address}): an `mlflow server` URI "
-            "the cluster reaches, or sqlite:////absolute/path on its shared filesystem"
-        )
+    uri = remote_needs(
+        parser,
+        args.tracking_uri or default_tracking_uri(args.address),
+        "--tracking-uri: an `mlflow server` URI the cluster reaches, or sqlite:////absolute/path on its shared disk",
+    )
+    root = remote_needs(
+        parser,
+        args.output_dir or default_output_root(args.address),
+        "--output-dir: a directory on the cluster's shared disk for Hydra's outputs and the spool",
+    )
+    job_id = new_job_id()
+    job_dir = root.resolve() / job_id
+    command = entrypoint(job_overrides(args.overrides, uri, job_dir), args.python or default_python(args.address))
     try:
         client = JobSubmissionClient(args.address)
-        job_id = client.submit_job(entrypoint=entrypoint(args.overrides, uri, args.python), runtime_env=runtime_env())
+        client.submit_job(entrypoint=command, runtime_env=runtime_env(), submission_id=job_id)
     except AuthenticationError as err:
         print(
             f"submit: the Ray head at {args.address} refused this client's token ({err.message.splitlines()[0]}).\n"
@@ -105,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    print(f"submitted {job_id}; MLflow: {uri}")
+    print(f"submitted {job_id}: {command}\noutputs and spool: {job_dir}\nMLflow: {uri}", flush=True)
     if args.no_wait:
         return 0
+    asyncio.run(stream_logs(client, job_id))
     status = follow(client, job_id)
-    print(client.get_job_logs(job_id))
     print(f"{job_id}: {status}")
+    print_links(uri, job_id, int(override(args.overrides, "tracking.ui_port") or TrackingConfig.ui_port))
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 

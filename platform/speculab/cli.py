@@ -18,6 +18,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, unknown_keys
 from speculab.experiment import run
 from speculab.tracking.spool import close_open_runs
@@ -55,6 +56,7 @@ def interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> None:
+    sys.argv[1:] = multirun_first(sys.argv[1:])  # `-m` wherever the user put it
     signal.signal(signal.SIGTERM, interrupt)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell set SIGINT ignored
         signal.signal(signal.SIGINT, interrupt)

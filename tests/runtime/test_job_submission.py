@@ -21,6 +21,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
+from speculab.tracking.provenance import COMMIT_TAG, JOB_TAG
 from support.models import REPO
 from support.servers import serving
 
@@ -45,12 +46,35 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def test_entrypoint_attaches_to_the_jobs_cluster_and_keeps_user_keys() -> None:
-    command = submit.entrypoint(["algorithm.K=2", "tracking.uri=http://mlflow:5000"], "sqlite:////x/mlflow.db")
-    assert command == "python -m speculab.cli algorithm.K=2 tracking.uri=http://mlflow:5000 cluster.address=auto"
-    assert submit.default_tracking_uri("http://127.0.0.1:8265") == f"sqlite:///{REPO / 'mlflow.db'}"
-    assert submit.default_tracking_uri("http://head.example:8265") is None
-    assert {".venv", ".git", "mlflow.db", "mlruns", "outputs", "multirun"} <= set(submit.runtime_env()["excludes"])
+def test_the_job_command_attaches_writes_durably_and_keeps_user_keys(tmp_path: Path) -> None:
+    overrides = ["algorithm=gbv", "-m", "algorithm.K=1,2", "tracking.uri=http://mlflow:5000"]
+    args = submit.job_overrides(overrides, "sqlite:////x/mlflow.db", tmp_path / "job")
+    assert args == [
+        "--multirun",  # Hydra takes it only before the overrides
+        "algorithm=gbv",
+        "algorithm.K=1,2",
+        "tracking.uri=http://mlflow:5000",  # the user's, not the default
+        "cluster.address=auto",
+        f"hydra.run.dir={tmp_path / 'job'}",
+        f"hydra.sweep.dir={tmp_path / 'job'}",
+        f"tracking.spool_dir={tmp_path / 'job' / 'spool'}",
+    ]
+    assert submit.entrypoint(["a=1"], "/venv/bin/python") == "/venv/bin/python -m speculab.cli a=1"
+    local, remote = "http://127.0.0.1:8265", "http://head.example:8265"
+    assert submit.default_tracking_uri(local) == f"sqlite:///{REPO / 'mlflow.db'}"
+    assert submit.default_output_root(local) == REPO / "outputs" / "jobs"
+    assert submit.default_python(local) == sys.executable  # the project's venv, not the cluster's PATH
+    assert (submit.default_tracking_uri(remote), submit.default_output_root(remote)) == (None, None)
+    assert submit.default_python(remote) == "python"
+    env = submit.runtime_env()
+    assert {".venv", ".git", "mlflow.db", "mlruns", "outputs", "multirun"} <= set(env["excludes"])
+    assert env["env_vars"]["SPECULAB_GIT_COMMIT"] not in ("", "unknown")  # the upload has no .git
+
+
+def test_a_remote_cluster_needs_a_tracking_uri_and_an_output_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        submit.main(["--address", "http://head.example:8265", "--tracking-uri", "http://mlflow:5000", "--", "a=1"])
+    assert "--output-dir" in capsys.readouterr().err
 
 
 def list_jobs(address: str) -> bool:
@@ -108,13 +132,11 @@ def ray_head(auth_env: dict[str, str], probe: Callable[[str], bool]) -> Iterator
         "--include-dashboard=true",
         "--disable-usage-stats",
     ]
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": "",
-        "RAY_ADDRESS": "",
-        **auth_env,
-    }  # the job must find speculab in its uploaded working dir
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != Path(sys.executable).parent)
+    # Without the venv on the head's PATH a bare `python` lacks the project's packages (as on a head
+    # started by `.venv/bin/ray start`): the job gets them only through jobs/submit.py's interpreter.
+    # No PYTHONPATH: the job must find speculab in its uploaded working dir.
+    env = {**os.environ, "PATH": path, "PYTHONPATH": "", "RAY_ADDRESS": "", **auth_env}
     address = f"http://127.0.0.1:{dashboard}"
     try:
         with serving(command, lambda: probe(address), f"the Ray Jobs API at {address}", env=env):
@@ -127,34 +149,55 @@ def ray_head(auth_env: dict[str, str], probe: Callable[[str], bool]) -> Iterator
 
 
 @pytest.mark.slow
-def test_a_job_submitted_to_a_local_cluster_produces_an_mlflow_run(local_ray_head: str, tmp_path: Path) -> None:
-    store = tmp_path / "mlflow.db"
+def test_a_submitted_sweep_streams_its_log_writes_durably_and_tags_its_runs(
+    local_ray_head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store, jobs = tmp_path / "mlflow.db", tmp_path / "jobs"
     overrides = [
         "dataset.num_prompts=1",
         "sampling.max_new_tokens=8",
         "baseline=false",
+        "baseline_hf=false",
+        "measure.repeats=1",
         "runtime.torch_threads=1",
         "tracking.experiment=jobs-test",
-        "cluster.plan_prompt_tokens=512",
-    ]  # a key main's installed copy lacks: speculab must come from the upload
-    assert (
-        submit.main(
-            ["--address", local_ray_head, "--tracking-uri", f"sqlite:///{store}", "--no-wait", "--", *overrides]
-        )
-        == 0
-    )
+        "algorithm=gbv",
+        "-m",  # after an override, as the docs write it
+        "algorithm.K=1,2",
+    ]
+    states: list[str] = []  # the job's status whenever a piece of its log arrived
+    stream = submit.stream_logs
 
-    from ray.job_submission import JobStatus, JobSubmissionClient
+    async def watched(client, job_id: str) -> None:
+        def write(chunk: str) -> None:
+            states.append(str(client.get_job_status(job_id)))
+            submit.show(chunk)
 
-    client = JobSubmissionClient(local_ray_head)
-    (job,) = client.list_jobs()
-    status = submit.follow(client, job.submission_id, poll_s=1, timeout_s=400)
-    logs = client.get_job_logs(job.submission_id)
-    assert status == JobStatus.SUCCEEDED, logs
-    assert "block_efficiency" in logs
+        await stream(client, job_id, write)
+
+    monkeypatch.setattr(submit, "stream_logs", watched)
+    args = ["--address", local_ray_head, "--tracking-uri", f"sqlite:///{store}", "--output-dir", str(jobs)]
+    code = submit.main([*args, "--", *overrides])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "RUNNING" in states[0] and "block_efficiency" in out  # the log arrived while the job ran
+
+    (job_dir,) = jobs.iterdir()
+    job_id = job_dir.name
+    assert {"multirun.yaml", "0", "1", "spool"} <= {p.name for p in job_dir.iterdir()}
+    assert len(list((job_dir / "spool").glob("*.jsonl"))) == 3  # the sweep's parent and its two points
+
     mlflow.set_tracking_uri(f"sqlite:///{store}")
-    runs = mlflow.search_runs(experiment_names=["jobs-test"])
-    assert len(runs) == 1 and runs["metrics.block_efficiency"].iloc[0] >= 1
+    runs = mlflow.search_runs(experiment_names=["jobs-test"], output_format="list")
+    assert len(runs) == 3 and {run.info.status for run in runs} == {"FINISHED"}
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    for run in runs:
+        tags = run.data.tags
+        assert tags[JOB_TAG] == job_id and tags[COMMIT_TAG] == commit, tags
+        assert tags["provenance.output_dir"].startswith(str(job_dir)) and tags["provenance.torch"] != "none"
+    (parent,) = [run for run in runs if run.data.tags["speculab.kind"] == "sweep"]
+    assert parent.info.run_name.endswith(job_id)  # two submissions of one sweep are told apart
+    assert f"MLflow runs of {job_id} (3):" in out and f"{parent.info.run_name}: http://127.0.0.1:5000/#/" in out
 
 
 def with_token(token: str, args: list[str]) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ table (markdown, CSV, an MLflow table), a chart, the best point's metrics and a 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from speculab.config import Config, TrackingConfig, tracking_uri
+from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
     NOTE_TAG,
@@ -70,12 +72,13 @@ class MlflowSweepCallback(Callback):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
-        tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running."}
+        tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running.", **provenance_tags(sweep_dir)}
+        name = sweep_name(job_config(config), list(config.hydra.overrides.task))
         self.parent = SpooledRun(
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
             tracking.experiment,
-            sweep_name(job_config(config), list(config.hydra.overrides.task)),
+            f"{name} · {launch_label(dict(os.environ))}",  # two launches of one sweep get two names
             tags,
             experiment_tags=experiment_tags(),
         )

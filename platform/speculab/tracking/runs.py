@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from speculab.algorithms import get_algorithm
 from speculab.config import Config, TrackingConfig, describe_device, tracking_uri
 from speculab.tracking.metrics import HEADLINE, mlflow_name
+from speculab.tracking.provenance import JOB_TAG, provenance_tags
 from speculab.tracking.spool import RunRef, SpooledRun, fail_fast, read_spool
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
@@ -179,6 +180,7 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
         NOTE_TAG: point_description(cfg),
         "device": describe_device(cfg, cfg.model.device),
         "draft_device": describe_device(cfg, cfg.model.draft_device or cfg.model.device),
+        **provenance_tags(output_dir()),
     }
     run = SpooledRun(
         spool_dir(cfg.tracking, output_dir() / "spool"),
@@ -248,6 +250,18 @@ def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
     except Exception:  # the store went away since: the ranking above stands without the link
         return None
     return ui_pages(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port)[0] if runs else None
+
+
+def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
+    """ "<run name>: <its MLflow page>" for each run the Ray job ``job_id`` recorded, sweep parents
+    first (raises what MLflow raises when the store is unreachable)."""
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, f"tags.`{JOB_TAG}` = '{job_id}'", order_by=["attributes.start_time ASC"])
+    runs.sort(key=lambda run: run.data.tags.get(KIND_TAG) != "sweep")
+    return [
+        f"{run.info.run_name}: {ui_pages(uri, run.info.experiment_id, run.info.run_id, ui_port)[0]}" for run in runs
+    ]
 
 
 def where(run: SpooledRun, ui_port: int) -> str:
