@@ -26,13 +26,15 @@ then one for the extra token, exactly as the reference does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from .block import block_acceptance
-from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import clipped_ratio, positive_part, token_probs
+from .contracts import DrawnPathVerifier
+from .decisions import Decisions, sample_inverse_cdf
+from .primitives import clipped_ratio, host_reads_free, positive_part, rows_to_step, token_probs
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 
@@ -168,12 +170,15 @@ def slot_tree(paths: torch.Tensor) -> SlotTree:
 class TraversalState:
     """Per-slot state of the batched traversal.
 
-    A rejection at node z replaces its target by the residual [w p - q]_+ of BV eq. 4; the
-    unnormalised residual rows of each step are kept as computed (``residuals``, no copies),
-    with the step and row that hold each node's latest one and its sum (``p_mass``): p(.|z) is
-    that row over ``p_mass`` once modified, the original row before. The draft after z is never
-    stored: it is the original row with the rejected children's tokens set to 0, renormalised
-    (the row as given before any rejection).
+    A rejection at node z replaces its target by the residual [w p - q]_+ of BV eq. 4, kept
+    unnormalised with its sum (``p_mass``): p(.|z) is that row over ``p_mass`` once modified
+    (``held``), the original row before. Post-order leaves a node's subtree only by visiting
+    it, after which its target is read no more (unless it stops the traversal, being the node
+    visited), so the modified targets still read are those of the current node's ancestors,
+    one per depth: ``stack`` holds them by depth, a fixed [B, L+1, V] table (depth L, a leaf's,
+    is never modified: rows that do not reject write there). The draft after z is
+    never stored: it is the original row with the rejected children's tokens set to 0,
+    renormalised (the row as given before any rejection).
     """
 
     pt: torch.Tensor  # [B, S] float64 p(t(v)|parent) under the parent's current target
@@ -181,9 +186,8 @@ class TraversalState:
     pinned: torch.Tensor  # [B, S] bool: the weight was set by a rejection (the root from the start)
     pin: torch.Tensor  # [B, S] float64 that weight
     rejected: torch.Tensor  # [B, S] bool: the (canonical) node was rejected; its token left q(.|parent)
-    residuals: list[torch.Tensor]  # [n_s, V] float64 the residual rows computed at each step
-    held_by: torch.Tensor  # [B, S] int64 the step whose residuals hold the node's row (-1: original)
-    held_at: torch.Tensor  # [B, S] int64 its row there
+    held: torch.Tensor  # [B, S] bool: the node's target is modified, in ``stack`` at its depth
+    stack: torch.Tensor  # [B, L+1, V] float64 unnormalised modified targets of the ancestors, by depth
     p_mass: torch.Tensor  # [B, S] float64 their sums (1 where not modified)
 
 
@@ -228,26 +232,27 @@ class Rows:
         )
 
 
-# rows, z [n]: the nodes whose current target row is read; scale [n] applied to it
-def scaled_target(
-    state: TraversalState, source: Rows, rows: torch.Tensor, z: torch.Tensor, scale: torch.Tensor
+# choose [n] bool; when_true, when_false: [n, V] rows, computed on demand
+def rowwise_choice(
+    choose: torch.Tensor, when_true: Callable[[], torch.Tensor], when_false: Callable[[], torch.Tensor]
 ) -> torch.Tensor:
-    """``[n, V]`` float64 fresh tensor: the unnormalised current target rows of nodes z times scale
-    (sums: ``p_mass * scale``)."""
-    slots = state.pt.shape[1]
-    step, at = state.held_by[rows, z], state.held_at[rows, z]
-    out = torch.empty(len(rows), source.p.shape[-1], dtype=torch.float64, device=rows.device)
-    for held in step.unique().tolist():
-        group = (step == held).nonzero().squeeze(1)
-        if held < 0:
-            table, index, buffer = source.p, rows[group] * slots + z[group], source.p_copy
-        else:
-            table, index, buffer = state.residuals[held], at[group], out.new_empty(len(group), out.shape[1])
-        copied = torch.index_select(table, 0, index, out=buffer[: len(group)])
-        if len(group) == len(rows):
-            return torch.mul(copied, scale.unsqueeze(1), out=out)
-        out[group] = copied * scale[group].unsqueeze(1)
-    return out
+    """``torch.where(choose, when_true, when_false)`` by rows; where host reads are free and every
+    row chooses alike, only the chosen rows are read (a pass over [n, V] saved at every step)."""
+    if host_reads_free(choose) and bool(choose.all() | ~choose.any()):
+        return when_true() if bool(choose[0]) else when_false()
+    return torch.where(choose.unsqueeze(1), when_true(), when_false())
+
+
+# rows, z [n]: the nodes whose current target row is read
+def current_target(state: TraversalState, source: Rows, rows: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """``[n, V]`` the unnormalised current target rows of nodes z (sums: ``p_mass``), in p's dtype
+    (a reused buffer) or float64."""
+    slots, depths = state.pt.shape[1], state.stack.shape[1]
+    return rowwise_choice(
+        state.held[rows, z],
+        lambda: state.stack[rows, z % depths],
+        lambda: torch.index_select(source.p, 0, rows * slots + z, out=source.p_copy[: len(rows)]),
+    )
 
 
 # removed [n, S] slots whose token is out of q(.|z); tokens [n, S]; q_z [n, V] original rows; q_sum [n]
@@ -262,50 +267,59 @@ def removed_tokens(
     return hit, torch.where(removed.any(1), scale, 1.0)
 
 
-# rows, y [n] the rows that reject their node y at this step; w [B, S] current weights
+# rows, y [n] the rows stepped and their node y at this step; going [n] which of them reject y
+# (the others keep their state); w [B, S] current weights
 def reject_batched(
     tree: SlotTree,
     state: TraversalState,
     source: Rows,
     rows: torch.Tensor,
     y: torch.Tensor,
+    going: torch.Tensor,
     w: torch.Tensor,
     length: int,
 ) -> None:
     """``reject`` for the rejecting rows: the parent's residual target, weight and draft, and the
     edges to its children, touching each vocabulary row a few times."""
     z = tree.parent[rows, y]
+    slots = tree.parent.shape[1]
     children = tree.parent[rows] == z.unsqueeze(1)  # [n, S]
     children[:, 0] = False
     tokens = tree.token[rows]  # [n, S]
-    count = tree.parent.shape[1] // (length + 1)
+    count = slots // (length + 1)
     q_slot = rows * count * length + (z // (length + 1)) * length + (z % (length + 1)).clamp_max(length - 1)
     q_z = torch.index_select(source.q, 0, q_slot, out=source.q_copy[: len(rows)])
     q_sum = q_z.sum(-1, dtype=torch.float64)
     removed_before, q_scale = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
-    state.rejected[rows, y] = True
+    is_y = torch.arange(slots, device=rows.device) == y.unsqueeze(1)  # [n, S]
+    state.rejected[rows] |= going.unsqueeze(1) & is_y
     removed_after, q_scale_after = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
     # [w p - q]_+ with p the current target (w p at the removed tokens, where q is 0)
-    residual = scaled_target(state, source, rows, z, w[rows, z] / state.p_mass[rows, z])
+    current = current_target(state, source, rows, z)
+    residual = current * (w[rows, z] / state.p_mass[rows, z]).unsqueeze(1)  # float64
     kept_residual = residual.gather(1, tokens)
     q_scaled = torch.mul(q_z, q_scale.unsqueeze(1), out=source.q_scaled[: len(rows)])
     residual.sub_(q_scaled).clamp_min_(0)
     residual.scatter_(1, tokens, torch.where(removed_before, kept_residual, residual.gather(1, tokens)))
     mass = residual.sum(-1)
-    moved = mass > 0
-    state.held_by[rows, z] = torch.where(moved, len(state.residuals), state.held_by[rows, z])
-    state.held_at[rows, z] = torch.where(moved, torch.arange(len(rows), device=rows.device), state.held_at[rows, z])
-    state.residuals.append(residual)
+    moved = going & (mass > 0)
+    depth = torch.where(going, z % (length + 1), length)  # z has a child: < L; rows not rejecting write at L
+    # a held row stays as it was where nothing moved (current is that row); an unheld one is not read
+    state.stack[rows, depth] = rowwise_choice(moved, lambda: residual, lambda: current.to(torch.float64))
+    state.held[rows, z] |= moved
     state.p_mass[rows, z] = torch.where(moved, mass, state.p_mass[rows, z])
-    state.pin[rows, z] = torch.where(moved, block_acceptance(w[rows, z], mass), 0.0)
-    state.pinned[rows, z] = True
+    state.pin[rows, z] = torch.where(
+        going, torch.where(moved, block_acceptance(w[rows, z], mass), 0.0), state.pin[rows, z]
+    )
+    state.pinned[rows, z] |= going
     # edges to z's children under the new rows
     new_p = torch.where(
         moved.unsqueeze(1), residual.gather(1, tokens) / torch.where(moved, mass, 1).unsqueeze(1), state.pt[rows]
     )
     new_q = torch.where(removed_after, 0.0, q_z.gather(1, tokens) * q_scale_after.unsqueeze(1))
-    state.pt[rows] = torch.where(children, new_p, state.pt[rows])
-    state.qt[rows] = torch.where(children, new_q, state.qt[rows])
+    edges = children & going.unsqueeze(1)
+    state.pt[rows] = torch.where(edges, new_p, state.pt[rows])
+    state.qt[rows] = torch.where(edges, new_q, state.qt[rows])
 
 
 # paths [B, K, L]; p [B, K, L+1]; q [B, K, L, V]
@@ -319,18 +333,25 @@ def initial_state(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> Trav
     pinned = flags.clone()
     pinned[:, 0] = True
     ones = torch.ones(batch, slots, dtype=torch.float64, device=p.device)
-    original = torch.full((batch, slots), -1, dtype=torch.int64, device=p.device)
-    return TraversalState(pt, qt, pinned, ones, flags, [], original, torch.zeros_like(original), ones.clone())
+    # a row of the stack is read only once written (``held``): no need to clear it
+    stack = torch.empty(batch, length + 1, p.shape[-1], dtype=torch.float64, device=p.device)
+    return TraversalState(pt, qt, pinned, ones, flags, flags.clone(), stack, ones.clone())
 
 
-# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]
-def traversal_verify(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: None = None
+def traversal_uniforms(count: int, length: int) -> int:
+    """Uniforms per row: one per visited non-root node (at most the K (L+1) slots), then the extra token's."""
+    return count * (length + 1) + 1
+
+
+# paths [B, K, L]; p [B, K, L+1, V]; q [B, K, L, V]; u [B, K (L+1) + 1]
+def traversal_decision(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, u: torch.Tensor, carry: None = None
 ) -> Verdict:
     """Batched traversal verification: every row walks its post-order, one node per step.
 
-    The rows still walking are looked up once per step (one host sync), so finished rows
-    cost nothing and the loop ends when every row has stopped.
+    Each step rejects at the rows `rows_to_step` names (where host reads are free, the rows
+    still walking, and the loop ends when every row has stopped; elsewhere all K (L+1) steps
+    over every row, the stopped ones unchanged).
     """
     batch, count, length = paths.shape
     slots = count * (length + 1)
@@ -338,7 +359,6 @@ def traversal_verify(
     tree = slot_tree(paths)
     state = initial_state(paths, p, q)
     source = Rows.of(p, q)
-    u = draw_uniforms(rng, batch, slots + 1, p.device)
     done = torch.zeros(batch, dtype=torch.bool, device=p.device)
     stop = torch.zeros(batch, dtype=torch.int64, device=p.device)
     extra_u = torch.zeros(batch, dtype=torch.int64, device=p.device)
@@ -350,11 +370,14 @@ def traversal_verify(
         stop = torch.where(stops, y, stop)
         extra_u = torch.where(stops, step + (y != 0).long(), extra_u)
         done |= stops
-        rejecting = (~done).nonzero().squeeze(1)
-        if rejecting.numel() == 0:
+        stepped = rows_to_step(~done)
+        if stepped.numel() == 0:
             break
-        reject_batched(tree, state, source, rejecting, y[rejecting], w, length)
-    target = scaled_target(state, source, rows, stop, torch.ones(batch, dtype=torch.float64, device=p.device))
+        reject_batched(tree, state, source, stepped, y[stepped], ~done[stepped], w, length)
+    target = current_target(state, source, rows, stop)
     extra = sample_inverse_cdf(target, u.gather(1, extra_u.unsqueeze(1)).squeeze(1))
     path = stop // (length + 1)
     return assemble_verdict(paths[rows, path], Outcome(stop % (length + 1), extra), path)
+
+
+traversal_verify = DrawnPathVerifier(traversal_decision, traversal_uniforms)
