@@ -1,6 +1,7 @@
 """Verification time per round for every registered verifier, on random distributions.
 
     PYTHONPATH=platform python benchmarks/verify.py [--quick] [--threads 1] [--device cuda] [--verifiers gbv,block]
+    PYTHONPATH=platform python benchmarks/verify.py --device cuda --target-ms 5.1   # + the roofline table
 
 For every grid point (batch, K paths, draft length L, vocabulary V) the batched verifier's
 time per call is printed beside two baselines measured in the same run: the scalar reference
@@ -8,6 +9,14 @@ time per call is printed beside two baselines measured in the same run: the scal
 ``--reference-seconds``) and a straightforward NumPy transcription of the BV paper's App. A
 sketch of block verification (looping over the prompts of the batch). Ratios are baseline
 time over batched time. The device defaults to CUDA when available.
+
+On CUDA (or with ``--roofline``) a second table gives, per verifier, ms per call at B = 1 and
+8, K = 1..8 (multi-path verifiers), L = 4, 8, 16 and V = 128256, 151936 (``--roofline-vocabs``)
+as a multiple of the time of reading p and q once at the copy bandwidth measured in the run,
+beside issue 26's targets (0.25 ms at B = 1, 0.5 ms at B = 8, for K <= 4, L <= 8, V = 128256)
+and, given ``--target-ms`` (a compiled 8B target pass from benchmarks/gpu_systems.py), the
+verifier's share of that pass. Verifiers there are called eagerly, uniforms drawn on the CPU
+generator as in the engine.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from speculab.algorithms import PATH_ALGORITHMS, get_reference, get_verifier
+from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_reference, get_verifier
 from speculab.verify.decisions import generator_decisions
 
 
@@ -137,6 +146,56 @@ def reference_call(name: str, inputs: Inputs) -> Callable[[], object]:
     return lambda: reference(paths, p, q, decisions, None)
 
 
+def copy_bandwidth_gbs(device: torch.device) -> float:
+    """GB/s of a device-to-device copy (bytes read plus bytes written): 1 GiB on a GPU, 64 MiB on the CPU."""
+    source = torch.empty(2**30 if device.type == "cuda" else 2**26, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    return 2 * source.nbytes / wall_ms(lambda: target.copy_(source), device) / 1e6
+
+
+# issue 26's targets in ms per call by batch, for K <= 4, L <= 8 at the first preset vocabulary
+TARGET_MS = {1: 0.25, 8: 0.5}
+TARGET_VOCAB = 128256
+
+
+def target_cell(point: tuple[int, int, int, int], batched: float) -> str:
+    """``ok``/``over`` against the issue's target where it sets one, else ``-``."""
+    batch, paths, length, vocab = point
+    if batch not in TARGET_MS or paths > 4 or length > 8 or vocab != TARGET_VOCAB:
+        return "-"
+    return f"{'ok' if batched <= TARGET_MS[batch] else 'over'} ({TARGET_MS[batch]})"
+
+
+def roofline_grid(name: str, vocabs: list[int], quick: bool) -> list[tuple[int, int, int, int]]:
+    """(B, K, L, V) points of the roofline table; K > 1 only for verifiers that take several paths."""
+    paths = (1, 4) if quick else tuple(range(1, 9))
+    batches, lengths = ((1,), (8,)) if quick else ((1, 8), (4, 8, 16))
+    if not ALGORITHMS[name].multi_path:
+        paths = (1,)
+    return list(itertools.product(batches, paths, lengths, vocabs))
+
+
+def roofline_table(
+    names: list[str], vocabs: list[int], device: torch.device, quick: bool, target_ms: float | None
+) -> Table:
+    """ms per call against reading p and q once at the measured bandwidth (and a target pass)."""
+    bandwidth = copy_bandwidth_gbs(device)
+    title = f"verification against reading p and q once on {device} ({bandwidth:.0f} GB/s copy bandwidth)"
+    table = Table("verifier", "B", "K", "L", "V", "ms / call", "p+q read ms", "ratio", "target ms", title=title)
+    if target_ms is not None:
+        table.add_column(f"share of a {target_ms} ms target pass", justify="right")
+    for name in names:
+        for point in roofline_grid(name, vocabs, quick):
+            inputs = random_inputs(*point, device)
+            batched = wall_ms(batched_call(name, inputs), device)
+            read_ms = (inputs.p.nbytes + inputs.q.nbytes) / bandwidth / 1e6
+            share = [] if target_ms is None else [f"{batched / target_ms:.1%}"]
+            cells = (ms(batched), f"{read_ms:.4f}", f"{batched / read_ms:.1f}x", target_cell(point, batched), *share)
+            table.add_row(name, *map(str, point), *cells)
+            del inputs
+    return table
+
+
 def ratio(baseline: float | None, batched: float) -> str:
     return "-" if baseline is None else f"{baseline / batched:.1f}x"
 
@@ -150,6 +209,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small grid")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--verifiers", default=",".join(PATH_ALGORITHMS))
+    parser.add_argument(
+        "--roofline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the table against reading p and q once (default: on CUDA only)",
+    )
+    parser.add_argument("--roofline-vocabs", default="128256,151936")
+    parser.add_argument("--target-ms", type=float, help="ms of a compiled 8B target pass (benchmarks/gpu_systems.py)")
     parser.add_argument("--reference-vocab", type=int, default=4096)
     parser.add_argument("--reference-seconds", type=int, default=20)
     parser.add_argument(
@@ -199,7 +266,11 @@ def main() -> None:
                 ratio(baseline, batched),
             )
         del inputs
-    Console(width=160).print(table)
+    console = Console(width=160)
+    console.print(table)
+    if args.roofline or (args.roofline is None and device.type == "cuda"):
+        vocabs = [int(v) for v in args.roofline_vocabs.split(",")]
+        console.print(roofline_table(names, vocabs, device, args.quick, args.target_ms))
 
 
 if __name__ == "__main__":
