@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.drafting.best_first import best_first_tree
 from support.toy_instances import decoded_joint_pvalue, sample_batch, toy_pair
 
 pytestmark = pytest.mark.gpu
@@ -32,3 +33,17 @@ def test_the_same_draws_give_the_cpu_verdict_on_cuda(name: str) -> None:
 def test_tokens_drawn_on_cuda_follow_the_target(name: str) -> None:
     pvalue, cells = decoded_joint_pvalue(name, device="cuda")
     assert pvalue > 1e-4, f"{name}: chi-square p-value {pvalue:.3g} over {cells} cells"
+
+
+def test_the_same_draws_give_the_cpu_ddtree_walk_on_cuda() -> None:
+    """The DDTree walk (a tree verifier) with the CPU generator on both sides, as the engine calls it."""
+    gen = torch.Generator().manual_seed(7)
+    marginals = torch.softmax(torch.randn(16, 4, 6, generator=gen) * 2, dim=-1)  # [B, L, V]
+    tree = best_first_tree(marginals, torch.randint(0, 6, (16,), generator=gen), 12)
+    p = torch.softmax(torch.randn(6, 6, generator=gen) * 2, dim=-1)[tree.tokens]  # [B, N, V] a bigram target
+    walk = get_verifier("ddtree")
+    on_cpu = walk(tree, p, rng=torch.Generator().manual_seed(11))
+    on_cuda = walk(tree.to(torch.device("cuda")), p.cuda(), rng=torch.Generator().manual_seed(11))
+    assert on_cuda.tokens.device.type == "cuda"
+    for field in ("tokens", "num_tokens", "path"):
+        assert torch.equal(getattr(on_cpu, field), getattr(on_cuda, field).cpu()), field
