@@ -59,6 +59,6 @@ def test_compiled_ddtree_walk_gives_the_eager_verdict() -> None:
     tree = best_first_tree(marginals, torch.randint(0, vocab, (BATCH,), generator=gen), 6)
     table = torch.softmax(torch.randn(vocab, vocab, generator=gen) * 2, dim=-1)
     p = table[tree.tokens]  # [B, N, V] a bigram target at every node
-    u = draw_uniforms(gen, BATCH, LENGTH + 1, "cpu")
+    u = draw_uniforms(gen, BATCH, LENGTH + 1, torch.device("cpu"))
     compiled = torch.compile(ddtree_walk_decision, fullgraph=True, backend="eager", dynamic=False)
     assert_same_verdict(ddtree_walk_decision(tree, p, u), compiled(tree, p, u))
