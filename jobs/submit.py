@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "--output-dir: a directory on the cluster's shared disk for Hydra's outputs and the spool",
     )
     job_id = new_job_id()
-    job_dir = root.resolve() / job_id
+    job_dir = root.absolute() / job_id  # not resolve(): a remote path may not exist here
     command = entrypoint(job_overrides(args.overrides, uri, job_dir), args.python or default_python(args.address))
     try:
         client = JobSubmissionClient(args.address)
