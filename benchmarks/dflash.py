@@ -31,12 +31,12 @@ from peers import Measure, speculab_measure, spread
 from rich.console import Console
 from rich.table import Table
 
-from speculab.config import read_json, resolve_path
+from speculab.config import resolve_path
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, RunResult, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.models.dflash import dflash_spec
+from speculab.models.dflash_layout import read_layout
 from speculab.verify.ddtree_walk import ddtree_walk
 
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     root = resolve_path(args.model)
     pair = load_pair(args.model, args.prompts)
     dflash = resolve_path(args.dflash) if args.dflash else root / "dflash"
-    layer_ids = dflash_spec(read_json(dflash / "config.json"))[0]
+    layer_ids = read_layout(dflash).target_layer_ids
     # autoregressive and the block drafter run on the plain target; DFlash on one returning features
     featured = TreeTarget(LMSpec("hf", str(root / "target"), feature_layers=tuple(layer_ids)))
     sources = {

@@ -251,11 +251,19 @@ def test_block_drafter_vocabulary_must_match_the_target(tmp_path: Path) -> None:
 # DFlash drafters against the tiny target (7 layers, hidden 256): (config.json overrides, overrides, field, allowed)
 DFLASH_BAD: list[tuple[dict, list[str], str, str]] = [
     (
-        {"dflash_config": {"block_size": 16, "mask_token_id": 1}},
+        {"dflash_config": {"block_size": 16, "mask_token_id": 1}, "num_target_layers": None},
         [],
-        "dflash_config.target_layer_ids=None",
+        "dflash_config.target_layer_ids is missing",
+        "num_target_layers=None",
+    ),
+    (
+        {"dflash_config": {"target_layer_ids": [], "block_size": 16, "mask_token_id": 1}},
+        [],
+        "dflash_config.target_layer_ids=[]",
         "must be a non-empty list of target layer ids",
     ),
+    ({"dflash_config": {"target_layer_ids": [1], "block_size": 16}}, [], "mask_token_id=None", "token id"),
+    ({"layer_types": ["full_attention", "sliding_attention"]}, [], "layer_types[1]='sliding_attention'", "only full"),
     (
         {"dflash_config": {"target_layer_ids": [1, 7], "block_size": 16, "mask_token_id": 1}},
         [],
@@ -310,3 +318,20 @@ def test_valid_settings_worth_a_warning_are_named(overrides: list[str], expected
     notes = config_warnings(cfg)
     assert len(notes) == len(expected)
     assert all(note.startswith(start) for note, start in zip(notes, expected))
+
+
+def test_drafter_dflash_on_a_pair_without_one_names_the_presets_that_have_one() -> None:
+    with pytest.raises(ConfigError) as err:
+        validate(load(["model=tiny-pycode", "drafter=dflash", "algorithm=ddtree"]))
+    line = next(line for line in str(err.value).splitlines() if "DFlash" in line)
+    assert "drafter.name='dflash'" in line and "model=tiny-pycode_dflash" in line and "model=qwen3-8b_dflash" in line
+
+
+def test_ddtree_on_a_dflash_drafter_drafts_its_whole_block_unless_L_is_set() -> None:
+    from speculab.config import with_draft_length
+
+    assert with_draft_length(load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree"])).algorithm.L == 7
+    assert with_draft_length(load(["model=tiny-pycode", "drafter=ar_marginals", "algorithm=ddtree"])).algorithm.L == 8
+    explicit = load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree", "algorithm.L=3"])
+    assert with_draft_length(explicit).algorithm.L == 3
+    validate(load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree"]))

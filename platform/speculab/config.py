@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -50,7 +50,7 @@ class ModelConfig:
 class AlgorithmConfig:
     name: str = "block"
     K: int = 1  # i.i.d. draft paths per round
-    L: int = 4  # draft length
+    L: int | None = None  # draft length; null: the drafter's block (DFlash: block_size - 1; block: block_size), else 8
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
@@ -258,6 +258,40 @@ def locate(cfg: Config, role: str) -> tuple[str, Path]:
     return key, checkpoint_dir(cfg.model, role)
 
 
+DEFAULT_L = 8  # algorithm.L where neither the algorithm preset nor the drafter's block sets it
+
+
+def block_length(cfg: Config) -> int | None:
+    """The longest draft the configured drafter makes in one pass, read from its checkpoint's config:
+    a DFlash drafter's block_size - 1 (the block holds the bonus), a block drafter's block_size; None
+    for any other drafter or a checkpoint that cannot be read (validation then names the problem)."""
+    from speculab.models.dflash_layout import dflash_layout
+
+    if cfg.drafter.name not in ("dflash", "block"):
+        return None
+    try:
+        path = locate(cfg, "draft")[1]
+        if cfg.drafter.name == "block":
+            size = read_json(path / "block.json").get("block_size")
+            return size if isinstance(size, int) else None
+        layout = dflash_layout(read_json(path / "config.json"))[0]
+    except ValueError:
+        return None
+    return None if layout is None else layout.block_size - 1
+
+
+def draft_length(cfg: Config) -> int:
+    """`algorithm.L` as given, else the drafter's block (`block_length`), else DEFAULT_L."""
+    if cfg.algorithm.L is not None:
+        return cfg.algorithm.L
+    return block_length(cfg) or DEFAULT_L
+
+
+def with_draft_length(cfg: Config) -> Config:
+    """``cfg`` with `algorithm.L` set (`draft_length`): what a run records and decodes with."""
+    return replace(cfg, algorithm=replace(cfg.algorithm, L=draft_length(cfg)))
+
+
 def _weight_errors(key: str, path: Path) -> list[str]:
     """One line per `*.safetensors` file of `path` whose header does not parse or whose data is cut
     short (safe_open checks that the header's offsets cover the file); reads headers, no tensor data."""
@@ -320,28 +354,31 @@ def _int_list(value: Any) -> bool:
     )
 
 
-def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint) -> list[str]:
-    """A DFlash drafter's config.json against its target's: `dflash_config` {target_layer_ids,
-    block_size, mask_token_id}, layer ids below the target's layer count, one hidden size, and
+def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint, model: str) -> list[str]:
+    """A DFlash drafter's config.json against its target's: its drafting settings in any published
+    layout (models/dflash_layout.py), layer ids below the target's layer count, one hidden size, and
     algorithm.L below the block size (the block holds the bonus and block_size - 1 drafts)."""
+    from speculab.models.dflash_layout import dflash_layout, draft_value, is_dflash
+
     where = f"{draft.key}: {draft.path / 'config.json'}"
-    spec = draft.config.get("dflash_config")
-    if not isinstance(spec, dict):
-        return [f"{where} has no dflash_config: not a DFlash drafter checkpoint"]
-    errors = []
+    if not is_dflash(draft.config):
+        presets = ", ".join(f"model={p.stem}" for p in sorted((PROJECT_ROOT / "conf" / "model").glob("*_dflash.yaml")))
+        return [
+            f"drafter.name='dflash': {where} has no dflash_config, so model={model}'s draft is not a DFlash "
+            f"drafter; presets with one: {presets} (or set drafter.path to a DFlash checkpoint)"
+        ]
+    layout, layout_errors = dflash_layout(draft.config)
+    errors = [f"{where}: {error}" for error in layout_errors]
     layers = target.config.get("num_hidden_layers")
-    ids = spec.get("target_layer_ids")
-    if not _int_list(ids):
-        errors.append(f"{where}: dflash_config.target_layer_ids={ids!r}: must be a non-empty list of target layer ids")
-    elif isinstance(layers, int) and not all(0 <= i < layers for i in cast(list[int], ids)):
+    ids_key, listed = draft_value(draft.config, "target_layer_ids")
+    ids_key = ids_key if listed is not None else "target_layer_ids (spread by num_target_layers)"
+    if layout is not None and isinstance(layers, int) and not all(0 <= i < layers for i in layout.target_layer_ids):
         errors.append(
-            f"{where}: dflash_config.target_layer_ids={ids}: each must be in 0..{layers - 1} "
+            f"{where}: {ids_key}={list(layout.target_layer_ids)}: each must be in 0..{layers - 1} "
             f"(the target {target.path} has num_hidden_layers={layers})"
         )
-    for key in ("block_size", "mask_token_id"):
-        if not isinstance(spec.get(key), int):
-            errors.append(f"{where}: dflash_config.{key}={spec.get(key)!r}: must be an integer")
-    if isinstance(size := spec.get("block_size"), int) and not 1 <= L <= size - 1:
+    if layout is not None and not 1 <= L <= layout.block_size - 1:
+        size = layout.block_size
         errors.append(f"algorithm.L={L}: the DFlash drafter drafts at most block_size - 1 = {size - 1} tokens")
     if draft.config.get("hidden_size") != target.config.get("hidden_size"):
         errors.append(
@@ -394,7 +431,7 @@ def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     if errors or c.num_gpus == 0 or not resolve_device(cfg, cfg.model.device).startswith("cuda"):
         return errors
     a, s = cfg.algorithm, cfg.sampling
-    tree_nodes = a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
+    tree_nodes = a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(cfg) + 1
     work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, tree_nodes, DTYPE_BYTES[cfg.model.dtype])
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
@@ -485,11 +522,11 @@ def _context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:
     if target is None:
         return []
     key = next((k for k in CONTEXT_KEYS if isinstance(target.config.get(k), int)), None)
-    s, a = cfg.sampling, cfg.algorithm
-    if key is None or (needed := s.max_new_tokens + a.L + 1) <= (context := target.config[key]):
+    s, L = cfg.sampling, draft_length(cfg)
+    if key is None or (needed := s.max_new_tokens + L + 1) <= (context := target.config[key]):
         return []
     return [
-        f"sampling.max_new_tokens={s.max_new_tokens} + algorithm.L={a.L} + 1 = {needed} positions: more than the "
+        f"sampling.max_new_tokens={s.max_new_tokens} + algorithm.L={L} + 1 = {needed} positions: more than the "
         f"target's context of {context} ({key} in {target.path / 'config.json'}); "
         f"lower them so that sampling.max_new_tokens + algorithm.L <= {context - 1}"
     ]
@@ -513,6 +550,7 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     """Algorithm, K, node rule, drafter and tree settings against the registry (`speculab.algorithms`)."""
     from speculab.algorithms import ALGORITHMS, DRAFTERS, get_algorithm, node_rule_error
     from speculab.drafting.ddtree import TREES
+    from speculab.models.dflash_layout import is_dflash
 
     algorithm, drafter = cfg.algorithm, cfg.drafter
     errors: list[str] = []
@@ -549,11 +587,11 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     else:
         errors += _tree_key_errors(algorithm, "/".join(name for name, s in ALGORITHMS.items() if s.tree_builder))
     if "draft" in found:
-        errors += _block_size_errors(algorithm.L, found["draft"])
+        errors += _block_size_errors(draft_length(cfg), found["draft"])
     conditioned = drafter.name in DRAFTERS and DRAFTERS[drafter.name].target_features
     if len(found) == 2 and conditioned:
-        errors += dflash_errors(algorithm.L, found["draft"], found["target"])
-    elif "draft" in found and "dflash_config" in found["draft"].config:
+        errors += dflash_errors(draft_length(cfg), found["draft"], found["target"], cfg.model.name)
+    elif "draft" in found and is_dflash(found["draft"].config):
         takers = ", ".join(name for name, d in DRAFTERS.items() if d.target_features)
         errors.append(
             f"drafter.name={drafter.name!r}: {found['draft'].key} is a DFlash checkpoint (dflash_config); "
@@ -633,9 +671,10 @@ def validate(cfg: Config) -> None:
     """Raise ConfigError listing every invalid field; touches no weights and starts nothing."""
     from speculab.data import DATASETS, check_dataset
 
+    cfg = with_draft_length(cfg)
     errors: list[str] = []
     _within(errors, "algorithm.K", cfg.algorithm.K, K_RANGE)
-    _within(errors, "algorithm.L", cfg.algorithm.L, L_RANGE)
+    _within(errors, "algorithm.L", draft_length(cfg), L_RANGE)
     if cfg.sampling.temperature < 0:
         errors.append(f"sampling.temperature={cfg.sampling.temperature}: must be >= 0 (0 = greedy)")
     if not 0 < cfg.sampling.top_p <= 1:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
 
 import matplotlib.pyplot as plt
@@ -21,7 +20,16 @@ from transformers import AutoTokenizer
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
 from speculab.baselines import BaselineResult
-from speculab.config import Config, checkpoint_dir, config_warnings, locate, read_json, resolve_device, validate
+from speculab.config import (
+    Config,
+    checkpoint_dir,
+    config_warnings,
+    draft_length,
+    locate,
+    resolve_device,
+    validate,
+    with_draft_length,
+)
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
@@ -37,6 +45,7 @@ from speculab.engine import (
 )
 from speculab.measure import Sample, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics, timed
 from speculab.models import LMSpec
+from speculab.models.dflash_layout import read_layout
 from speculab.paired import PairedComparison, paired_metrics, paired_table
 from speculab.runtime import cpu_seconds, ray_seconds, runtime_metrics, start_models
 from speculab.tracking.metrics import (
@@ -94,7 +103,7 @@ def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     draft_path = str(locate(cfg, "draft")[1])
     features: tuple[int, ...] = ()
     if drafter.target_features:  # the target returns what the drafter is conditioned on
-        features = tuple(read_json(Path(draft_path) / "config.json")["dflash_config"]["target_layer_ids"])
+        features = read_layout(draft_path).target_layer_ids
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     draft = LMSpec(**(common | {"backend": drafter.backend or model.backend, "device": draft_device}), path=draft_path)
     if drafter.target_features:
@@ -107,7 +116,7 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
     s = cfg.sampling
     return DecodeSettings(
         num_paths=cfg.algorithm.K,
-        length=cfg.algorithm.L,
+        length=draft_length(cfg),
         sampling=SamplingParams(s.temperature, s.top_k, s.top_p),
         max_new_tokens=s.max_new_tokens,
         batch_size=s.batch_size,
@@ -145,6 +154,7 @@ def run(cfg: Config) -> dict[str, float]:
 
     The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
     `resume=true` a point that already finished is skipped."""
+    cfg = with_draft_length(cfg)
     validate(cfg)
     for note in config_warnings(cfg):
         print(f"speculab: warning: {note}")

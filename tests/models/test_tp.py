@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwe
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.roles import DecoderLM, LMSpec, build_lm
-from speculab.models.tp import recreate_rotary_buffers
+from speculab.models.rotary import recreate_rotary_buffers
 from support.models import TINY_PAIR
 
 WORLD = 2

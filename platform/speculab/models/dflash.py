@@ -10,9 +10,9 @@ entries are never cached). The block attends to every context slot and to itself
 (bidirectional); the target's lm_head turns block position j into the marginal q_j of the
 token j steps after the bonus.
 
-Checkpoints are read in the layout the DFlash authors publish: `config.json` (`model_type`
-qwen3 plus `dflash_config` {target_layer_ids, block_size, mask_token_id} and
-`num_target_layers`) and safetensors keys `layers.{i}.self_attn.{q,k,v,o}_proj`,
+Checkpoints are read in the layouts the DFlash authors publish: `config.json` (`model_type`
+qwen3; the drafting settings in `dflash_config` or at the top level, models/dflash_layout.py)
+and safetensors keys `layers.{i}.self_attn.{q,k,v,o}_proj`,
 `layers.{i}.self_attn.{q,k}_norm`, `layers.{i}.mlp.{gate,up,down}_proj`,
 `layers.{i}.{input,post_attention}_layernorm`, `fc`, `hidden_norm`, `norm`; no embedding and
 no lm_head: those two tensors are read from the target's checkpoint alone.
@@ -32,6 +32,8 @@ from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
 
 from speculab.drafting.sampling import tempered_probs
+from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
+from speculab.models.rotary import recreate_rotary_buffers
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
@@ -95,10 +97,11 @@ class DFlashLayer(nn.Module):
 class DFlashDraft(nn.Module):
     """The drafter's own weights (parameter names are the checkpoint's keys)."""
 
-    def __init__(self, config: Qwen3Config) -> None:
+    def __init__(self, config: Qwen3Config, layout: DFlashLayout | None = None) -> None:
         super().__init__()
         self.config = config
-        self.layer_ids: list[int] = list(config.dflash_config["target_layer_ids"])
+        self.layout = layout or checked_layout(config.to_dict(), "DFlash config")
+        self.layer_ids = list(self.layout.target_layer_ids)
         self.layers = nn.ModuleList(DFlashLayer(config) for _ in range(int(config.num_hidden_layers)))
         self.fc = nn.Linear(len(self.layer_ids) * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -122,12 +125,6 @@ class DFlashDraft(nn.Module):
         return self.norm(h)
 
 
-def dflash_spec(config: dict) -> tuple[list[int], int, int]:
-    """(target_layer_ids, block_size, mask_token_id) of a DFlash config.json (`dflash_config`)."""
-    spec = config["dflash_config"]
-    return list(spec["target_layer_ids"]), int(spec["block_size"]), int(spec["mask_token_id"])
-
-
 def _safetensors_files(path: Path) -> list[Path]:
     files = sorted(path.glob("*.safetensors"))
     if not files:
@@ -136,9 +133,10 @@ def _safetensors_files(path: Path) -> list[Path]:
 
 
 def load_dflash(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu") -> DFlashDraft:
-    """A DFlash checkpoint dir; ValueError naming any missing or unexpected key."""
+    """A DFlash checkpoint dir; ValueError naming any missing or unexpected key. The rotary buffers
+    stay in float32 under a bfloat16 ``dtype``, as the authors' `from_pretrained` keeps them."""
     path = Path(path)
-    model = DFlashDraft(Qwen3Config.from_dict(json.loads((path / "config.json").read_text())))
+    model = DFlashDraft(Qwen3Config.from_dict(json.loads((path / "config.json").read_text())), read_layout(path))
     state: dict[str, torch.Tensor] = {}
     for file in _safetensors_files(path):
         with safe_open(str(file), framework="pt") as f:
@@ -146,7 +144,9 @@ def load_dflash(path: str | Path, dtype: torch.dtype = torch.float32, device: st
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(f"{path}: not a DFlash checkpoint (missing keys {missing}, unexpected keys {unexpected})")
-    return model.to(device=device, dtype=dtype).eval()
+    model.to(device=device, dtype=dtype)
+    recreate_rotary_buffers(model, device)
+    return model.eval()
 
 
 def load_target_head(path: str | Path, dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -174,6 +174,15 @@ def block_allowed(context_valid: torch.Tensor, block: int) -> torch.Tensor:
     return torch.cat([context_valid[:, None, :].expand(B, block, -1), inside], dim=2)[:, None]
 
 
+# hidden [B, L, hidden], head [V, hidden] -> logits [B, L, V]
+def draft_logits(hidden: torch.Tensor, head: torch.Tensor, layout: DFlashLayout) -> torch.Tensor:
+    """The target's lm_head on the block, with the authors' optional output multiplier and soft cap."""
+    logits = (hidden @ head.T) * layout.output_multiplier
+    if layout.logit_softcap is not None:
+        logits = torch.tanh(logits / layout.logit_softcap) * layout.logit_softcap
+    return logits
+
+
 class DFlashLM:
     """A `DFlashDraft` with the target's embeddings and head, and a padded KV cache of context features."""
 
@@ -181,7 +190,9 @@ class DFlashLM:
         torch_dtype = getattr(torch, dtype)
         self.model = load_dflash(path, torch_dtype, device)
         self.embed, self.head = load_target_head(target_path, torch_dtype, device)
-        self.layer_ids, self.block_size, self.mask_token_id = dflash_spec(self.model.config.to_dict())
+        layout = self.model.layout
+        self.layer_ids, self.block_size = list(layout.target_layer_ids), layout.block_size
+        self.mask_token_id = layout.mask_token_id
         self.device, self.dtype = torch.device(device), torch_dtype
         self.reset(0)
 
@@ -227,8 +238,10 @@ class DFlashLM:
         context = self.cache or self.model.context_kv(
             torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
         )
-        hidden = self.model(F.embedding(tokens, self.embed), positions, context, block_allowed(self.slot_valid, S))
-        return tempered_probs(hidden[:, 1 : 1 + length] @ self.head.T, temperature)
+        layout = self.model.layout
+        block = F.embedding(tokens, self.embed) * layout.embedding_scale
+        hidden = self.model(block, positions, context, block_allowed(self.slot_valid, S))
+        return tempered_probs(draft_logits(hidden[:, 1 : 1 + length], self.head, layout), temperature)
 
     def retain(self, rows: torch.Tensor) -> None:
         rows = rows.to(self.device)

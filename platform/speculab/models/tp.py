@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from speculab.models.rotary import recreate_rotary_buffers
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -60,23 +62,6 @@ def checkpoint_files(path: Path) -> list[str]:
         if (path / single).is_file():
             return [single]
     raise FileNotFoundError(f"{path}: no model.safetensors or pytorch_model.bin (or their index)")
-
-
-def recreate_rotary_buffers(model: torch.nn.Module, device: str) -> None:
-    """Recompute rotary inv_freq buffers: they are not in checkpoints, so meta construction loses them."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    for module in model.modules():
-        if isinstance(getattr(module, "inv_freq", None), torch.Tensor) and hasattr(module, "rope_type"):
-            rotary = cast(Any, module)  # a transformers *RotaryEmbedding: no common class to name
-            init = (
-                rotary.compute_default_rope_parameters
-                if rotary.rope_type == "default"
-                else ROPE_INIT_FUNCTIONS[rotary.rope_type]
-            )
-            inv_freq, rotary.attention_scaling = init(rotary.config, device=device)
-            rotary.inv_freq = inv_freq
-            rotary.original_inv_freq = inv_freq.clone()
 
 
 def load_tp_causal_lm(path: str | Path, dtype: str, device: str, tp_size: int) -> PreTrainedModel:
