@@ -45,7 +45,10 @@ def test_compiled_verifier_gives_the_eager_verdict(name: str) -> None:
     carry: Any = None
     for round_index in range(2):
         u = draw_uniforms(
-            torch.Generator().manual_seed(round_index), BATCH, spec.verifier.uniforms(count, LENGTH), "cpu"
+            torch.Generator().manual_seed(round_index),
+            BATCH,
+            spec.verifier.uniforms(count, LENGTH),
+            torch.device("cpu"),
         )
         eager = spec.verifier.decide(paths, p, q, u, carry)
         assert_same_verdict(eager, compiled(paths, p, q, u, carry))
