@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from support.configs import fake_checkpoint
-from support.models import save_random_llama
+from support.models import save_random_lm
 
 
 @pytest.fixture(scope="session")
 def random_llama_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(target, draft) random-weight Llama checkpoints sharing a character tokenizer."""
     root = tmp_path_factory.mktemp("llama")
-    return save_random_llama(root / "target", 3, 64, seed=1), save_random_llama(root / "draft", 1, 32, seed=2)
+    return save_random_lm(root / "target", 3, 64, seed=1), save_random_lm(root / "draft", 1, 32, seed=2)
 
 
 @pytest.fixture

@@ -1,12 +1,16 @@
-"""The lean Llama stack: the same logits as transformers' own forward, bit for bit, step by step."""
+"""The lean Llama and Qwen3 stacks: the same logits as transformers' own forward, bit for bit, step by step."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import torch
 from transformers import DynamicCache
 
 from speculab.models.hf import load_causal_lm
-from speculab.models.lean_llama import lean_layers, lean_stack
+from speculab.models.lean import lean_layers, lean_stack
+from support.models import save_random_lm
 
 
 def lean_logits(model, stack, tokens, cache, positions, mask) -> torch.Tensor:
@@ -16,11 +20,20 @@ def lean_logits(model, stack, tokens, cache, positions, mask) -> torch.Tensor:
     return model.lm_head(decoder.norm(lean_layers(stack, hidden, cos, sin, mask, cache)))
 
 
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def target(request: pytest.FixtureRequest, random_llama_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 3-layer target of each lean architecture (Qwen3: per-head q/k norms)."""
+    if request.param == "llama":
+        return random_llama_pair[0]
+    return save_random_lm(tmp_path_factory.mktemp("qwen3") / "target", 3, 64, seed=3, arch="qwen3")
+
+
 @torch.inference_mode()
-def test_prefill_and_steps_equal_the_model(random_llama_pair) -> None:
-    model = load_causal_lm(random_llama_pair[0])  # grouped keys: 4 heads over 2 key heads
+def test_prefill_and_steps_equal_the_model(target: Path) -> None:
+    model = load_causal_lm(target)  # grouped keys: 4 heads over 2 key heads
     stack = lean_stack(model)
     assert stack is not None and stack.heads > stack.kv_heads
+    assert all((w.q_norm is not None) == (model.config.model_type == "qwen3") for w in stack.layers)
     tokens = torch.randint(3, 60, (2, 9), generator=torch.Generator().manual_seed(0))
     plain, lean, lean_masked = (DynamicCache(config=model.config) for _ in range(3))
     positions = torch.arange(9).expand(2, -1)

@@ -1,4 +1,4 @@
-"""Model checkpoints for tests: the shipped tiny pair, and random-weight Llamas saved to disk."""
+"""Model checkpoints for tests: the shipped tiny pair, and random-weight Llamas and Qwen3s saved to disk."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_PAIR = REPO / "assets" / "tiny-pycode"
@@ -24,18 +24,26 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
 
 
-def save_random_llama(path: Path, layers: int, hidden: int, vocab: int = VOCAB, seed: int = 0) -> Path:
+ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+
+
+def save_random_lm(
+    path: Path, layers: int, hidden: int, vocab: int = VOCAB, seed: int = 0, arch: str = "llama"
+) -> Path:
+    """A random-weight causal LM (4 heads over 2 key heads) with the character tokenizer."""
     torch.manual_seed(seed)
-    config = LlamaConfig(
+    config_class, model_class = ARCHITECTURES[arch]
+    config = config_class(
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=hidden // 4,
         max_position_embeddings=256,
     )
-    LlamaForCausalLM(config).save_pretrained(path)
+    model_class(config).save_pretrained(path)
     char_tokenizer().save_pretrained(path)
     return path
 

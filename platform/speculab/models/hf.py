@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
-from speculab.models.lean_llama import lean_layers, lean_stack
+from speculab.models.lean import lean_layers, lean_stack, runs_own_layers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -51,11 +51,6 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
     return tokens.to(device), valid.to(device)
 
 
-# Decoder stacks whose top-level forward is embed -> rotary -> layers -> norm -> lm_head and
-# nothing else (no embedding scale, no sliding-window mask), so TreeLM may run the layers itself.
-LEAN_MODEL_TYPES = frozenset({"llama"})
-
-
 class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
@@ -63,7 +58,7 @@ class TreeLM:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.lean = lean_stack(model)  # None: a non-Llama or tensor-parallel model runs its own modules
+        self.lean = lean_stack(model)  # None: another architecture or a tensor-parallel model runs its modules
         self.feature_layers = feature_layers
         self.reset(0)
 
@@ -114,7 +109,7 @@ class TreeLM:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits, features [B, N, n * hidden] or None) of tokens [B, N] after the cache; mask
         [B, 1, N, S + N] or None (attend to all)."""
-        if self.model.config.model_type not in LEAN_MODEL_TYPES:
+        if not runs_own_layers(self.model.config):
             out = self.model(
                 input_ids=tokens,
                 attention_mask=mask,
@@ -126,7 +121,7 @@ class TreeLM:
             )
             return out.logits, self._features(out.hidden_states)
         # The model's own weights, without transformers' per-call wrappers and module calls
-        # (models/lean_llama.py): a fifth of a tiny model's step; the logits are the same.
+        # (models/lean.py): a fifth of a tiny model's step; the logits are the same.
         decoder = self.model.model
         hidden = decoder.embed_tokens(tokens)
         cos, sin = decoder.rotary_emb(hidden, position_ids)

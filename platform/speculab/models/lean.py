@@ -1,12 +1,13 @@
-"""A Llama decoder stack run as plain tensor functions over its own weights.
+"""Llama and Qwen3 decoder stacks run as plain tensor functions over their own weights.
 
-transformers' Llama layers spend a large share of a small model's step in Python: a module
+transformers' decoder layers spend a large share of a small model's step in Python: a module
 call per projection and norm, the attention-interface dispatch, the cache's `update`. The
 functions here do the same arithmetic (the same RMSNorm, rotary and SDPA calls, in the same
 order) straight on the weight tensors, which is what makes speculab's loop faster than
-`generate` on the same model rather than as slow. `lean_stack` accepts only plain
-`nn.Linear` projections without bias: a tensor-parallel (AutoTP) model, whose projections
-all-reduce, keeps transformers' modules.
+`generate` on the same model rather than as slow. Qwen3 differs from Llama only by an RMSNorm
+over each query and key head before the rotary (`q_norm`, `k_norm`). `lean_stack` accepts only
+plain `nn.Linear` projections without bias and full attention in every layer: a tensor-parallel
+(AutoTP) model, whose projections all-reduce, keeps transformers' modules.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache, PreTrainedModel
+    from transformers import DynamicCache, PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class LeanLayer:
     gate: torch.Tensor  # [I, D]
     up: torch.Tensor  # [I, D]
     down: torch.Tensor  # [D, I]
+    q_norm: torch.Tensor | None = None  # [hd] Qwen3's per-head query RMSNorm (None: Llama)
+    k_norm: torch.Tensor | None = None  # [hd] Qwen3's per-head key RMSNorm
 
 
 @dataclass(frozen=True)
@@ -43,15 +46,36 @@ class LeanStack:
     eps: float
 
 
+# Decoder stacks whose top-level forward is embed -> rotary -> layers -> norm -> lm_head and
+# nothing else (no embedding scale), so TreeLM may run the layers itself.
+LEAN_MODEL_TYPES = frozenset({"llama", "qwen3"})
+
+
+def runs_own_layers(config: PretrainedConfig) -> bool:
+    """TreeLM may call the decoder layers itself: a lean model type with full attention everywhere
+    (a sliding-window layer needs transformers' own masks)."""
+    types = getattr(config, "layer_types", None) or ["full_attention"]
+    return config.model_type in LEAN_MODEL_TYPES and all(t == "full_attention" for t in types)
+
+
+def _is_matrix(weight: object) -> bool:
+    return isinstance(weight, torch.Tensor) and weight.ndim == 2
+
+
+def _head_norm(attention: torch.nn.Module, name: str) -> torch.Tensor | None:
+    norm = getattr(attention, name, None)
+    return None if norm is None else norm.weight
+
+
 def lean_stack(model: PreTrainedModel) -> LeanStack | None:
-    """The weights of a plain single-process Llama, or None when its layers must run as modules."""
+    """The weights of a plain single-process Llama or Qwen3, or None when its layers must run as modules."""
     config = model.config
-    if config.model_type != "llama" or config.hidden_act != "silu":
+    if not runs_own_layers(config) or config.hidden_act != "silu":
         return None
     decoder = model.model
-    projections = [m for layer in decoder.layers for m in (*layer.self_attn.children(), *layer.mlp.children())]
-    linear = [m for m in projections if isinstance(m, torch.nn.Module) and hasattr(m, "weight")]
-    if any(type(m) is not torch.nn.Linear or m.bias is not None for m in linear):
+    children = [m for layer in decoder.layers for m in (*layer.self_attn.children(), *layer.mlp.children())]
+    projections = [m for m in children if _is_matrix(getattr(m, "weight", None))]  # not Qwen3's head norms
+    if any(type(m) is not torch.nn.Linear or m.bias is not None for m in projections):
         return None
     layers = tuple(
         LeanLayer(
@@ -64,6 +88,8 @@ def lean_stack(model: PreTrainedModel) -> LeanStack | None:
             layer.mlp.gate_proj.weight,
             layer.mlp.up_proj.weight,
             layer.mlp.down_proj.weight,
+            _head_norm(layer.self_attn, "q_norm"),
+            _head_norm(layer.self_attn, "k_norm"),
         )
         for layer in decoder.layers
     )
@@ -73,7 +99,7 @@ def lean_stack(model: PreTrainedModel) -> LeanStack | None:
 
 # x [B, N, D]; weight [D]
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Llama's RMSNorm, computed in float32 as transformers does."""
+    """Llama's (and Qwen3's) RMSNorm, computed in float32 as transformers does."""
     dtype = x.dtype
     x = x.to(torch.float32)
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
@@ -114,8 +140,11 @@ def lean_layers(
     cos, sin = cos[:, None], sin[:, None]
     for index, w in enumerate(stack.layers):
         x = rms_norm(hidden, w.input_norm, stack.eps)
-        q = F.linear(x, w.q).view(B, N, stack.heads, stack.head_dim).transpose(1, 2)
-        k = F.linear(x, w.k).view(B, N, stack.kv_heads, stack.head_dim).transpose(1, 2)
+        q = F.linear(x, w.q).view(B, N, stack.heads, stack.head_dim)
+        k = F.linear(x, w.k).view(B, N, stack.kv_heads, stack.head_dim)
+        if w.q_norm is not None and w.k_norm is not None:  # Qwen3: per head, before the rotary
+            q, k = rms_norm(q, w.q_norm, stack.eps), rms_norm(k, w.k_norm, stack.eps)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = F.linear(x, w.v).view(B, N, stack.kv_heads, stack.head_dim).transpose(1, 2)
         k, v = cache.update(rotary(k, cos, sin), v, index)
         out = attention(rotary(q, cos, sin), k, v, mask)
