@@ -50,7 +50,7 @@ class ModelConfig:
 class AlgorithmConfig:
     name: str = "block"
     K: int = 1  # i.i.d. draft paths per round
-    L: int | None = None  # draft length; null: the drafter's block (DFlash: block_size - 1; block: block_size), else 8
+    L: int | None = 4  # draft length; null: the drafter's block (DFlash: block_size - 1; block: block_size), else 8
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)

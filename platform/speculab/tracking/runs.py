@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import get_algorithm
-from speculab.config import Config, TrackingConfig, describe_device, tracking_uri
+from speculab.config import Config, TrackingConfig, describe_device, draft_length, tracking_uri
 from speculab.tracking.metrics import HEADLINE, mlflow_name
 from speculab.tracking.provenance import JOB_TAG, provenance_tags
 from speculab.tracking.spool import RunRef, SpooledRun, fail_fast, read_spool
@@ -115,7 +115,7 @@ def run_name(cfg: Config) -> str:
     shape = (f"{a.tree} B={a.budget}" if a.tree == "best_first" else a.tree) if spec.tree_builder else f"K={a.K}"
     prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
     return (
-        f"{a.name}{rule} {shape} L={a.L} T={cfg.sampling.temperature} · {cfg.drafter.name} · "
+        f"{a.name}{rule} {shape} L={draft_length(cfg)} T={cfg.sampling.temperature} · {cfg.drafter.name} · "
         f"{cfg.dataset.name}×{prompts} · {cfg.model.name}"
     )
 
@@ -124,9 +124,9 @@ def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> s
     """A run's markdown description: its configuration in words, then (when done) its headline numbers."""
     a, s, spec = cfg.algorithm, cfg.sampling, get_algorithm(cfg.algorithm.name)
     drafted = (
-        f"a {a.tree} tree of {a.budget} nodes, depth {a.L}"
+        f"a {a.tree} tree of {a.budget} nodes, depth {draft_length(cfg)}"
         if spec.tree_builder
-        else f"K={a.K} i.i.d. path{'s' if a.K > 1 else ''} of L={a.L} tokens"
+        else f"K={a.K} i.i.d. path{'s' if a.K > 1 else ''} of L={draft_length(cfg)} tokens"
     )
     rule = f", node rule `{a.node_rule}`" if spec.node_rules else ""
     prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from speculab.algorithms import get_algorithm
-from speculab.config import Config
+from speculab.config import Config, draft_length
 from speculab.tracking.metrics import HEADLINE, HF_PREFIX, mlflow_name
 from speculab.tracking.runs import run_name
 
@@ -59,7 +59,8 @@ def sweep_name(cfg: Config, overrides: list[str]) -> str:
         return not any(k == s or k.startswith(f"{s}.") for k in keys for s in swept)
 
     a = cfg.algorithm
-    shape = [f"{name}={value}" for name, key, value in (("K", "K", a.K), ("L", "L", a.L)) if held(f"algorithm.{key}")]
+    lengths = (("K", "K", a.K), ("L", "L", draft_length(cfg)))
+    shape = [f"{name}={value}" for name, key, value in lengths if held(f"algorithm.{key}")]
     if held("sampling.temperature"):
         shape.append(f"T={cfg.sampling.temperature}")
     if held("algorithm.name"):
@@ -79,7 +80,7 @@ def sweep_name(cfg: Config, overrides: list[str]) -> str:
 def point_row(cfg: Config, metrics: dict[str, float]) -> dict[str, Any]:
     """A point's row: its name and shape, then its headline metrics, each measured one with its interval."""
     a = cfg.algorithm
-    shape: dict[str, Any] = {"algorithm": a.name, "K": a.K, "L": a.L}
+    shape: dict[str, Any] = {"algorithm": a.name, "K": a.K, "L": draft_length(cfg)}
     if get_algorithm(a.name).tree_builder:
         shape["budget"] = a.budget
     shape |= {"T": cfg.sampling.temperature, "drafter": cfg.drafter.name}
