@@ -78,6 +78,11 @@ class RoundRecord:
     cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
     feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
     time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
+    # The first drafted position, per row (`first_position`; empty when nothing is drafted): to
+    # tell a drafter that predicts badly from a verification that accepts badly.
+    first_overlap: list[float] = field(default_factory=list)
+    first_entropy_target: list[float] = field(default_factory=list)
+    first_entropy_draft: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -147,6 +152,14 @@ def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tenso
     B, K, M = path_nodes.shape
     flat = path_nodes.reshape(B, K * M).to(p_nodes.device)
     return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
+
+
+# p, q [B, V] -> [3, B]
+def first_position(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """sum_x min(p(x), q(x)) (the chance that one token drawn from q is accepted against p, as
+    token verification accepts it), and the entropies of p and q in nats."""
+    q = q.to(p.device, p.dtype)
+    return torch.stack([torch.minimum(p, q).sum(-1), torch.special.entr(p).sum(-1), torch.special.entr(q).sum(-1)])
 
 
 def truncate(tokens: list[int], room: int, eos: int | None) -> tuple[list[int], str]:
@@ -247,6 +260,8 @@ def _round(
     with clock.phase("draft"):
         drafter.commit(emitted, features=features)
     taus = (verdict.num_tokens - 1).tolist()
+    first_q = proposal.first_q
+    first = first_position(p_nodes[:, 0], first_q).tolist() if first_q is not None else [[], [], []]
     kept = []
     for record, tokens, tau in zip(batch, emitted, taus):
         tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
@@ -278,6 +293,9 @@ def _round(
             cpu_paired_s=paired_cpu,
             feature_bytes=proposal.feature_bytes,
             time_feature_s=proposal.feature_s,
+            first_overlap=first[0],
+            first_entropy_target=first[1],
+            first_entropy_draft=first[2],
         )
     )
     return [batch[i] for i in live], carry

@@ -103,7 +103,8 @@ class TreeDrafter(MarginalDrafter):
         m = self.source.marginals(length, marginal_temperature(sampling.temperature))
         start = time.perf_counter()
         tree = self.build(m.q, m.root)
-        return Proposal(tree, None, None, time.perf_counter() - start, m.feature_bytes, m.feature_s)
+        build_s = time.perf_counter() - start
+        return Proposal(tree, None, None, build_s, m.feature_bytes, m.feature_s, marginal_first=m.q[:, 0])
 
 
 class MarginalPathDrafter(MarginalDrafter):

@@ -58,6 +58,20 @@ METRICS: tuple[Metric, ...] = (
     ),
     *interval("speedup_vs_hf"),
     Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round"),
+    Metric(
+        "first_accept_rate",
+        "first/accept_rate",
+        "share of sequence-rounds that accepted the first drafted token (tau >= 1)",
+    ),
+    Metric(
+        "first_overlap_mean",
+        "first/overlap_mean",
+        "mean over sequence-rounds of sum_x min(p, q) at the first drafted position: what one token drawn from "
+        "q is accepted with (equals first_accept_rate in expectation for one sampled path; below it means the "
+        "verification loses, not the drafter)",
+    ),
+    Metric("first_entropy_target", "first/entropy_target", "mean entropy of p at the first drafted position, nats"),
+    Metric("first_entropy_draft", "first/entropy_draft", "mean entropy of q at the first drafted position, nats"),
     Metric("ms_per_token", "ms_per_token", "1000 / tokens_per_s"),
     Metric("time_draft_s", "time/draft_s", "wall time drafting (draft prefill included)"),
     Metric("time_target_s", "time/target_s", "wall time in the target (prefill, tree scoring, commits)"),
@@ -186,6 +200,7 @@ def summarize(
         "feature_bytes_per_round": sum(r.feature_bytes for r in run.rounds) / len(run.rounds),
         "tree_nodes_mean": sum(sum(r.tree_nodes) for r in run.rounds) / sequence_rounds,
         "accepted_mean": sum(sum(r.accepted) for r in run.rounds) / sequence_rounds,
+        **first_position_metrics(run),
         "target_calls": float(len(run.rounds)),
         "generated_tokens": float(generated),
     }
@@ -193,6 +208,24 @@ def summarize(
         metrics[f"time_{phase}_s"] = spent
         metrics[f"share_{phase}"] = spent / run.wall_s
     return {key: metrics.get(key, math.nan) for key in METRIC_KEYS}
+
+
+def first_position_metrics(run: RunResult) -> dict[str, float]:
+    """Means over the sequence-rounds that drafted (the `first_*` metrics; none for a baseline)."""
+    rounds = [r for r in run.rounds if r.first_overlap]
+    if not rounds:
+        return {}
+    count = sum(len(r.first_overlap) for r in rounds)
+
+    def mean(values: list[list[float]]) -> float:
+        return sum(map(sum, values)) / count
+
+    return {
+        "first_accept_rate": sum(tau >= 1 for r in rounds for tau in r.accepted) / count,
+        "first_overlap_mean": mean([r.first_overlap for r in rounds]),
+        "first_entropy_target": mean([r.first_entropy_target for r in rounds]),
+        "first_entropy_draft": mean([r.first_entropy_draft for r in rounds]),
+    }
 
 
 def prompt_metrics(record: PromptRecord) -> dict[str, float]:
