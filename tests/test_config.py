@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -307,7 +308,6 @@ def test_a_dflash_drafter_in_the_published_layout_validates(tmp_path: Path) -> N
     ("overrides", "expected"),
     [
         ([], []),
-        (["algorithm=spectr", "algorithm.node_rule=lp"], ["algorithm.node_rule=lp with sampling.top_k=0"]),
         (["algorithm=spectr", "algorithm.node_rule=maxflow", "sampling.top_k=10"], []),
         (["algorithm=spectr_gbv", "algorithm.K=2", "algorithm.allow_lossy=true"], ["spectr_gbv with K=2 is not"]),
     ],
@@ -335,3 +335,45 @@ def test_ddtree_on_a_dflash_drafter_drafts_its_whole_block_unless_L_is_set() -> 
     explicit = load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree", "algorithm.L=3"])
     assert with_draft_length(explicit).algorithm.L == 3
     validate(load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree"]))
+
+
+# One per class of bad input (issue 30): (overrides, a file to create, what the message must name)
+BAD_SETTINGS: list[tuple[list[str], str, str]] = [
+    (["sampling.temperature=nan"], "", "sampling.temperature=nan: must be a finite number >= 0"),
+    (["sampling.temperature=inf"], "", "sampling.temperature=inf: must be a finite number >= 0"),
+    (["dataset=jsonl", "dataset.path={tmp}/empty.jsonl"], "empty.jsonl:", "holds no prompts"),
+    (["dataset=jsonl", "dataset.path={tmp}/bad.jsonl"], "bad.jsonl:not json", "bad.jsonl:1: not valid JSON"),
+    (["dataset=humaneval", "dataset.path={tmp}/bad.jsonl"], "bad.jsonl:{}", "only dataset=jsonl reads a path"),
+    (["model.target_path={tmp}/ckpt"], "ckpt/config.json:{}", "holds a config.json but no weights"),
+    (["model.draft_path={tmp}/ckpt"], "ckpt/config.json:{}", "vocab_size=None: not a language model's config"),
+    (["runtime.torch_threads=-1"], "", "runtime.torch_threads=-1: must be an integer >= 0"),
+    (["tracking.spool_dir={tmp}/file"], "file:x", "tracking.spool_dir='{tmp}/file': a file, not a directory"),
+    (["tracking.spool_dir={tmp}/file/spool"], "file:x", "is a file, so the spool cannot be created"),
+    (["tracking.uri=banana://x"], "", "unknown store scheme 'banana'; must be one of sqlite:"),
+    (["tracking.experiment=''"], "", "tracking.experiment='': must name an MLflow experiment"),
+    (["tracking.uri=file:{tmp}/file/mlruns"], "file:x", "{tmp}/file is a file, so the store"),
+    (["tracking.uri=sqlite:///{tmp}/file/mlflow.db"], "file:x", "{tmp}/file is a file, so the store"),
+    (["cluster.actor_cpus=4", "cluster.num_cpus=2"], "", "the local Ray cluster has 2 CPUs"),
+    (["cluster.address=ray://127.0.0.1:1"], "", "nothing answers at 127.0.0.1:1"),
+    (["drafter.path={tmp}"], "", "drafter=iid drafts with the pair's draft model"),
+    (
+        ["algorithm=spectr", "algorithm.node_rule=lp", "sampling.top_k=0"],
+        "",
+        "8,390,657 draft columns (at most 200,000",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "make", "message"), BAD_SETTINGS, ids=[row[2][:40] for row in BAD_SETTINGS])
+def test_every_class_of_bad_setting_is_refused_naming_it(
+    tmp_path: Path, overrides: list[str], make: str, message: str
+) -> None:
+    if make:
+        name, _, text = make.partition(":")
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        validate(load([o.format(tmp=tmp_path) for o in overrides]))
+    assert message.format(tmp=tmp_path) in str(err.value)
+    assert time.perf_counter() - start < 10

@@ -14,6 +14,7 @@ import pytest
 from test_config import CONF, load
 
 from speculab.config import ConfigError, checkpoint_dir, validate
+from support.configs import empty_weights
 from support.hub_configs import HUB_CONFIGS
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if not p.stem.startswith("tiny-pycode"))
@@ -33,6 +34,7 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (repo / "refs" / "main").write_text(sha)
         (repo / "snapshots" / sha).mkdir(parents=True)
         (repo / "snapshots" / sha / "config.json").write_text(json.dumps(config))
+        empty_weights(repo / "snapshots" / sha)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     return tmp_path
 
@@ -44,6 +46,7 @@ def gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 4)
     monkeypatch.setattr("torch.cuda.get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr("os.cpu_count", lambda: 16)  # and the cores such a box has, for the actors' CPUs
 
 
 def test_every_preset_model_is_a_known_architecture() -> None:

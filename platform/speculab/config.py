@@ -12,10 +12,14 @@ dataclasses or plain values.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import socket
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
@@ -297,8 +301,14 @@ def _weight_errors(key: str, path: Path) -> list[str]:
     short (safe_open checks that the header's offsets cover the file); reads headers, no tensor data."""
     from safetensors import SafetensorError, safe_open
 
+    files = sorted(path.glob("*.safetensors"))
+    if not files and not any(path.glob("*.bin")):
+        return [
+            f"{key}: {path} holds a config.json but no weights (*.safetensors or *.bin); "
+            "the download or save stopped before them"
+        ]
     errors = []
-    for weights in sorted(path.glob("*.safetensors")):
+    for weights in files:
         try:
             with safe_open(str(weights), framework="numpy"):
                 pass
@@ -539,8 +549,14 @@ def _vocabularies_differ(target: tuple[int, Any], draft: tuple[int, Any]) -> boo
 
 
 def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
-    """(vocab_size from config.json, tokenizer.json's vocabulary if present): reads no weights."""
-    size = checkpoint.config.get("vocab_size", -1)
+    """(vocab_size from config.json, tokenizer.json's vocabulary if present): reads no weights;
+    ValueError when config.json names no vocabulary size (not a language model's config)."""
+    size = checkpoint.config.get("vocab_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(
+            f"{checkpoint.path / 'config.json'}: vocab_size={size!r}: not a language model's config "
+            "(a positive vocab_size is required)"
+        )
     tokenizer = checkpoint.path / "tokenizer.json"
     vocab = read_json(tokenizer).get("model", {}).get("vocab") if tokenizer.is_file() else None
     return size, vocab
@@ -548,7 +564,7 @@ def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
 
 def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     """Algorithm, K, node rule, drafter and tree settings against the registry (`speculab.algorithms`)."""
-    from speculab.algorithms import ALGORITHMS, DRAFTERS, get_algorithm, node_rule_error
+    from speculab.algorithms import ALGORITHMS, DRAFTERS, OT_RULES, get_algorithm, node_rule_error
     from speculab.drafting.ddtree import TREES
     from speculab.models.dflash_layout import is_dflash
 
@@ -573,8 +589,16 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         )
     if (rule_error := node_rule_error(spec, algorithm.node_rule)) is not None:
         errors.append(rule_error)
+    elif algorithm.node_rule in OT_RULES and "target" in found:
+        errors += _transport_size_errors(algorithm, cfg.sampling.top_k, found["target"])
     if algorithm.compare:
         errors += _compare_errors(algorithm)
+    if drafter.path is not None and drafter.name in DRAFTERS and DRAFTERS[drafter.name].weights == "model.draft":
+        readers = ", ".join(name for name, d in DRAFTERS.items() if d.weights != "model.draft")
+        errors.append(
+            f"drafter.path={drafter.path!r}: drafter={drafter.name} drafts with the pair's draft model "
+            f"(model.draft_path / model.draft_id) and reads no path; only drafter={readers} do"
+        )
     if drafter.name in DRAFTERS and drafter.name not in spec.drafters:
         errors.append(
             f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {', '.join(spec.drafters)}"
@@ -598,6 +622,34 @@ def _algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
             f"it drafts only as drafter={takers}"
         )
     return errors
+
+
+# Draft columns an optimal-transport node rule may solve over per node. Measured on this project's
+# CPU (RESULTS.md, "Optimal-transport node rules"): the LP takes about 0.05 ms per column (230 ms at
+# top-k 100, K = 2: 5,051 columns), so this cap is seconds per node; top-k 100 fits up to K = 3
+# (166,751), the tiny pair's whole vocabulary at K = 2 (8.4 million) does not.
+OT_MAX_COLUMNS = 200_000
+
+
+def transport_columns(support: int, K: int) -> int:
+    """Draft columns of the grouped OT problem at one node: the subsets of at most K of the
+    ``support`` draft tokens (Global Resolution paper, App. K)."""
+    return sum(math.comb(support, j) for j in range(K + 1))
+
+
+def _transport_size_errors(algorithm: AlgorithmConfig, top_k: int, target: Checkpoint) -> list[str]:
+    """An OT node rule whose problem per node would not fit: refused with its size and the top-k that fits."""
+    vocab = target.config.get("vocab_size")
+    support = top_k if top_k > 0 else vocab
+    if not isinstance(support, int) or (columns := transport_columns(support, algorithm.K)) <= OT_MAX_COLUMNS:
+        return []
+    fits = max(k for k in range(1, support + 1) if transport_columns(k, algorithm.K) <= OT_MAX_COLUMNS)
+    where = f"sampling.top_k={top_k}" if top_k > 0 else f"sampling.top_k=0 (the whole vocabulary, {vocab} tokens)"
+    return [
+        f"algorithm.node_rule={algorithm.node_rule}: with {where} at algorithm.K={algorithm.K} each node's "
+        f"optimal-transport problem has {columns:,} draft columns (at most {OT_MAX_COLUMNS:,} run in reasonable "
+        f"time and memory); set sampling.top_k <= {fits} (+experiment=global_resolution_table4 uses 10)"
+    ]
 
 
 def _compare_errors(algorithm: AlgorithmConfig) -> list[str]:
@@ -650,20 +702,103 @@ def _block_size_errors(L: int, draft: Checkpoint) -> list[str]:
     return []
 
 
+# MLflow's tracking stores by URI scheme (no scheme: a local file store); SQLAlchemy ones may add
+# a driver after "+" (postgresql+psycopg2).
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` when it is not a directory (nothing can be created
+    under it); None when that ancestor is a directory."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _store_path(uri: str) -> Path | None:
+    """The local path a SQLite or file store URI writes to (None: a remote or in-memory store)."""
+    scheme = urlparse(uri).scheme
+    if scheme == "sqlite":
+        rest = uri.removeprefix("sqlite:///")
+        return None if rest in ("", ":memory:") else Path(rest)
+    if scheme == "file":
+        return Path(urlparse(uri).path)
+    return Path(uri) if not scheme else None
+
+
+def _tracking_errors(t: TrackingConfig) -> list[str]:
+    """The store's scheme, the experiment's name, and the local paths the run will create (a store's
+    file or directory, the spool): refused when an ancestor is a regular file."""
+    if not t.enabled:
+        return []
+    errors = []
+    if not t.experiment.strip():
+        errors.append(f"tracking.experiment={t.experiment!r}: must name an MLflow experiment")
+    if t.uri is not None:
+        scheme = urlparse(t.uri).scheme.split("+")[0]
+        if scheme and scheme not in TRACKING_SCHEMES:
+            errors.append(
+                f"tracking.uri={t.uri!r}: unknown store scheme {scheme!r}; must be one of "
+                f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"
+            )
+        elif (store := _store_path(t.uri)) is not None and (blocker := _blocking_file(store)) is not None:
+            errors.append(f"tracking.uri={t.uri!r}: {blocker} is a file, so the store {store} cannot be created")
+    if t.spool_dir is not None:
+        spool = Path(t.spool_dir)
+        if spool.exists() and not spool.is_dir():
+            errors.append(f"tracking.spool_dir={t.spool_dir!r}: a file, not a directory")
+        elif (blocker := _blocking_file(spool)) is not None:
+            errors.append(f"tracking.spool_dir={t.spool_dir!r}: {blocker} is a file, so the spool cannot be created")
+    return errors
+
+
+def _local_cluster_errors(cfg: Config) -> list[str]:
+    """The embedded Ray cluster (no cluster.address) must hold every model actor at once: the
+    target's tp_size ranks and the draft, cluster.actor_cpus each (Ray would wait for them forever)."""
+    c = cfg.cluster
+    if cfg.runtime.kind != "ray" or c.address is not None:
+        return []
+    cores = c.num_cpus or os.cpu_count() or 1
+    needed = (c.tp_size + 1) * c.actor_cpus
+    if c.actor_cpus <= 0 or needed > cores:
+        return [
+            f"cluster.actor_cpus={c.actor_cpus}: the local Ray cluster has {cores} CPUs "
+            f"({'cluster.num_cpus' if c.num_cpus else 'this machine'}) and its {c.tp_size + 1} model actors "
+            f"(cluster.tp_size={c.tp_size} target ranks and the draft) need {needed:g}; "
+            f"set cluster.actor_cpus to a positive value <= {cores / (c.tp_size + 1):g}"
+        ]
+    return []
+
+
+ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
+
+
+def _address_errors(cfg: Config) -> list[str]:
+    """A Ray client address (`ray://host:port`) must accept a TCP connection before anything starts."""
+    address = cfg.cluster.address
+    if cfg.runtime.kind != "ray" or not address or not address.startswith("ray://"):
+        return []
+    parsed = urlparse(address)
+    host, port = parsed.hostname or "", parsed.port or 10001  # Ray client's default port
+    try:
+        socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
+    except OSError as err:
+        return [
+            f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
+            f"({err.strerror or err}); start the cluster's head or fix the address"
+        ]
+    return []
+
+
 def config_warnings(cfg: Config) -> list[str]:
     """Settings that are valid but that a user should hear about before the run starts (printed, not raised)."""
-    from speculab.algorithms import OT_RULES, get_algorithm
+    from speculab.algorithms import get_algorithm
 
     algorithm = cfg.algorithm
     notes = []
     if not get_algorithm(algorithm.name).lossless(algorithm.K):
         notes.append(f"{algorithm.name} with K={algorithm.K} is not lossless (algorithm.allow_lossy)")
-    if algorithm.name == "spectr" and algorithm.node_rule in OT_RULES and cfg.sampling.top_k == 0:
-        notes.append(
-            f"algorithm.node_rule={algorithm.node_rule} with sampling.top_k=0 solves its optimal-transport problem "
-            "over the draft's whole vocabulary at every node, which can take many GiB and seconds per node; set "
-            "sampling.top_k (+experiment=global_resolution_table4 uses 10)"
-        )
     return notes
 
 
@@ -675,8 +810,8 @@ def validate(cfg: Config) -> None:
     errors: list[str] = []
     _within(errors, "algorithm.K", cfg.algorithm.K, K_RANGE)
     _within(errors, "algorithm.L", draft_length(cfg), L_RANGE)
-    if cfg.sampling.temperature < 0:
-        errors.append(f"sampling.temperature={cfg.sampling.temperature}: must be >= 0 (0 = greedy)")
+    if not (math.isfinite(cfg.sampling.temperature) and cfg.sampling.temperature >= 0):
+        errors.append(f"sampling.temperature={cfg.sampling.temperature}: must be a finite number >= 0 (0 = greedy)")
     if not 0 < cfg.sampling.top_p <= 1:
         errors.append(f"sampling.top_p={cfg.sampling.top_p}: must be in (0, 1]")
     _at_least(errors, "sampling.top_k", cfg.sampling.top_k, 0)
@@ -690,6 +825,7 @@ def validate(cfg: Config) -> None:
             f"cluster.tp_size={cfg.cluster.tp_size}: tensor parallelism needs runtime=ray (inline is one process)"
         )
     _at_least(errors, "runtime.max_restarts", cfg.runtime.max_restarts, 0)
+    _at_least(errors, "runtime.torch_threads", cfg.runtime.torch_threads, 0)
     _at_least(errors, "measure.repeats", cfg.measure.repeats, 1)
     _within(errors, "tracking.ui_port", cfg.tracking.ui_port, (1, 65535))
     if cfg.dataset.num_prompts is not None:
@@ -703,6 +839,7 @@ def validate(cfg: Config) -> None:
             errors.append(str(err))
     model_errors, found = _model_errors(cfg)
     errors += model_errors + _device_errors(cfg) + _context_errors(cfg, found.get("target"))
-    errors += _cluster_errors(cfg, found) + _algorithm_errors(cfg, found)
+    errors += _cluster_errors(cfg, found) + _algorithm_errors(cfg, found) + _tracking_errors(cfg.tracking)
+    errors += _local_cluster_errors(cfg) + _address_errors(cfg)
     if errors:
         raise ConfigError.listing(errors)

@@ -132,10 +132,14 @@ def test_hf_loader_unavailable_raises_clear_error(monkeypatch: pytest.MonkeyPatc
         assert needle in message
 
 
-def test_check_dataset_is_cheap_and_flags_missing_datasets_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_datasets(monkeypatch, _offline)  # would fail if check_dataset loaded data
+def test_check_dataset_is_cheap_and_flags_missing_datasets_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_datasets(monkeypatch, _offline)  # would fail if check_dataset downloaded a benchmark
+    local = tmp_path / "prompts.jsonl"
+    local.write_text('{"prompt": "def add(a, b):"}\n')
     for name in DATASETS:
-        check_dataset(name, __file__)
+        check_dataset(name, str(local) if name == "jsonl" else None)
     monkeypatch.setitem(sys.modules, "datasets", None)
     with pytest.raises(RuntimeError, match="math500.*HuggingFaceH4/MATH-500"):
         check_dataset("math500", None)

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import save_file
 
 import speculab.cli  # noqa: F401  registers the structured schema
 from speculab.config import PROJECT_ROOT, Config
@@ -15,11 +16,17 @@ from speculab.config import PROJECT_ROOT, Config
 CONF = PROJECT_ROOT / "conf"
 
 
+def empty_weights(path: Path) -> None:
+    """A valid safetensors file holding no tensor: validation sees weights and reads only headers."""
+    save_file({}, str(path / "model.safetensors"))
+
+
 def fake_checkpoint(path: Path, vocab_size: int, vocab: dict[str, int] | None = None, **config: Any) -> Path:
-    """A checkpoint directory with config (and tokenizer) but no weights: validation only reads those.
-    Keyword arguments are further config.json entries (`n_positions=64`)."""
+    """A checkpoint directory with config (and tokenizer) and an empty weights file: validation reads
+    nothing else. Keyword arguments are further config.json entries (`n_positions=64`)."""
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps({"vocab_size": vocab_size, "model_type": "llama", **config}))
+    empty_weights(path)
     if vocab is not None:
         (path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}}))
     return path

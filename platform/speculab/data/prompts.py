@@ -70,11 +70,16 @@ def load_prompts(name: str, num_prompts: int | None = None, path: str | None = N
 
 
 def check_dataset(name: str, path: str | None) -> None:
-    """Raise the error ``load_prompts`` would raise for a bad choice, without loading data."""
+    """Raise the error ``load_prompts`` would raise for a bad choice, before any model loads: a
+    JSONL file is read and parsed whole (it is small); a named benchmark is not downloaded."""
     if name not in DATASETS:
         raise ValueError(f"dataset.name must be one of {', '.join(DATASETS)}; got {name!r}")
-    if name == "jsonl" and (path is None or not Path(path).is_file()):
-        raise ValueError(f"dataset.path must name an existing JSONL file for dataset=jsonl; got {path!r}")
+    if name != "jsonl" and path is not None:
+        raise ValueError(f"dataset.path={path!r}: only dataset=jsonl reads a path; dataset={name} has its own prompts")
+    if name == "jsonl":
+        if path is None or not Path(path).is_file():
+            raise ValueError(f"dataset.path must name an existing JSONL file for dataset=jsonl; got {path!r}")
+        _jsonl(Path(path))
     if name in HF_SPECS and importlib.util.find_spec("datasets") is None:
         raise _not_available(name, HF_SPECS[name], "the `datasets` package is not installed")
 
