@@ -799,6 +799,12 @@ def config_warnings(cfg: Config) -> list[str]:
     notes = []
     if not get_algorithm(algorithm.name).lossless(algorithm.K):
         notes.append(f"{algorithm.name} with K={algorithm.K} is not lossless (algorithm.allow_lossy)")
+    if algorithm.K > 1 and cfg.sampling.temperature == 0 and cfg.drafter.name == "iid":
+        notes.append(
+            f"algorithm.K={algorithm.K} with sampling.temperature=0: i.i.d. drafts at T = 0 are K copies of the "
+            "draft's greedy path, so K changes only the cost of scoring them, never what is accepted "
+            "(a sweep over K at T = 0 measures the same acceptance K times)"
+        )
     return notes
 
 
