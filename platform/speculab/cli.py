@@ -21,9 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, unknown_keys
 from speculab.experiment import run
+from speculab.tracking.runs import sweep_id
 from speculab.tracking.spool import close_open_runs
 
 ConfigStore.instance().store(name="config_schema", node=Config)
+OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)  # conf/config.yaml's hydra.sweep.dir
 
 
 @hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")

@@ -77,6 +77,7 @@ from speculab.tracking.runs import (
     where,
 )
 from speculab.tracking.spool import tracked
+from speculab.tracking.sweep import resumed_metrics
 
 
 class GeneratingTarget(TargetModel, Protocol):
@@ -153,15 +154,16 @@ def run(cfg: Config) -> dict[str, float]:
     """Decode the dataset speculatively (and autoregressively), track it live, print a summary.
 
     The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
-    `resume=true` a point that already finished is skipped."""
+    `resume=true` a point that already finished in the same store and experiment is skipped, and
+    returns what its run logged (so that a resumed sweep's parent reports it too)."""
     cfg = with_draft_length(cfg)
     validate(cfg)
     for note in config_warnings(cfg):
         print(f"speculab: warning: {note}")
     point = point_id(cfg)
     if cfg.resume and (found := finished_point(cfg, point)):
-        print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found}; skipped")
-        return {}
+        print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found.where}; skipped")
+        return resumed_metrics(found.metrics)
     if not cfg.tracking.enabled:
         return decode_point(cfg, NoopTracker())
     tracked_run = start_point_run(cfg, point)

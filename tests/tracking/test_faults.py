@@ -1,9 +1,13 @@
 """Fault injection through the `speculab` command: a tracking server killed mid-sweep, Ctrl-C
-mid-sweep then `resume=true`, an unwritable tracking path. After sync or resume every decoded
-point is in MLflow exactly once, FINISHED, under its sweep's parent; nothing stays RUNNING."""
+mid-sweep then `resume=true`, an unwritable tracking path, a resume into another store, two
+sweeps sharing a directory. After sync or resume every decoded point is in MLflow exactly once,
+FINISHED, under its sweep's parent; nothing stays RUNNING; a resumed sweep's parent reports every
+point; a point finished elsewhere is run again; two sweeps never share a parent."""
 
 from __future__ import annotations
 
+import csv
+import io
 import signal
 import subprocess
 import sys
@@ -12,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from mlflow.artifacts import load_text
 from mlflow.tracking import MlflowClient
 
 from support.cli import speculab
@@ -76,9 +81,10 @@ def wait_for_finished_child(uri: str, sweep: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
-def runs_by_kind(uri: str) -> dict[str, list]:
+def runs_by_kind(uri: str, experiment_name: str = "speculab") -> dict[str, list]:
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("speculab")
+    experiment = client.get_experiment_by_name(experiment_name)
+    assert experiment is not None, f"no experiment {experiment_name!r} in {uri}"
     runs = client.search_runs([experiment.experiment_id])
     kinds: dict[str, list] = {}
     for run in runs:
@@ -140,7 +146,77 @@ def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path, sweeps)
     resumed = speculab([*sweep_args(random_llama_pair, uri, tmp_path / "second"), "resume=true"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.count("already finished") == len(done_before)
-    assert_each_point_once(uri, parents=2)
+    assert_each_point_once(uri, parents=2)  # the interrupted parent (KILLED) keeps the points it ran
+    (parent,) = [r for r in runs_by_kind(uri)["sweep"] if r.info.status == "FINISHED"]
+    table = sweep_table(parent)  # the resumed launch's parent reports the whole sweep
+    assert sorted(row["K"] for row in table) == ["1", "2", "3"]
+    assert sum(row["resumed"] == "yes" for row in table) == len(done_before)
+
+
+def sweep_table(parent) -> list[dict[str, str]]:
+    """The rows of a sweep parent's sweep_table.csv."""
+    return list(csv.DictReader(io.StringIO(load_text(f"{parent.info.artifact_uri}/sweep_table.csv"))))
+
+
+def small_sweep(pair: tuple[Path, Path], uri: str, experiment: str, *extra: str) -> list[str]:
+    return [
+        "-m",
+        "algorithm=gbv",
+        "algorithm.K=1,2",
+        f"model.target_path={pair[0]}",
+        f"model.draft_path={pair[1]}",
+        "runtime=inline",
+        "dataset.num_prompts=2",
+        "sampling.max_new_tokens=8",
+        "measure.repeats=1",
+        "baseline_hf=false",
+        f"tracking.uri={uri}",
+        f"tracking.experiment={experiment}",
+        *extra,
+    ]
+
+
+@pytest.mark.slow
+def test_resume_skips_only_points_finished_in_the_same_store_and_experiment(random_llama_pair, tmp_path: Path) -> None:
+    a, b = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    first = speculab(small_sweep(random_llama_pair, a, "X"), tmp_path)
+    assert first.returncode == 0, first.stderr
+    elsewhere = speculab([*small_sweep(random_llama_pair, b, "Y"), "resume=true"], tmp_path)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "already finished" not in elsewhere.stdout  # a.db's runs are no proof for b.db
+    kinds = runs_by_kind(b, "Y")
+    assert sorted(r.data.params["algorithm.K"] for r in kinds["point"] if r.info.status == "FINISHED") == ["1", "2"]
+    again = speculab([*small_sweep(random_llama_pair, b, "Y"), "resume=true"], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("already finished") == 2
+    kinds = runs_by_kind(b, "Y")
+    assert len(kinds["point"]) == 2 and len(kinds["sweep"]) == 2
+    newest = max(kinds["sweep"], key=lambda run: run.info.start_time)
+    assert newest.info.status == "FINISHED" and [row["resumed"] for row in sweep_table(newest)] == ["yes", "yes"]
+    assert len(runs_by_kind(a, "X")["point"]) == 2  # and nothing was added to the first store
+
+
+@pytest.mark.slow
+def test_two_sweeps_at_once_in_one_directory_keep_their_own_parents(random_llama_pair, tmp_path: Path, sweeps) -> None:
+    """Two sweeps started together (in the same second, or given the same `hydra.sweep.dir`) each
+    nest their points under their own parent."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).create_experiment("speculab")  # created once, not raced for by the two sweeps
+    shared = f"hydra.sweep.dir={tmp_path / 'shared'}"
+    started = [
+        sweeps(small_sweep(random_llama_pair, uri, "speculab", f"sampling.seed={seed}", shared), tmp_path)
+        for seed in (1, 2)
+    ]
+    for sweep in started:
+        _, err = sweep.communicate(timeout=600)
+        assert sweep.returncode == 0, err
+    kinds = runs_by_kind(uri)
+    assert len(kinds["sweep"]) == 2 and len(kinds["point"]) == 4
+    for parent in kinds["sweep"]:
+        children = [r for r in kinds["point"] if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+        seeds = {r.data.params["sampling.seed"] for r in children}
+        assert len(children) == 2 and len(seeds) == 1, (parent.info.run_name, seeds)
+        assert parent.data.params["sweep.overrides"].count(f"sampling.seed={seeds.pop()}") == 1
 
 
 @pytest.mark.slow

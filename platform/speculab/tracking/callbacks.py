@@ -1,19 +1,20 @@
 """Hydra callback: a parent MLflow run around a multirun sweep.
 
 `on_multirun_start` opens the parent run (spooled like every run, see `tracking.spool`) and
-leaves its spool id and run id in the sweep directory, where each sweep point (same process,
-Hydra's serial launcher) finds it and nests its own run under it; `on_multirun_end` ends it
-FINISHED. A sweep that stops early (a failed point, Ctrl-C, SIGTERM) never reaches
-`on_multirun_end`: the `speculab` entry point ends the parent FAILED or KILLED instead.
-`on_job_end` collects each finished point's row; `on_multirun_end` gives the parent the sweep's
-table (markdown, CSV, an MLflow table), a chart, the best point's metrics and a description.
+leaves its spool id and run id in the sweep directory, in a file keyed by this process's sweep id
+(`tracking.runs.PARENT_FILE`), where each sweep point (same process, Hydra's serial launcher)
+finds it and nests its own run under it; a second sweep, even one in the same directory, has its
+own file and parent. `on_multirun_end` ends it FINISHED. A sweep that stops early (a failed
+point, Ctrl-C, SIGTERM) never reaches `on_multirun_end`: the `speculab` entry point ends the
+parent FAILED or KILLED instead.
+`on_job_end` collects each finished point's row (with `resume=true`, also the rows of the points
+skipped as finished earlier, from their runs' metrics); `on_multirun_end` gives the parent the
+sweep's table (markdown, CSV, an MLflow table), a chart, the best point's metrics and a description.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,12 +28,12 @@ from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
     NOTE_TAG,
-    PARENT_FILE,
     experiment_tags,
     point_id,
     point_link,
     spool_dir,
     where,
+    write_parent_file,
 )
 from speculab.tracking.spool import SpooledRun
 from speculab.tracking.sweep import (
@@ -83,8 +84,7 @@ class MlflowSweepCallback(Callback):
             experiment_tags=experiment_tags(),
         )
         self.parent.log_params({"sweep.overrides": overrides})
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        (sweep_dir / PARENT_FILE).write_text(json.dumps(asdict(self.parent.ref)))
+        write_parent_file(sweep_dir, self.parent.ref)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent is not None and job_return.status == JobStatus.COMPLETED and job_return.return_value:

@@ -3,15 +3,23 @@ and identified, and how a resumed sweep finds the points that already finished.
 
 A point's identity (``speculab.point_id``) is a hash of its resolved config without the
 tracking settings and `resume`, so the same point gets the same id in every sweep. With
-`resume=true` a point is skipped when a FINISHED run with its id exists in the experiment
-(MLflow) or in a spool under the Hydra output roots (a run finished while MLflow was down).
+`resume=true` a point is skipped when a FINISHED run with its id exists in the configured store
+and experiment (MLflow), or in a spool under the Hydra output roots that was written for that same
+store and experiment (a run finished while MLflow was down); a run of the same point in another
+store or experiment does not count.
+
+Each `speculab` process that runs a sweep has its own id (`SWEEP_ID`): it ends the default sweep
+directory's name (conf/config.yaml, `${sweep_id:}`) and names the file in which the sweep's parent
+run is left for its points, so two sweeps started in the same second, or given the same
+`hydra.sweep.dir`, never share a parent.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +43,8 @@ VIEW_NAME = "speculab: shape and headline metrics"
 VIEW_CREATED_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that rewriting the tag at every run changes nothing
 # The runs table's columns in the saved view: the point's shape, then the headline metrics.
 VIEW_PARAMS = ("algorithm.name", "algorithm.K", "algorithm.L", "sampling.temperature", "drafter.name")
-PARENT_FILE = "mlflow_parent.json"  # in a sweep's directory: the parent run's spool id and run id
+SWEEP_ID = uuid.uuid4().hex[:8]  # this process's sweep: the end of its directory's name, its parent file's key
+PARENT_FILE = f"mlflow_parent.{SWEEP_ID}.json"  # in a sweep's directory: the parent run's spool id and run id
 
 
 class Tracker(Protocol):
@@ -97,8 +106,24 @@ def spool_dir(tracking: TrackingConfig, default: Path) -> Path:
     return Path(tracking.spool_dir).resolve() if tracking.spool_dir else default
 
 
+def sweep_id() -> str:
+    """The `${sweep_id:}` resolver (registered by `speculab.cli`): this process's `SWEEP_ID`."""
+    return SWEEP_ID
+
+
+def write_parent_file(sweep_dir: Path, parent: RunRef) -> Path:
+    """Leave this sweep's parent run for its points; created exclusively, so that a file of the same
+    name (another sweep with this id, which cannot happen by chance) is never overwritten."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    path = sweep_dir / PARENT_FILE
+    with path.open("x") as out:
+        out.write(json.dumps(asdict(parent)))
+    return path
+
+
 def sweep_parent() -> RunRef | None:
-    """The sweep's parent run inside a multirun job (written by `MlflowSweepCallback`), else None."""
+    """This sweep's parent run inside a multirun job (written by `MlflowSweepCallback` of this
+    process, `PARENT_FILE`), else None."""
     if not HydraConfig.initialized():
         return None
     hydra = HydraConfig.get()
@@ -195,8 +220,27 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
     return run
 
 
-def finished_in_store(cfg: Config, point: str) -> str | None:
-    """Run id of a FINISHED run of this point in the MLflow experiment (None if none or unreachable)."""
+@dataclass(frozen=True)
+class Finished:
+    """Where a point already finished, and that run's final metrics (MLflow names)."""
+
+    where: str  # an MLflow run id, or the path of a spool
+    metrics: dict[str, float]
+
+
+def store_key(uri: str) -> str:
+    """A tracking URI in a form two spellings of one store share: database and file paths made
+    absolute (relative ones against the current directory), no trailing slash."""
+    for scheme in ("sqlite:///", "file://"):
+        if uri.startswith(scheme):
+            return scheme + str(Path(uri.removeprefix(scheme)).resolve())
+    if "://" not in uri:  # a bare path: MLflow's file store
+        return "file://" + str(Path(uri).resolve())
+    return uri.rstrip("/")
+
+
+def finished_in_store(cfg: Config, point: str) -> Finished | None:
+    """A FINISHED run of this point in the configured store and experiment (None if none or unreachable)."""
     fail_fast()
     try:
         client = MlflowClient(tracking_uri(cfg.tracking))
@@ -207,25 +251,38 @@ def finished_in_store(cfg: Config, point: str) -> str | None:
         runs = client.search_runs([experiment.experiment_id], query, max_results=1)
     except Exception:  # store down: the spools still answer
         return None
-    return runs[0].info.run_id if runs else None
+    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics)) if runs else None
 
 
-def finished_in_spools(point: str, roots: list[Path]) -> Path | None:
-    """A spool under ``roots`` whose run of this point ended FINISHED."""
+def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str) -> Finished | None:
+    """A spool under ``roots``, written for the store ``uri`` and ``experiment``, whose run of this
+    point ended FINISHED; its metrics are the last value of each."""
+    store = store_key(uri)
     for path in spool_files(roots):
         records = read_spool(path)
-        if records and records[0]["tags"].get(POINT_TAG) == point and records[-1].get("status") == "FINISHED":
-            return path
+        if not records or records[-1].get("status") != "FINISHED":
+            continue
+        start = records[0]
+        if start.get("tags", {}).get(POINT_TAG) != point or start.get("experiment") != experiment:
+            continue
+        if store_key(str(start.get("uri", ""))) != store:
+            continue
+        metrics: dict[str, float] = {}
+        for record in records:
+            if record.get("op") == "metrics":
+                metrics |= record["metrics"]
+        return Finished(str(path), metrics)
     return None
 
 
-def finished_point(cfg: Config, point: str) -> str | None:
-    """Where this point already finished (a run id or a spool path), for `resume=true`."""
+def finished_point(cfg: Config, point: str) -> Finished | None:
+    """Where this point (same id: same resolved config) already finished in the configured store and
+    experiment, for `resume=true`: a run there, or a spool meant for it."""
     roots = [Path(root).resolve() for root in DEFAULT_ROOTS]
     if cfg.tracking.spool_dir:
         roots.append(Path(cfg.tracking.spool_dir).resolve())
-    found = finished_in_store(cfg, point) or finished_in_spools(point, roots)
-    return str(found) if found else None
+    uri, experiment = tracking_uri(cfg.tracking), cfg.tracking.experiment
+    return finished_in_store(cfg, point) or finished_in_spools(point, roots, uri, experiment)
 
 
 UI_MODE = "workflowType=machine_learning"  # MLflow 3's UI opens experiments in its GenAI mode otherwise
@@ -240,13 +297,19 @@ def ui_pages(uri: str, experiment_id: str | None, run_id: str | None, ui_port: i
 
 
 def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
-    """The MLflow page of the sweep point `point` under `parent` (None: the store is unreachable)."""
+    """The MLflow page of the sweep point `point`: its run under `parent`, else (a point a resumed
+    sweep skipped) its newest FINISHED run in the experiment; None: the store is unreachable."""
     if not parent.online or parent.experiment_id is None:
         return None
     try:
         client = MlflowClient(parent.uri)
-        query = f"tags.`{POINT_TAG}` = '{point}' and tags.`mlflow.parentRunId` = '{parent.run_id}'"
-        runs = client.search_runs([parent.experiment_id], query, max_results=1)
+        query = f"tags.`{POINT_TAG}` = '{point}'"
+        child = f"{query} and tags.`mlflow.parentRunId` = '{parent.run_id}'"
+        finished = f"{query} and attributes.status = 'FINISHED'"
+        newest = ["attributes.start_time DESC"]
+        runs = client.search_runs([parent.experiment_id], child, max_results=1) or client.search_runs(
+            [parent.experiment_id], finished, max_results=1, order_by=newest
+        )
     except Exception:  # the store went away since: the ranking above stands without the link
         return None
     return ui_pages(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port)[0] if runs else None

@@ -7,7 +7,10 @@ busy machine moves far less than raw tokens/s; a sweep without the autoregressiv
 ranks by tokens/s. The leader is named the best only when its 95% interval lies wholly above
 the runner-up's; otherwise every point whose interval reaches the leader's lower end ties.
 Rows come from the points' own return values in this process (`MlflowSweepCallback`), so the
-summary is written (or spooled) even when MLflow was down during the sweep.
+summary is written (or spooled) even when MLflow was down during the sweep. A point that a resumed
+sweep (`resume=true`) skipped returns the metrics its earlier run logged (`resumed_metrics`), so
+the parent of the resumed launch still reports every point of the sweep, those rows marked
+`resumed`.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from rich.table import Table
 
 from speculab.algorithms import get_algorithm
 from speculab.config import Config, draft_length
-from speculab.tracking.metrics import HEADLINE, HF_PREFIX, mlflow_name
+from speculab.tracking.metrics import HEADLINE, HF_PREFIX, mlflow_name, read_metric
 from speculab.tracking.runs import run_name
 
 INTERVALS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf")  # headline figures measured with an interval
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # generate's own paired speedup over the engine's loop
 TOP = 5  # rows of the ranking the console shows
+RESUMED = "resumed"  # in a point's return value: it finished in an earlier launch (`resume=true`)
+ENDS = ("ci_low", "ci_high")
 
 
 @dataclass(frozen=True)
@@ -77,8 +82,16 @@ def sweep_name(cfg: Config, overrides: list[str]) -> str:
     return " · ".join([f"sweep {varied}".strip(), *fixed])
 
 
+def resumed_metrics(logged: dict[str, float]) -> dict[str, float]:
+    """What a skipped point returns: its earlier run's final metrics (MLflow names) under the keys
+    a row reads (`point_row`), and `RESUMED`."""
+    keys = [*HEADLINE, *(f"{key}_{end}" for key in INTERVALS for end in ENDS), HF_SPEEDUP]
+    return {key: value for key in keys if (value := read_metric(logged, key)) is not None} | {RESUMED: 1.0}
+
+
 def point_row(cfg: Config, metrics: dict[str, float]) -> dict[str, Any]:
-    """A point's row: its name and shape, then its headline metrics, each measured one with its interval."""
+    """A point's row: its name and shape, then its headline metrics, each measured one with its
+    interval, and for a point finished in an earlier launch, `resumed: yes`."""
     a = cfg.algorithm
     shape: dict[str, Any] = {"algorithm": a.name, "K": a.K, "L": draft_length(cfg)}
     if get_algorithm(a.name).tree_builder:
@@ -89,9 +102,10 @@ def point_row(cfg: Config, metrics: dict[str, float]) -> dict[str, Any]:
         if key in metrics:
             figures[key] = round(metrics[key], 4)
         if key in INTERVALS and f"{key}_ci_low" in metrics:
-            figures |= {f"{key}_{end}": round(metrics[f"{key}_{end}"], 4) for end in ("ci_low", "ci_high")}
+            figures |= {f"{key}_{end}": round(metrics[f"{key}_{end}"], 4) for end in ENDS}
     reference = {HF_SPEEDUP: round(metrics[HF_SPEEDUP], 4)} if HF_SPEEDUP in metrics else {}
-    return {"point": run_name(cfg), **shape, **figures, **reference}
+    resumed = {RESUMED: "yes"} if RESUMED in metrics else {}
+    return {"point": run_name(cfg), **shape, **figures, **reference, **resumed}
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -261,8 +275,15 @@ def ranking_markdown(rows: list[dict[str, Any]]) -> str:
 def sweep_description(overrides: str, rows: list[dict[str, Any]]) -> str:
     answer = verdict_line(verdict(rows), labels(rows))
     shared = f" Every point: {shared_name(rows)}." if shared_name(rows) else ""
+    resumed = sum(row.get(RESUMED) == "yes" for row in rows)
+    earlier = (
+        f" {resumed} of these points finished in an earlier launch of this sweep (`resume=true`, column `{RESUMED}`): "
+        "their runs stay nested under that launch's parent."
+        if resumed
+        else ""
+    )
     return (
         f"Sweep `{overrides}`: {len(rows)} finished point(s), ranked by {rank_key(rows)} (medians of paired, "
-        f"interleaved measurements; 95% intervals over prompts). {answer}{shared} Every column: "
+        f"interleaved measurements; 95% intervals over prompts). {answer}{shared}{earlier} Every column: "
         f"`sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`.\n\n{ranking_markdown(rows)}"
     )
