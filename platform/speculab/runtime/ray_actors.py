@@ -14,9 +14,13 @@ placement and restarts are `speculab.runtime.groups`' and `speculab.runtime.prox
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
@@ -41,10 +45,29 @@ def connect(address: str | None, num_cpus: int | None) -> None:
     if ray.is_initialized():
         return
     namespace = NAMESPACE_PREFIX + uuid.uuid4().hex[:8]
-    if address:
-        ray.init(address=address, namespace=namespace, log_to_driver=True)
-    else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), namespace=namespace, include_dashboard=False, log_to_driver=True)
+    with own_sigterm():
+        if address:
+            ray.init(address=address, namespace=namespace, log_to_driver=True)
+        else:
+            ray.init(
+                num_cpus=num_cpus or os.cpu_count(), namespace=namespace, include_dashboard=False, log_to_driver=True
+            )
+
+
+@contextmanager
+def own_sigterm() -> Iterator[None]:
+    """Keep the process's SIGTERM handler across ``ray.init``, which replaces it with Ray's (a
+    `sys.exit`) chained behind abseil's failure handler: that one prints a C stack dump and
+    aborts (exit 134) when shutting down takes over 3 s. The CLI's handler turns SIGTERM into
+    Ctrl-C instead, so a run ends KILLED with exit 130 on Ray as inline."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
 
 
 @dataclass(frozen=True)
