@@ -1,6 +1,7 @@
 """Verification time per round for every registered verifier, on random distributions.
 
     PYTHONPATH=platform python benchmarks/verify.py [--quick] [--threads 1] [--device cuda] [--verifiers gbv,block]
+    PYTHONPATH=platform python benchmarks/verify.py --quick --threads 1 --cpu-time   # CPU time: steadier when shared
     PYTHONPATH=platform python benchmarks/verify.py --device cuda --target-ms 5.1   # + the roofline table
 
 For every grid point (batch, K paths, draft length L, vocabulary V) the batched verifier's
@@ -56,19 +57,23 @@ def random_inputs(batch: int, paths: int, length: int, vocab: int, device: torch
     return Inputs(drafted, p, q)
 
 
+# the clock of the per-call times (``--cpu-time``: the process's CPU time, steadier on a shared machine)
+CLOCK: list[Callable[[], float]] = [time.perf_counter]
+
+
 def wall_ms(run: Callable[[], object], device: torch.device, budget_s: float = 1.0) -> float:
-    """Median wall time of ``run`` in ms (one warm-up call, then up to 5 calls within the budget)."""
+    """Median time of ``run`` in ms on `CLOCK` (one warm-up call, then up to 5 calls within the budget)."""
     run()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < 5 and (not times or time.perf_counter() - start < budget_s):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        tick = time.perf_counter()
+        tick = CLOCK[0]()
         run()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - tick) * 1e3)
+        times.append((CLOCK[0]() - tick) * 1e3)
     return statistics.median(times)
 
 
@@ -222,7 +227,16 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch CPU threads (on a shared machine 1 avoids stalls at every op)"
     )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time calls by the process's CPU time, not wall time (CPU only: a busy machine's stalls do not count)",
+    )
     args = parser.parse_args()
+    if args.cpu_time:
+        if args.device != "cpu":
+            parser.error("--cpu-time times the CPU only (on CUDA the host's CPU time is not the kernels' time)")
+        CLOCK[0] = time.process_time
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -233,7 +247,8 @@ def main() -> None:
     else:
         grid = list(itertools.product((1, 8, 64), (1, 2, 4), (4, 8), (32768, 131072)))
         reference_grid = list(itertools.product((1,), (1, 2, 4), (4, 8), (args.reference_vocab,)))
-    table = Table(title=f"verification ms per round on {device} ({torch.get_num_threads()} threads)")
+    clock = "CPU" if args.cpu_time else "wall"
+    table = Table(title=f"verification ms per round on {device} ({torch.get_num_threads()} threads, {clock} time)")
     for column in (
         "verifier",
         "B",

@@ -43,7 +43,7 @@ def sample_inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Zero-weight entries are never chosen (their cumulative weight equals their predecessor's).
     Returns ``[B]`` int64.
     """
-    cdf = weights.to(torch.float64).cumsum(-1)
+    cdf = weights.cumsum(-1, dtype=torch.float64)
     threshold = u.to(torch.float64) * cdf[:, -1]
     index = torch.searchsorted(cdf, threshold.unsqueeze(-1), right=True).squeeze(-1)  # #{cdf <= threshold}
     return index.clamp_max(weights.shape[-1] - 1)

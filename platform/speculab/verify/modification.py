@@ -61,12 +61,12 @@ def modification_weights(
 ) -> torch.Tensor:
     """Unnormalised modified target (BV eq. 31 for power 1, SpecTr-GBV Alg. 2 for power K)."""
     a, s = a.to(p.dtype).unsqueeze(-1), s.to(p.dtype).unsqueeze(-1)
-    excess = positive_part(a, p, s, q)
     if power == 1:
-        return excess
+        return positive_part(a, p, s, q)
     joint = a * p
+    excess = (joint - s * q).clamp_min_(0)  # positive_part(a, p, s, q), a p computed once
     # (a p - s q)_+^K / (a p)^(K-1) without 0/0: excess is 0 wherever a p is 0
-    return excess * (excess / torch.where(joint > 0, joint, 1)) ** (power - 1)
+    return (excess / torch.where(joint > 0, joint, 1)).pow_(power - 1).mul_(excess)
 
 
 @dataclass

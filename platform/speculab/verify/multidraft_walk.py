@@ -93,26 +93,28 @@ def walk_decision(
         live = rows_to_step(tau == length)  # [n]
         if live.numel() == 0:
             break
-        walking = tau[live] == length
-        node = first_alive(alive[live])
+        tau_live, alive_live = tau[live], alive[live]
+        walking = tau_live == length
         drafts = paths[live, :, depth]
+        node = first_alive(alive_live)
         decision = rule(
             p[live, node, depth],
             q[live, node, depth],
             drafts,
-            alive[live],
+            alive_live,
             u[live].gather(1, used[live].unsqueeze(1) + window),
         )
-        matching = alive[live] & (drafts == decision.token.unsqueeze(1))
-        stops = walking & ~matching.any(dim=1)
-        tau[live] = torch.where(stops, depth, tau[live])
+        matching = alive_live & (drafts == decision.token.unsqueeze(1))
+        going = walking & matching.any(dim=1)
+        stops = walking ^ going
+        tau[live] = torch.where(stops, depth, tau_live)
         extra[live] = torch.where(stops, decision.token, extra[live])
-        alive[live] = torch.where((walking & ~stops).unsqueeze(1), matching, alive[live])
-        used[live] += torch.where(walking, decision.consumed, 0)
+        alive[live] = torch.where(going.unsqueeze(1), matching, alive_live)
+        used[live] += decision.consumed  # read again only while the row walks
     node = first_alive(alive)
     full = rows_to_step(tau == length)  # the rows that take a bonus token (where it is free to say which)
     bonus = sample_inverse_cdf(p[full, node[full], length], u[full].gather(1, used[full].unsqueeze(1)).squeeze(1))
-    extra[full] = torch.where(tau[full] == length, bonus, extra[full])
+    extra = torch.where(tau == length, extra.index_put((full,), bonus), extra)
     return assemble_verdict(paths[rows, node], Outcome(tau, extra), node)
 
 

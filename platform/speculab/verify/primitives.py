@@ -21,7 +21,7 @@ def host_reads_free(t: torch.Tensor) -> bool:
     is a device round trip and under capture it breaks the graph, so there the verifiers
     compute the static-shape form, which gives the same verdict (tests/verify/test_capture.py).
     """
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+    return not torch.compiler.is_compiling() and t.is_cpu
 
 
 # walking [B] bool
@@ -43,14 +43,15 @@ def packed_columns(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     bool whether the slot holds a marked one (the rest hold unmarked columns).
 
     W is the most marked columns of any row where host reads are free (so the caller works on
-    the sparse set only), else V (a static shape). Places come from two running counts, a
+    the sparse set only), else V (a static shape). Places come from one running count, a
     permutation of every row: no sort.
     """
     marked = mask.long().cumsum(-1)
     count = marked[:, -1:]
-    place = torch.where(mask, marked - 1, count + (~mask).long().cumsum(-1) - 1)
-    columns = torch.arange(mask.shape[-1], device=mask.device).expand_as(place)
-    columns = torch.empty_like(place).scatter_(1, place, columns)
+    index = torch.arange(mask.shape[-1], device=mask.device)
+    # an unmarked column j goes after the marked ones, at its rank among the unmarked: j - marked
+    place = torch.where(mask, marked - 1, (count + index) - marked)
+    columns = torch.empty_like(place).scatter_(1, place, index.expand_as(place))
     width = max(int(count.max()), 1) if host_reads_free(mask) else mask.shape[-1]
     return columns[:, :width], torch.arange(width, device=mask.device) < count
 

@@ -175,10 +175,10 @@ class TraversalState:
     (``held``), the original row before. Post-order leaves a node's subtree only by visiting
     it, after which its target is read no more (unless it stops the traversal, being the node
     visited), so the modified targets still read are those of the current node's ancestors,
-    one per depth: ``stack`` holds them by depth, a fixed [B, L+1, V] table (depth L, a leaf's,
-    is never modified: rows that do not reject write there). The draft after z is
-    never stored: it is the original row with the rejected children's tokens set to 0,
-    renormalised (the row as given before any rejection).
+    one per depth: ``stack`` holds them by depth, a fixed [B (L+1), V] table, row b (L+1) + d
+    (depth L, a leaf's, is never modified: rows whose residual is not kept write there). The
+    draft after z is never stored: it is the original row with the rejected children's tokens
+    set to 0, renormalised (the row as given before any rejection).
     """
 
     pt: torch.Tensor  # [B, S] float64 p(t(v)|parent) under the parent's current target
@@ -187,7 +187,7 @@ class TraversalState:
     pin: torch.Tensor  # [B, S] float64 that weight
     rejected: torch.Tensor  # [B, S] bool: the (canonical) node was rejected; its token left q(.|parent)
     held: torch.Tensor  # [B, S] bool: the node's target is modified, in ``stack`` at its depth
-    stack: torch.Tensor  # [B, L+1, V] float64 unnormalised modified targets of the ancestors, by depth
+    stack: torch.Tensor  # [B (L+1), V] float64 unnormalised modified targets of the ancestors, by depth
     p_mass: torch.Tensor  # [B, S] float64 their sums (1 where not modified)
 
 
@@ -195,15 +195,18 @@ class TraversalState:
 def traversal_weights(tree: SlotTree, state: TraversalState, length: int) -> torch.Tensor:
     """``[B, S]`` w(v) = min(1, w(u) p(t(v)|u) / q(t(v)|u)) (0 where q is 0), top-down, pins kept."""
     batch = tree.parent.shape[0]
-    inverse_q = torch.where(state.qt > 0, 1 / state.qt, 0.0).view(batch, -1, length + 1)
-    pt = state.pt.view(batch, -1, length + 1)
-    parent = tree.parent.view(batch, -1, length + 1)
-    pinned = state.pinned.view(batch, -1, length + 1)
-    w = state.pin.view(batch, -1, length + 1).clone()
+
+    def by_depth(t: torch.Tensor) -> torch.Tensor:
+        return t.view(batch, -1, length + 1).permute(2, 0, 1)  # [L+1, B, K], a view
+
+    inverse_q = by_depth(torch.where(state.qt > 0, 1 / state.qt, 0.0)).unbind()
+    pt, pinned = by_depth(state.pt).unbind(), by_depth(state.pinned).unbind()
+    parent_path = (by_depth(tree.parent) // (length + 1)).unbind()  # the path of each parent's canonical slot
+    w = by_depth(state.pin).clone(memory_format=torch.contiguous_format)  # w[d] contiguous
     for d in range(1, length + 1):
-        fresh = (w.flatten(1).gather(1, parent[:, :, d]) * pt[:, :, d] * inverse_q[:, :, d]).clamp_max(1)
-        w[:, :, d] = torch.where(pinned[:, :, d], w[:, :, d], fresh)
-    return w.flatten(1)
+        fresh = w[d - 1].gather(1, parent_path[d]).mul_(pt[d]).mul_(inverse_q[d]).clamp_max_(1)
+        torch.where(pinned[d], w[d], fresh, out=w[d])
+    return w.permute(1, 2, 0).reshape(batch, -1)
 
 
 @dataclass
@@ -218,7 +221,7 @@ class Rows:
     q: torch.Tensor  # [B*K*L, V] draft rows by slot
     p_copy: torch.Tensor  # [B, V] buffer in p's dtype
     q_copy: torch.Tensor  # [B, V] buffer in q's dtype
-    q_scaled: torch.Tensor  # [B, V] float64 buffer
+    residual: torch.Tensor  # [B, V] float64 buffer (rows read from the stack, then the new residuals)
 
     @classmethod
     def of(cls, p: torch.Tensor, q: torch.Tensor) -> Rows:
@@ -238,33 +241,37 @@ def rowwise_choice(
 ) -> torch.Tensor:
     """``torch.where(choose, when_true, when_false)`` by rows; where host reads are free and every
     row chooses alike, only the chosen rows are read (a pass over [n, V] saved at every step)."""
-    if host_reads_free(choose) and bool(choose.all() | ~choose.any()):
-        return when_true() if bool(choose[0]) else when_false()
+    if host_reads_free(choose):
+        chosen = int(choose.sum())
+        if chosen in (0, len(choose)):
+            return when_true() if chosen else when_false()
     return torch.where(choose.unsqueeze(1), when_true(), when_false())
 
 
 # rows, z [n]: the nodes whose current target row is read
 def current_target(state: TraversalState, source: Rows, rows: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """``[n, V]`` the unnormalised current target rows of nodes z (sums: ``p_mass``), in p's dtype
-    (a reused buffer) or float64."""
-    slots, depths = state.pt.shape[1], state.stack.shape[1]
+    """``[n, V]`` the unnormalised current target rows of nodes z (sums: ``p_mass``): float64 rows
+    of the stack or p's rows (each copied into a reused buffer)."""
+    slots, depths = state.pt.shape[1], state.stack.shape[0] // state.pt.shape[0]
     return rowwise_choice(
         state.held[rows, z],
-        lambda: state.stack[rows, z % depths],
+        lambda: torch.index_select(state.stack, 0, rows * depths + z % depths, out=source.residual[: len(rows)]),
         lambda: torch.index_select(source.p, 0, rows * slots + z, out=source.p_copy[: len(rows)]),
     )
 
 
-# removed [n, S] slots whose token is out of q(.|z); tokens [n, S]; q_z [n, V] original rows; q_sum [n]
+# removed [..., n, S] slots whose token is out of q(.|z); same [n, S, S] slots with equal tokens;
+# q_tokens [n, S] q(.|z) at the slots' tokens (original rows); q_sum [n]
 def removed_tokens(
-    removed: torch.Tensor, tokens: torch.Tensor, q_z: torch.Tensor, q_sum: torch.Tensor
+    removed: torch.Tensor, same: torch.Tensor, q_tokens: torch.Tensor, q_sum: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[n, S]`` which slots carry a removed token (any slot, duplicates included), and ``[n]``
-    the factor that renormalises the row without them (1 while none is removed, 0 if none is left)."""
-    hit = ((tokens.unsqueeze(2) == tokens.unsqueeze(1)) & removed.unsqueeze(1)).any(2)
-    kept = q_sum - torch.where(removed, q_z.gather(1, tokens), 0).sum(1, dtype=torch.float64)
+    """``[..., n, S]`` which slots carry a removed token (any slot, duplicates included), and
+    ``[..., n]`` the factor that renormalises the row without them (1 while none is removed, 0 if
+    none is left)."""
+    hit = (same & removed.unsqueeze(-2)).any(-1)
+    kept = q_sum - torch.where(removed, q_tokens, 0).sum(-1, dtype=torch.float64)
     scale = torch.where(kept > 0, 1 / torch.where(kept > 0, kept, 1), 0.0)
-    return hit, torch.where(removed.any(1), scale, 1.0)
+    return hit, torch.where(removed.any(-1), scale, 1.0)
 
 
 # rows, y [n] the rows stepped and their node y at this step; going [n] which of them reject y
@@ -286,37 +293,41 @@ def reject_batched(
     children = tree.parent[rows] == z.unsqueeze(1)  # [n, S]
     children[:, 0] = False
     tokens = tree.token[rows]  # [n, S]
+    same = tokens.unsqueeze(2) == tokens.unsqueeze(1)  # [n, S, S]
     count = slots // (length + 1)
     q_slot = rows * count * length + (z // (length + 1)) * length + (z % (length + 1)).clamp_max(length - 1)
     q_z = torch.index_select(source.q, 0, q_slot, out=source.q_copy[: len(rows)])
     q_sum = q_z.sum(-1, dtype=torch.float64)
-    removed_before, q_scale = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
+    q_tokens = q_z.gather(1, tokens)
+    rejected_before = state.rejected[rows]
     is_y = torch.arange(slots, device=rows.device) == y.unsqueeze(1)  # [n, S]
-    state.rejected[rows] |= going.unsqueeze(1) & is_y
-    removed_after, q_scale_after = removed_tokens(children & state.rejected[rows], tokens, q_z, q_sum)
+    rejected = rejected_before | (going.unsqueeze(1) & is_y)
+    state.rejected[rows] = rejected
+    # before and after y leaves q(.|z), as one [2, n, S] table
+    removed, q_scales = removed_tokens(children & torch.stack([rejected_before, rejected]), same, q_tokens, q_sum)
+    (removed_before, removed_after), (q_scale, q_scale_after) = removed, q_scales
     # [w p - q]_+ with p the current target (w p at the removed tokens, where q is 0)
+    w_z, p_mass = w[rows, z], state.p_mass[rows, z]
     current = current_target(state, source, rows, z)
-    residual = current * (w[rows, z] / state.p_mass[rows, z]).unsqueeze(1)  # float64
+    residual = torch.mul(current, (w_z / p_mass).unsqueeze(1), out=source.residual[: len(rows)])
     kept_residual = residual.gather(1, tokens)
-    q_scaled = torch.mul(q_z, q_scale.unsqueeze(1), out=source.q_scaled[: len(rows)])
-    residual.sub_(q_scaled).clamp_min_(0)
+    residual.addcmul_(q_z, q_scale.unsqueeze(1), value=-1).clamp_min_(0)
     residual.scatter_(1, tokens, torch.where(removed_before, kept_residual, residual.gather(1, tokens)))
     mass = residual.sum(-1)
     moved = going & (mass > 0)
-    depth = torch.where(going, z % (length + 1), length)  # z has a child: < L; rows not rejecting write at L
-    # a held row stays as it was where nothing moved (current is that row); an unheld one is not read
-    state.stack[rows, depth] = rowwise_choice(moved, lambda: residual, lambda: current.to(torch.float64))
+    # the residual is kept at z's depth (z has a child: < L) where it moved; elsewhere (a held row
+    # stays as it was, an unheld one is not read) it goes to the unused depth L
+    depth = torch.where(moved, z % (length + 1), length)
+    state.stack[rows * (length + 1) + depth] = residual
     state.held[rows, z] |= moved
-    state.p_mass[rows, z] = torch.where(moved, mass, state.p_mass[rows, z])
-    state.pin[rows, z] = torch.where(
-        going, torch.where(moved, block_acceptance(w[rows, z], mass), 0.0), state.pin[rows, z]
-    )
+    state.p_mass[rows, z] = torch.where(moved, mass, p_mass)
+    state.pin[rows, z] = torch.where(going, torch.where(moved, block_acceptance(w_z, mass), 0.0), state.pin[rows, z])
     state.pinned[rows, z] |= going
     # edges to z's children under the new rows
     new_p = torch.where(
         moved.unsqueeze(1), residual.gather(1, tokens) / torch.where(moved, mass, 1).unsqueeze(1), state.pt[rows]
     )
-    new_q = torch.where(removed_after, 0.0, q_z.gather(1, tokens) * q_scale_after.unsqueeze(1))
+    new_q = torch.where(removed_after, 0.0, q_tokens * q_scale_after.unsqueeze(1))
     edges = children & going.unsqueeze(1)
     state.pt[rows] = torch.where(edges, new_p, state.pt[rows])
     state.qt[rows] = torch.where(edges, new_q, state.qt[rows])
@@ -334,7 +345,7 @@ def initial_state(paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> Trav
     pinned[:, 0] = True
     ones = torch.ones(batch, slots, dtype=torch.float64, device=p.device)
     # a row of the stack is read only once written (``held``): no need to clear it
-    stack = torch.empty(batch, length + 1, p.shape[-1], dtype=torch.float64, device=p.device)
+    stack = torch.empty(batch * (length + 1), p.shape[-1], dtype=torch.float64, device=p.device)
     return TraversalState(pt, qt, pinned, ones, flags, flags.clone(), stack, ones.clone())
 
 

@@ -55,13 +55,12 @@ class Outcome:
 # draft [B, L] tokens of the chosen path; path [B] its index
 def assemble_verdict(draft: torch.Tensor, outcome: Outcome, path: torch.Tensor, carry: Any = None) -> Verdict:
     """Write ``draft[:, :tau]`` then the extra token into a padded ``[B, L+1]`` tensor."""
-    batch, length = draft.shape
-    tau, extra = outcome.tau, outcome.extra
-    column = torch.arange(length + 1, device=draft.device).expand(batch, -1)
-    padded = torch.nn.functional.pad(draft, (0, 1), value=PAD)
-    tau = tau.to(torch.int64).unsqueeze(-1)
-    tokens = torch.where(column < tau, padded, torch.where(column == tau, extra.unsqueeze(-1), PAD))
-    return Verdict(tokens, tau.squeeze(-1) + 1, path.to(torch.int64), carry)
+    length = draft.shape[1]
+    tau, extra = outcome.tau.to(torch.int64), outcome.extra.to(torch.int64)
+    padded = torch.nn.functional.pad(draft, (0, 1), value=PAD).scatter_(1, tau.unsqueeze(-1), extra.unsqueeze(-1))
+    # the draft before tau, the extra token at tau, PAD after it
+    tokens = padded.masked_fill_(torch.arange(length + 1, device=draft.device) > tau.unsqueeze(-1), PAD)
+    return Verdict(tokens, tau + 1, path.to(torch.int64), carry)
 
 
 # draft [L] tokens of the chosen path
