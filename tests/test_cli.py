@@ -51,3 +51,12 @@ def test_an_interrupt_swallowed_by_a_finaliser_stops_the_next_point(monkeypatch)
     InterruptedWhileCollected()  # Python prints "Exception ignored in ..." and goes on
     with pytest.raises(KeyboardInterrupt, match="signal 2"):
         cli.raise_if_interrupted()
+
+
+def test_a_sweep_with_one_bad_point_is_refused_before_any_point_runs(tmp_path: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    args = ["-m", "algorithm=gbv", "algorithm.K=2,0", "runtime=inline", f"tracking.uri=sqlite:///{store}"]
+    result = speculab([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert result.returncode == 2
+    assert "point 2 of 2 (algorithm.K=0): algorithm.K=0: must be an integer >= 1" in result.stderr
+    assert not store.exists() and not (tmp_path / "sweep").exists()  # no run, no point started

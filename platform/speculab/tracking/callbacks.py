@@ -1,6 +1,9 @@
 """Hydra callback: a parent MLflow run around a multirun sweep.
 
-`on_multirun_start` opens the parent run (spooled like every run, see `tracking.spool`) and
+`on_multirun_start` first validates every point of the sweep (`sweep_errors`: the preset's
+sweep params and the command line, expanded as Hydra's basic sweeper expands them) and refuses
+the whole sweep, before any run exists or any point starts, when one is invalid. It then opens
+the parent run (spooled like every run, see `tracking.spool`) and
 leaves its spool id and run id in the sweep directory, in a file keyed by this process's sweep id
 (`tracking.runs.PARENT_FILE`), where each sweep point (same process, Hydra's serial launcher)
 finds it and nests its own run under it; a second sweep, even one in the same directory, has its
@@ -15,6 +18,7 @@ sweep's table (markdown, CSV, an MLflow table), a chart, the best point's metric
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from speculab.config import Config, TrackingConfig, tracking_uri
+from speculab.config import Config, ConfigError, TrackingConfig, tracking_uri, unknown_keys, validate
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
@@ -59,6 +63,44 @@ def job_config(config: DictConfig) -> Config:
     return cast(Config, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), job)))
 
 
+def sweep_points(config: DictConfig) -> list[list[str]]:
+    """Every point's overrides, in launch order: the preset's `hydra.sweeper.params`, then the
+    command line, split as Hydra's basic sweeper splits them (a cartesian product of the lists)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    arguments = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+    batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(arguments), None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def values(points: list[list[str]], key: str) -> set[str]:
+    """The values ``key`` takes over the points' overrides."""
+    return {o.split("=", 1)[1] for job in points for o in job if o.split("=", 1)[0] == key}
+
+
+def sweep_errors(config: DictConfig) -> list[str]:
+    """What `validate` (and the unknown-key check) says of each point, prefixed by the point."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    points = sweep_points(config)
+    varied = {key for key in {o.split("=", 1)[0] for job in points for o in job} if len(values(points, key)) > 1}
+    errors = []
+    for number, overrides in enumerate(points, start=1):
+        job = loader.load_sweep_config(config, overrides)
+        label = " ".join(o for o in overrides if o.split("=", 1)[0] in varied)
+        try:
+            if unknown := unknown_keys(job):
+                raise ConfigError.listing(unknown)
+            validate(job_config(job))
+        except ConfigError as err:
+            lines = str(err).splitlines()[1:]  # after "invalid config:"
+            errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
+    return errors
+
+
 class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.parent: SpooledRun | None = None
@@ -67,6 +109,9 @@ class MlflowSweepCallback(Callback):
         self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if errors := sweep_errors(config):
+            print("speculab: invalid sweep:\n  " + "\n  ".join(errors), file=sys.stderr)
+            raise SystemExit(2)
         tracking = TrackingConfig(**config.tracking)
         self.ui_port = tracking.ui_port
         if not tracking.enabled:
