@@ -1,0 +1,176 @@
+"""What the runtime itself costs a round: inline calls, Ray Core actor calls, a Ray Compiled Graph.
+
+    PYTHONPATH=platform python benchmarks/runtime.py [--rounds 300] [--vocab 4096] [--nodes 5]
+        [--round-ms 10.3] [--gpu-round-ms 6.0]
+
+A round of speculative decoding makes four calls between the coordinator and the models, each
+with the tensors it really carries (B = 1): the draft proposes (paths [1, 1, L] and q
+[1, 1, L, V]), the target scores the tree (p [1, N, V]), the target commits the kept nodes, the
+draft commits the emitted tokens. Here the models do no work, so what is timed is only the
+runtime's part of a round:
+
+- inline: the four calls as plain method calls in one process (what `runtime=inline` pays);
+- Ray Core: `ray.get(actor.method.remote(...))` for each, as `runtime=ray` makes them today;
+- Ray Core, verify beside the target: the target verifies and commits in the call that scores
+  (three calls: draft propose, target round, draft commit);
+- compiled: those three calls as one Ray Compiled Graph execution (an actor takes part in one
+  compiled graph at a time, so the verification has to move into the target's step to make a
+  round one graph), shared-memory channels between processes on one machine.
+
+Interleaved repetitions; medians with the 10th-90th percentile, in microseconds per round,
+then what that adds to a measured round: `--round-ms`, the tiny pair's inline round on this
+machine (the default demo: 5.1 ms per token at 2.0 tokens per round), and `--gpu-round-ms`,
+an 8B-shaped round on one GPU (a compiled target pass at its memory roofline, about 5 ms,
+plus a draft; an assumption, not a measurement: pass what `benchmarks/gpu_systems.py` measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import ray
+import torch
+from ray.dag import InputNode
+from rich.console import Console
+from rich.table import Table
+
+
+class Draft:
+    """The draft's side of a round, doing no work: what it returns has a round's shapes."""
+
+    def __init__(self, vocab: int, length: int) -> None:
+        self.paths = torch.zeros(1, 1, length, dtype=torch.long)  # [B, K, L]
+        self.q = torch.rand(1, 1, length, vocab)  # [B, K, L, V]
+
+    def propose(self, _: object) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.paths, self.q
+
+    def commit(self, emitted: list[list[int]]) -> int:
+        return len(emitted)
+
+
+class Target:
+    def __init__(self, vocab: int, nodes: int) -> None:
+        self.p = torch.rand(1, nodes, vocab)  # [B, N, V]
+
+    def score(self, proposal: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return self.p
+
+    def commit(self, kept: torch.Tensor) -> list[list[int]]:
+        return [kept[0].tolist()]
+
+    def round(self, proposal: tuple[torch.Tensor, torch.Tensor]) -> list[list[int]]:
+        """Score, verify (here: keep the first three nodes) and commit in one call."""
+        self.score(proposal)
+        return self.commit(torch.zeros(1, 3, dtype=torch.long))
+
+
+def inline_round(draft: Draft, target: Target) -> Callable[[], None]:
+    def run() -> None:
+        target.score(draft.propose(None))
+        draft.commit(target.commit(torch.zeros(1, 3, dtype=torch.long)))
+
+    return run
+
+
+def core_round(draft: ray.actor.ActorHandle, target: ray.actor.ActorHandle) -> Callable[[], None]:
+    def run() -> None:
+        proposal = ray.get(draft.propose.remote(None))
+        ray.get(target.score.remote(proposal))
+        emitted = ray.get(target.commit.remote(torch.zeros(1, 3, dtype=torch.long)))
+        ray.get(draft.commit.remote(emitted))
+
+    return run
+
+
+def beside_round(draft: ray.actor.ActorHandle, target: ray.actor.ActorHandle) -> Callable[[], None]:
+    def run() -> None:
+        emitted = ray.get(target.round.remote(ray.get(draft.propose.remote(None))))
+        ray.get(draft.commit.remote(emitted))
+
+    return run
+
+
+def compiled_round(draft: ray.actor.ActorHandle, target: ray.actor.ActorHandle) -> tuple[Callable[[], None], object]:
+    """One compiled graph execution a round, and the graph (to tear down)."""
+    with InputNode() as start:
+        graph = draft.commit.bind(target.round.bind(draft.propose.bind(start))).experimental_compile()
+
+    def run() -> None:
+        ray.get(graph.execute(None))
+
+    return run, graph
+
+
+def timed(run: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    run()
+    return (time.perf_counter() - start) * 1e6
+
+
+def summary(samples: list[float]) -> tuple[float, float, float]:
+    """(median, 10th, 90th percentile)."""
+    deciles = statistics.quantiles(samples, n=10)
+    return statistics.median(samples), deciles[0], deciles[-1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--vocab", type=int, default=4096, help="the tiny pair's; an 8B target's is 128256")
+    parser.add_argument("--nodes", type=int, default=5, help="tree nodes scored a round (K L + 1)")
+    parser.add_argument("--round-ms", type=float, default=10.3, help="a tiny-pair round inline on this machine")
+    parser.add_argument("--gpu-round-ms", type=float, default=6.0, help="an 8B round on one GPU (assumed)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    length = args.nodes - 1
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote_draft = ray.remote(num_cpus=0)(Draft).remote(args.vocab, length)
+        remote_target = ray.remote(num_cpus=0)(Target).remote(args.vocab, args.nodes)
+        # the compiled graph gets actors of its own: an actor serves one compiled graph and nothing else
+        graph_draft = ray.remote(num_cpus=0)(Draft).remote(args.vocab, length)
+        graph_target = ray.remote(num_cpus=0)(Target).remote(args.vocab, args.nodes)
+        compiled, graph = compiled_round(graph_draft, graph_target)
+        methods = {
+            "inline (4 calls)": inline_round(Draft(args.vocab, length), Target(args.vocab, args.nodes)),
+            "Ray Core (4 calls, today)": core_round(remote_draft, remote_target),
+            "Ray Core, verify beside the target (3 calls)": beside_round(remote_draft, remote_target),
+            "Ray Compiled Graph (1 execution)": compiled,
+        }
+        for run in methods.values():  # warm-up: actors started, graphs compiled, channels sized
+            for _ in range(20):
+                run()
+        samples: dict[str, list[float]] = {name: [] for name in methods}
+        names = list(methods)
+        for index in range(args.rounds):  # interleaved, rotating order
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                samples[name].append(timed(methods[name]))
+        graph.teardown()
+    finally:
+        ray.shutdown()
+    table = Table(
+        title=f"runtime cost of a round, V = {args.vocab}, N = {args.nodes} nodes, "
+        f"{args.rounds} interleaved rounds, {os.cpu_count()} cores"
+    )
+    for column in ("path", "us / round (median)", "p10 - p90", "+ tiny round", "+ 8B GPU round (assumed)"):
+        table.add_column(column, justify="right" if column != "path" else "left")
+    for name, values in samples.items():
+        median, low, high = summary(values)
+        table.add_row(
+            name,
+            f"{median:,.0f}",
+            f"{low:,.0f} - {high:,.0f}",
+            f"{median / 1e3 / args.round_ms:.1%}",
+            f"{median / 1e3 / args.gpu_round_ms:.1%}",
+        )
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
