@@ -259,14 +259,15 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
         target, draft_model, drafter, verifier, units_of(encoded, settings.batch_size), settings, paired_comparison(cfg)
     )
     methods = measured_methods(cfg, decoders)
-    # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
-    # actors, a sweep's first point) then bias none of them.
-    for method in methods.values():
-        method(0, -1)
     repeats = cfg.measure.repeats
     finished: list[PromptRecord] = []
 
     with Progress(transient=False) as progress, runtime_metrics(target, draft_model) as measured:
+        # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
+        # actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
+        # restart during the warm-up counts in runtime/restarts like any other.
+        for method in methods.values():
+            method(0, -1)
         label = f"{run_name(cfg)} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
         task = progress.add_task(label, total=len(decoders.units) * repeats * len(methods))
 
