@@ -8,6 +8,7 @@ and repeated (`speculab.measure`), so each speedup compares measurements taken s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypedDict, cast
@@ -224,6 +225,19 @@ class Decoders:
         return Sample(sum(map(len, result.tokens)), wall, cpu)
 
 
+CONDITIONS_TAG = "speculab.conditions"
+
+
+def measured_under(target: Any, draft_model: Any) -> str:
+    """Where each figure was measured: the processes and torch threads of the target (and of
+    transformers' generate, which runs in the target's process) and of the draft, and this one's."""
+    here = os.getpid()
+    return (
+        f"target and generate: {target.conditions().describe(here)} · draft: {draft_model.conditions().describe(here)}"
+        f" · loop: this process, {torch.get_num_threads()} torch thread(s)"
+    )
+
+
 def measured_methods(cfg: Config, decoders: Decoders) -> dict[str, Callable[[int, int], Sample]]:
     """The methods a point times: its decode, and the baselines the config asks for."""
     chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
@@ -300,7 +314,9 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
             hf["speedup_vs_ar"] = median_interval(paired_ratios(timings["generate"], timings["autoregressive"])).value
     runtime = measured | ({"time_ray_s": decoders.ray_s} if measured else {})
     title = f"{run_name(cfg)} · medians of {repeats} interleaved repetition(s), 95% intervals over prompts"
-    metrics = print_summary(title, summarize(spec) | speed, ar, hf) | runtime
+    conditions = measured_under(target, draft_model)
+    tracker.set_tags({CONDITIONS_TAG: conditions})
+    metrics = print_summary(title, summarize(spec) | speed, ar, hf, conditions) | runtime
     if decoders.paired:
         compared = paired_metrics(decoders.paired.units(), cfg.algorithm.name)
         Console().print(paired_table(compared, cfg.algorithm.name, decoders.paired.repeats))

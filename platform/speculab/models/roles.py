@@ -10,6 +10,7 @@ spec names `feature_layers`, and `DraftModel.prefill`/`commit` take them.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -53,6 +54,22 @@ class LMSpec:
     model: Any = field(default=None, compare=False)  # hf: a transformers model already built (benchmarks), not `path`
     feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
     target_path: str = ""  # dflash: the target checkpoint whose input embeddings and lm_head it uses
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """Where a model runs, as its speed figures depend on it."""
+
+    pid: int
+    torch_threads: int  # torch's intra-op threads in that process (Ray sets one per reserved CPU)
+
+    def describe(self, here: int) -> str:
+        place = "this process" if self.pid == here else f"process {self.pid}"
+        return f"{place}, {self.torch_threads} torch thread{'s' if self.torch_threads != 1 else ''}"
+
+
+def process_conditions() -> Conditions:
+    return Conditions(os.getpid(), torch.get_num_threads())
 
 
 def build_lm(spec: LMSpec) -> DecoderLM | BlockLM | DFlashLM:
@@ -124,6 +141,10 @@ class TreeTarget:
     def kv_bytes(self) -> int:
         """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""
         return self.lm.peak_bytes
+
+    def conditions(self) -> Conditions:
+        """This model's process and torch threads (the same inline for both roles)."""
+        return process_conditions()
 
     def hf_generate(self, prompts: list[list[int]], settings: DecodeSettings) -> BaselineResult:
         """transformers' `generate` on this target's own model (the `baseline_hf` of a run); leaves the
@@ -228,3 +249,7 @@ class DraftModel:
     def kv_bytes(self) -> int:
         """Peak KV-cache bytes since the last prefill (tree or drafted paths included)."""
         return self.lm.peak_bytes
+
+    def conditions(self) -> Conditions:
+        """This model's process and torch threads (the same inline for both roles)."""
+        return process_conditions()

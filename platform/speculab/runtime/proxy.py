@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 # Methods that return nothing: submitted without waiting (an actor runs its calls in order).
 FIRE_AND_FORGET = frozenset({"commit", "retain"})
 # Methods that change no state: not replayed after a restart.
-READ_ONLY = frozenset({"kv_bytes", "hf_generate"})
+READ_ONLY = frozenset({"kv_bytes", "hf_generate", "conditions"})
 # Target methods whose value (the features a DFlash drafter needs) stays in Ray for the draft actor.
 SPLIT = frozenset({"prefill", "commit"})
 

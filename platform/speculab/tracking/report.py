@@ -19,10 +19,13 @@ from speculab.engine import RunResult
 from speculab.tracking.metrics import acceptance_histogram
 
 
-def summary_table(title: str, metrics: dict[str, float], baselines: dict[str, dict[str, float]]) -> Table:
+def summary_table(
+    title: str, metrics: dict[str, float], baselines: dict[str, dict[str, float]], caption: str = ""
+) -> Table:
     """Every metric, beside each baseline's (column name -> its metrics) where it has one; a
-    measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in brackets."""
-    table = Table(title=title)
+    measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in brackets;
+    ``caption``: the conditions the figures were measured under."""
+    table = Table(title=title, caption=caption or None)
     table.add_column("metric")
     table.add_column("speculative", justify="right")
     for name in baselines:
@@ -47,13 +50,17 @@ def _bracket(low: float | None, high: float | None) -> str:
 
 
 def print_summary(
-    title: str, metrics: dict[str, float], ar: dict[str, float] | None, hf: dict[str, float] | None
+    title: str,
+    metrics: dict[str, float],
+    ar: dict[str, float] | None,
+    hf: dict[str, float] | None,
+    caption: str = "",
 ) -> dict[str, float]:
     """Print the point's metrics beside the engine's autoregressive loop's and transformers' generate's."""
     columns = {"autoregressive": ar} if ar else {}
     if hf:
         columns["transformers generate"] = hf
-    Console().print(summary_table(title, metrics, columns))
+    Console().print(summary_table(title, metrics, columns, caption))
     return metrics
 
 
