@@ -1,11 +1,14 @@
 """DDTree: tree build time (batched builder vs the heapq reference) and end-to-end budget sweep.
 
     python benchmarks/ddtree.py [--threads 1] [--prompts 8] [--max-new-tokens 64] [--skip-e2e]
+        [--device cuda]
 
 Part 1 times `best_first_tree` (reachable ranks only) against `best_first_tree_reference`
 (top-K per depth, K = min(B, V), then the same heap) on one prompt's seeded marginals,
 softmax(4 * standard normal logits), per (B, L, V); median wall and CPU time of repeats
-after a warm-up (CPU time leaves out waits for a core on a shared machine).
+after a warm-up (CPU time leaves out waits for a core on a shared machine). With `--device
+cuda` a column adds `best_first_tree_levels` (the level sorts the engine builds with on a GPU)
+on that device, timed with CUDA events after a warm-up, marginals already there.
 Part 2 decodes HumanEval prompts with the shipped tiny target, inline, at T = 0 and 1: the
 autoregressive baseline and the single-chain baseline (argmax per depth, same drafter, same
 walk) are measured in the same run; ratios are tokens/s over them. tau includes the bonus
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from rich.console import Console
@@ -25,7 +29,7 @@ from transformers import AutoTokenizer
 
 from speculab.config import resolve_path
 from speculab.data import encode_prompt, load_prompts
-from speculab.drafting.best_first import best_first_tree, best_first_tree_reference
+from speculab.drafting.best_first import best_first_tree, best_first_tree_levels, best_first_tree_reference
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, autoregressive, decode
@@ -51,9 +55,24 @@ def median_ms(build, repeats: int) -> tuple[float, float]:
     return 1000 * statistics.median(wall), 1000 * statistics.median(cpu)
 
 
-def build_table(repeats: int) -> Table:
+def device_ms(build: Callable[[], object], repeats: int) -> float:
+    """Median milliseconds of `build` on the GPU between CUDA events, after a warm-up."""
+    build()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        build()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def build_table(repeats: int, device: str | None = None) -> Table:
     table = Table(title=f"tree build time, 1 prompt, {torch.get_num_threads()} threads (median ms, wall / CPU)")
-    for column in ("V", "L", "B", "batched", "heapq reference", "reference / batched (CPU)"):
+    columns = ["V", "L", "B", "batched", "heapq reference", "reference / batched (CPU)"]
+    for column in columns + ([f"level sorts on {device}"] if device else []):
         table.add_column(column, justify="right")
     gen = torch.Generator().manual_seed(0)
     root = torch.tensor([0])
@@ -63,14 +82,18 @@ def build_table(repeats: int) -> Table:
             for budget in BUDGETS:
                 fast = median_ms(lambda: best_first_tree(q, root, budget), repeats)
                 ref = median_ms(lambda: best_first_tree_reference(q, root, budget), repeats)
-                table.add_row(
+                row = [
                     f"{vocab // 1000}k",
                     str(length),
                     str(budget),
                     f"{fast[0]:.2f} / {fast[1]:.2f}",
                     f"{ref[0]:.2f} / {ref[1]:.2f}",
                     f"{ref[1] / fast[1]:.1f}x",
-                )
+                ]
+                if device:
+                    q_dev, root_dev = q.to(device), root.to(device)
+                    row.append(f"{device_ms(lambda: best_first_tree_levels(q_dev, root_dev, budget), repeats):.3f}")
+                table.add_row(*row)
     return table
 
 
@@ -146,11 +169,12 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[16, 32, 64, 128, 256])
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--device", help="also time the level builder there (cuda: CUDA events)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     console = Console(width=140)
     if not args.skip_build:
-        console.print(build_table(args.repeats))
+        console.print(build_table(args.repeats, args.device))
     if not args.skip_e2e:
         console.print(e2e_table(args))
 

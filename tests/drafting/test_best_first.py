@@ -9,7 +9,9 @@ import torch
 
 from speculab.drafting.best_first import (
     _chunk_maxima,
+    best_first,
     best_first_tree,
+    best_first_tree_levels,
     best_first_tree_reference,
     chain_tree,
     node_paths,
@@ -171,3 +173,37 @@ def test_chain_tree_is_the_argmax_path() -> None:
     q = torch.tensor([[[0.1, 0.6, 0.3], [0.5, 0.5, 0.0]]])
     tree = chain_tree(q, torch.tensor([2]))
     assert tree.tokens.tolist() == [[2, 1, 0]] and tree.parents.tolist() == [[-1, 0, 1]]
+
+
+@pytest.mark.parametrize("vocab", [3, 5, 300, 3000])
+def test_level_builder_equals_reference_ties_and_zeros_included(vocab: int) -> None:
+    gen = torch.Generator().manual_seed(vocab)
+    for length, budget in ((1, 16), (4, 7), (6, 64), (8, 200)):
+        peaked = torch.softmax(torch.randn(3, length, vocab, generator=gen) * 4, dim=-1)
+        sparse = peaked * (torch.rand(3, length, vocab, generator=gen) < 0.5)  # zero-probability tokens
+        for q in (peaked, tied_marginals(gen, 3, length, vocab), sparse):
+            root = torch.randint(0, vocab, (3,), generator=gen)
+            assert_same_tree(best_first_tree_levels(q, root, budget), best_first_tree_reference(q, root, budget))
+
+
+def test_level_builder_equals_reference_at_benchmark_size() -> None:
+    gen = torch.Generator().manual_seed(1)
+    q = torch.softmax(torch.randn(2, 16, 32_000, generator=gen) * 4, dim=-1)
+    root = torch.tensor([5, 6])
+    assert_same_tree(best_first_tree_levels(q, root, 512), best_first_tree_reference(q, root, 512))
+
+
+def test_level_builder_captures_whole_and_gives_the_eager_tree() -> None:
+    """No graph break and no host read: the build compiles with fullgraph=True (what a CUDA graph needs)."""
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(2)
+    q = torch.softmax(torch.randn(2, 4, 50, generator=gen) * 3, dim=-1)
+    root = torch.tensor([1, 2])
+    compiled = torch.compile(best_first_tree_levels, fullgraph=True, backend="eager", dynamic=False)
+    assert_same_tree(compiled(q, root, 16), best_first_tree_levels(q, root, 16))
+
+
+def test_the_engine_builds_with_the_heap_on_the_cpu() -> None:
+    q = torch.softmax(torch.randn(1, 3, 40, generator=torch.Generator().manual_seed(3)), dim=-1)
+    root = torch.tensor([0])
+    assert_same_tree(best_first(q, root, 16), best_first_tree(q, root, 16))

@@ -18,7 +18,9 @@ two sizes: maxima of 64-token chunks (one vectorised pass over the vocabulary) a
 of 8 of those. The B best coarse prefixes bound tau once; the fine maxima inside them bound
 it tighter, and locate the fine chunks that can hold reachable tokens, so a few hundred
 tokens are sorted instead of a top-B per depth. The heap then runs per prompt in Python
-(about 0.4 ms at B = 512). `best_first_tree_reference` takes the full top-K per depth
+(about 0.4 ms at B = 512). `best_first_tree_levels` builds the same tree with sorts on q's
+device, level by level: no host read and static shapes, so it runs on a GPU and under capture
+(`best_first` picks it there). `best_first_tree_reference` takes the full top-K per depth
 (K = min(B, V)) and runs the same heap. `chain_tree` is the single-path baseline (argmax
 per depth). This module knows no model; the verifier is `speculab.verify.ddtree_walk`.
 """
@@ -242,6 +244,65 @@ def best_first_tree(q: torch.Tensor, root: torch.Tensor, budget: int) -> DraftTr
 
 
 # q [B, L, V] marginals; root [B] bonus tokens
+def best_first_tree_levels(q: torch.Tensor, root: torch.Tensor, budget: int) -> DraftTree:
+    """The same tree as `best_first_tree`, built level by level with sorts on q's device: no host
+    read and static shapes, so it runs on a GPU and under capture (the heap is a Python loop).
+
+    Every prefix of the top-B tree is itself in it, so at each depth only the best B prefixes
+    (in the total order of the module docstring) can hold a node or a node's ancestor: depth d
+    extends the kept depth-(d-1) prefixes by the K = min(B, V) ranked tokens and keeps its best
+    B. Kept prefixes are stored in rank-tuple order, so a stable descending sort on the score of
+    candidates listed parent-major breaks ties exactly as the heap does; the union over depths,
+    sorted on (score descending, depth, rank tuple), is the heap's pop order.
+    """
+    B, L, V = q.shape
+    K = min(budget, V)
+    values, ids = ranked(q.float().contiguous(), K)  # [B, L, K]
+    logq = values.double().log()
+    scores = [logq[:, 0]]  # per depth [B, M_d], kept prefixes in rank-tuple order
+    tokens = [ids[:, 0]]
+    parent_pos = [torch.full_like(ids[:, 0], -1)]
+    for depth in range(1, L):
+        M = scores[-1].shape[1]
+        candidates = (scores[-1][:, :, None] + logq[:, depth, None, :]).reshape(B, M * K)  # parent-major
+        keep = min(budget, M * K)
+        best = torch.sort(candidates, dim=1, descending=True, stable=True).indices[:, :keep]
+        best = torch.sort(best, dim=1).values  # back to rank-tuple order
+        scores.append(candidates.gather(1, best))
+        tokens.append(ids[:, depth].gather(1, best % K))
+        parent_pos.append(best // K)
+    # every kept prefix of every depth, keyed for the heap's order
+    width = max(s.shape[1] for s in scores)
+    all_scores = torch.cat([torch.nn.functional.pad(s, (0, width - s.shape[1]), value=-torch.inf) for s in scores], 1)
+    exists = torch.cat([torch.arange(width, device=q.device) < s.shape[1] for s in scores])  # [L * width]
+    order = torch.sort(all_scores, dim=1, descending=True, stable=True).indices
+    # padding slots last, before even a real prefix of score -inf (a zero-probability token)
+    order = order.gather(1, torch.sort((~exists[order]).to(torch.uint8), dim=1, stable=True).indices)
+    nodes = min(budget, sum(s.shape[1] for s in scores))
+    chosen = order[:, :nodes]  # [B, n] slot (depth * width + position) of each node, in pop order
+    node_of = torch.zeros(B, L * width, dtype=torch.long, device=q.device)
+    node_of.scatter_(1, chosen, torch.arange(1, nodes + 1, device=q.device).expand(B, -1))
+    pad = [torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (*tokens, *parent_pos)]
+    flat_tokens, flat_parent = torch.cat(pad[:L], 1), torch.cat(pad[L:], 1)
+    depth_of = chosen // width  # 0-based depth of each node's last token
+    parent_slot = (depth_of - 1) * width + flat_parent.gather(1, chosen)
+    parents = torch.where(depth_of > 0, node_of.gather(1, parent_slot.clamp(min=0)), 0)
+    tree_tokens = torch.cat([root.to(q.device)[:, None], flat_tokens.gather(1, chosen)], 1)
+    tree_parents = torch.cat([torch.full((B, 1), -1, device=q.device, dtype=torch.long), parents], 1)
+    tree_depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=q.device), depth_of + 1], 1)
+    valid = torch.ones_like(tree_tokens, dtype=torch.bool)
+    return DraftTree(tree_tokens, tree_parents, tree_depth, valid, node_paths(tree_parents, tree_depth, L))
+
+
+# q [B, L, V] marginals; root [B] bonus tokens
+def best_first(q: torch.Tensor, root: torch.Tensor, budget: int) -> DraftTree:
+    """The DDTree the engine builds: the heap over reachable ranks where q is on the CPU (a few
+    hundred sorted tokens and a Python loop: fastest there), the level sorts on a GPU (no host read)."""
+    build = best_first_tree if q.device.type == "cpu" else best_first_tree_levels
+    return build(q, root, budget)
+
+
+# q [B, L, V] marginals; root [B] bonus tokens
 def chain_tree(q: torch.Tensor, root: torch.Tensor) -> DraftTree:
     """The single-chain baseline (vanilla DFlash): the argmax token at every depth as one path."""
     return DraftTree.from_paths(root.cpu(), q.argmax(dim=-1).cpu()[:, None, :])
@@ -262,4 +323,12 @@ def surrogate_value(tree: DraftTree, q: torch.Tensor) -> torch.Tensor:
     return (mass * real).sum(dim=1)
 
 
-__all__ = ["best_first_ranks", "best_first_tree", "best_first_tree_reference", "chain_tree", "surrogate_value"]
+__all__ = [
+    "best_first",
+    "best_first_ranks",
+    "best_first_tree",
+    "best_first_tree_levels",
+    "best_first_tree_reference",
+    "chain_tree",
+    "surrogate_value",
+]

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.drafting.best_first import best_first_tree, chain_tree
+from speculab.drafting.best_first import best_first, chain_tree
 from speculab.drafting.iid import ForestLM, step_nodes
 from speculab.drafting.sampling import SamplingParams, sample, tempered_probs, truncate_probs
 from speculab.drafting.tree import DraftTree, Proposal
@@ -52,7 +52,7 @@ def tree_builder(tree: str, budget: int) -> TreeBuilder:
     if tree == "chain":
         return chain_tree
     if tree == "best_first":
-        return partial(best_first_tree, budget=budget)
+        return partial(best_first, budget=budget)
     raise ValueError(f"algorithm.tree={tree!r}: must be one of {', '.join(TREES)}")
 
 
