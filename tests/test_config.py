@@ -355,6 +355,7 @@ BAD_SETTINGS: list[tuple[list[str], str, str]] = [
     (["tracking.experiment=''"], "", "tracking.experiment='': must name an MLflow experiment"),
     (["tracking.uri=file:{tmp}/file/mlruns"], "file:x", "{tmp}/file is a file, so the store"),
     (["tracking.uri=sqlite:///{tmp}/file/mlflow.db"], "file:x", "{tmp}/file is a file, so the store"),
+    (["tracking.uri=sqlite:///{tmp}/dir.db"], "dir.db/x:", "{tmp}/dir.db is a directory, not a SQLite database"),
     (["cluster.actor_cpus=4", "cluster.num_cpus=2"], "", "the local Ray cluster has 2 CPUs"),
     (["cluster.address=ray://127.0.0.1:1"], "", "nothing answers at 127.0.0.1:1"),
     (["drafter.path={tmp}"], "", "drafter=iid drafts with the pair's draft model"),

@@ -744,6 +744,8 @@ def _tracking_errors(t: TrackingConfig) -> list[str]:
             )
         elif (store := _store_path(t.uri)) is not None and (blocker := _blocking_file(store)) is not None:
             errors.append(f"tracking.uri={t.uri!r}: {blocker} is a file, so the store {store} cannot be created")
+        elif store is not None and scheme == "sqlite" and store.is_dir():
+            errors.append(f"tracking.uri={t.uri!r}: {store} is a directory, not a SQLite database file")
     if t.spool_dir is not None:
         spool = Path(t.spool_dir)
         if spool.exists() and not spool.is_dir():
@@ -761,7 +763,7 @@ def _local_cluster_errors(cfg: Config) -> list[str]:
         return []
     cores = c.num_cpus or os.cpu_count() or 1
     needed = (c.tp_size + 1) * c.actor_cpus
-    if c.actor_cpus <= 0 or needed > cores:
+    if needed > cores:
         return [
             f"cluster.actor_cpus={c.actor_cpus}: the local Ray cluster has {cores} CPUs "
             f"({'cluster.num_cpus' if c.num_cpus else 'this machine'}) and its {c.tp_size + 1} model actors "
