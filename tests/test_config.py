@@ -312,6 +312,7 @@ def test_a_dflash_drafter_in_the_published_layout_validates(tmp_path: Path) -> N
         (["algorithm=spectr_gbv", "algorithm.K=2", "algorithm.allow_lossy=true"], ["spectr_gbv with K=2 is not"]),
         (["algorithm=gbv", "algorithm.K=4", "sampling.temperature=0"], ["algorithm.K=4 with sampling.temperature=0"]),
         (["algorithm=gbv", "algorithm.K=4", "sampling.temperature=0.5"], []),
+        (["runtime=inline", "cluster=gpu1", "model.device=cpu"], ["cluster=gpu1 (cluster.address=None) is not used"]),
     ],
 )
 def test_valid_settings_worth_a_warning_are_named(overrides: list[str], expected: list[str]) -> None:

@@ -801,6 +801,11 @@ def config_warnings(cfg: Config) -> list[str]:
     notes = []
     if not get_algorithm(algorithm.name).lossless(algorithm.K):
         notes.append(f"{algorithm.name} with K={algorithm.K} is not lossless (algorithm.allow_lossy)")
+    if cfg.runtime.kind == "inline" and (cfg.cluster.name != ClusterConfig.name or cfg.cluster.address is not None):
+        notes.append(
+            f"cluster={cfg.cluster.name} (cluster.address={cfg.cluster.address!r}) is not used with runtime=inline: "
+            "both models run in this process (runtime=ray to use the cluster)"
+        )
     if algorithm.K > 1 and cfg.sampling.temperature == 0 and cfg.drafter.name == "iid":
         notes.append(
             f"algorithm.K={algorithm.K} with sampling.temperature=0: i.i.d. drafts at T = 0 are K copies of the "
