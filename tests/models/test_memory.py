@@ -19,6 +19,7 @@ from speculab.models.memory import (
     plan_memory,
     tp_errors,
 )
+from support.configs import empty_weights
 from support.hub_configs import HUB_CONFIGS
 
 LLAMA_70B = architecture(HUB_CONFIGS["meta-llama/Meta-Llama-3-70B-Instruct"])
@@ -82,7 +83,7 @@ def test_unknown_model_type_is_named() -> None:
         architecture({"model_type": "gpt2", "hidden_size": 8, "num_attention_heads": 2})
 
 
-# --- validate: refusals before anything starts, on checkpoint dirs holding only config.json ---
+# --- validate: refusals before anything starts, on checkpoint dirs holding config.json and no tensor ---
 
 
 def fake_pair(root: Path, target: str, draft: str) -> list[str]:
@@ -91,6 +92,7 @@ def fake_pair(root: Path, target: str, draft: str) -> list[str]:
         path = root / role
         path.mkdir()
         (path / "config.json").write_text(json.dumps(HUB_CONFIGS[hub_id]))
+        empty_weights(path)
         overrides.append(f"model.{role}_path={path}")
     return overrides
 
