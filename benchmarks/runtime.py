@@ -1,7 +1,8 @@
-"""What the runtime itself costs a round: inline calls, Ray Core actor calls, a Ray Compiled Graph.
+"""What the runtime itself costs a round: inline calls, Ray Core actor calls, a Ray Compiled Graph,
+the loop beside the target; and the default demo on Ray against inline.
 
     PYTHONPATH=platform python benchmarks/runtime.py [--rounds 300] [--vocab 4096] [--nodes 5]
-        [--round-ms 10.3] [--gpu-round-ms 6.0]
+        [--round-ms 10.3] [--gpu-round-ms 6.0] [--unit-rounds 40] [--demo-runs 2]
 
 A round of speculative decoding makes four calls between the coordinator and the models, each
 with the tensors it really carries (B = 1): the draft proposes (paths [1, 1, L] and q
@@ -10,18 +11,26 @@ draft commits the emitted tokens. Here the models do no work, so what is timed i
 runtime's part of a round:
 
 - inline: the four calls as plain method calls in one process (what `runtime=inline` pays);
-- Ray Core: `ray.get(actor.method.remote(...))` for each, as `runtime=ray` makes them today;
+- Ray Core: `ray.get(actor.method.remote(...))` for each, as `runtime.loop=driver` makes them;
 - Ray Core, verify beside the target: the target verifies and commits in the call that scores
   (three calls: draft propose, target round, draft commit);
 - compiled: those three calls as one Ray Compiled Graph execution (an actor takes part in one
   compiled graph at a time, so the verification has to move into the target's step to make a
-  round one graph), shared-memory channels between processes on one machine.
+  round one graph), shared-memory channels between processes on one machine;
+- the loop beside the target (`runtime.loop=target`, the default): draft and target in one actor
+  that runs a unit's rounds as plain calls; the driver makes one Ray Core call per unit, whose
+  result carries the unit's tokens. Timed per unit of `--unit-rounds` rounds (the default demo's
+  prompts take about 40), divided by that count.
 
 Interleaved repetitions; medians with the 10th-90th percentile, in microseconds per round,
 then what that adds to a measured round: `--round-ms`, the tiny pair's inline round on this
 machine (the default demo: 5.1 ms per token at 2.0 tokens per round), and `--gpu-round-ms`,
 an 8B-shaped round on one GPU (a compiled target pass at its memory roofline, about 5 ms,
 plus a draft; an assumption, not a measurement: pass what `benchmarks/gpu_systems.py` measured).
+
+`--demo-runs N` (0 to skip) then runs the default point (`speculab tracking=none`) N times on each
+runtime, alternating, in this process, and prints each runtime's median speculative tokens/s and
+`speedup_vs_hf`, and their ratios Ray / inline: the issue's "within 10% of inline", end to end.
 """
 
 from __future__ import annotations
@@ -69,6 +78,18 @@ class Target:
         return self.commit(torch.zeros(1, 3, dtype=torch.long))
 
 
+class Pair:
+    """Draft and target in one process, which runs a unit's rounds itself (the loop beside the target)."""
+
+    def __init__(self, vocab: int, length: int, nodes: int) -> None:
+        self.round = inline_round(Draft(vocab, length), Target(vocab, nodes))
+
+    def unit(self, rounds: int) -> list[list[int]]:
+        for _ in range(rounds):
+            self.round()
+        return [[0, 0, 0]] * rounds  # the unit's emitted tokens travel back with the call
+
+
 def inline_round(draft: Draft, target: Target) -> Callable[[], None]:
     def run() -> None:
         target.score(draft.propose(None))
@@ -106,10 +127,46 @@ def compiled_round(draft: ray.actor.ActorHandle, target: ray.actor.ActorHandle) 
     return run, graph
 
 
-def timed(run: Callable[[], None]) -> float:
+def unit_round(pair: ray.actor.ActorHandle, rounds: int) -> Callable[[], None]:
+    def run() -> None:
+        ray.get(pair.unit.remote(rounds))
+
+    return run
+
+
+def timed(run: Callable[[], None], rounds: int = 1) -> float:
+    """Microseconds per round of one call of `run` (which makes `rounds` rounds)."""
     start = time.perf_counter()
     run()
-    return (time.perf_counter() - start) * 1e6
+    return (time.perf_counter() - start) * 1e6 / rounds
+
+
+def demo_table(runs: int) -> Table:
+    """The default point on each runtime, `runs` times alternating: medians and Ray / inline ratios."""
+    import contextlib
+    import io
+
+    from spread import point
+
+    from speculab.experiment import decode_point
+    from speculab.tracking.runs import NoopTracker
+
+    keys = ("tokens_per_s", "speedup_vs_hf")
+    found: dict[str, dict[str, list[float]]] = {kind: {key: [] for key in keys} for kind in ("ray", "inline")}
+    for index in range(runs):
+        for kind in ("ray", "inline") if index % 2 == 0 else ("inline", "ray"):
+            with contextlib.redirect_stdout(io.StringIO()):  # each point prints its own summary
+                metrics = decode_point(point(["tracking=none", f"runtime={kind}"]), NoopTracker())
+            for key in keys:
+                found[kind][key].append(metrics[key])
+    table = Table(title=f"the default demo, {runs} alternating run(s) per runtime, medians")
+    for column in ("runtime", *keys):
+        table.add_column(column, justify="right" if column != "runtime" else "left")
+    medians = {kind: {key: statistics.median(v) for key, v in values.items()} for kind, values in found.items()}
+    for kind, values in medians.items():
+        table.add_row(kind, *(f"{values[key]:.3g} ({', '.join(f'{v:.3g}' for v in found[kind][key])})" for key in keys))
+    table.add_row("ray / inline", *(f"{medians['ray'][key] / medians['inline'][key]:.2f}" for key in keys))
+    return table
 
 
 def summary(samples: list[float]) -> tuple[float, float, float]:
@@ -125,7 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=5, help="tree nodes scored a round (K L + 1)")
     parser.add_argument("--round-ms", type=float, default=10.3, help="a tiny-pair round inline on this machine")
     parser.add_argument("--gpu-round-ms", type=float, default=6.0, help="an 8B round on one GPU (assumed)")
+    parser.add_argument("--unit-rounds", type=int, default=40, help="rounds per unit with the loop beside the target")
+    parser.add_argument("--demo-runs", type=int, default=2, help="default-demo runs per runtime (0: skip)")
     args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     length = args.nodes - 1
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -136,12 +196,15 @@ def main(argv: list[str] | None = None) -> None:
         graph_draft = ray.remote(num_cpus=0)(Draft).remote(args.vocab, length)
         graph_target = ray.remote(num_cpus=0)(Target).remote(args.vocab, args.nodes)
         compiled, graph = compiled_round(graph_draft, graph_target)
+        pair = ray.remote(num_cpus=0)(Pair).remote(args.vocab, length, args.nodes)
         methods = {
             "inline (4 calls)": inline_round(Draft(args.vocab, length), Target(args.vocab, args.nodes)),
-            "Ray Core (4 calls, today)": core_round(remote_draft, remote_target),
+            "Ray Core, loop in the driver (4 calls)": core_round(remote_draft, remote_target),
             "Ray Core, verify beside the target (3 calls)": beside_round(remote_draft, remote_target),
             "Ray Compiled Graph (1 execution)": compiled,
+            f"loop beside the target (1 call / {args.unit_rounds} rounds)": unit_round(pair, args.unit_rounds),
         }
+        per_call = {name: 1 for name in methods} | {list(methods)[-1]: args.unit_rounds}
         for run in methods.values():  # warm-up: actors started, graphs compiled, channels sized
             for _ in range(20):
                 run()
@@ -150,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         for index in range(args.rounds):  # interleaved, rotating order
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
-                samples[name].append(timed(methods[name]))
+                samples[name].append(timed(methods[name], per_call[name]))
         graph.teardown()
     finally:
         ray.shutdown()
@@ -170,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{median / 1e3 / args.gpu_round_ms:.1%}",
         )
     Console().print(table)
+    if args.demo_runs:
+        torch.set_num_threads(threads)  # inline as a user runs it: torch's own thread count
+        Console().print(demo_table(args.demo_runs))
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ def test_run_refuses_bad_input_before_loading_anything(pair: list[str], monkeypa
     def must_not_start(*args, **kwargs):
         raise AssertionError("models started before validation")
 
-    monkeypatch.setattr(experiment, "start_models", must_not_start)
+    monkeypatch.setattr(experiment, "start_loop", must_not_start)
     monkeypatch.setattr(experiment, "load_prompts", must_not_start)
     with pytest.raises(ConfigError, match="algorithm.K"):
         experiment.run(load([*pair, "algorithm.K=0"]))

@@ -25,6 +25,10 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = ("inline", "ray")
+# runtime.loop: where the decode loop runs on Ray. target: in the target's actor, the draft in the same
+# process (no Ray call inside a round); driver: in this process, the draft in its own actor; auto: target
+# where the target is one actor (cluster.tp_size = 1), else driver.
+LOOPS = ("auto", "target", "driver")
 BACKENDS = ("hf",)
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "cuda:N", "auto")  # auto: cuda where the models run has a GPU, else cpu
@@ -88,7 +92,8 @@ class DatasetConfig:
 
 @dataclass
 class RuntimeConfig:
-    kind: str = "ray"  # inline: one process; ray: target and draft in their own actors
+    kind: str = "ray"  # inline: one process; ray: the models in Ray actors
+    loop: str = "auto"  # ray: where the decode loop runs (LOOPS)
     torch_threads: int = 0  # per model process; 0 = all cores
     max_restarts: int = 3  # ray: times a model group is recreated after losing an actor
 
@@ -419,7 +424,7 @@ def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         errors.append(f"cluster.draft_gpu={c.draft_gpu}: must be in (0, 1] (1: own GPU; < 1: beside a target shard)")
     if c.num_gpus > 0 and c.gpu_memory_gib <= 0:
         errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be > 0 when cluster.num_gpus > 0")
-    beside = c.draft_gpu < 1
+    beside = c.draft_gpu < 1 or loop_host(cfg) == "target"  # the loop's actor holds the draft too
     if c.num_gpus > 0 and c.tp_size + (0 if beside else 1) > c.num_gpus:
         errors.append(
             f"cluster.tp_size={c.tp_size} target GPUs + {0 if beside else 1} draft GPU > cluster.num_gpus="
@@ -444,6 +449,16 @@ def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     tree_nodes = a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(cfg) + 1
     work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, tree_nodes, DTYPE_BYTES[cfg.model.dtype])
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
+
+
+def loop_host(cfg: Config) -> str:
+    """Where the decode loop runs: "inline" (runtime=inline), "target" (in the target's Ray actor, with
+    the draft model in the same process) or "driver" (this process; the draft in its own actor)."""
+    if cfg.runtime.kind == "inline":
+        return "inline"
+    if cfg.runtime.loop == "auto":
+        return "target" if cfg.cluster.tp_size == 1 else "driver"
+    return cfg.runtime.loop
 
 
 def device_fields(cfg: Config) -> dict[str, str]:
@@ -757,18 +772,20 @@ def _tracking_errors(t: TrackingConfig) -> list[str]:
 
 def _local_cluster_errors(cfg: Config) -> list[str]:
     """The embedded Ray cluster (no cluster.address) must hold every model actor at once: the
-    target's tp_size ranks and the draft, cluster.actor_cpus each (Ray would wait for them forever)."""
+    target's tp_size ranks and, with runtime.loop=driver, the draft's own actor, cluster.actor_cpus
+    each (Ray would wait for them forever)."""
     c = cfg.cluster
     if cfg.runtime.kind != "ray" or c.address is not None:
         return []
     cores = c.num_cpus or os.cpu_count() or 1
-    needed = (c.tp_size + 1) * c.actor_cpus
+    actors, draft = (c.tp_size, "") if loop_host(cfg) == "target" else (c.tp_size + 1, " and the draft")
+    needed = actors * c.actor_cpus
     if needed > cores:
         return [
             f"cluster.actor_cpus={c.actor_cpus}: the local Ray cluster has {cores} CPUs "
-            f"({'cluster.num_cpus' if c.num_cpus else 'this machine'}) and its {c.tp_size + 1} model actors "
-            f"(cluster.tp_size={c.tp_size} target ranks and the draft) need {needed:g}; "
-            f"set cluster.actor_cpus to a positive value <= {cores / (c.tp_size + 1):g}"
+            f"({'cluster.num_cpus' if c.num_cpus else 'this machine'}) and its {actors} model actor(s) "
+            f"(cluster.tp_size={c.tp_size} target rank(s){draft}) need {needed:g}; "
+            f"set cluster.actor_cpus to a positive value <= {cores / actors:g}"
         ]
     return []
 
@@ -832,6 +849,12 @@ def validate(cfg: Config) -> None:
     _at_least(errors, "sampling.batch_size", cfg.sampling.batch_size, 1)
     _at_least(errors, "sampling.seed", cfg.sampling.seed, 0)
     _choice(errors, "runtime.kind", cfg.runtime.kind, RUNTIMES)
+    _choice(errors, "runtime.loop", cfg.runtime.loop, LOOPS)
+    if cfg.runtime.loop == "target" and cfg.cluster.tp_size > 1:
+        errors.append(
+            f"runtime.loop=target: the loop runs beside a target of one actor, and cluster.tp_size="
+            f"{cfg.cluster.tp_size} makes it {cfg.cluster.tp_size}; use runtime.loop=driver (or auto)"
+        )
     _at_least(errors, "cluster.tp_size", cfg.cluster.tp_size, 1)
     if cfg.runtime.kind == "inline" and cfg.cluster.tp_size > 1:
         errors.append(

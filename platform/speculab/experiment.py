@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import matplotlib.pyplot as plt
 import torch
@@ -19,36 +19,28 @@ from rich.console import Console
 from rich.progress import Progress
 from transformers import AutoTokenizer
 
-from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.baselines import BaselineResult
+from speculab.algorithms import DRAFTERS
 from speculab.config import (
     Config,
     checkpoint_dir,
     config_warnings,
     draft_length,
     locate,
+    loop_host,
     resolve_device,
     validate,
     with_draft_length,
 )
 from speculab.data import encode_prompt, load_prompts
-from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import (
-    DecodeSettings,
-    Drafter,
-    PromptRecord,
-    TargetModel,
-    Verifier,
-    autoregressive,
-    concat_runs,
-    decode,
-)
-from speculab.measure import Sample, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics, timed
+from speculab.engine import DecodeSettings, PromptRecord, RunResult, concat_runs
+from speculab.loop import METHODS, PointPlan, Unit, UnitResult
+from speculab.measure import Sample, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
-from speculab.paired import PairedComparison, paired_metrics, paired_table
-from speculab.runtime import cpu_seconds, ray_seconds, runtime_metrics, start_models
+from speculab.models.roles import Conditions
+from speculab.paired import paired_metrics, paired_table
+from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.tracking.metrics import (
     BASELINE_KEYS,
     HF_PREFIX,
@@ -80,11 +72,8 @@ from speculab.tracking.runs import (
 from speculab.tracking.spool import tracked
 from speculab.tracking.sweep import resumed_metrics
 
-
-class GeneratingTarget(TargetModel, Protocol):
-    """A target that also runs transformers' `generate` on its own model (`TreeTarget`, or its Ray proxy)."""
-
-    def hf_generate(self, prompts: list[list[int]], settings: DecodeSettings) -> BaselineResult: ...
+if TYPE_CHECKING:
+    from speculab.runtime.proxy import GroupProxy
 
 
 class CommonSpec(TypedDict):
@@ -127,28 +116,23 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
     )
 
 
-def paired_comparison(cfg: Config) -> PairedComparison | None:
-    """The `algorithm.compare` verifiers, the configured one first (the differences' reference), or None."""
+def units_of(prompts: list[list[int]], batch_size: int) -> tuple[Unit, ...]:
+    return tuple((first, prompts[first : first + batch_size]) for first in range(0, len(prompts), batch_size))
+
+
+def point_plan(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) -> PointPlan:
     a = cfg.algorithm
-    if not a.compare:
-        return None
-    verifiers = {a.name: get_verifier(a.name, a.node_rule)}
-    verifiers |= {name: get_verifier(name) for name in a.compare if name != a.name}
-    return PairedComparison(verifiers, a.compare_repeats, cfg.sampling.seed + 1)
-
-
-Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
-METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
-
-
-def units_of(prompts: list[list[int]], batch_size: int) -> list[Unit]:
-    return [(first, prompts[first : first + batch_size]) for first in range(0, len(prompts), batch_size)]
-
-
-def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
-    """A unit is seeded by its first prompt's index, as among all the prompts, so every repetition
-    decodes the same tokens."""
-    return replace(settings, seed=settings.seed + first)
+    return PointPlan(
+        a.name,
+        a.node_rule,
+        cfg.drafter.name,
+        a.tree,
+        a.budget,
+        tuple(a.compare or ()),
+        a.compare_repeats,
+        units_of(prompts, settings.batch_size),
+        settings,
+    )
 
 
 def run(cfg: Config) -> dict[str, float]:
@@ -176,72 +160,55 @@ def run(cfg: Config) -> dict[str, float]:
 
 @dataclass
 class Decoders:
-    """The point's methods, each run on one unit at a time (`speculab.measure.interleave`), and what
-    their first repetition (`repeat` 0) decoded, kept for the metrics and records; a warm-up call
-    (`repeat` -1) keeps nothing."""
+    """The point's methods as the driver sees them: each runs one unit on the loop, wherever the loop
+    runs (`speculab.loop`), and what their first repetition (`repeat` 0) decoded is kept here for the
+    metrics and records; a warm-up call (`repeat` -1) keeps nothing."""
 
-    target: GeneratingTarget
-    draft_model: Drafter  # the draft as loaded (a Ray proxy on Ray): what CPU and Ray time are read from
-    drafter: Drafter
-    verifier: Verifier
-    units: list[Unit]
-    settings: DecodeSettings
-    paired: PairedComparison | None = None
+    loop: Any  # a PointLoop in this process, or the target actor's, through its group proxy
+    groups: dict[str, GroupProxy]  # the Ray groups the point uses (none inline), for their Ray time
     on_prompt: Callable[[PromptRecord], None] = lambda record: None
     runs: dict[str, list[Any]] = field(default_factory=lambda: {method: [] for method in METHODS})
+    paired: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per unit: [rounds] per verifier
     ray_s: float = 0.0  # Ray time of the first repetition's speculative decodes
 
-    def cpu(self) -> float:
-        return cpu_seconds(self.target, self.draft_model)
+    def ray_clock(self) -> float:
+        return sum(proxy.stats.ray_s for proxy in self.groups.values())
 
-    def speculative(self, unit: int, repeat: int) -> Sample:
-        first, prompts = self.units[unit]
-        done, paired = (self.on_prompt, self.paired) if repeat == 0 else (None, None)
-        ray_s = ray_seconds(self.target, self.draft_model)
-        settings = unit_settings(self.settings, first)
-        run, wall, cpu = timed(
-            self.cpu, lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, done, paired)
-        )
-        if repeat == 0:
-            self.runs["speculative"].append(run)
-            self.ray_s += ray_seconds(self.target, self.draft_model) - ray_s
-        return Sample(sum(len(p.tokens) for p in run.prompts), wall - run.paired_s, cpu - run.paired_cpu_s)
+    def method(self, name: str) -> Callable[[int, int], Sample]:
+        def run(unit: int, repeat: int) -> Sample:
+            ray_s = self.ray_clock()
+            done: UnitResult = self.loop.decode_unit(name, unit, repeat)
+            if repeat == 0:
+                self.runs[name].append(done.result)
+            if repeat == 0 and isinstance(done.result, RunResult) and name == "speculative":
+                self.ray_s += self.ray_clock() - ray_s
+                if done.paired is not None:
+                    self.paired.append(done.paired)
+                for record in done.result.prompts:
+                    self.on_prompt(record)
+            return done.sample
 
-    def autoregressive(self, unit: int, repeat: int) -> Sample:
-        first, prompts = self.units[unit]
-        settings = unit_settings(self.settings, first)
-        run, wall, cpu = timed(self.cpu, lambda: autoregressive(self.target, prompts, settings))
-        if repeat == 0:
-            self.runs["autoregressive"].append(run)
-        return Sample(sum(len(p.tokens) for p in run.prompts), wall, cpu)
+        return run
 
-    def generate(self, unit: int, repeat: int) -> Sample:
-        """transformers' generate in the target's process, timed like the others from this one."""
-        first, prompts = self.units[unit]
-        settings = unit_settings(self.settings, first)
-        result, wall, cpu = timed(self.cpu, lambda: self.target.hf_generate(prompts, settings))
-        if repeat == 0:
-            self.runs["generate"].append(result)
-        return Sample(sum(map(len, result.tokens)), wall, cpu)
+    def paired_units(self) -> dict[str, torch.Tensor]:
+        """Per compared verifier, [U] the mean accepted length of every sequence-round of the point."""
+        return {name: torch.cat([unit[name] for unit in self.paired]) for name in self.paired[0]}
 
 
 CONDITIONS_TAG = "speculab.conditions"
 
 
-def measured_under(target: Any, draft_model: Any) -> str:
+def measured_under(conditions: dict[str, Conditions]) -> str:
     """Where each figure was measured: the processes and torch threads of the target (and of
-    transformers' generate, which runs in the target's process) and of the draft, and this one's."""
+    transformers' generate, which runs in the target's process), of the draft and of the loop."""
     here = os.getpid()
-    return (
-        f"target and generate: {target.conditions().describe(here)} · draft: {draft_model.conditions().describe(here)}"
-        f" · loop: this process, {torch.get_num_threads()} torch thread(s)"
-    )
+    return " · ".join(f"{role}: {where.describe(here)}" for role, where in conditions.items())
 
 
 def measured_methods(cfg: Config, decoders: Decoders) -> dict[str, Callable[[int, int], Sample]]:
     """The methods a point times: its decode, and the baselines the config asks for."""
     chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
-    return {method: getattr(decoders, method) for method in METHODS if chosen[method]}
+    return {method: decoders.method(method) for method in METHODS if chosen[method]}
 
 
 def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
@@ -253,37 +220,32 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     settings = settings_of(cfg, tokenizer.eos_token_id)
     c = cfg.cluster
-    target, draft_model = start_models(
-        cfg.runtime.kind,
+    plan = point_plan(cfg, encoded, settings)
+    loop = start_loop(
+        loop_host(cfg),
         target_spec,
         draft_spec,
+        plan,
         c.address,
         c.num_cpus,
         c.actor_cpus,
         c.draft_gpu,
         cfg.runtime.max_restarts,
     )
-    verifier = get_verifier(cfg.algorithm.name, cfg.algorithm.node_rule)
-    drafter = draft_model
-    if get_algorithm(cfg.algorithm.name).tree_builder:  # the drafter's marginals become one tree per prompt
-        drafter = TreeDrafter(draft_model, tree_builder(cfg.algorithm.tree, cfg.algorithm.budget))
-    elif DRAFTERS[cfg.drafter.name].proposes == "marginals":  # one path drawn from them (token, block)
-        drafter = MarginalPathDrafter(draft_model, torch.Generator())
-    decoders = Decoders(
-        target, draft_model, drafter, verifier, units_of(encoded, settings.batch_size), settings, paired_comparison(cfg)
-    )
+    groups = loop_groups(loop)
+    decoders = Decoders(loop, groups)
     methods = measured_methods(cfg, decoders)
     repeats = cfg.measure.repeats
     finished: list[PromptRecord] = []
 
-    with Progress(transient=False) as progress, runtime_metrics(target, draft_model) as measured:
+    with Progress(transient=False) as progress, runtime_metrics(groups) as measured:
         # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
         # actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
         # restart during the warm-up counts in runtime/restarts like any other.
         for method in methods.values():
             method(0, -1)
         label = f"{run_name(cfg)} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
-        task = progress.add_task(label, total=len(decoders.units) * repeats * len(methods))
+        task = progress.add_task(label, total=len(plan.units) * repeats * len(methods))
 
         def log_prompt(record: PromptRecord) -> None:
             finished.append(record)
@@ -298,15 +260,15 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
             return run
 
         decoders.on_prompt = log_prompt
-        timings = interleave({m: advancing(run) for m, run in methods.items()}, len(decoders.units), repeats)
+        timings = interleave({m: advancing(run) for m, run in methods.items()}, len(plan.units), repeats)
     spec = concat_runs(decoders.runs["speculative"])
     speed = speed_metrics(
         timings, "speculative", "autoregressive" if cfg.baseline else None, "generate" if cfg.baseline_hf else None
     )
     ar = hf = None
     if cfg.baseline:
-        loop = summarize(concat_runs(decoders.runs["autoregressive"]))
-        ar = {key: loop[key] for key in BASELINE_KEYS} | baseline_speed(timings["autoregressive"])
+        ar_summary = summarize(concat_runs(decoders.runs["autoregressive"]))
+        ar = {key: ar_summary[key] for key in BASELINE_KEYS} | baseline_speed(timings["autoregressive"])
     if cfg.baseline_hf:
         hf = hf_metrics([t for result in decoders.runs["generate"] for t in result.tokens])
         hf |= baseline_speed(timings["generate"])
@@ -314,12 +276,12 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
             hf["speedup_vs_ar"] = median_interval(paired_ratios(timings["generate"], timings["autoregressive"])).value
     runtime = measured | ({"time_ray_s": decoders.ray_s} if measured else {})
     title = f"{run_name(cfg)} · medians of {repeats} interleaved repetition(s), 95% intervals over prompts"
-    conditions = measured_under(target, draft_model)
+    conditions = measured_under(loop.conditions())
     tracker.set_tags({CONDITIONS_TAG: conditions})
     metrics = print_summary(title, summarize(spec) | speed, ar, hf, conditions) | runtime
     if decoders.paired:
-        compared = paired_metrics(decoders.paired.units(), cfg.algorithm.name)
-        Console().print(paired_table(compared, cfg.algorithm.name, decoders.paired.repeats))
+        compared = paired_metrics(decoders.paired_units(), cfg.algorithm.name)
+        Console().print(paired_table(compared, cfg.algorithm.name, cfg.algorithm.compare_repeats))
         metrics |= compared | {"time_paired_s": spec.paired_s}
     baselines = (baseline_metrics(ar) if ar else {}) | (baseline_metrics(hf, HF_PREFIX) if hf else {})
     tracker.log_metrics(mlflow_metrics(metrics) | baselines)

@@ -158,6 +158,6 @@ def test_run_refuses_a_model_that_does_not_fit_before_starting_actors(
     def must_not_start(*args, **kwargs):
         raise AssertionError("models started before validation")
 
-    monkeypatch.setattr(experiment, "start_models", must_not_start)
+    monkeypatch.setattr(experiment, "start_loop", must_not_start)
     with pytest.raises(ConfigError, match="does not fit"):
         experiment.run(load([*llama_pair, *cluster(4, 4, 48.0, draft_gpu=0.5)]))

@@ -12,9 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
+
+if TYPE_CHECKING:
+    from speculab.loop import PointPlan
+    from speculab.runtime.proxy import GroupProxy
 
 
 def start_models(
@@ -46,6 +50,56 @@ def start_models(
     )
 
 
+def start_loop(
+    host: str,
+    target: LMSpec,
+    draft: LMSpec,
+    plan: PointPlan,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    actor_cpus: float = 1.0,
+    draft_gpu: float = 1.0,
+    max_restarts: int = 3,
+) -> Any:
+    """The point's loop (`speculab.loop.PointLoop`'s `decode_unit` and `conditions`) for `host`
+    (`speculab.config.loop_host`): in this process over inline models ("inline") or over Ray groups
+    ("driver"), or in the target's actor with the draft beside it ("target": the pair group's proxy)."""
+    from speculab.loop import PairSpec, PointLoop
+
+    if host != "target":
+        return PointLoop(
+            *start_models(
+                host if host == "inline" else "ray",
+                target,
+                draft,
+                address,
+                num_cpus,
+                actor_cpus,
+                draft_gpu,
+                max_restarts,
+            ),
+            plan,
+        )
+    from speculab.runtime.groups import POOL, pair_bundles
+    from speculab.runtime.proxy import GroupProxy
+    from speculab.runtime.ray_actors import connect
+
+    connect(address, num_cpus)
+    pair = PairSpec(target, draft)
+    loop = GroupProxy(POOL.get("pair", pair, pair_bundles(pair.device, actor_cpus)), max_restarts)
+    loop.start_point(plan)
+    return loop
+
+
+def loop_groups(loop: Any) -> dict[str, GroupProxy]:
+    """The Ray groups a loop from `start_loop` uses, by role (none inline)."""
+    from speculab.loop import PointLoop
+
+    if isinstance(loop, PointLoop):
+        return proxies(target=loop.target, draft=loop.draft_model)
+    return {"pair": loop}
+
+
 def proxies(**models: Any) -> dict[str, Any]:
     """The Ray group proxies among ``models`` (role -> model), by role (none inline)."""
     from speculab.runtime.proxy import GroupProxy
@@ -59,26 +113,21 @@ def cpu_seconds(target: Any, drafter: Any) -> float:
     return time.process_time() + sum(p.stats.cpu_s for p in proxies(target=target, draft=drafter).values())
 
 
-def ray_seconds(target: Any, drafter: Any) -> float:
-    """Coordinator seconds so far in Ray calls beyond the ranks' own compute (0 inline)."""
-    return sum(p.stats.ray_s for p in proxies(target=target, draft=drafter).values())
-
-
 @contextmanager
-def runtime_metrics(target: Any, drafter: Any) -> Iterator[dict[str, float]]:
+def runtime_metrics(groups: dict[str, GroupProxy]) -> Iterator[dict[str, float]]:
     """Fills a dict, on exit, with what the Ray runtime counted inside the block (inline: nothing).
 
-    `restarts`: groups recreated after a lost actor; `model_loads`: group loads in this Ray job
-    so far (a sweep that reuses its actors shows the same number at every point);
-    `mem_peak_mb_<role>_<method>`: CUDA peak per call kind; inline on a GPU, `mem_peak_mb_process`:
-    this process's CUDA peak over the block (both models live in it).
+    `groups` are the Ray groups in use by role (`loop_groups`). `restarts`: groups recreated after
+    a lost actor; `model_loads`: group loads in this Ray job so far (a sweep that reuses its actors
+    shows the same number at every point); `mem_peak_mb_<role>_<method>`: CUDA peak per call kind
+    (the pair group's `decode_unit` holds both models and the loop); inline on a GPU,
+    `mem_peak_mb_process`: this process's CUDA peak over the block (both models live in it).
     """
     import torch
 
     from speculab.runtime.proxy import ProxyStats
 
     found: dict[str, float] = {}
-    groups = proxies(target=target, draft=drafter)
     for proxy in groups.values():
         proxy.stats = ProxyStats()
     cuda = not groups and torch.cuda.is_available() and torch.cuda.is_initialized()  # inline models on a GPU

@@ -16,7 +16,9 @@ Faults: when any rank of a group dies, the whole group is torn down and created 
 the calls since the current batch's `prefill` are replayed on it, so the interrupted
 prompts restart from their prompt while finished ones are kept and the engine never
 notices. Replayed calls are deterministic (the drafter reseeds at prefill), so a run with
-a restart produces the same tokens as one without. Each restart is logged and counted.
+a restart produces the same tokens as one without. A pair group (the loop beside the target)
+replays its point's `start_point` and decodes the interrupted unit again (`decode_unit` is
+self-contained and seeded by its unit). Each restart is logged and counted.
 
 Time split: the coordinator's time blocked in a group's calls, less the ranks' own compute
 time for the calls it waited on (clamped at zero per wait), is Ray's share (scheduling,
@@ -40,8 +42,11 @@ log = logging.getLogger(__name__)
 
 # Methods that return nothing: submitted without waiting (an actor runs its calls in order).
 FIRE_AND_FORGET = frozenset({"commit", "retain"})
-# Methods that change no state: not replayed after a restart.
-READ_ONLY = frozenset({"kv_bytes", "hf_generate", "conditions"})
+# Methods whose effects no later call depends on: not replayed after a restart (only resubmitted
+# when it interrupted them). A pair's `decode_unit` starts from its unit's prompts and seed.
+SELF_CONTAINED = frozenset({"kv_bytes", "hf_generate", "conditions", "decode_unit"})
+# Methods that reset a group's state: nothing submitted before them needs replaying.
+RESETS = frozenset({"prefill", "start_point"})
 # Target methods whose value (the features a DFlash drafter needs) stays in Ray for the draft actor.
 SPLIT = frozenset({"prefill", "commit"})
 
@@ -69,7 +74,7 @@ class GroupProxy:
         self.group = group
         self.max_restarts = max_restarts
         self.stats = ProxyStats()
-        self.batch_calls: list[Call] = []  # state-changing calls since the last prefill
+        self.batch_calls: list[Call] = []  # state-changing calls since the last reset (prefill, start_point)
         self.in_flight: list[tuple[str, list[Any]]] = []  # (method, one reference per rank)
 
     def __getattr__(self, method: str) -> Any:
@@ -78,9 +83,9 @@ class GroupProxy:
         return lambda *args, **kwargs: self._call(Call(method, args, kwargs))
 
     def _call(self, call: Call) -> Any:
-        if call.method == "prefill":
-            self.batch_calls = []  # prefill resets the model: nothing before it matters
-        if call.method not in READ_ONLY:
+        if call.method in RESETS:
+            self.batch_calls = []  # nothing before a reset matters
+        if call.method not in SELF_CONTAINED:
             self.batch_calls.append(call)
         value = self._submit(call)
         if call.method in FIRE_AND_FORGET:
@@ -94,7 +99,7 @@ class GroupProxy:
                 self.in_flight = []
                 for c in self.batch_calls:
                     value = self._submit(c)
-                if call.method in READ_ONLY:
+                if call.method in SELF_CONTAINED:
                     value = self._submit(call)
 
     def _submit(self, call: Call) -> Any:

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
@@ -27,9 +27,15 @@ from typing import Any
 import ray
 import torch
 
+from speculab.loop import ModelPair, PairSpec
 from speculab.models import DraftModel, LMSpec, TreeTarget
 
-ROLES: dict[str, type[TreeTarget | DraftModel]] = {"target": TreeTarget, "draft": DraftModel}
+# The role a group's actors hold: one model, or (runtime.loop=target) both models and the decode loop.
+ROLES: dict[str, Callable[[Any], TreeTarget | DraftModel | ModelPair]] = {
+    "target": TreeTarget,
+    "draft": DraftModel,
+    "pair": ModelPair,
+}
 NAMESPACE_PREFIX = "speculab-"
 LEDGER = "speculab-load-ledger"
 # Results every rank reports (summed by the coordinator): each rank holds a slice of the KV heads.
@@ -100,7 +106,7 @@ class ModelHost:
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
-        self.role: TreeTarget | DraftModel | None = None
+        self.role: TreeTarget | DraftModel | ModelPair | None = None
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
@@ -111,7 +117,7 @@ class ModelHost:
     def is_loaded(self) -> bool:
         return self.role is not None
 
-    def load(self, role: str, spec: LMSpec, group: str, address: str, port: int) -> None:
+    def load(self, role: str, spec: LMSpec | PairSpec, group: str, address: str, port: int) -> None:
         """Join the group's world (if several ranks), then load the model; all ranks concurrently."""
         if spec.device == "cuda":
             torch.cuda.set_device(0)  # Ray shows this actor only its own GPU

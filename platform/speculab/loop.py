@@ -1,0 +1,168 @@
+"""The point's decode loop: each timed method on one unit of prompts, beside the models it drives.
+
+`PointLoop` runs the point's methods (its speculative decode and the baselines) one unit at a time
+and times each where it runs. It lives in one of two places, and is the same code in both:
+
+- in this process: `runtime=inline` (its models are the plain roles), or `runtime.loop=driver` on
+  Ray (its models are group proxies, so every model step of a round is a Ray call);
+- in the target's Ray actor (`runtime.loop=target`): `ModelPair` loads the target and the draft in
+  that actor's process and runs the loop there, so a round makes no Ray call and the driver makes
+  one per unit. A round then costs what it costs inline; measured per round in
+  `benchmarks/runtime.py` and end to end in `benchmarks/RESULTS.md`.
+
+Everything a unit's methods need travels as a `PointPlan` of plain values, and each call on a unit
+is self-contained (seeded by the unit, its paired comparison included), so a loop actor that is
+lost and recreated decodes the interrupted unit again from its prompts with the same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
+from speculab.baselines import BaselineResult
+from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
+from speculab.engine import DecodeSettings, Drafter, RunResult, autoregressive, decode
+from speculab.measure import Sample, timed
+from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.models.roles import Conditions, process_conditions
+from speculab.paired import PairedComparison
+from speculab.runtime import cpu_seconds
+
+Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
+METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """What a point decodes and how, in plain values (it travels to the loop's actor)."""
+
+    algorithm: str  # the verifier's name (`speculab.algorithms`)
+    node_rule: str
+    drafter: str  # `drafter.name`
+    tree: str  # tree algorithms: the tree builder (`best_first`, `chain`) ...
+    budget: int  # ... and its node budget
+    compare: tuple[str, ...]  # paired comparison: the verifiers compared with the configured one (empty: none)
+    compare_repeats: int
+    units: tuple[Unit, ...]
+    settings: DecodeSettings
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """One method on one unit: its timing, and on repetition 0 what it decoded."""
+
+    sample: Sample
+    result: RunResult | BaselineResult | None  # None on repetitions other than 0
+    paired: dict[str, torch.Tensor] | None  # speculative, repetition 0, with a comparison: [rounds] per verifier
+
+
+def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
+    """A unit is seeded by its first prompt's index, as among all the prompts, so every repetition
+    decodes the same tokens wherever the loop runs."""
+    return replace(settings, seed=settings.seed + first)
+
+
+def point_drafter(draft_model: Any, plan: PointPlan) -> Drafter:  # a DraftModel or its Ray proxy
+    """The drafter the engine drives: the draft model itself, or its marginals turned into one tree per
+    prompt (tree algorithms) or one drawn path (a marginals drafter under a path verifier)."""
+    if get_algorithm(plan.algorithm).tree_builder:
+        return TreeDrafter(draft_model, tree_builder(plan.tree, plan.budget))
+    if DRAFTERS[plan.drafter].proposes == "marginals":
+        return MarginalPathDrafter(draft_model, torch.Generator())
+    return draft_model
+
+
+class PointLoop:
+    """The point's methods on its units, driving `target` and `draft_model` (roles or Ray proxies)."""
+
+    def __init__(self, target: Any, draft_model: Any, plan: PointPlan) -> None:
+        self.target, self.draft_model, self.plan = target, draft_model, plan
+        self.drafter = point_drafter(draft_model, plan)
+        self.verifier = get_verifier(plan.algorithm, plan.node_rule)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.target, self.draft_model)
+
+    def conditions(self) -> dict[str, Conditions]:
+        """Where each figure is measured: the target's process (transformers' generate runs there too),
+        the draft's, and the loop's own."""
+        return {
+            "target and generate": self.target.conditions(),
+            "draft": self.draft_model.conditions(),
+            "loop": process_conditions(),
+        }
+
+    def paired(self, first: int) -> PairedComparison | None:
+        """The unit's paired comparison (configured verifier first), seeded by the unit like its decode."""
+        p = self.plan
+        if not p.compare:
+            return None
+        verifiers = {p.algorithm: get_verifier(p.algorithm, p.node_rule)}
+        verifiers |= {name: get_verifier(name) for name in p.compare if name != p.algorithm}
+        return PairedComparison(verifiers, p.compare_repeats, p.settings.seed + 1 + first)
+
+    def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
+        """`method` (one of METHODS) on unit `unit`; repetition 0 keeps what it decoded, -1 is a warm-up."""
+        first, prompts = self.plan.units[unit]
+        settings = unit_settings(self.plan.settings, first)
+        paired = self.paired(first) if method == "speculative" and repeat == 0 else None
+        runs: dict[str, Callable[[], RunResult | BaselineResult]] = {
+            "speculative": lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, None, paired),
+            "autoregressive": lambda: autoregressive(self.target, prompts, settings),
+            "generate": lambda: self.target.hf_generate(prompts, settings),  # transformers', in the target's process
+        }
+        if method not in runs:
+            raise ValueError(f"method={method!r}: must be one of {', '.join(METHODS)}")
+        result, wall, cpu = timed(self.cpu, runs[method])
+        if isinstance(result, RunResult):
+            sample = Sample(
+                sum(len(p.tokens) for p in result.prompts), wall - result.paired_s, cpu - result.paired_cpu_s
+            )
+        else:
+            sample = Sample(sum(map(len, result.tokens)), wall, cpu)
+        return UnitResult(sample, result if repeat == 0 else None, paired.units() if paired else None)
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """The target and the draft, loaded together in the loop's actor (`runtime.loop=target`)."""
+
+    target: LMSpec
+    draft: LMSpec
+
+    @property
+    def device(self) -> str:
+        """`cuda` when either model is on the GPU Ray gives the actor."""
+        return "cuda" if "cuda" in (self.target.device, self.draft.device) else "cpu"
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return ()  # the target's features reach the draft inside the actor, never through Ray
+
+
+class ModelPair:
+    """Both models and the current point's loop in one process: the role of the loop's Ray actor."""
+
+    def __init__(self, spec: PairSpec) -> None:
+        self.target, self.draft = TreeTarget(spec.target), DraftModel(spec.draft)
+        self.loop: PointLoop | None = None
+
+    def start_point(self, plan: PointPlan) -> None:
+        """Make `plan` the point the next `decode_unit` calls decode (a sweep reuses the loaded models)."""
+        self.loop = PointLoop(self.target, self.draft, plan)
+
+    def _current(self) -> PointLoop:
+        if self.loop is None:
+            raise RuntimeError("decode_unit before start_point: the loop's actor has no point to decode")
+        return self.loop
+
+    def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
+        return self._current().decode_unit(method, unit, repeat)
+
+    def conditions(self) -> dict[str, Conditions]:
+        return self._current().conditions()

@@ -1,0 +1,140 @@
+"""The decode loop beside the target (`runtime.loop=target`): one Ray actor holds the target, the
+draft and the point's loop; the driver makes one call per unit. Same tokens as inline and as the
+loop in the driver, one process for every figure, and a lost actor costs only its unit's redo."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import pytest
+from transformers import AutoTokenizer
+
+from speculab.config import ConfigError, loop_host, validate
+from speculab.data import encode_prompt, load_prompts
+from speculab.drafting.sampling import SamplingParams
+from speculab.engine import DecodeSettings, RunResult
+from speculab.loop import PairSpec, PointPlan
+from speculab.models import LMSpec
+from speculab.runtime import loop_groups, start_loop
+from speculab.runtime.groups import group_name, pair_bundles
+from support.configs import load
+from support.models import TINY_PAIR
+
+TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
+
+
+def plan(algorithm: str = "block", temperature: float = 1.0, compare: tuple[str, ...] = ()) -> PointPlan:
+    tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
+    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]
+    settings = DecodeSettings(1, 3, SamplingParams(temperature), 24, 1, 5, tokenizer.eos_token_id)
+    units = ((0, prompts[:1]), (1, prompts[1:]))
+    return PointPlan(algorithm, "kseq", "iid", "best_first", 16, compare, 2, units, settings)
+
+
+def tokens(loop: object, method: str, units: int) -> list[list[int]]:
+    found = []
+    for unit in range(units):
+        result = loop.decode_unit(method, unit, 0).result  # type: ignore[attr-defined]
+        assert isinstance(result, RunResult)
+        found += [p.tokens for p in result.prompts]
+    return found
+
+
+def test_auto_puts_the_loop_beside_a_single_actor_target_and_in_the_driver_for_tp() -> None:
+    cfg = load([])
+    assert loop_host(cfg) == "target"
+    cfg.cluster.tp_size = 2
+    assert loop_host(cfg) == "driver"
+    cfg.runtime.kind = "inline"
+    assert loop_host(cfg) == "inline"
+
+
+@pytest.mark.parametrize(
+    ("loop", "tp_size", "message"),
+    [
+        ("beside", 1, "runtime.loop='beside': must be one of auto, target, driver"),
+        ("target", 2, "runtime.loop=target: the loop runs beside a target of one actor"),
+    ],
+)
+def test_a_bad_loop_setting_is_refused_before_anything_starts(loop: str, tp_size: int, message: str) -> None:
+    cfg = load([])
+    cfg.runtime.loop, cfg.cluster.tp_size = loop, tp_size
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+
+
+def test_the_pair_group_has_its_own_name_and_one_bundle() -> None:
+    pair = PairSpec(TARGET, DRAFT)
+    assert group_name("pair", pair, pair_bundles("cpu", 1.0)) != group_name("target", TARGET, [{"CPU": 1.0}])
+    assert pair_bundles("cuda", 2.0) == [{"GPU": 1.0, "CPU": 2.0}]
+    assert PairSpec(TARGET, LMSpec("hf", DRAFT.path, device="cuda")).device == "cuda"
+
+
+@pytest.fixture(scope="module")
+def beside():
+    """The loop beside the target, in this module's Ray session; closed at the end."""
+    import ray
+
+    from speculab.runtime.cleanup import teardown
+
+    loop = start_loop("target", TARGET, DRAFT, plan(), num_cpus=3)  # and, later, the driver loop's two actors
+    yield loop
+    teardown()
+    assert not ray.is_initialized()
+
+
+@pytest.mark.slow
+def test_beside_the_target_decodes_what_inline_and_the_driver_loop_decode(beside) -> None:
+    """T = 1, seeded per unit: the three placements of the loop give the same tokens, for the
+    speculative decode and the autoregressive baseline."""
+    inline = start_loop("inline", TARGET, DRAFT, plan())
+    driver = start_loop("driver", TARGET, DRAFT, plan())
+    for method in ("speculative", "autoregressive"):
+        reference = tokens(inline, method, 2)
+        assert tokens(beside, method, 2) == reference, method
+        assert tokens(driver, method, 2) == reference, method
+    assert set(loop_groups(beside)) == {"pair"} and set(loop_groups(driver)) == {"target", "draft"}
+    assert loop_groups(inline) == {}
+
+
+@pytest.mark.slow
+def test_every_figure_beside_the_target_is_measured_in_the_actor_s_process(beside) -> None:
+    where = beside.conditions()
+    assert set(where) == {"target and generate", "draft", "loop"}
+    assert len({c.pid for c in where.values()}) == 1 and where["loop"].pid != os.getpid()
+    assert where["loop"].torch_threads == 1  # the spec's threads, for both models and the loop
+    before = beside.stats.ray_s
+    done = beside.decode_unit("generate", 0, 0)  # transformers' generate beside the same models
+    assert done.sample.tokens == sum(map(len, done.result.tokens)) > 0
+    assert beside.stats.ray_s >= before
+
+
+@pytest.mark.slow
+def test_a_new_point_reuses_the_loaded_actor_and_brings_its_paired_comparison(beside) -> None:
+    again = start_loop("target", TARGET, DRAFT, plan("token", 0.0, ("token", "block")))
+    assert again.group is beside.group  # the pool's group: loaded once
+    done = again.decode_unit("speculative", 1, 0)
+    assert set(done.paired) == {"token", "block"}
+    assert done.paired["token"].numel() == len(done.result.rounds) > 0
+    assert again.decode_unit("speculative", 1, 3).result is None  # only repetition 0 keeps its tokens
+
+
+@pytest.mark.slow
+def test_a_killed_loop_actor_is_recreated_and_the_unit_decoded_again_unchanged(beside, caplog) -> None:
+    import ray
+
+    loop = start_loop("target", TARGET, DRAFT, plan())
+    clean = tokens(loop, "speculative", 2)
+    victim = loop.group.members[0]
+    killer = threading.Timer(0.2, lambda: ray.kill(victim))  # while the unit decodes (or just before)
+    with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
+        killer.start()
+        time.sleep(0.1)
+        again = tokens(loop, "speculative", 2)
+        killer.join()
+    assert again == clean
+    assert loop.stats.restarts == 1 and "pair group" in caplog.text and "lost an actor" in caplog.text
+    assert loop.group.members[0] != victim
