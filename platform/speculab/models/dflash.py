@@ -34,6 +34,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwe
 from speculab.drafting.sampling import tempered_probs
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
 from speculab.models.rotary import recreate_rotary_buffers
+from speculab.models.slots import SlotLayer
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
@@ -197,7 +198,7 @@ class DFlashLM:
         self.reset(0)
 
     def reset(self, batch_size: int) -> None:
-        self.cache: list[KV] = []
+        self.layers: list[SlotLayer] = []  # per draft layer, its context keys and values (models.slots)
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.peak_bytes = 0
 
@@ -212,9 +213,9 @@ class DFlashLM:
         valid = valid.to(self.device)
         positions = self.context_len[:, None] + (valid.cumsum(dim=1) - 1).clamp(min=0)
         new = self.model.context_kv(features.to(self.device, self.dtype), positions)
-        self.cache = [
-            (torch.cat([k, nk], dim=2), torch.cat([v, nv], dim=2)) for (k, v), (nk, nv) in zip(self.cache, new)
-        ] or new
+        self.layers = self.layers or [SlotLayer() for _ in new]
+        for layer, (keys, values) in zip(self.layers, new):
+            layer.update(keys, values)
         self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)
         self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
         if int(self.context_len.max()) < self.slot_valid.shape[1] * 3 // 4:
@@ -224,8 +225,8 @@ class DFlashLM:
         """Drop holes: each row's valid slots in order, left-padded to the longest row."""
         width = int(self.context_len.max())
         order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices[:, -width:]  # [B, width]
-        index = order[:, None, :, None].expand(-1, self.cache[0][0].shape[1], -1, self.cache[0][0].shape[3])
-        self.cache = [(k.gather(2, index), v.gather(2, index)) for k, v in self.cache]
+        for layer in self.layers:
+            layer.repack(order)
         self.slot_valid = self.slot_valid.gather(1, order)
 
     @torch.inference_mode()
@@ -235,7 +236,7 @@ class DFlashLM:
         tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
         tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=self.device)
         positions = self.context_len[:, None] + torch.arange(S, device=self.device)
-        context = self.cache or self.model.context_kv(
+        context = [(layer.keys, layer.values) for layer in self.layers] or self.model.context_kv(
             torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
         )
         layout = self.model.layout
@@ -243,10 +244,12 @@ class DFlashLM:
         hidden = self.model(block, positions, context, block_allowed(self.slot_valid, S))
         return tempered_probs(draft_logits(hidden[:, 1 : 1 + length], self.head, layout), temperature)
 
+    @torch.inference_mode()
     def retain(self, rows: torch.Tensor) -> None:
         rows = rows.to(self.device)
-        self.cache = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cache]
+        for layer in self.layers:
+            layer.keep_rows(rows)
         self.slot_valid = self.slot_valid.index_select(0, rows)
 
     def kv_bytes(self) -> int:
-        return sum(k.nbytes + v.nbytes for k, v in self.cache)
+        return sum(layer.nbytes for layer in self.layers)

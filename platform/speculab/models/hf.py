@@ -5,7 +5,8 @@ with a validity mask per slot, so prompts of different lengths and different num
 accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, or the K
 paths being drafted) form a forest after the committed slots; one forward pass extends it
 with explicit position ids and a causal mask (chains) or a 4-D additive tree mask, and
-`commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest.
+`commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest. The
+cache is preallocated slots written in place (`models.slots`), never concatenated.
 Given `feature_layers`, it also keeps every forest node's hidden states at those layers
 (transformers' `hidden_states[id + 1]`, concatenated) and `commit` leaves the kept nodes' ones
 in `features`: what a DFlash drafter is conditioned on. Without them nothing is captured.
@@ -19,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.lean import lean_layers, lean_stack, runs_own_layers
+from speculab.models.slots import SlotLayer, slot_cache
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -63,7 +65,7 @@ class TreeLM:
         self.reset(0)
 
     def reset(self, batch_size: int) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers)
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
         self.forest: DraftTree | None = None  # uncommitted nodes, slots [committed, S)
@@ -188,30 +190,27 @@ class TreeLM:
         width = int(self.slot_valid.sum(dim=1).max())
         index = order[:, order.shape[1] - width :]  # [B, width]
         for layer in self._filled_layers():
-            layer.keys, layer.values = _gather_slots(layer.keys, index), _gather_slots(layer.values, index)
+            layer.repack(index)
         self.slot_valid = self.slot_valid.gather(1, index)
         self.committed = width
 
     def _crop(self, slots: int) -> None:
         for layer in self._filled_layers():
-            layer.keys, layer.values = layer.keys[:, :, :slots], layer.values[:, :, :slots]
+            layer.truncate(slots)
 
     def _gather_forest(self, kept: torch.Tensor) -> None:
         """Forest slot j of row b = old forest slot kept[b, j]; only the forest is copied."""
-        end = self.committed + kept.shape[1]
         for layer in self._filled_layers():
-            for cache in (layer.keys, layer.values):
-                cache[:, :, self.committed : end] = _gather_slots(cache[:, :, self.committed :], kept)
-            layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
+            layer.gather_slots(self.committed, kept)
 
+    @torch.inference_mode()
     def retain(self, rows: torch.Tensor) -> None:
         """Keep only batch rows [R] (finished prompts leave the batch)."""
         if self.forest is not None:
             raise RuntimeError("retain() with uncommitted nodes: commit first")
         rows = rows.to(self.device)
         for layer in self._filled_layers():
-            layer.keys = layer.keys.index_select(0, rows)
-            layer.values = layer.values.index_select(0, rows)
+            layer.keep_rows(rows)
         self.slot_valid = self.slot_valid.index_select(0, rows)
 
     def feed(self, rows: list[list[int]]) -> torch.Tensor:
@@ -222,15 +221,11 @@ class TreeLM:
         return logits[:, -1]
 
     def kv_bytes(self) -> int:
-        return sum(layer.keys.nbytes + layer.values.nbytes for layer in self._filled_layers())
+        return sum(layer.nbytes for layer in self._filled_layers())
 
-    def _filled_layers(self) -> list:
-        """Cache layers that hold tensors (layers stay empty until the first forward)."""
-        return [
-            layer
-            for layer in self.cache.layers
-            if (keys := getattr(layer, "keys", None)) is not None and keys.numel() > 0
-        ]
+    def _filled_layers(self) -> list[SlotLayer]:
+        """Cache layers that hold slots (layers stay empty until the first forward)."""
+        return [layer for layer in self.cache.layers if isinstance(layer, SlotLayer) and layer.is_initialized]
 
 
 # slot_valid [B, S + N]: committed slots, then N new chain nodes
@@ -243,11 +238,6 @@ def causal_mask(slot_valid: torch.Tensor, N: int) -> torch.Tensor | None:
     cols = torch.arange(S + N, device=slot_valid.device)
     causal = cols[None, :] <= S + torch.arange(N, device=slot_valid.device)[:, None]  # [N, S + N]
     return (slot_valid[:, None, :] & causal)[:, None]
-
-
-# cache [B, H, S, D], index [B, M] -> [B, H, M, D]
-def _gather_slots(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return cache.gather(2, index[:, None, :, None].expand(-1, cache.shape[1], -1, cache.shape[3]))
 
 
 def _concat_forest(old: DraftTree, new: DraftTree) -> DraftTree:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from transformers import DynamicCache, PretrainedConfig, PreTrainedModel
+    from transformers import Cache, PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def lean_layers(
     cos: torch.Tensor,
     sin: torch.Tensor,
     mask: torch.Tensor | None,
-    cache: DynamicCache,
+    cache: Cache,
     outputs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Every decoder layer over hidden, appending each layer's keys and values to ``cache`` (and

@@ -1,0 +1,69 @@
+"""The slot KV cache (`models.slots`): the same keys and values as transformers' appending cache,
+written in place in buffers allocated once, and the same logits through a model's own modules."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, DynamicLayer
+
+from speculab.models.hf import load_causal_lm
+from speculab.models.slots import SlotLayer, gather_slots, slot_cache
+from support.models import TINY_PAIR
+
+B, H, D = 3, 2, 4
+
+
+def kv(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, H, n, D, generator=g), torch.randn(B, H, n, D, generator=g)
+
+
+def test_updates_equal_appending_and_grow_only_past_capacity() -> None:
+    slots, appended = SlotLayer(capacity=4), DynamicLayer()
+    for step, n in enumerate((3, 1, 2, 5)):  # 3 and 1 fit in 4 slots; 2 more double it to 8, 5 more to 16
+        keys, values = slots.update(*kv(n, step))
+        expected = appended.update(*kv(n, step))
+        assert torch.equal(keys, expected[0]) and torch.equal(values, expected[1])
+        assert slots.get_seq_length() == appended.get_seq_length() == keys.shape[2]
+    assert slots.buffers is not None and slots.buffers[0].shape[2] == 16
+    assert slots.nbytes == 2 * B * H * 11 * D * 4  # the slots in use
+
+
+def test_every_edit_stays_in_the_buffers_allocated_first() -> None:
+    layer = SlotLayer(capacity=16)
+    layer.update(*kv(6, 0))
+    assert layer.buffers is not None
+    pointers = [buffer.data_ptr() for buffer in layer.buffers]
+    before = layer.keys.clone()  # type: ignore[union-attr]
+    layer.update(*kv(4, 1))
+    forest = torch.tensor([[3, 1], [0, 0], [2, 3]])  # per row, forest nodes (after slot 6) to keep
+    layer.gather_slots(6, forest)
+    assert layer.keys is not None and layer.keys.shape[2] == 8
+    kept = gather_slots(kv(4, 1)[0], forest)
+    assert torch.equal(layer.keys[:, :, :6], before) and torch.equal(layer.keys[:, :, 6:], kept)
+    order = torch.tensor([[0, 2, 4, 6], [1, 3, 5, 7], [7, 6, 5, 4]])
+    expected = gather_slots(layer.keys.clone(), order)
+    layer.repack(order)
+    assert torch.equal(layer.keys, expected)
+    layer.keep_rows(torch.tensor([2, 0]))
+    assert torch.equal(layer.keys, expected[[2, 0]])
+    layer.truncate(3)
+    layer.crop(-1)
+    assert layer.get_seq_length() == 2 and torch.equal(layer.keys, expected[[2, 0], :, :2])
+    assert [buffer.data_ptr() for buffer in layer.buffers] == pointers  # no reallocation, ever
+
+
+@torch.inference_mode()
+def test_a_model_s_own_modules_give_the_same_logits_over_slots() -> None:
+    """The tiny target's transformers forward, prompt then two steps, with each cache."""
+    model = load_causal_lm(TINY_PAIR / "target")
+    tokens = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    caches = slot_cache(model.config.num_hidden_layers, capacity=4), DynamicCache(config=model.config)
+    logits = []
+    for cache in caches:
+        steps = [model(input_ids=tokens[:, :7], past_key_values=cache, use_cache=True).logits]
+        for i in (7, 8):
+            steps.append(model(input_ids=tokens[:, i : i + 1], past_key_values=cache, use_cache=True).logits)
+        logits.append(torch.cat(steps, dim=1))
+        assert cache.get_seq_length() == 9
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
