@@ -197,15 +197,18 @@ def main(argv: list[str] | None = None) -> None:
         graph_target = ray.remote(num_cpus=0)(Target).remote(args.vocab, args.nodes)
         compiled, graph = compiled_round(graph_draft, graph_target)
         pair = ray.remote(num_cpus=0)(Pair).remote(args.vocab, length, args.nodes)
-        methods = {
-            "inline (4 calls)": inline_round(Draft(args.vocab, length), Target(args.vocab, args.nodes)),
-            "Ray Core, loop in the driver (4 calls)": core_round(remote_draft, remote_target),
-            "Ray Core, verify beside the target (3 calls)": beside_round(remote_draft, remote_target),
-            "Ray Compiled Graph (1 execution)": compiled,
-            f"loop beside the target (1 call / {args.unit_rounds} rounds)": unit_round(pair, args.unit_rounds),
+        # path -> (one call, the rounds it makes)
+        methods: dict[str, tuple[Callable[[], None], int]] = {
+            "inline (4 calls)": (inline_round(Draft(args.vocab, length), Target(args.vocab, args.nodes)), 1),
+            "Ray Core, loop in the driver (4 calls)": (core_round(remote_draft, remote_target), 1),
+            "Ray Core, verify beside the target (3 calls)": (beside_round(remote_draft, remote_target), 1),
+            "Ray Compiled Graph (1 execution)": (compiled, 1),
+            f"loop beside the target (1 call / {args.unit_rounds} rounds)": (
+                unit_round(pair, args.unit_rounds),
+                args.unit_rounds,
+            ),
         }
-        per_call = {name: 1 for name in methods} | {list(methods)[-1]: args.unit_rounds}
-        for run in methods.values():  # warm-up: actors started, graphs compiled, channels sized
+        for run, _ in methods.values():  # warm-up: actors started, graphs compiled, channels sized
             for _ in range(20):
                 run()
         samples: dict[str, list[float]] = {name: [] for name in methods}
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         for index in range(args.rounds):  # interleaved, rotating order
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
-                samples[name].append(timed(methods[name], per_call[name]))
+                samples[name].append(timed(*methods[name]))
         graph.teardown()
     finally:
         ray.shutdown()

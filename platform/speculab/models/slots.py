@@ -91,8 +91,7 @@ class SlotLayer(DynamicLayer):
         """transformers' crop: a negative count drops that many slots from the end."""
         if tokens_to_remove > 0:
             raise ValueError(f"crop({tokens_to_remove}): pass minus the number of slots to drop")
-        if self.is_initialized:
-            self._set_length(max(self.length + tokens_to_remove, 0))
+        self.truncate(max(self.length + tokens_to_remove, 0))
 
     def truncate(self, slots: int) -> None:
         """Keep the first `slots` slots."""
