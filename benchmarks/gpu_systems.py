@@ -163,7 +163,7 @@ def split_table(target: TreeTarget, drafter: DraftModel, prompts: list[list[int]
         "verifier", "K", "ms / token", "draft", "target", "verify", "other", "tree nodes", title="(d) time split"
     )
     for name, k in (("block", 1), ("gbv", 2), ("gbv", 4)):
-        settings = DecodeSettings(k, 8, SamplingParams(1.0), max_new, 1, 0, None, device=device)
+        settings = DecodeSettings(k, 8, SamplingParams(1.0), max_new, 1, 0, None)
         decode(target, drafter, get_verifier(name), prompts[:1], settings)  # warm-up
         m = summarize(decode(target, drafter, get_verifier(name), prompts, settings))
         shares = (f"{m[f'share_{p}']:.0%}" for p in ("draft", "target", "verify", "other"))
@@ -225,7 +225,7 @@ def autoregressive_table(
         )
 
     def speculab_loop(n: int) -> object:
-        settings = DecodeSettings(1, 0, SamplingParams(0.0), n, 1, 0, None, device=device)
+        settings = DecodeSettings(1, 0, SamplingParams(0.0), n, 1, 0, None)
         return autoregressive(target, [prompt], settings)
 
     rows: list[tuple[str, Callable[[int], object] | None]] = [
@@ -247,7 +247,7 @@ def autoregressive_table(
     return table
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", choices=("llama", "qwen3"), default="llama")
     parser.add_argument("--small", action="store_true", help="CPU-sized shapes in float32 (automatic without a GPU)")
@@ -257,7 +257,7 @@ def main() -> None:
     )
     parser.add_argument("--compile", action="store_true", help="also time generate's static-cache compile on the CPU")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     start = time.perf_counter()
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
