@@ -45,7 +45,9 @@ class OracleMarginals:
         self.gen = torch.Generator()
         self.rows: list[list[int]] = []
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None:
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None, room: int = 0
+    ) -> None:
         self.rows = [context + [root] for context, root in zip(contexts, roots)]
         self.gen.manual_seed(seed)
 

@@ -296,6 +296,15 @@ def draft_length(cfg: Config) -> int:
     return block_length(cfg) or DEFAULT_L
 
 
+def largest_tree(cfg: Config) -> int:
+    """The most nodes a round's draft tree has, root included: a tree algorithm's budget, else K paths
+    of L tokens under one root. It sizes the KV caches (and the memory plan) up front."""
+    from speculab.algorithms import ALGORITHMS
+
+    a = cfg.algorithm
+    return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(cfg) + 1
+
+
 def with_draft_length(cfg: Config) -> Config:
     """``cfg`` with `algorithm.L` set (`draft_length`): what a run records and decodes with."""
     return replace(cfg, algorithm=replace(cfg.algorithm, L=draft_length(cfg)))
@@ -407,7 +416,6 @@ def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint, model: str) -> 
 
 def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     """CPU and GPU counts, TP divisibility and the memory plan (speculab.models.memory), from config.json."""
-    from speculab.algorithms import ALGORITHMS
     from speculab.models.memory import DTYPE_BYTES, Workload, architecture, fit_errors, plan_memory, tp_errors
 
     c = cfg.cluster
@@ -445,9 +453,10 @@ def _cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     errors += tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)")
     if errors or c.num_gpus == 0 or not resolve_device(cfg, cfg.model.device).startswith("cuda"):
         return errors
-    a, s = cfg.algorithm, cfg.sampling
-    tree_nodes = a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(cfg) + 1
-    work = Workload(s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, tree_nodes, DTYPE_BYTES[cfg.model.dtype])
+    s = cfg.sampling
+    work = Workload(
+        s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg), DTYPE_BYTES[cfg.model.dtype]
+    )
     return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
 
 

@@ -28,7 +28,7 @@ Features = Any
 
 
 class TargetModel(Protocol):
-    def prefill(self, contexts: list[list[int]]) -> Features: ...
+    def prefill(self, contexts: list[list[int]], room: int = 0) -> Features: ...  # room: `DecodeSettings.room`
     def score(self, tree: DraftTree, temperature: float) -> torch.Tensor: ...  # p [B, N, V]
     def commit(self, accepted_nodes: torch.Tensor) -> Features: ...  # [B, M]
     def retain(self, rows: torch.Tensor) -> None: ...
@@ -36,7 +36,9 @@ class TargetModel(Protocol):
 
 
 class Drafter(Protocol):
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None) -> None: ...
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None, room: int = 0
+    ) -> None: ...
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal: ...
     def commit(self, emitted: list[list[int]], features: Features = None) -> None: ...
     def retain(self, rows: torch.Tensor) -> None: ...
@@ -57,6 +59,13 @@ class DecodeSettings:
     batch_size: int = 1
     seed: int = 0
     eos_token_id: int | None = None
+    tree_nodes: int = 0  # the most nodes a round's draft tree has, root included (0: not known)
+
+    @property
+    def room(self) -> int:
+        """Cache slots a decode adds to a prompt: its new tokens and its largest draft forest, so that
+        the models' caches are sized once per batch (0 when the tree is not known: they grow instead)."""
+        return self.max_new_tokens + self.tree_nodes if self.tree_nodes else 0
 
 
 @dataclass
@@ -193,13 +202,14 @@ def decode(
     for first in range(0, len(prompts), settings.batch_size):
         batch = records[first : first + settings.batch_size]
         with clock.phase("prefill_target"):
-            features = target.prefill([prompts[r.index][:-1] for r in batch])
+            features = target.prefill([prompts[r.index][:-1] for r in batch], room=settings.room)
         with clock.phase("prefill_draft"):
             drafter.prefill(
                 [prompts[r.index][:-1] for r in batch],
                 [prompts[r.index][-1] for r in batch],
                 settings.seed + first,
                 features=features,
+                room=settings.room,
             )
         carry = None
         while batch:
@@ -307,7 +317,9 @@ class RootOnlyDrafter:
     def __init__(self) -> None:
         self.roots: list[int] = []
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None) -> None:
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None, room: int = 0
+    ) -> None:
         self.roots = list(roots)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
@@ -343,6 +355,5 @@ def autoregressive(
     on_prompt_done: Callable[[PromptRecord], None] | None = None,
 ) -> RunResult:
     """The baseline: one target call per token, same prompts, batching and truncation."""
-    return decode(
-        target, RootOnlyDrafter(), sample_target, prompts, replace(settings, num_paths=1, length=0), on_prompt_done
-    )
+    settings = replace(settings, num_paths=1, length=0, tree_nodes=1)  # a round's tree is its root
+    return decode(target, RootOnlyDrafter(), sample_target, prompts, settings, on_prompt_done)

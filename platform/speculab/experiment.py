@@ -25,6 +25,7 @@ from speculab.config import (
     checkpoint_dir,
     config_warnings,
     draft_length,
+    largest_tree,
     locate,
     loop_host,
     resolve_device,
@@ -113,6 +114,7 @@ def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
         batch_size=s.batch_size,
         seed=s.seed,
         eos_token_id=eos_token_id,
+        tree_nodes=largest_tree(cfg),
     )
 
 

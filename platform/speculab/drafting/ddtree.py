@@ -40,7 +40,9 @@ class Marginals:
 
 
 class MarginalSource(Protocol):
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None: ...
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None, room: int = 0
+    ) -> None: ...
     def marginals(self, length: int, temperature: float) -> Marginals: ...
     def commit(self, emitted: list[list[int]], features: Any = None) -> None: ...
     def retain(self, rows: torch.Tensor) -> None: ...
@@ -79,8 +81,10 @@ class MarginalDrafter:
     def __init__(self, source: MarginalSource) -> None:
         self.source = source
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None:
-        self.source.prefill(contexts, roots, seed, features=features)
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None, room: int = 0
+    ) -> None:
+        self.source.prefill(contexts, roots, seed, features=features, room=room)
 
     def commit(self, emitted: list[list[int]], features: Any = None) -> None:
         self.source.commit(emitted, features=features)
@@ -114,9 +118,11 @@ class MarginalPathDrafter(MarginalDrafter):
         super().__init__(source)
         self.rng = rng
 
-    def prefill(self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None) -> None:
+    def prefill(
+        self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None, room: int = 0
+    ) -> None:
         self.rng.manual_seed(seed)
-        super().prefill(contexts, roots, seed, features)
+        super().prefill(contexts, roots, seed, features, room)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
         m = self.source.marginals(length, sampling.temperature)  # one-hot at T = 0

@@ -20,6 +20,7 @@ import torch
 
 from speculab.drafting.sampling import tempered_probs
 from speculab.models.hf import TreeLM, load_causal_lm
+from speculab.models.slots import DEFAULT_CAPACITY
 
 
 def read_block_spec(path: str | Path) -> dict[str, int]:
@@ -55,8 +56,8 @@ class BlockLM:
     def peak_bytes(self) -> int:
         return self.tree_lm.peak_bytes
 
-    def reset(self, batch_size: int) -> None:
-        self.tree_lm.reset(batch_size)
+    def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.tree_lm.reset(batch_size, capacity)
         self.held = [[] for _ in range(batch_size)]
 
     def feed(self, rows: list[list[int]]) -> torch.Tensor:

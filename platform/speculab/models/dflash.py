@@ -34,7 +34,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwe
 from speculab.drafting.sampling import tempered_probs
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
 from speculab.models.rotary import recreate_rotary_buffers
-from speculab.models.slots import SlotLayer
+from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
@@ -197,7 +197,9 @@ class DFlashLM:
         self.device, self.dtype = torch.device(device), torch_dtype
         self.reset(0)
 
-    def reset(self, batch_size: int) -> None:
+    def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
+        """No context yet for batch_size rows, with room for `capacity` context slots per row."""
+        self.capacity = capacity
         self.layers: list[SlotLayer] = []  # per draft layer, its context keys and values (models.slots)
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.peak_bytes = 0
@@ -211,9 +213,11 @@ class DFlashLM:
     def absorb(self, features: torch.Tensor, valid: torch.Tensor) -> None:
         """Append the context keys/values of features [B, T, n * hidden] at valid [B, T] slots."""
         valid = valid.to(self.device)
+        if self.slot_valid.shape[1] + valid.shape[1] > self.capacity:
+            self._repack()  # holes out before the buffers would have to grow
         positions = self.context_len[:, None] + (valid.cumsum(dim=1) - 1).clamp(min=0)
         new = self.model.context_kv(features.to(self.device, self.dtype), positions)
-        self.layers = self.layers or [SlotLayer() for _ in new]
+        self.layers = self.layers or [SlotLayer(self.capacity) for _ in new]
         for layer, (keys, values) in zip(self.layers, new):
             layer.update(keys, values)
         self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)

@@ -6,7 +6,9 @@ accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, 
 paths being drafted) form a forest after the committed slots; one forward pass extends it
 with explicit position ids and a causal mask (chains) or a 4-D additive tree mask, and
 `commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest. The
-cache is preallocated slots written in place (`models.slots`), never concatenated.
+cache is preallocated slots written in place (`models.slots`), never concatenated: `reset` takes
+the capacity of the batch's workload, and a forward that would pass it first repacks the holes
+away, so a cache sized by `workload_capacity` keeps its buffers for the whole batch.
 Given `feature_layers`, it also keeps every forest node's hidden states at those layers
 (transformers' `hidden_states[id + 1]`, concatenated) and `commit` leaves the kept nodes' ones
 in `features`: what a DFlash drafter is conditioned on. Without them nothing is captured.
@@ -25,7 +27,7 @@ from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.lean import lean_layers, lean_stack, runs_own_layers
-from speculab.models.slots import SlotLayer, slot_cache
+from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer, slot_cache
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -64,8 +66,10 @@ class TreeLM:
         self.feature_layers = feature_layers
         self.reset(0)
 
-    def reset(self, batch_size: int) -> None:
-        self.cache = slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers)
+    def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
+        """An empty cache for batch_size rows, with room for `capacity` slots per row."""
+        self.capacity = capacity
+        self.cache = slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers, capacity)
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
         self.forest: DraftTree | None = None  # uncommitted nodes, slots [committed, S)
@@ -92,6 +96,8 @@ class TreeLM:
         """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V],
         or [B, 1, V] at the last column with last_only (right-aligned rows: each row's last)."""
         nodes = nodes.to(self.device)
+        if self.slot_valid.shape[1] + nodes.tokens.shape[1] > self.capacity:
+            self._repack()  # holes out before the buffers would have to grow
         forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
         slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)  # [B, S + N]
         N = nodes.tokens.shape[1]
@@ -185,10 +191,14 @@ class TreeLM:
         self.commit(torch.arange(F, device=self.device).expand(self.slot_valid.shape[0], F))
 
     def _repack(self) -> None:
-        """Drop holes: each row's valid slots in order, left-padded to the longest row."""
-        order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices
-        width = int(self.slot_valid.sum(dim=1).max())
-        index = order[:, order.shape[1] - width :]  # [B, width]
+        """Drop the committed slots' holes: each row's valid ones in order, left-padded to the longest
+        row; the forest's slots follow unchanged (its nodes index each other, not slots)."""
+        committed = self.slot_valid[:, : self.committed]
+        order = torch.sort(committed.to(torch.int8), dim=1, stable=True).indices
+        width = int(committed.sum(dim=1).max())
+        B, S = self.slot_valid.shape
+        forest = torch.arange(self.committed, S, device=self.device).expand(B, -1)
+        index = torch.cat([order[:, order.shape[1] - width :], forest], dim=1)  # [B, width + F]
         for layer in self._filled_layers():
             layer.repack(index)
         self.slot_valid = self.slot_valid.gather(1, index)

@@ -21,6 +21,7 @@ from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
+from speculab.models.slots import workload_capacity
 
 if TYPE_CHECKING:
     from speculab.baselines import BaselineResult
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 class DecoderLM(Protocol):
-    def reset(self, batch_size: int) -> None: ...
+    def reset(self, batch_size: int, capacity: int) -> None: ...  # capacity: slots per row (models.slots)
     def feed(self, rows: list[list[int]]) -> torch.Tensor: ...  # logits [B, V]
     def extend(self, nodes: DraftTree) -> torch.Tensor: ...  # logits [B, N, V]
     def commit(self, keep: torch.Tensor) -> None: ...  # keep [B, M]
@@ -111,10 +112,11 @@ class TreeTarget:
         assert not hasattr(lm, "block_marginals"), "a block drafter cannot score trees"
         self.lm = lm
 
-    def prefill(self, contexts: list[list[int]]) -> torch.Tensor | None:
-        """Process each prompt but its last token (the first round's root); the features of those
-        tokens [B, T, n * hidden] (right-aligned like the contexts), or None without feature layers."""
-        self.lm.reset(len(contexts))
+    def prefill(self, contexts: list[list[int]], room: int = 0) -> torch.Tensor | None:
+        """Process each prompt but its last token (the first round's root), in a cache with `room`
+        slots beyond the widest (`workload_capacity`); the features of those tokens [B, T, n * hidden]
+        (right-aligned like the contexts), or None without feature layers."""
+        self.lm.reset(len(contexts), workload_capacity(contexts, room))
         if not any(contexts):
             return None
         self.lm.feed(contexts)
@@ -180,11 +182,17 @@ class DraftModel:
         self.rng = torch.Generator(device=spec.device)
 
     def prefill(
-        self, contexts: list[list[int]], roots: list[int], seed: int, features: torch.Tensor | None = None
+        self,
+        contexts: list[list[int]],
+        roots: list[int],
+        seed: int,
+        features: torch.Tensor | None = None,
+        room: int = 0,
     ) -> None:
         """Process each prompt but its last token (or the target's features of them, right-aligned
-        [B, T, n * hidden]); the roots wait for the first proposal."""
-        self.lm.reset(len(contexts))
+        [B, T, n * hidden]) in a cache with `room` slots beyond the widest; the roots wait for the
+        first proposal."""
+        self.lm.reset(len(contexts), workload_capacity(contexts, room))
         self.rng.manual_seed(seed)
         self.pending = [[root] for root in roots]
         self.pending_features = None

@@ -8,7 +8,7 @@ views [:, :, :S + N] as `keys` and `values`. What `TreeLM` does to a cache betwe
 in place too: keeping a prefix (`truncate`) only moves the length; keeping other forest nodes
 (`gather_slots`), dropping holes (`repack`) and dropping finished rows (`keep_rows`) gather
 into the same buffers. A buffer grows (doubling, one copy) only when a forward would pass its
-capacity, so a capacity set from the workload never reallocates.
+capacity, so a capacity set from the workload (`workload_capacity`) never reallocates.
 
 It is a transformers `Cache` of `DynamicLayer` subclasses, so a model's own modules (other
 architectures, a tensor-parallel target, the block drafter) update it through the same
@@ -21,6 +21,14 @@ import torch
 from transformers import Cache, DynamicLayer
 
 DEFAULT_CAPACITY = 256  # slots a layer starts with when the caller does not know its workload
+
+
+def workload_capacity(contexts: list[list[int]], room: int) -> int:
+    """Slots a batch's cache needs so that it never grows: the widest context, then `room`, what a
+    decode adds to it (its new tokens and its largest draft forest; 0: not known, and the cache
+    then starts with DEFAULT_CAPACITY more and grows past it). Holes left by rows that accepted
+    fewer tokens than others are repacked away when they would push a forward past it."""
+    return max((len(c) for c in contexts), default=0) + (room or DEFAULT_CAPACITY)
 
 
 # cache [B, H, S, D], index [B, M] -> [B, H, M, D]

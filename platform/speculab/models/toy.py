@@ -20,8 +20,8 @@ class BigramLM:
         self.batch = 0
         self.peak_bytes = 0  # no KV cache
 
-    def reset(self, batch_size: int) -> None:
-        self.batch = batch_size
+    def reset(self, batch_size: int, capacity: int = 0) -> None:
+        self.batch = batch_size  # a bigram table keeps no cache: nothing to size
 
     def feed(self, rows: list[list[int]]) -> torch.Tensor:
         """logits [B, V] after each row's last token (an empty row reads row 0: unused)."""
