@@ -5,19 +5,31 @@ downloads, no checkpoint written.
     python benchmarks/gpu_systems.py --arch qwen3   # Qwen3-8B and Qwen3-0.6B shapes
     python benchmarks/gpu_systems.py --small        # CPU-sized shapes in float32 (automatic without a GPU)
 
-Four tables, printed as they are measured (the slowest, with torch.compile, last):
+Tables, printed as they are measured (the slowest, with torch.compile, last). "captured" is
+speculab's default on a GPU: passes of up to 256 nodes replayed from CUDA graphs
+(`models.static_pass`); on the CPU the same fixed-shape passes run eagerly ("fixed shapes").
 (b) one target pass of speculab's TreeLM over a random tree of 1..1024 nodes after 1024 and
-    4096 context tokens, with the KV cache it holds;
-(d) the engine's own decode loop (block K=1, GBV K=2 and 4, L=8, T=1): ms per token and the
-    share of wall time in draft, target, verification and the rest, per round;
+    4096 context tokens, eager and captured, as a ratio to the 1-node pass (the issue's limits:
+    16 nodes 1.1x, 64 1.25x, 256 1.8x) and against the FLOP roofline (2 x parameters x nodes
+    over the matmul rate measured in this run), with the KV cache it holds;
+(e) one draft step (the 0.6B-shaped draft over 1 and 4 nodes after 512 context, eager and
+    captured; limit 1.5 ms) and one DFlash block pass (16 tokens, the published Qwen3-8B
+    drafter's shape, eager; limit 1.5 ms);
+(d) the engine's own decode loop (block K=1, GBV K=2 and 4, L=8, T=1), eager and captured: ms
+    per token, the share of wall time in draft, target, verification and the rest, and the
+    rest per round (the loop's own overhead; limit 0.3 ms);
 (c) ms per call of every registered path verifier at K = 1, 4, 8 (multi-path verifiers) and
     L = 4, 16 for the target's vocabulary and the other preset one (128256, 151936), batch 1,
     beside the time of reading p and q once at the bandwidth measured in this run;
 (a) autoregressive decoding at batch 1 after a 512-token prompt: ms per token (decode steps
     only: (time for N tokens - time for 1) / (N - 1)) of transformers' `generate` eager with its
     dynamic cache, `generate` with a static cache and its torch.compile, and speculab's
-    autoregressive loop, each over the memory roofline: (weight bytes + the mean KV bytes a
-    step reads) / the bandwidth of a device-to-device copy measured in this run.
+    autoregressive loop, eager and captured, each over the memory roofline: (weight bytes + the
+    mean KV bytes a step reads) / the bandwidth of a device-to-device copy measured in this run;
+(p) a projection: from the measured costs of a DFlash round (block pass, DDTree build, target
+    pass over the tree, verification, the loop's rest), the speedup over speculab's captured
+    autoregressive loop at acceptance lengths tau = 2..10, beside the DDTree paper's Qwen3-8B
+    HumanEval T = 0 points (DFlash tau 6.61 at 4.84x, DDTree tau 9.67 at 6.90x).
 Random weights make the draft disagree with the target, so few tokens are accepted: times per
 pass and per round mean something, block efficiency does not. On a GPU every time comes from
 CUDA events around the call after a warm-up; on the CPU from the host clock.
@@ -27,8 +39,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -37,11 +51,18 @@ from transformers import AutoModelForCausalLM, CompileConfig, LlamaConfig, PreTr
 from transformers.utils import logging as hf_logging
 from verify import batched_call, random_inputs
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # random_dflash_pair: the DFlash shapes
+
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.drafting.best_first import best_first, chain_tree
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
 from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.models.dflash import DFlashDraft, block_allowed, draft_logits
+from speculab.models.hf import TreeLM
+from speculab.models.rotary import recreate_rotary_buffers
+from speculab.models.static_pass import BUCKETS
 from speculab.tracking.metrics import summarize
 
 # (target, draft, vocab): Llama-3-8B with a 0.6B-class Llama draft; Qwen3-8B with Qwen3-0.6B; CPU-sized ones.
@@ -131,44 +152,166 @@ def random_tree(num_nodes: int, vocab: int, gen: torch.Generator, device: str) -
     )
 
 
+def matmul_tflops(device: str, dtype: torch.dtype, repeats: int) -> float:
+    """TFLOP/s of one large square matmul in `dtype`: the FLOP roofline measured in this run."""
+    n = 8192 if device == "cuda" else 1024
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    return 2 * n**3 / elapsed_ms(lambda: a @ b, device, repeats) / 1e9
+
+
+def pass_ms(lm: TreeLM, nodes: DraftTree, device: str, repeats: int) -> float:
+    """One pass over `nodes` after the committed context, dropped again so that every pass sees the same context."""
+    none_kept = torch.empty(1, 0, dtype=torch.long, device=device)
+
+    def one_pass() -> None:
+        lm.extend(nodes)
+        lm.commit(none_kept)
+
+    return elapsed_ms(one_pass, device, repeats)
+
+
+STEP_LIMITS = {16: 1.1, 64: 1.25, 256: 1.8}  # issue 27: a tree pass over its 1-node pass
+
+
 def tree_pass_table(
-    target: TreeTarget, vocab: int, contexts: tuple[int, ...], sizes: tuple[int, ...], device: str, repeats: int
-) -> Table:
-    """(b): one target pass over a tree after each context length."""
+    targets: dict[str, TreeTarget],
+    vocab: int,
+    contexts: tuple[int, ...],
+    sizes: tuple[int, ...],
+    device: str,
+    repeats: int,
+    flop_rate: float,
+    params: int,
+) -> tuple[Table, dict[int, float]]:
+    """(b): one target pass over a tree after each context length, eager and captured; also the
+    captured ms per size after the first context (for the projection)."""
+    names = list(targets)
     table = Table(
-        "context", "tree nodes", "target pass ms", "ms / node", "KV MB (context + tree)", title="(b) tree pass"
+        "context",
+        "tree nodes",
+        *(f"{name} ms" for name in names),
+        f"{names[-1]} / 1 node",
+        "limit",
+        "x FLOP roofline",
+        "KV MB (context + tree)",
+        title=f"(b) tree pass ({names[-1]} up to {BUCKETS[-1]} nodes, eager past them)",
     )
     gen = torch.Generator().manual_seed(0)
-    none_kept = torch.empty(1, 0, dtype=torch.long, device=device)
+    first: dict[int, float] = {}
     for context in contexts:
-        target.prefill([torch.randint(0, vocab, (context,), generator=gen).tolist()])
+        prompt = torch.randint(0, vocab, (context,), generator=gen).tolist()
+        for target in targets.values():
+            target.prefill([prompt], room=max(sizes))
+        one_node = 0.0
         for n in sizes:
             tree = random_tree(n, vocab, gen, device)
+            ms = [pass_ms(target.lm, tree, device, repeats) for target in targets.values()]
+            one_node = one_node or ms[-1]
+            first.setdefault(n, ms[-1])
+            lm = targets[names[0]].lm
+            lm.extend(tree)
+            kv_mb = lm.kv_bytes() / 2**20
+            lm.commit(torch.empty(1, 0, dtype=torch.long, device=device))
+            flop_ms = 2 * params * n / flop_rate / 1e9
+            table.add_row(
+                str(context),
+                str(n),
+                *(f"{m:.2f}" for m in ms),
+                f"{ms[-1] / one_node:.2f}",
+                f"{STEP_LIMITS[n]:.2f}" if n in STEP_LIMITS else "",
+                f"{ms[-1] / flop_ms:.2f}",
+                f"{kv_mb:.1f}",
+            )
+    return table, first
 
-            def one_pass() -> None:
-                target.lm.extend(tree)
-                target.lm.commit(none_kept)  # drop the tree: the next pass sees the same context
 
-            ms = elapsed_ms(one_pass, device, repeats)
-            target.lm.extend(tree)
-            kv_mb = target.lm.kv_bytes() / 2**20
-            target.lm.commit(none_kept)
-            table.add_row(str(context), str(n), f"{ms:.2f}", f"{ms / n:.3f}", f"{kv_mb:.1f}")
+def draft_step_table(
+    drafts: dict[str, DraftModel], vocab: int, context: int, device: str, repeats: int, block_ms: float
+) -> Table:
+    """(e): one draft step (1 or 4 nodes: K = 1 or 4 paths) after `context` tokens, eager and captured,
+    and one DFlash block pass."""
+    table = Table("pass", *(f"{name} ms" for name in drafts), "limit ms", title="(e) draft passes, batch 1")
+    gen = torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, vocab, (context,), generator=gen).tolist()
+    for draft in drafts.values():
+        draft.prefill([prompt[:-1]], [prompt[-1]], 0, room=8)
+    for k in (1, 4):
+        step = DraftTree(
+            torch.randint(0, vocab, (1, k), generator=gen).to(device),
+            torch.full((1, k), -1, device=device),
+            torch.zeros(1, k, dtype=torch.long, device=device),
+            torch.ones(1, k, dtype=torch.bool, device=device),
+        )
+        ms = [pass_ms(draft.lm, step, device, repeats) for draft in drafts.values()]
+        table.add_row(f"draft step, {k} node(s) after {context}", *(f"{m:.3f}" for m in ms), "1.5")
+    table.add_row(f"DFlash block pass, 16 tokens after {context}", *(f"{block_ms:.3f}" for _ in drafts), "1.5")
     return table
 
 
-def split_table(target: TreeTarget, drafter: DraftModel, prompts: list[list[int]], max_new: int, device: str) -> Table:
-    """(d): the engine's time split per round."""
+def dflash_block_ms(small: bool, device: str, dtype: torch.dtype, context: int, repeats: int) -> float:
+    """One DFlash block pass in the published Qwen3-8B drafter's shape (tools/random_dflash_pair.py), random
+    weights: the drafter's layers over a 16-token block after `context` absorbed features, then the
+    target's lm_head and a softmax over the 15 drafted positions (eager: not captured)."""
+    from random_dflash_pair import SHAPES, draft_config
+
+    config = Qwen3Config.from_dict(draft_config(SHAPES["small" if small else "8b"]))
+    torch.manual_seed(3)
+    with torch.device(device):
+        model = DFlashDraft(config).to(dtype).eval()
+    recreate_rotary_buffers(model, device)
+    hidden, block = config.hidden_size, 16
+    head = 0.02 * torch.randn(config.vocab_size, hidden, device=device, dtype=dtype)
+    features = torch.randn(1, context, len(model.layer_ids) * hidden, device=device, dtype=dtype)
+    with torch.inference_mode():
+        kv = model.context_kv(features, torch.arange(context, device=device)[None])
+        tokens = torch.randn(1, block, hidden, device=device, dtype=dtype)
+        positions = context + torch.arange(block, device=device)[None]
+        allowed = block_allowed(torch.ones(1, context, dtype=torch.bool, device=device), block)
+
+        def one_pass() -> torch.Tensor:
+            out = model(tokens, positions, kv, allowed)
+            return torch.softmax(draft_logits(out[:, 1:], head, model.layout).float(), dim=-1)
+
+        return elapsed_ms(one_pass, device, repeats)
+
+
+def split_table(
+    variants: dict[str, tuple[TreeTarget, DraftModel]], prompts: list[list[int]], max_new: int
+) -> tuple[Table, float]:
+    """(d): the engine's time split per round, eager and captured; also the captured loop's rest per round."""
     table = Table(
-        "verifier", "K", "ms / token", "draft", "target", "verify", "other", "tree nodes", title="(d) time split"
+        "passes",
+        "verifier",
+        "K",
+        "ms / token",
+        "draft",
+        "target",
+        "verify",
+        "other",
+        "other ms / round",
+        "tree nodes",
+        title="(d) time split (other: the loop's own overhead; limit 0.3 ms a round)",
     )
-    for name, k in (("block", 1), ("gbv", 2), ("gbv", 4)):
-        settings = DecodeSettings(k, 8, SamplingParams(1.0), max_new, 1, 0, None)
-        decode(target, drafter, get_verifier(name), prompts[:1], settings)  # warm-up
-        m = summarize(decode(target, drafter, get_verifier(name), prompts, settings))
-        shares = (f"{m[f'share_{p}']:.0%}" for p in ("draft", "target", "verify", "other"))
-        table.add_row(name, str(k), f"{m['ms_per_token']:.2f}", *shares, f"{m['tree_nodes_mean']:.1f}")
-    return table
+    block_other_ms = 0.0  # the last variant's (captured), block verifier
+    for passes, (target, drafter) in variants.items():
+        for name, k in (("block", 1), ("gbv", 2), ("gbv", 4)):
+            settings = DecodeSettings(k, 8, SamplingParams(1.0), max_new, 1, 0, None, tree_nodes=8 * k + 1)
+            decode(target, drafter, get_verifier(name), prompts[:1], settings)  # warm-up (and capture)
+            run = decode(target, drafter, get_verifier(name), prompts, settings)
+            m = summarize(run)
+            other_ms = 1e3 * sum(r.time_other_s for r in run.rounds) / len(run.rounds)
+            block_other_ms = other_ms if name == "block" else block_other_ms
+            shares = (f"{m[f'share_{p}']:.0%}" for p in ("draft", "target", "verify", "other"))
+            table.add_row(
+                passes,
+                name,
+                str(k),
+                f"{m['ms_per_token']:.2f}",
+                *shares,
+                f"{other_ms:.3f}",
+                f"{m['tree_nodes_mean']:.1f}",
+            )
+    return table, block_other_ms
 
 
 def verifier_table(vocabs: tuple[int, ...], device: str, bandwidth: float, repeats: int) -> Table:
@@ -199,15 +342,16 @@ def step_ms(run: Callable[[int], object], device: str, max_new: int, repeats: in
 
 def autoregressive_table(
     model: PreTrainedModel,
-    target: TreeTarget,
+    targets: dict[str, TreeTarget],
     prompt: list[int],
     max_new: int,
     device: str,
     bandwidth: float,
     compile_: bool,
     repeats: int,
-) -> Table:
-    """(a): ms per token of the autoregressive loops, over the memory roofline."""
+) -> tuple[Table, float]:
+    """(a): ms per token of the autoregressive loops, over the memory roofline; also the captured
+    speculab loop's ms per token (the projection's baseline)."""
     ids = torch.tensor([prompt], device=device)
     mean_context = len(prompt) + max_new / 2
     roofline_ms = (weight_bytes(model) + kv_bytes_per_token(model) * mean_context) / bandwidth / 1e6
@@ -224,18 +368,22 @@ def autoregressive_table(
             ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, **extra
         )
 
-    def speculab_loop(n: int) -> object:
-        settings = DecodeSettings(1, 0, SamplingParams(0.0), n, 1, 0, None)
-        return autoregressive(target, [prompt], settings)
+    def speculab_loop(target: TreeTarget) -> Callable[[int], object]:
+        return lambda n: autoregressive(target, [prompt], DecodeSettings(1, 0, SamplingParams(0.0), n, 1, 0, None))
 
     rows: list[tuple[str, Callable[[int], object] | None]] = [
         ("transformers generate, eager, dynamic cache", hf(False)),
         ("transformers generate, static cache + torch.compile", hf(True) if compile_ else None),
-        ("speculab autoregressive loop", speculab_loop),
+        *((f"speculab autoregressive loop, {passes}", speculab_loop(t)) for passes, t in targets.items()),
     ]
     table = Table(
-        "loop", "ms / token", "x roofline", title=f"(a) autoregressive decoding, {len(prompt)}-token prompt, batch 1"
+        "loop",
+        "ms / token",
+        "x roofline",
+        title=f"(a) autoregressive decoding, {len(prompt)}-token prompt, batch 1 (limit: speculab's captured loop "
+        "at most generate's static + compile and 1.35x the roofline)",
     )
+    ms = 0.0
     with torch.inference_mode():
         for name, run in rows:
             if run is None:
@@ -244,7 +392,76 @@ def autoregressive_table(
             ms = step_ms(run, device, max_new, repeats)
             table.add_row(name, f"{ms:.2f}", f"{ms / roofline_ms:.2f}")
     table.add_row("memory roofline (weights + mean KV per step / measured bandwidth)", f"{roofline_ms:.2f}", "1.00")
+    return table, ms  # the last row: speculab's captured loop
+
+
+# The DDTree paper's Qwen3-8B HumanEval T = 0 points: (method, tau, speedup over its autoregressive baseline).
+PAPER_POINTS = (("DFlash (chain of 16)", 6.61, 4.84), ("DDTree", 9.67, 6.90))
+
+
+def projection_table(
+    ar_ms: float,
+    block_ms: float,
+    tree_ms: dict[int, float],
+    build_ms: dict[int, float],
+    other_ms: float,
+    verify_ms: dict[int, float],
+) -> Table:
+    """(p): speedup over speculab's captured autoregressive loop at acceptance length tau (tokens a
+    round emits): tau x (ms per autoregressive token) / (ms per round), a round being the DFlash
+    block pass, the tree build, the target pass over the tree, its verification and the loop's rest."""
+    taus = (2, 4, 6, 8, 10)
+    table = Table(
+        "method",
+        "round ms",
+        *(f"tau {t}" for t in taus),
+        "paper tau",
+        "projected",
+        "paper",
+        "projected / paper",
+        title="(p) projected speedup over speculab's captured autoregressive loop (limit: 90% of the paper's)",
+    )
+    rounds = {"DFlash (chain of 16)": 16, "DDTree, B = 256": 256, "DDTree, B = 512": 512}
+    for method, nodes in rounds.items():
+        if nodes not in tree_ms:  # the CPU-sized run stops at 256 nodes
+            continue
+        build = build_ms.get(nodes, 0.0) if method.startswith("DDTree") else 0.0
+        round_ms = block_ms + build + tree_ms[nodes] + verify_ms[nodes] + other_ms
+        paper = next(point for point in PAPER_POINTS if method.startswith(point[0].split(" ")[0]))
+        projected = paper[1] * ar_ms / round_ms
+        table.add_row(
+            method,
+            f"{round_ms:.2f}",
+            *(f"{t * ar_ms / round_ms:.2f}x" for t in taus),
+            f"{paper[1]:.2f}",
+            f"{projected:.2f}x",
+            f"{paper[2]:.2f}x",
+            f"{projected / paper[2]:.0%}",
+        )
     return table
+
+
+def tree_costs(
+    vocab: int, device: str, repeats: int, sizes: tuple[int, ...]
+) -> tuple[dict[int, float], dict[int, float]]:
+    """(DDTree build ms, verification ms) per node count: best-first trees from random 15-position
+    marginals on `device` (16 nodes: the chain of argmaxes), verified at T = 0 against one-hot
+    target probabilities."""
+    gen = torch.Generator().manual_seed(7)
+    q = torch.softmax(4 * torch.randn(1, 15, vocab, generator=gen), dim=-1).to(device)
+    root = torch.zeros(1, dtype=torch.long, device=device)
+    verifier = get_verifier("ddtree")
+    build, verify = {}, {}
+    for n in sizes:
+        build[n] = elapsed_ms(lambda n=n: best_first(q, root, n - 1), device, repeats)  # n nodes: budget n - 1
+        tree = best_first(q, root, n - 1) if n > 16 else chain_tree(q, root)  # 16 nodes: the chain of a block
+        p = (
+            torch.nn.functional.one_hot(torch.randint(0, vocab, tree.tokens.shape, generator=gen), vocab)
+            .float()
+            .to(device)
+        )
+        verify[n] = elapsed_ms(lambda tree=tree, p=p: verifier(tree, p, rng=gen), device, repeats)
+    return build, verify
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -274,9 +491,12 @@ def main(argv: list[str] | None = None) -> None:
 
     model = random_model(arch, target_shape, vocab, dtype, device, seed=1)
     draft = random_model(arch, draft_shape, vocab, dtype, device, seed=2)
-    target = TreeTarget(LMSpec("hf", model=model, device=device))
-    drafter = DraftModel(LMSpec("hf", model=draft, device=device))
+    captured = "captured" if device == "cuda" else "fixed shapes"
+    passes = {"eager": "eager", captured: "graphs" if device == "cuda" else "static"}
+    targets = {name: TreeTarget(LMSpec("hf", model=model, device=device, passes=p)) for name, p in passes.items()}
+    drafts = {name: DraftModel(LMSpec("hf", model=draft, device=device, passes=p)) for name, p in passes.items()}
     bandwidth = bandwidth_gbs(device, args.repeats)
+    flop_rate = matmul_tflops(device, dtype, args.repeats)
     where = (
         f"{torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
         if device == "cuda"
@@ -285,16 +505,26 @@ def main(argv: list[str] | None = None) -> None:
     console.print(
         f"{where}; torch {torch.__version__}; {dtype}; {arch} shapes: target {weight_bytes(model) / 1e9:.2f} GB "
         f"{target_shape}, draft {weight_bytes(draft) / 1e9:.3f} GB {draft_shape}, vocab {vocab}; "
-        f"copy bandwidth {bandwidth:.0f} GB/s; models built in {time.perf_counter() - start:.0f} s"
+        f"copy bandwidth {bandwidth:.0f} GB/s, matmul {flop_rate:.1f} TFLOP/s; "
+        f"models built in {time.perf_counter() - start:.0f} s"
     )
     gen = torch.Generator().manual_seed(0)
-    console.print(tree_pass_table(target, vocab, contexts, sizes, device, args.repeats))
+    params = sum(p.numel() for p in model.parameters())
+    table, tree_ms = tree_pass_table(targets, vocab, contexts, sizes, device, args.repeats, flop_rate, params)
+    console.print(table)
+    block_ms = dflash_block_ms(small, device, dtype, contexts[0] // 2, args.repeats)
+    console.print(draft_step_table(drafts, vocab, contexts[0] // 2, device, args.repeats, block_ms))
     prompts = [torch.randint(0, vocab, (contexts[0],), generator=gen).tolist() for _ in range(2)]
-    console.print(split_table(target, drafter, prompts, max_new, device))
+    table, other_ms = split_table({name: (targets[name], drafts[name]) for name in passes}, prompts, max_new)
+    console.print(table)
     console.print(verifier_table((vocab,) if small else VOCABS, device, bandwidth, args.repeats))
     prompt = torch.randint(0, vocab, (64 if small else 512,), generator=gen).tolist()
     compile_ = device == "cuda" or args.compile
-    console.print(autoregressive_table(model, target, prompt, max_new, device, bandwidth, compile_, args.repeats))
+    table, ar_ms = autoregressive_table(model, targets, prompt, max_new, device, bandwidth, compile_, args.repeats)
+    console.print(table)
+    projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
+    build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
+    console.print(projection_table(ar_ms, block_ms, tree_ms, build_ms, other_ms, verify_ms))
     console.print(f"done in {time.perf_counter() - start:.0f} s")
 
 

@@ -52,6 +52,7 @@ class ModelConfig:
     dtype: str = "float32"
     device: str = "cpu"  # cpu, cuda, cuda:N (inline), auto
     draft_device: str | None = None  # the draft's, where it differs (null: model.device)
+    capture: bool = True  # on CUDA: the models' passes replayed from CUDA graphs (models.static_pass); false: eager
 
 
 @dataclass

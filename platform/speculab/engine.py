@@ -70,19 +70,20 @@ class DecodeSettings:
 
 @dataclass
 class RoundRecord:
-    """One round of one batch; per-row lists follow the batch rows of that round."""
+    """One round of one batch; per-row lists follow the batch rows of that round. The phase times
+    are filled in when the run is over (`PhaseClock.settle`)."""
 
     rows: int
     tree_nodes: list[int]
     accepted: list[int]  # tau per row
     kept: list[int]  # tokens kept per row after eos / max-new-tokens truncation
-    time_draft_s: float
-    time_target_s: float
-    time_verify_s: float
-    time_other_s: float
     time_tree_build_s: float  # part of time_draft_s: building a deterministic tree (DDTree)
     kv_target_bytes: int  # peak since this batch's prefill
     kv_draft_bytes: int
+    time_draft_s: float = 0.0
+    time_target_s: float = 0.0
+    time_verify_s: float = 0.0
+    time_other_s: float = 0.0
     time_paired_s: float = 0.0  # the paired check, outside the four phases and the run's wall time
     cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
     feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
@@ -129,22 +130,86 @@ def concat_runs(runs: list[RunResult]) -> RunResult:
     )
 
 
+Mark = float | torch.cuda.Event  # a point in time: the host clock's seconds, or an event on the stream
+Span = tuple[str, Mark, Mark]  # (phase, start, end)
+
+
+@dataclass
+class RoundMarks:
+    """A round's marks, turned into its record's phase times once the run is over (`PhaseClock.settle`)."""
+
+    record: RoundRecord
+    start: Mark
+    end: Mark
+    phases: list[Span]
+
+
 class PhaseClock:
-    """Accumulates wall time per phase; waits for queued GPU work before reading the clock."""
+    """Time per phase without stalling the device. Where this process runs CUDA work, each phase
+    boundary is an event recorded on the current stream and read when the run is over: the phases
+    are intervals of the device's own timeline, and no phase waits for the GPU to drain (a
+    synchronise per phase would stall the launch queue 5 times a round). Elsewhere, the host clock."""
 
     def __init__(self) -> None:
-        self.spent: dict[str, float] = {}
+        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.spans: list[Span] = []  # phases not yet claimed by a round (or the prefill)
+        self.rounds: list[RoundMarks] = []
+        self.last: Mark | None = None
+
+    def mark(self) -> Mark:
+        if not self.cuda:
+            self.last = time.perf_counter()
+            return self.last
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.last = event
+        return event
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = self.mark()
         yield
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-        self.spent[name] = self.spent.get(name, 0.0) + time.perf_counter() - start
+        self.spans.append((name, start, self.mark()))
 
-    def take(self, name: str) -> float:
-        return self.spent.pop(name, 0.0)
+    def begin_round(self) -> tuple[Mark, int]:
+        """The round's start: its mark, and where its phases begin among the unclaimed ones."""
+        return self.mark(), len(self.spans)
+
+    def close_round(self, record: RoundRecord, begun: tuple[Mark, int]) -> None:
+        """The phases since `begun` (`begin_round`) belong to `record`, whose times `settle` fills in."""
+        start, first = begun
+        self.rounds.append(RoundMarks(record, start, self.mark(), self.spans[first:]))
+        del self.spans[first:]
+
+    def settle(self) -> dict[str, float]:
+        """Wait for the last mark (once per run), fill every closed round's phase times (the rest of
+        the round is `time_other_s`), and return the seconds of the phases no round claimed (prefill)."""
+        if isinstance(self.last, torch.cuda.Event):
+            self.last.synchronize()
+        for marks in self.rounds:
+            spent = _sums(marks.phases)
+            r = marks.record
+            r.time_draft_s, r.time_target_s = spent.get("draft", 0.0), spent.get("target", 0.0)
+            r.time_verify_s, r.time_paired_s = spent.get("verify", 0.0), spent.get("paired", 0.0)
+            r.time_other_s = max(0.0, _seconds(marks.start, marks.end) - sum(spent.values()))
+        self.rounds = []
+        rest, self.spans = _sums(self.spans), []
+        return rest
+
+
+def _seconds(start: Mark, end: Mark) -> float:
+    if isinstance(start, torch.cuda.Event) and isinstance(end, torch.cuda.Event):
+        return start.elapsed_time(end) / 1e3
+    assert isinstance(start, float) and isinstance(end, float)
+    return end - start
+
+
+def _sums(spans: list[Span]) -> dict[str, float]:
+    """Seconds per phase name."""
+    spent: dict[str, float] = {}
+    for name, start, end in spans:
+        spent[name] = spent.get(name, 0.0) + _seconds(start, end)
+    return spent
 
 
 def accepted_nodes(tree: DraftTree, verdict: Verdict) -> torch.Tensor:
@@ -218,14 +283,15 @@ def decode(
                 if record.stop and on_prompt_done:
                     on_prompt_done(record)
             batch = active
+    prefill = clock.settle()  # waits for the device once: the wall time below includes its queued work
     paired_s = sum(r.time_paired_s for r in rounds)
     wall = time.perf_counter() - start - paired_s
     return RunResult(
         records,
         rounds,
         wall,
-        clock.take("prefill_target"),
-        clock.take("prefill_draft"),
+        prefill.get("prefill_target", 0.0),
+        prefill.get("prefill_draft", 0.0),
         paired_s,
         sum(r.cpu_paired_s for r in rounds),
     )
@@ -244,7 +310,7 @@ def _round(
     paired: PairedCheck | None = None,
 ) -> tuple[list[PromptRecord], Any]:
     """One round for the active rows; returns the rows still decoding and the next carry."""
-    start = time.perf_counter()
+    begun = clock.begin_round()
     with clock.phase("draft"):
         proposal = drafter.propose(settings.num_paths, settings.length, settings.sampling)
     with clock.phase("target"):
@@ -285,29 +351,23 @@ def _round(
         target.retain(rows)
         drafter.retain(rows)
         carry = carry.select(rows.to(verdict.num_tokens.device)) if carry is not None else None
-    draft, target_s, verify, paired_s = (clock.take(phase) for phase in ("draft", "target", "verify", "paired"))
-    rounds.append(
-        RoundRecord(
-            rows=len(batch),
-            tree_nodes=proposal.tree.num_nodes.tolist(),
-            accepted=taus,
-            kept=kept,
-            time_draft_s=draft,
-            time_target_s=target_s,
-            time_verify_s=verify,
-            time_other_s=max(0.0, time.perf_counter() - start - draft - target_s - verify - paired_s),
-            time_tree_build_s=proposal.build_s,
-            kv_target_bytes=target.kv_bytes(),
-            kv_draft_bytes=drafter.kv_bytes(),
-            time_paired_s=paired_s,
-            cpu_paired_s=paired_cpu,
-            feature_bytes=proposal.feature_bytes,
-            time_feature_s=proposal.feature_s,
-            first_overlap=first[0],
-            first_entropy_target=first[1],
-            first_entropy_draft=first[2],
-        )
+    round_record = RoundRecord(
+        rows=len(batch),
+        tree_nodes=proposal.tree.num_nodes.tolist(),
+        accepted=taus,
+        kept=kept,
+        time_tree_build_s=proposal.build_s,
+        kv_target_bytes=target.kv_bytes(),
+        kv_draft_bytes=drafter.kv_bytes(),
+        cpu_paired_s=paired_cpu,
+        feature_bytes=proposal.feature_bytes,
+        time_feature_s=proposal.feature_s,
+        first_overlap=first[0],
+        first_entropy_target=first[1],
+        first_entropy_draft=first[2],
     )
+    rounds.append(round_record)
+    clock.close_round(round_record, begun)
     return [batch[i] for i in live], carry
 
 

@@ -86,6 +86,12 @@ class CommonSpec(TypedDict):
     threads: int
 
 
+def passes_on(device: str, capture: bool) -> str:
+    """A transformers model's passes on `device` (`models.hf.TreeLM`): replayed from CUDA graphs when
+    capture is on and the device is a GPU, else eager."""
+    return "graphs" if capture and device.startswith("cuda") else "eager"
+
+
 def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     model = cfg.model
     device = resolve_device(cfg, model.device)
@@ -97,10 +103,20 @@ def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
     if drafter.target_features:  # the target returns what the drafter is conditioned on
         features = read_layout(draft_path).target_layer_ids
     draft_device = resolve_device(cfg, model.draft_device or model.device)
-    draft = LMSpec(**(common | {"backend": drafter.backend or model.backend, "device": draft_device}), path=draft_path)
+    draft = LMSpec(
+        **(common | {"backend": drafter.backend or model.backend, "device": draft_device}),
+        path=draft_path,
+        passes=passes_on(draft_device, model.capture),
+    )
     if drafter.target_features:
         draft = replace(draft, target_path=target_path)
-    target = LMSpec(path=target_path, tp_size=cfg.cluster.tp_size, feature_layers=features, **common)
+    target = LMSpec(
+        path=target_path,
+        tp_size=cfg.cluster.tp_size,
+        feature_layers=features,
+        passes=passes_on(device, model.capture),
+        **common,
+    )
     return target, draft
 
 
@@ -172,6 +188,7 @@ class Decoders:
     runs: dict[str, list[Any]] = field(default_factory=lambda: {method: [] for method in METHODS})
     paired: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per unit: [rounds] per verifier
     ray_s: float = 0.0  # Ray time of the first repetition's speculative decodes
+    host_syncs_per_round: float | None = None  # counted on the speculative warm-up, where the loop runs CUDA work
 
     def ray_clock(self) -> float:
         return sum(proxy.stats.ray_s for proxy in self.groups.values())
@@ -180,6 +197,8 @@ class Decoders:
         def run(unit: int, repeat: int) -> Sample:
             ray_s = self.ray_clock()
             done: UnitResult = self.loop.decode_unit(name, unit, repeat)
+            if done.host_syncs_per_round is not None:
+                self.host_syncs_per_round = done.host_syncs_per_round
             if repeat == 0:
                 self.runs[name].append(done.result)
             if repeat == 0 and isinstance(done.result, RunResult) and name == "speculative":
@@ -277,6 +296,8 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
         if cfg.baseline:  # generate's own paired speedup over the engine's loop: the sweep plot's reference
             hf["speedup_vs_ar"] = median_interval(paired_ratios(timings["generate"], timings["autoregressive"])).value
     runtime = measured | ({"time_ray_s": decoders.ray_s} if measured else {})
+    if decoders.host_syncs_per_round is not None:
+        runtime["host_syncs_per_round"] = decoders.host_syncs_per_round
     title = f"{run_name(cfg)} · medians of {repeats} interleaved repetition(s), 95% intervals over prompts"
     conditions = measured_under(loop.conditions())
     tracker.set_tags({CONDITIONS_TAG: conditions})

@@ -32,6 +32,7 @@ from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions, process_conditions
 from speculab.paired import PairedComparison
 from speculab.runtime import cpu_seconds
+from speculab.syncs import counting_host_syncs
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
 METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
@@ -59,6 +60,7 @@ class UnitResult:
     sample: Sample
     result: RunResult | BaselineResult | None  # None on repetitions other than 0
     paired: dict[str, torch.Tensor] | None  # speculative, repetition 0, with a comparison: [rounds] per verifier
+    host_syncs_per_round: float | None = None  # the speculative warm-up on CUDA: synchronisations per round
 
 
 def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
@@ -118,14 +120,17 @@ class PointLoop:
         }
         if method not in runs:
             raise ValueError(f"method={method!r}: must be one of {', '.join(METHODS)}")
-        result, wall, cpu = timed(self.cpu, runs[method])
+        # The warm-up is untimed: count its host synchronisations there (`speculab.syncs`), not in a measured run.
+        with counting_host_syncs(enabled=repeat == -1 and method == "speculative") as syncs:
+            result, wall, cpu = timed(self.cpu, runs[method])
+        per_round = syncs[0] / len(result.rounds) if syncs and isinstance(result, RunResult) and result.rounds else None
         if isinstance(result, RunResult):
             sample = Sample(
                 sum(len(p.tokens) for p in result.prompts), wall - result.paired_s, cpu - result.paired_cpu_s
             )
         else:
             sample = Sample(sum(map(len, result.tokens)), wall, cpu)
-        return UnitResult(sample, result if repeat == 0 else None, paired.units() if paired else None)
+        return UnitResult(sample, result if repeat == 0 else None, paired.units() if paired else None, per_round)
 
 
 @dataclass(frozen=True)

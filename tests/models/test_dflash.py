@@ -136,13 +136,14 @@ def test_block_marginals_equal_the_step_by_step_reference(dflash_pair) -> None:
 # ------------------------------------------------------------- the target's features
 
 
-def test_features_of_accepted_tree_nodes_equal_causal_features_along_the_path(random_llama_pair) -> None:
-    """Committed nodes' features come from the tree-scoring pass; they equal transformers'
-    hidden_states[id + 1] of a plain causal pass over context + accepted path (the last layer
-    after the final norm, as transformers reports it)."""
+@pytest.mark.parametrize("passes", ["eager", "static"])
+def test_features_of_accepted_tree_nodes_equal_causal_features_along_the_path(random_llama_pair, passes: str) -> None:
+    """Committed nodes' features come from the tree-scoring pass (eager, or the fixed-shape pass of
+    CUDA graphs); they equal transformers' hidden_states[id + 1] of a plain causal pass over
+    context + accepted path (the last layer after the final norm, as transformers reports it)."""
     model = load_causal_lm(random_llama_pair[0])
     ids = (0, 2)
-    lm = TreeLM(model, ids)
+    lm = TreeLM(model, ids, passes)
     prompts = [[3, 14, 15, 92, 65], [35, 89]]
     lm.reset(2)
     lm.feed([p[:-1] for p in prompts])

@@ -1,4 +1,5 @@
-"""Tree attention and KV compaction against plain sequential decoding (fp32, 1e-5)."""
+"""Tree attention and KV compaction against plain sequential decoding (fp32, 1e-5), with eager
+passes and with the fixed-shape passes CUDA graphs replay (`models.static_pass`, run eagerly here)."""
 
 from __future__ import annotations
 
@@ -41,10 +42,19 @@ def test_from_paths_merges_prefixes() -> None:
         assert set(torch.nonzero(mask[n]).flatten().tolist()) == ancestors
 
 
+PASSES = pytest.mark.parametrize("passes", ["eager", "static"])
+
+
+def used_static_passes(lm: TreeLM) -> bool:
+    """Every pass of a static TreeLM here fits a bucket: it ran the fixed-shape passes, not the eager fallback."""
+    return lm.static is not None and len(lm.static.shapes) > 0
+
+
+@PASSES
 @pytest.mark.parametrize(("seed", "K", "L"), [(0, 4, 3), (1, 3, 5), (2, 8, 2), (3, 1, 4)])
-def test_tree_logits_equal_sequential(random_llama_pair, seed: int, K: int, L: int) -> None:
+def test_tree_logits_equal_sequential(random_llama_pair, seed: int, K: int, L: int, passes: str) -> None:
     model = load_causal_lm(random_llama_pair[0])
-    lm = TreeLM(model)
+    lm = TreeLM(model, passes=passes)
     gen = torch.Generator().manual_seed(seed)
     prompts = [[3, 14, 15, 92, 65], [35, 89]]  # different lengths: left padding
     lm.reset(2)
@@ -71,11 +81,13 @@ def test_tree_logits_equal_sequential(random_llama_pair, seed: int, K: int, L: i
             after[b], sequential_logits(model, contexts[b] + next_tokens[b])[-1], atol=1e-5, rtol=1e-5
         )
     assert int(lm.context_len[0]) == len(contexts[0]) + 1
+    assert used_static_passes(lm) == (passes == "static")
 
 
-def test_retain_and_repack_keep_logits(random_llama_pair) -> None:
+@PASSES
+def test_retain_and_repack_keep_logits(random_llama_pair, passes: str) -> None:
     model = load_causal_lm(random_llama_pair[0])
-    lm = TreeLM(model)
+    lm = TreeLM(model, passes=passes)
     rows = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10, 11]]
     lm.reset(3)
     lm.feed(rows)
@@ -87,3 +99,4 @@ def test_retain_and_repack_keep_logits(random_llama_pair) -> None:
     torch.testing.assert_close(logits[0], sequential_logits(model, rows[0] + [20] * 6 + [30])[-1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(logits[1], sequential_logits(model, rows[2] + [31])[-1], atol=1e-5, rtol=1e-5)
     assert lm.slot_valid.shape[1] < 3 + 6 + 1 + 6  # holes were packed away
+    assert used_static_passes(lm) == (passes == "static")

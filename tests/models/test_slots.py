@@ -9,14 +9,9 @@ import pytest
 import torch
 from transformers import DynamicCache, DynamicLayer
 
-from speculab.algorithms import get_verifier
-from speculab.drafting.ddtree import TreeDrafter, tree_builder
-from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
-from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.models.dflash_layout import read_layout
-from speculab.models.hf import TreeLM, load_causal_lm
+from speculab.models.hf import load_causal_lm
 from speculab.models.slots import SlotLayer, gather_slots, slot_cache
+from support.engine import tiny_pair_batch
 from support.models import TINY_PAIR
 
 B, H, D = 3, 2, 4
@@ -78,27 +73,6 @@ def test_a_model_s_own_modules_give_the_same_logits_over_slots() -> None:
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
 
 
-def _decode_tiny(drafter_kind: str, settings: DecodeSettings) -> tuple[TreeLM, Any]:
-    """The tiny pair decodes three prompts of different lengths as one batch; (target's TreeLM, drafter's LM)."""
-    if drafter_kind == "dflash":
-        layers = read_layout(TINY_PAIR / "dflash").target_layer_ids
-        target = TreeTarget(LMSpec("hf", str(TINY_PAIR / "target"), feature_layers=layers))
-        spec = LMSpec("dflash", str(TINY_PAIR / "dflash"), target_path=str(TINY_PAIR / "target"))
-        draft_model = DraftModel(spec)
-        drafter: Any = TreeDrafter(draft_model, tree_builder("best_first", settings.tree_nodes - 1))
-        verifier = get_verifier("ddtree")
-    else:
-        target = TreeTarget(LMSpec("hf", str(TINY_PAIR / "target")))
-        draft_model = drafter = DraftModel(LMSpec("hf", str(TINY_PAIR / "draft")))
-        verifier = get_verifier("gbv")
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (5, 17, 11)]
-    result = decode(target, drafter, verifier, prompts, settings)
-    assert all(len(p.tokens) == settings.max_new_tokens for p in result.prompts)
-    assert len({tuple(p.accepted) for p in result.prompts}) > 1  # rows accepted differently: holes, then repacks
-    return target.lm, draft_model.lm
-
-
 def _layers(lm: Any) -> list[SlotLayer]:
     layers = lm.layers if hasattr(lm, "layers") else lm.cache.layers
     return [layer for layer in layers if layer.is_initialized]
@@ -108,8 +82,9 @@ def _layers(lm: Any) -> list[SlotLayer]:
 def test_caches_sized_from_the_workload_keep_their_first_buffers(drafter_kind: str) -> None:
     """With the room of its settings (new tokens and the largest tree), no cache of a batch grows:
     every layer ends with the capacity prefill gave it, holes repacked away instead."""
-    tree_nodes = 2 * 4 + 1 if drafter_kind == "draft" else 16 + 1
-    settings = DecodeSettings(2, 4, SamplingParams(1.0), 24, batch_size=3, tree_nodes=tree_nodes)
-    for lm in _decode_tiny(drafter_kind, settings):
-        assert lm.capacity == 17 - 1 + settings.room  # the widest context (a prompt but its last token) + room
+    result, target, draft_model = tiny_pair_batch("eager", drafter_kind, 1.0)
+    assert len({tuple(p.accepted) for p in result.prompts}) > 1  # rows accepted differently: holes, then repacks
+    room = 20 + (2 * 4 + 1 if drafter_kind == "draft" else 16 + 1)  # new tokens + the largest tree
+    for lm in (target.lm, draft_model.lm):
+        assert lm.capacity == 19 - 1 + room  # the widest context (a prompt but its last token) + room
         assert _layers(lm) and all(layer.buffers[0].shape[2] == lm.capacity for layer in _layers(lm))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
+from speculab.engine import DecodeSettings, RunResult
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.toy import random_bigram
 
@@ -34,3 +36,33 @@ def greedy_reference(target_path: str, prompt: list[int], max_new: int) -> list[
 def toy_roles(seed: int = 0) -> tuple[TreeTarget, DraftModel]:
     g = torch.Generator().manual_seed(seed)
     return TreeTarget(LMSpec("toy", table=random_bigram(6, g))), DraftModel(LMSpec("toy", table=random_bigram(6, g)))
+
+
+def tiny_pair_batch(
+    passes: str, drafter: str, temperature: float, device: str = "cpu"
+) -> tuple[RunResult, TreeTarget, DraftModel]:
+    """The tiny pair decodes three prompts of different lengths as one batch (holes, repacks, rows
+    leaving; 20 new tokens each) with both models' passes as given (`models.hf.PASSES`): the run, the
+    target role and the draft model role. drafter: "draft" (GBV over K = 2 paths of 4) or "dflash"
+    (DDTree, budget 16, on the DFlash drafter)."""
+    from speculab.algorithms import get_verifier
+    from speculab.drafting.ddtree import TreeDrafter, tree_builder
+    from speculab.engine import decode
+    from speculab.models.dflash_layout import read_layout
+    from support.models import TINY_PAIR
+
+    target_path, draft_path, dflash = (str(TINY_PAIR / name) for name in ("target", "draft", "dflash"))
+    if drafter == "dflash":
+        layers = read_layout(dflash).target_layer_ids
+        target = TreeTarget(LMSpec("hf", target_path, device=device, feature_layers=layers, passes=passes))
+        draft_model = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path))
+        roles: Any = TreeDrafter(draft_model, tree_builder("best_first", 16))
+        verifier, tree_nodes = get_verifier("ddtree"), 17
+    else:
+        target = TreeTarget(LMSpec("hf", target_path, device=device, passes=passes))
+        draft_model = roles = DraftModel(LMSpec("hf", draft_path, device=device, passes=passes))
+        verifier, tree_nodes = get_verifier("gbv"), 2 * 4 + 1
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (6, 19, 12)]
+    settings = DecodeSettings(2, 4, SamplingParams(temperature), 20, 3, 0, None, tree_nodes)
+    return decode(target, roles, verifier, prompts, settings), target, draft_model

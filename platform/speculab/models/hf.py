@@ -28,6 +28,7 @@ from transformers.utils import logging as hf_logging
 from speculab.drafting.tree import DraftTree
 from speculab.models.lean import lean_layers, lean_stack, runs_own_layers
 from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer, slot_cache
+from speculab.models.static_pass import Buffers, Decoder, StaticPasses
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -58,18 +59,33 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
 class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
-    def __init__(self, model: PreTrainedModel, feature_layers: tuple[int, ...] = ()) -> None:
+    def __init__(self, model: PreTrainedModel, feature_layers: tuple[int, ...] = (), passes: str = "eager") -> None:
+        """passes: "eager" (each pass at its own shapes), "static" (fixed shapes, `models.static_pass`,
+        run eagerly: the CPU check of what graphs replay) or "graphs" (fixed shapes replayed from CUDA
+        graphs). Fixed shapes need the lean stack; other models always run eagerly."""
+        if passes not in PASSES:
+            raise ValueError(f"passes must be one of {', '.join(PASSES)}; got {passes!r}")
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.lean = lean_stack(model)  # None: another architecture or a tensor-parallel model runs its modules
         self.feature_layers = feature_layers
+        self.static: StaticPasses | None = None
+        self.static_buffers: Buffers = []  # the static passes' cache buffers, kept while (B, C) stays
+        if passes != "eager" and self.lean is not None:
+            d = model.model
+            decoder = Decoder(d.embed_tokens, d.rotary_emb, d.norm, model.lm_head)
+            self.static = StaticPasses(self.lean, decoder, feature_layers, graphs=passes == "graphs")
         self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """An empty cache for batch_size rows, with room for `capacity` slots per row."""
         self.capacity = capacity
         self.cache = slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers, capacity)
+        if self.static is not None and batch_size:
+            for layer, (keys, values) in zip(self.cache.layers, self._static_buffers(batch_size, capacity)):
+                assert isinstance(layer, SlotLayer)
+                layer.adopt(keys, values)
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
         self.forest: DraftTree | None = None  # uncommitted nodes, slots [committed, S)
@@ -77,17 +93,37 @@ class TreeLM:
         self.features: torch.Tensor | None = None  # [B, M, n * hidden] of the nodes the last commit kept
         self.peak_bytes = 0  # largest cache footprint since reset
 
+    def _static_buffers(self, batch_size: int, capacity: int) -> Buffers:
+        """Per layer, zeroed (keys, values) [B, Hkv, C, hd]: the last batch's when B and C are the same
+        (the graphs captured over them stay valid), else new ones. Zeros, not garbage: a masked slot
+        weighs exactly 0 in attention, and 0 times a NaN left in memory would still be NaN."""
+        assert self.lean is not None
+        shape = (batch_size, self.lean.kv_heads, capacity, self.lean.head_dim)
+        if not self.static_buffers or self.static_buffers[0][0].shape != shape:
+            self.static_buffers = [
+                (
+                    torch.zeros(shape, dtype=self.dtype, device=self.device),
+                    torch.zeros(shape, dtype=self.dtype, device=self.device),
+                )
+                for _ in self.lean.layers
+            ]
+        return self.static_buffers
+
     @property
     def context_len(self) -> torch.Tensor:
         """[B] committed tokens per row: the position of the next one."""
         return self.slot_valid[:, : self.committed].sum(dim=1)
 
-    def _tree_mask(self, forest: DraftTree, N: int) -> torch.Tensor:
-        """[B, 1, N, S + N] additive mask of the last N forest nodes: valid committed slots, then
+    def _tree_allowed(self, forest: DraftTree, N: int) -> torch.Tensor:
+        """[B, N, S + N] bool: what the last N forest nodes attend to: valid committed slots, then
         their forest ancestors and themselves."""
         allowed_forest = forest.ancestor_mask()[:, -N:, :]  # [B, N, F]
         allowed_context = self.slot_valid[:, None, : self.committed] & forest.valid[:, -N:, None]
-        allowed = torch.cat([allowed_context, allowed_forest], dim=2)
+        return torch.cat([allowed_context, allowed_forest], dim=2)
+
+    def _tree_mask(self, forest: DraftTree, N: int) -> torch.Tensor:
+        """[B, 1, N, S + N] additive mask of `_tree_allowed`."""
+        allowed = self._tree_allowed(forest, N)
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)[:, None]
 
@@ -101,9 +137,20 @@ class TreeLM:
         forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
         slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)  # [B, S + N]
         N = nodes.tokens.shape[1]
+        positions = self.context_len[:, None] + nodes.depth
         # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there.
-        mask = causal_mask(slot_valid, N) if forest.is_chain() else self._tree_mask(forest, N)
-        logits, features = self._forward(nodes.tokens, mask, self.context_len[:, None] + nodes.depth, last_only)
+        chain = forest.is_chain()
+        out = None
+        if self.static is not None:
+            allowed = causal_allowed(slot_valid, N) if chain else self._tree_allowed(forest, N)
+            out = self.static.run(self._buffers(), nodes.tokens, positions, allowed, last_only)
+            if out is not None:  # the pass wrote its N slots itself
+                for layer in self._filled_layers():
+                    layer.advance(N)
+        if out is None:
+            mask = causal_mask(slot_valid, N) if chain else self._tree_mask(forest, N)
+            out = self._forward(nodes.tokens, mask, positions, last_only)
+        logits, features = out
         if features is not None:
             old = self.forest_features if self.forest is not None else None
             self.forest_features = features if old is None else torch.cat([old, features], dim=1)
@@ -233,21 +280,33 @@ class TreeLM:
     def kv_bytes(self) -> int:
         return sum(layer.nbytes for layer in self._filled_layers())
 
+    def _buffers(self) -> Buffers:
+        """Per layer, the cache's (keys, values) buffers [B, Hkv, C, hd] (every layer is filled under static passes)."""
+        return [layer.buffers for layer in self._filled_layers() if layer.buffers is not None]
+
     def _filled_layers(self) -> list[SlotLayer]:
         """Cache layers that hold slots (layers stay empty until the first forward)."""
         return [layer for layer in self.cache.layers if isinstance(layer, SlotLayer) and layer.is_initialized]
 
 
+PASSES = ("eager", "static", "graphs")
+
+
 # slot_valid [B, S + N]: committed slots, then N new chain nodes
-def causal_mask(slot_valid: torch.Tensor, N: int) -> torch.Tensor | None:
-    """[B, 1, N, S + N] bool: valid slots up to each new node; None when one node sees every slot
-    (the decoding step of generate, which needs no mask)."""
-    if N == 1 and bool(slot_valid.all()):
-        return None
+def causal_allowed(slot_valid: torch.Tensor, N: int) -> torch.Tensor:
+    """[B, N, S + N] bool: valid slots up to each new node."""
     S = slot_valid.shape[1] - N
     cols = torch.arange(S + N, device=slot_valid.device)
     causal = cols[None, :] <= S + torch.arange(N, device=slot_valid.device)[:, None]  # [N, S + N]
-    return (slot_valid[:, None, :] & causal)[:, None]
+    return slot_valid[:, None, :] & causal
+
+
+def causal_mask(slot_valid: torch.Tensor, N: int) -> torch.Tensor | None:
+    """[B, 1, N, S + N] bool `causal_allowed`; None when one node sees every slot (the decoding step
+    of generate, which needs no mask)."""
+    if N == 1 and bool(slot_valid.all()):
+        return None
+    return causal_allowed(slot_valid, N)[:, None]
 
 
 def _concat_forest(old: DraftTree, new: DraftTree) -> DraftTree:

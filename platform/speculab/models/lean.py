@@ -13,13 +13,22 @@ plain `nn.Linear` projections without bias and full attention in every layer: a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from transformers import Cache, PretrainedConfig, PreTrainedModel
+    from transformers import PretrainedConfig, PreTrainedModel
+
+
+class KVStore(Protocol):
+    """Where a layer's new keys and values go: a transformers `Cache` (the eager pass), or the static
+    pass's buffers (`models.static_pass.StaticSlots`); either hands back the keys and values to attend to."""
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -131,7 +140,7 @@ def lean_layers(
     cos: torch.Tensor,
     sin: torch.Tensor,
     mask: torch.Tensor | None,
-    cache: Cache,
+    cache: KVStore,
     outputs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Every decoder layer over hidden, appending each layer's keys and values to ``cache`` (and

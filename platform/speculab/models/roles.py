@@ -55,6 +55,7 @@ class LMSpec:
     model: Any = field(default=None, compare=False)  # hf: a transformers model already built (benchmarks), not `path`
     feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
     target_path: str = ""  # dflash: the target checkpoint whose input embeddings and lm_head it uses
+    passes: str = "eager"  # hf: eager, static or graphs (fixed-shape passes, CUDA graphs; `models.static_pass`)
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,9 @@ def build_lm(spec: LMSpec) -> DecoderLM | BlockLM | DFlashLM:
             from speculab.models.tp import load_tp_causal_lm
 
             model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size)
-            return TreeLM(model, spec.feature_layers)
+            return TreeLM(model, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
         model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
-        return TreeLM(model, spec.feature_layers)
+        return TreeLM(model, spec.feature_layers, spec.passes)
     if spec.feature_layers:
         raise ValueError(f"target features need a transformers target (backend hf); got {spec.backend!r}")
     if spec.backend == "toy":

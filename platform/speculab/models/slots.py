@@ -95,6 +95,17 @@ class SlotLayer(DynamicLayer):
     def get_seq_length(self) -> int:
         return self.length
 
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Use these buffers [B, H, C, D], from slot 0 (a static pass's, kept across batches: its
+        captured graphs write to their addresses)."""
+        self.device, self.dtype = keys.device, keys.dtype
+        self.buffers, self.is_initialized = (keys, values), True
+        self._set_length(0)
+
+    def advance(self, slots: int) -> None:
+        """Count `slots` more slots as used: a static pass wrote them into the buffers itself."""
+        self._set_length(self.length + slots)
+
     def crop(self, tokens_to_remove: int) -> None:
         """transformers' crop: a negative count drops that many slots from the end."""
         if tokens_to_remove > 0:

@@ -102,6 +102,12 @@ METRICS: tuple[Metric, ...] = (
 RUNTIME_METRICS: tuple[Metric, ...] = (
     Metric("time_ray_s", "time/ray_s", "Ray: coordinator time in Ray calls beyond the actors' own compute"),
     Metric("restarts", "runtime/restarts", "Ray: model groups recreated after losing an actor"),
+    Metric(
+        "host_syncs_per_round",
+        "runtime/host_syncs_per_round",
+        "CUDA: host synchronisations per round (reads of device values), counted on the speculative warm-up "
+        "with torch's sync debug mode; absent on the CPU and when the loop runs in the driver",
+    ),
     Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
 )
 PAIRED_METRICS: tuple[Metric, ...] = (

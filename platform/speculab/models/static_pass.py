@@ -1,0 +1,211 @@
+"""A lean stack's pass over fixed shapes: what a CUDA graph replays and torch.compile compiles once.
+
+An eager pass takes the shapes of the moment, N new nodes after S slots, so a CUDA graph (fixed
+shapes and addresses) cannot replay it and torch.compile recompiles on every new S. The static
+pass removes both from the shapes:
+
+- the N nodes are padded up to a bucket of Nb columns (`bucket`); a padding column attends to
+  its own slot only, and its logits are never read;
+- attention runs over the cache's whole capacity C, the slots past S + N masked out;
+- keys and values are written with `index_copy_` at the slots `start + arange(Nb)`, a tensor,
+  so S is data, not a shape or a Python number. The padding columns' slots lie past S + N,
+  where the next pass writes anyway.
+
+`StaticSlots` is the cache the lean layers (`models.lean.lean_layers`) see: its `update` writes
+in place and hands back the whole buffers, so the static and the eager pass share one layer
+function. The logits equal the eager pass's (masked slots add exact zeros to the softmax; the
+tests compare them on the CPU, eager and compiled).
+
+`StaticPasses` runs them for a `TreeLM` (`model.capture`): on CUDA each (batch size, bucket,
+last-only) shape is captured once as a CUDA graph over the cache's buffers and replayed; with
+`graphs=False` (the CPU, and the exact tests) the same function runs eagerly. A pass of more
+than the largest bucket's nodes (a long prefill: compute bound, and run once) stays eager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from speculab.models.lean import LeanStack, lean_layers
+from speculab.syncs import sync_debug_off
+
+# Node counts a pass is padded up to: one graph per (batch size, bucket). A tree of up to 256 nodes
+# is launch bound on a GPU; past that a pass is compute bound and runs eagerly.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
+    """The smallest bucket that holds n nodes, or None past the largest."""
+    return next((b for b in buckets if b >= n), None)
+
+
+@dataclass(frozen=True)
+class StaticInputs:
+    """What a static pass reads besides the weights and the cache, in buffers allocated once per
+    (batch size, bucket, capacity): a captured graph reads these very tensors, and each pass
+    writes its values into them (`fill`)."""
+
+    tokens: torch.Tensor  # [B, Nb] long: the nodes, then padding
+    positions: torch.Tensor  # [B, Nb] long: rotary positions
+    slots: torch.Tensor  # [Nb] long: the cache slots the columns write
+    mask: torch.Tensor  # [B, 1, Nb, C] additive: 0 where a column may attend, the dtype's min elsewhere
+    last: torch.Tensor  # [1] long: the last node's column (N - 1), whose logits a last-only pass returns
+
+    @staticmethod
+    def empty(B: int, Nb: int, C: int, dtype: torch.dtype, device: torch.device) -> StaticInputs:
+        return StaticInputs(
+            torch.zeros(B, Nb, dtype=torch.long, device=device),
+            torch.zeros(B, Nb, dtype=torch.long, device=device),
+            torch.zeros(Nb, dtype=torch.long, device=device),
+            torch.zeros(B, 1, Nb, C, dtype=dtype, device=device),
+            torch.zeros(1, dtype=torch.long, device=device),
+        )
+
+    # tokens, positions [B, N]; allowed [B, N, S + N] bool: which slots each new node attends to
+    def fill(self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor) -> None:
+        """The values of a pass over N nodes after S slots, padded to Nb columns over C slots."""
+        N = tokens.shape[1]
+        Nb, C = self.mask.shape[2:]
+        S = allowed.shape[2] - N
+        if S + Nb > C:
+            raise ValueError(f"{N} nodes padded to {Nb} after {S} slots pass the cache's capacity of {C}")
+        self.tokens.zero_()[:, :N] = tokens
+        self.positions[:, :N] = positions
+        self.positions[:, N:] = positions[:, -1:]
+        torch.arange(S, S + Nb, out=self.slots)
+        self.last.fill_(N - 1)
+        minimum = torch.finfo(self.mask.dtype).min
+        self.mask.fill_(minimum)[:, 0, :N, : S + N].masked_fill_(allowed, 0.0)
+        own = torch.arange(N, Nb, device=self.mask.device)
+        self.mask[:, 0, own, S + own] = 0.0  # a padding column sees its own slot: a finite softmax, never read
+
+
+class StaticSlots:
+    """The cache of a static pass: per layer, (keys, values) buffers [B, Hkv, C, hd] written in place."""
+
+    def __init__(self, buffers: list[tuple[torch.Tensor, torch.Tensor]], slots: torch.Tensor) -> None:
+        self.buffers, self.slots = buffers, slots
+
+    # keys, values [B, Hkv, Nb, hd] -> the whole buffers [B, Hkv, C, hd]
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        cache_keys, cache_values = self.buffers[layer_idx]
+        cache_keys.index_copy_(2, self.slots, key_states)
+        cache_values.index_copy_(2, self.slots, value_states)
+        return cache_keys, cache_values
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """The parts of a transformers decoder around its layers, as the static pass calls them."""
+
+    embed: torch.nn.Module
+    rotary: torch.nn.Module
+    norm: torch.nn.Module
+    head: torch.nn.Module
+
+
+def static_forward(
+    stack: LeanStack,
+    decoder: Decoder,
+    buffers: list[tuple[torch.Tensor, torch.Tensor]],
+    inputs: StaticInputs,
+    feature_layers: tuple[int, ...] = (),
+    last_only: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits [B, Nb, V] or, last_only, [B, 1, V] at `inputs.last`; features [B, Nb, n * hidden] at
+    feature_layers or None) of one pass over fixed shapes, its keys and values written into
+    `buffers` at `inputs.slots`."""
+    hidden = decoder.embed(inputs.tokens)
+    cos, sin = decoder.rotary(hidden, inputs.positions)
+    states = [hidden]  # transformers' hidden_states: the embeddings, then each layer's output
+    outputs = states if feature_layers else None
+    hidden = lean_layers(stack, hidden, cos, sin, inputs.mask, StaticSlots(buffers, inputs.slots), outputs)
+    normed = decoder.norm(hidden)
+    logits = decoder.head(normed.index_select(1, inputs.last) if last_only else normed)
+    if not feature_layers:
+        return logits, None
+    states[-1] = normed  # transformers reports the last layer after the final norm
+    return logits, torch.cat([states[i + 1] for i in feature_layers], dim=-1)
+
+
+Buffers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, the cache's (keys, values) [B, Hkv, C, hd]
+
+
+@dataclass
+class Captured:
+    """One shape's inputs, and on CUDA its graph and the outputs the graph writes."""
+
+    inputs: StaticInputs
+    graph: torch.cuda.CUDAGraph | None = None
+    outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+
+@dataclass
+class StaticPasses:
+    """A model's passes over fixed shapes on its cache's buffers, replayed from CUDA graphs (graphs=True)."""
+
+    stack: LeanStack
+    decoder: Decoder
+    feature_layers: tuple[int, ...]
+    graphs: bool
+    shapes: dict[tuple[int, ...], Captured] = field(default_factory=dict)
+    pool: Any = None  # one CUDA memory pool for every graph of this model (torch's opaque handle)
+
+    def __post_init__(self) -> None:
+        if self.graphs and not torch.cuda.is_available():
+            raise ValueError("CUDA graphs (model.capture=true) need a CUDA device; this machine has none")
+        if self.graphs:
+            self.pool = torch.cuda.graph_pool_handle()
+
+    # tokens, positions [B, N]; allowed [B, N, S + N] bool
+    def run(
+        self, buffers: Buffers, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor, last_only: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(logits [B, N or 1, V], features [B, N, n * hidden] or None) of N nodes after S slots, written
+        into `buffers` at [S, S + N); None when no bucket holds them within the capacity (run eagerly)."""
+        B, N = tokens.shape
+        C = buffers[0][0].shape[2]
+        Nb = bucket(N)
+        if Nb is None or allowed.shape[2] - N + Nb > C:
+            return None
+        key = (B, Nb, C, int(last_only), buffers[0][0].data_ptr())  # a graph is bound to the buffers' addresses
+        captured = self.shapes.get(key)
+        if captured is None:
+            captured = self.shapes[key] = Captured(StaticInputs.empty(B, Nb, C, buffers[0][0].dtype, tokens.device))
+        captured.inputs.fill(tokens, positions, allowed)
+        if not self.graphs:
+            logits, features = self._forward(buffers, captured.inputs, last_only)
+        else:
+            if captured.graph is None:
+                self._capture(captured, buffers, last_only)
+            assert captured.graph is not None and captured.outputs is not None
+            captured.graph.replay()
+            logits, features = captured.outputs
+            # The next replay of this shape overwrites the outputs: hand out copies.
+            logits = logits.clone()
+            features = None if features is None else features.clone()
+        return logits if last_only else logits[:, :N], None if features is None else features[:, :N]
+
+    def _forward(
+        self, buffers: Buffers, inputs: StaticInputs, last_only: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return static_forward(self.stack, self.decoder, buffers, inputs, self.feature_layers, last_only)
+
+    def _capture(self, captured: Captured, buffers: Buffers, last_only: bool) -> None:
+        """Warm up on a side stream (as CUDA graph capture requires), then capture one pass. The
+        warm-up writes the same keys and values the replay that follows writes again."""
+        with sync_debug_off():  # capture synchronises once per shape: not a round's host read
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self._forward(buffers, captured.inputs, last_only)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                captured.outputs = self._forward(buffers, captured.inputs, last_only)
+        captured.graph = graph
