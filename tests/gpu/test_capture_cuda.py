@@ -44,7 +44,7 @@ def test_captured_tree_passes_give_the_eager_logits_and_features() -> None:
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
             if fa is not None and fb is not None:
                 torch.testing.assert_close(fa, fb, atol=1e-4, rtol=1e-4)
-    assert graphs.static is not None and all(c.graph is not None for c in graphs.static.shapes.values())
+    assert graphs.static is not None and graphs.static.graphs.captured  # replayed from CUDA graphs
 
 
 @pytest.mark.parametrize(("drafter", "temperature"), [("draft", 0.0), ("draft", 1.0), ("dflash", 0.0)])

@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from speculab.models.hf import load_causal_lm
+from speculab.drafting.tree import DraftTree
+from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.models.lean import lean_layers, lean_stack
 from support.models import save_random_lm
 
@@ -67,3 +68,22 @@ def test_a_model_with_other_projections_keeps_its_modules(random_llama_pair) -> 
     replacement = AllReduceLinear(proj.in_features, proj.out_features, bias=False)
     model.model.layers[0].self_attn.o_proj = replacement
     assert lean_stack(model) is None
+
+
+@torch.inference_mode()
+def test_both_stacks_give_the_eager_logits_with_fixed_shape_passes(target: Path) -> None:
+    """The fixed-shape passes CUDA graphs replay (`models.static_pass`) over each lean stack: a
+    prefill, a tree and a step after its commit give what TreeLM's eager passes give."""
+    model = load_causal_lm(target)
+    paths = torch.tensor([[[10, 11, 12], [10, 13, 14]], [[20, 21, 22], [23, 24, 25]]])
+    tree = DraftTree.from_paths(torch.tensor([5, 6]), paths)
+    out = []
+    for passes in ("eager", "static"):
+        lm = TreeLM(model, passes=passes)
+        lm.reset(2, 32)
+        prefill = lm.feed([[3, 4, 5, 6], [7, 8]])
+        scored = lm.extend(tree)
+        lm.commit(tree.path_nodes[:, 0, :3])  # the first path's root and two nodes
+        out.append((prefill, scored, lm.feed([[9], [9]])))
+    for eager, static in zip(*out, strict=True):
+        torch.testing.assert_close(static, eager, atol=1e-5, rtol=1e-5)

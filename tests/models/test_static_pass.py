@@ -29,10 +29,13 @@ def test_buckets_hold_the_nodes_and_stop_at_the_largest() -> None:
 
 @pytest.mark.parametrize(("drafter_kind", "temperature"), [("draft", 0.0), ("draft", 1.0), ("dflash", 0.0)])
 def test_static_passes_decode_the_eager_tokens(drafter_kind: str, temperature: float) -> None:
-    """Prompts of different lengths in one batch (holes, repacks, rows leaving); at T = 1 too, as the
+    """Prompts of different lengths in one batch (holes, repacks, rows leaving); the DFlash drafter's
+    block pass over its whole context capacity too; at T = 1 as well, as the
     same seeds draw the same tokens from probabilities equal to float32 rounding."""
-    static, target, _ = tiny_pair_batch("static", drafter_kind, temperature)
+    static, target, draft_model = tiny_pair_batch("static", drafter_kind, temperature)
     assert target.lm.static is not None and target.lm.static.shapes  # the fixed-shape passes ran
+    if drafter_kind == "dflash":
+        assert draft_model.lm.block_inputs  # its block passes too
     eager = tiny_pair_batch("eager", drafter_kind, temperature)[0]
     assert [p.tokens for p in static.prompts] == [p.tokens for p in eager.prompts]
 

@@ -42,7 +42,7 @@ def tiny_pair_batch(
     passes: str, drafter: str, temperature: float, device: str = "cpu"
 ) -> tuple[RunResult, TreeTarget, DraftModel]:
     """The tiny pair decodes three prompts of different lengths as one batch (holes, repacks, rows
-    leaving; 20 new tokens each) with both models' passes as given (`models.hf.PASSES`): the run, the
+    leaving; 20 new tokens each) with both models' passes as given (`models.static_pass.PASSES`): the run, the
     target role and the draft model role. drafter: "draft" (GBV over K = 2 paths of 4) or "dflash"
     (DDTree, budget 16, on the DFlash drafter)."""
     from speculab.algorithms import get_verifier
@@ -55,7 +55,7 @@ def tiny_pair_batch(
     if drafter == "dflash":
         layers = read_layout(dflash).target_layer_ids
         target = TreeTarget(LMSpec("hf", target_path, device=device, feature_layers=layers, passes=passes))
-        draft_model = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path))
+        draft_model = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path, passes=passes))
         roles: Any = TreeDrafter(draft_model, tree_builder("best_first", 16))
         verifier, tree_nodes = get_verifier("ddtree"), 17
     else:

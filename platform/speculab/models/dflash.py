@@ -21,6 +21,8 @@ no lm_head: those two tensors are read from the target's checkpoint alone.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -35,6 +37,7 @@ from speculab.drafting.sampling import tempered_probs
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer
+from speculab.models.static_pass import PASSES, Buffers, Graphs, cache_buffers
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
@@ -184,10 +187,33 @@ def draft_logits(hidden: torch.Tensor, head: torch.Tensor, layout: DFlashLayout)
     return logits
 
 
-class DFlashLM:
-    """A `DFlashDraft` with the target's embeddings and head, and a padded KV cache of context features."""
+@dataclass(frozen=True)
+class BlockInputs:
+    """What a fixed-shape block pass reads besides the weights and the context buffers, allocated once
+    per (batch size, capacity): a captured graph reads these very tensors."""
 
-    def __init__(self, path: str | Path, target_path: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
+    tokens: torch.Tensor  # [B, Q] long: the bonus, then mask tokens
+    positions: torch.Tensor  # [B, Q] long
+    allowed: torch.Tensor  # [B, 1, Q, C + Q] bool: the valid context slots of the whole capacity, and the block
+
+
+class DFlashLM:
+    """A `DFlashDraft` with the target's embeddings and head, and a padded KV cache of context features.
+
+    passes (`models.static_pass.PASSES`): "eager" runs the block pass over the valid context slots; "static"
+    and "graphs" run it over the cache's whole capacity (fixed shapes), "graphs" replaying a CUDA
+    graph per (batch size, capacity, length, temperature). Absorbing features stays eager."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        target_path: str | Path,
+        dtype: str = "float32",
+        device: str = "cpu",
+        passes: str = "eager",
+    ) -> None:
+        if passes not in PASSES:
+            raise ValueError(f"passes must be one of {', '.join(PASSES)}; got {passes!r}")
         torch_dtype = getattr(torch, dtype)
         self.model = load_dflash(path, torch_dtype, device)
         self.embed, self.head = load_target_head(target_path, torch_dtype, device)
@@ -195,12 +221,23 @@ class DFlashLM:
         self.layer_ids, self.block_size = list(layout.target_layer_ids), layout.block_size
         self.mask_token_id = layout.mask_token_id
         self.device, self.dtype = torch.device(device), torch_dtype
+        self.graphs = None if passes == "eager" else Graphs(passes == "graphs")
+        self.static_buffers: Buffers = []  # the fixed-shape passes' context buffers, kept while (B, C) stays
+        self.block_inputs: dict[tuple[float, ...], BlockInputs] = {}
         self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """No context yet for batch_size rows, with room for `capacity` context slots per row."""
         self.capacity = capacity
         self.layers: list[SlotLayer] = []  # per draft layer, its context keys and values (models.slots)
+        if self.graphs is not None and batch_size:
+            attention = cast(DFlashLayer, self.model.layers[0]).self_attn
+            shape = (batch_size, attention.kv_heads, capacity, attention.head_dim)
+            layers = len(self.model.layers)
+            self.static_buffers = cache_buffers(self.static_buffers, layers, shape, self.dtype, self.device)
+            self.layers = [SlotLayer(capacity) for _ in range(layers)]
+            for layer, (keys, values) in zip(self.layers, self.static_buffers):
+                layer.adopt(keys, values)
         self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
         self.peak_bytes = 0
 
@@ -240,13 +277,54 @@ class DFlashLM:
         tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
         tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=self.device)
         positions = self.context_len[:, None] + torch.arange(S, device=self.device)
-        context = [(layer.keys, layer.values) for layer in self.layers] or self.model.context_kv(
+        if self.graphs is not None:
+            return self._fixed_shape_block(tokens, positions, length, temperature)
+        context = [cast(KV, (layer.keys, layer.values)) for layer in self.layers] or self.model.context_kv(
             torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
         )
+        return self._block_probs(tokens, positions, context, block_allowed(self.slot_valid, S), length, temperature)[0]
+
+    # tokens, positions [B, Q]; context per layer [B, H_kv, S, D]; allowed [B, 1, Q, S + Q] -> ([B, L, V],)
+    def _block_probs(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        context: list[KV],
+        allowed: torch.Tensor,
+        length: int,
+        temperature: float,
+    ) -> tuple[torch.Tensor]:
         layout = self.model.layout
         block = F.embedding(tokens, self.embed) * layout.embedding_scale
-        hidden = self.model(block, positions, context, block_allowed(self.slot_valid, S))
-        return tempered_probs(draft_logits(hidden[:, 1 : 1 + length], self.head, layout), temperature)
+        hidden = self.model(block, positions, context, allowed)
+        return (tempered_probs(draft_logits(hidden[:, 1 : 1 + length], self.head, layout), temperature),)
+
+    def _fixed_shape_block(
+        self, tokens: torch.Tensor, positions: torch.Tensor, length: int, temperature: float
+    ) -> torch.Tensor:
+        """The block pass over the whole capacity C of the context buffers (slots past the valid ones
+        masked), from inputs kept per shape: a CUDA graph replays it."""
+        assert self.graphs is not None
+        buffers = [layer.buffers for layer in self.layers if layer.buffers is not None]
+        (B, Q), C = tokens.shape, buffers[0][0].shape[2]
+        key = (B, C, length, temperature, buffers[0][0].data_ptr())  # a graph is bound to these addresses
+        inputs = self.block_inputs.get(key)
+        if inputs is None:
+            allowed = torch.ones(B, 1, Q, C + Q, dtype=torch.bool, device=self.device)
+            inputs = self.block_inputs[key] = BlockInputs(
+                torch.zeros_like(tokens), torch.zeros_like(positions), allowed
+            )
+        inputs.tokens.copy_(tokens)
+        inputs.positions.copy_(positions)
+        S = self.slot_valid.shape[1]
+        inputs.allowed[:, 0, :, :C] = False
+        inputs.allowed[:, 0, :, :S] = self.slot_valid[:, None, :]
+        forward = partial(
+            self._block_probs, inputs.tokens, inputs.positions, buffers, inputs.allowed, length, temperature
+        )
+        (q,) = self.graphs.run(key, forward)
+        assert q is not None
+        return q
 
     @torch.inference_mode()
     def retain(self, rows: torch.Tensor) -> None:

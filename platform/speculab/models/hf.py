@@ -28,7 +28,7 @@ from transformers.utils import logging as hf_logging
 from speculab.drafting.tree import DraftTree
 from speculab.models.lean import lean_layers, lean_stack, runs_own_layers
 from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer, slot_cache
-from speculab.models.static_pass import Buffers, Decoder, StaticPasses
+from speculab.models.static_pass import PASSES, Buffers, Decoder, Graphs, StaticPasses, cache_buffers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -75,7 +75,7 @@ class TreeLM:
         if passes != "eager" and self.lean is not None:
             d = model.model
             decoder = Decoder(d.embed_tokens, d.rotary_emb, d.norm, model.lm_head)
-            self.static = StaticPasses(self.lean, decoder, feature_layers, graphs=passes == "graphs")
+            self.static = StaticPasses(self.lean, decoder, feature_layers, Graphs(passes == "graphs"))
         self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -94,19 +94,10 @@ class TreeLM:
         self.peak_bytes = 0  # largest cache footprint since reset
 
     def _static_buffers(self, batch_size: int, capacity: int) -> Buffers:
-        """Per layer, zeroed (keys, values) [B, Hkv, C, hd]: the last batch's when B and C are the same
-        (the graphs captured over them stay valid), else new ones. Zeros, not garbage: a masked slot
-        weighs exactly 0 in attention, and 0 times a NaN left in memory would still be NaN."""
+        """Per layer, (keys, values) [B, Hkv, C, hd]: the last batch's when B and C are the same."""
         assert self.lean is not None
         shape = (batch_size, self.lean.kv_heads, capacity, self.lean.head_dim)
-        if not self.static_buffers or self.static_buffers[0][0].shape != shape:
-            self.static_buffers = [
-                (
-                    torch.zeros(shape, dtype=self.dtype, device=self.device),
-                    torch.zeros(shape, dtype=self.dtype, device=self.device),
-                )
-                for _ in self.lean.layers
-            ]
+        self.static_buffers = cache_buffers(self.static_buffers, len(self.lean.layers), shape, self.dtype, self.device)
         return self.static_buffers
 
     @property
@@ -287,9 +278,6 @@ class TreeLM:
     def _filled_layers(self) -> list[SlotLayer]:
         """Cache layers that hold slots (layers stay empty until the first forward)."""
         return [layer for layer in self.cache.layers if isinstance(layer, SlotLayer) and layer.is_initialized]
-
-
-PASSES = ("eager", "static", "graphs")
 
 
 # slot_valid [B, S + N]: committed slots, then N new chain nodes

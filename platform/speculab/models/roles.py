@@ -55,7 +55,7 @@ class LMSpec:
     model: Any = field(default=None, compare=False)  # hf: a transformers model already built (benchmarks), not `path`
     feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
     target_path: str = ""  # dflash: the target checkpoint whose input embeddings and lm_head it uses
-    passes: str = "eager"  # hf: eager, static or graphs (fixed-shape passes, CUDA graphs; `models.static_pass`)
+    passes: str = "eager"  # hf, dflash: eager, static or graphs (fixed-shape passes, CUDA graphs; `models.static_pass`)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def build_lm(spec: LMSpec) -> DecoderLM | BlockLM | DFlashLM:
     if spec.backend == "dflash":
         from speculab.models.dflash import DFlashLM
 
-        return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device)
+        return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes)
     raise ValueError(f"model backend must be one of hf, toy, block, dflash; got {spec.backend!r}")
 
 

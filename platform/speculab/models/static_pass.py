@@ -16,21 +16,28 @@ in place and hands back the whole buffers, so the static and the eager pass shar
 function. The logits equal the eager pass's (masked slots add exact zeros to the softmax; the
 tests compare them on the CPU, eager and compiled).
 
-`StaticPasses` runs them for a `TreeLM` (`model.capture`): on CUDA each (batch size, bucket,
-last-only) shape is captured once as a CUDA graph over the cache's buffers and replayed; with
-`graphs=False` (the CPU, and the exact tests) the same function runs eagerly. A pass of more
-than the largest bucket's nodes (a long prefill: compute bound, and run once) stays eager.
+`StaticPasses` runs them for a `TreeLM` (`model.capture`) through `Graphs`: on CUDA each
+(batch size, bucket, last-only) shape is captured once as a CUDA graph over the cache's buffers
+and replayed; disabled (passes "static": the CPU, the exact tests) the same function runs
+eagerly. A pass of more than the largest bucket's nodes (a long prefill: compute bound, and run
+once) stays eager. The DFlash drafter's block pass uses `Graphs` the same way (`models.dflash`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 
 from speculab.models.lean import LeanStack, lean_layers
 from speculab.syncs import sync_debug_off
+
+# How a model's passes run: at the shapes of the moment; at fixed shapes, eagerly (the CPU check of what
+# graphs replay); at fixed shapes replayed from CUDA graphs.
+PASSES = ("eager", "static", "graphs")
 
 # Node counts a pass is padded up to: one graph per (batch size, bucket). A tree of up to 256 nodes
 # is launch bound on a GPU; past that a pass is compute bound and runs eagerly.
@@ -136,31 +143,74 @@ def static_forward(
 Buffers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, the cache's (keys, values) [B, Hkv, C, hd]
 
 
-@dataclass
-class Captured:
-    """One shape's inputs, and on CUDA its graph and the outputs the graph writes."""
+def cache_buffers(
+    kept: Buffers, layers: int, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device
+) -> Buffers:
+    """Per layer, (keys, values) buffers of `shape` [B, Hkv, C, hd] for a batch's cache under fixed-shape
+    passes: `kept` itself when its shape is the same (the graphs captured over its addresses stay
+    valid), else new zeroed ones. Zeros, not garbage: a masked slot weighs exactly 0 in attention,
+    and 0 times a NaN left in fresh memory would still be NaN."""
+    if kept and kept[0][0].shape == shape:
+        return kept
+    return [
+        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for _ in range(layers)
+    ]
 
-    inputs: StaticInputs
-    graph: torch.cuda.CUDAGraph | None = None
-    outputs: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+class Graphs:
+    """One model's CUDA graphs, one per shape key, in one memory pool; disabled (the CPU, the exact
+    tests), the same functions run eagerly."""
+
+    def __init__(self, enabled: bool) -> None:
+        if enabled and not torch.cuda.is_available():
+            raise ValueError("CUDA graphs (model.capture=true) need a CUDA device; this machine has none")
+        self.enabled = enabled
+        self.pool: Any = torch.cuda.graph_pool_handle() if enabled else None  # torch's opaque handle
+        self.captured: dict[Hashable, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor | None, ...]]] = {}
+
+    def run(
+        self, key: Hashable, forward: Callable[[], tuple[torch.Tensor | None, ...]]
+    ) -> tuple[torch.Tensor | None, ...]:
+        """forward(), replayed from key's graph (captured at its first run). forward must read only
+        tensors that stay put between runs (its inputs' buffers, the weights, the cache's buffers)
+        and key must name every shape, address and Python value it depends on. The outputs are
+        copies: the next replay overwrites the graph's own."""
+        if not self.enabled:
+            return forward()
+        if key not in self.captured:
+            self.captured[key] = self._capture(forward)
+        graph, outputs = self.captured[key]
+        graph.replay()
+        return tuple(None if t is None else t.clone() for t in outputs)
+
+    def _capture(
+        self, forward: Callable[[], tuple[torch.Tensor | None, ...]]
+    ) -> tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor | None, ...]]:
+        """Warm up on a side stream (as CUDA graph capture requires), then capture one run. The warm-up
+        writes what the replay that follows writes again (a pass's keys and values, at its slots)."""
+        with sync_debug_off():  # capture synchronises once per shape: not a round's host read
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                forward()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                outputs = forward()
+        return graph, outputs
 
 
 @dataclass
 class StaticPasses:
-    """A model's passes over fixed shapes on its cache's buffers, replayed from CUDA graphs (graphs=True)."""
+    """A lean model's passes over fixed shapes on its cache's buffers, replayed from CUDA graphs when
+    `graphs` is enabled."""
 
     stack: LeanStack
     decoder: Decoder
     feature_layers: tuple[int, ...]
-    graphs: bool
-    shapes: dict[tuple[int, ...], Captured] = field(default_factory=dict)
-    pool: Any = None  # one CUDA memory pool for every graph of this model (torch's opaque handle)
-
-    def __post_init__(self) -> None:
-        if self.graphs and not torch.cuda.is_available():
-            raise ValueError("CUDA graphs (model.capture=true) need a CUDA device; this machine has none")
-        if self.graphs:
-            self.pool = torch.cuda.graph_pool_handle()
+    graphs: Graphs
+    shapes: dict[tuple[int, ...], StaticInputs] = field(default_factory=dict)
 
     # tokens, positions [B, N]; allowed [B, N, S + N] bool
     def run(
@@ -174,38 +224,11 @@ class StaticPasses:
         if Nb is None or allowed.shape[2] - N + Nb > C:
             return None
         key = (B, Nb, C, int(last_only), buffers[0][0].data_ptr())  # a graph is bound to the buffers' addresses
-        captured = self.shapes.get(key)
-        if captured is None:
-            captured = self.shapes[key] = Captured(StaticInputs.empty(B, Nb, C, buffers[0][0].dtype, tokens.device))
-        captured.inputs.fill(tokens, positions, allowed)
-        if not self.graphs:
-            logits, features = self._forward(buffers, captured.inputs, last_only)
-        else:
-            if captured.graph is None:
-                self._capture(captured, buffers, last_only)
-            assert captured.graph is not None and captured.outputs is not None
-            captured.graph.replay()
-            logits, features = captured.outputs
-            # The next replay of this shape overwrites the outputs: hand out copies.
-            logits = logits.clone()
-            features = None if features is None else features.clone()
+        inputs = self.shapes.get(key)
+        if inputs is None:
+            inputs = self.shapes[key] = StaticInputs.empty(B, Nb, C, buffers[0][0].dtype, tokens.device)
+        inputs.fill(tokens, positions, allowed)
+        forward = partial(static_forward, self.stack, self.decoder, buffers, inputs, self.feature_layers, last_only)
+        logits, features = self.graphs.run(key, forward)
+        assert logits is not None
         return logits if last_only else logits[:, :N], None if features is None else features[:, :N]
-
-    def _forward(
-        self, buffers: Buffers, inputs: StaticInputs, last_only: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return static_forward(self.stack, self.decoder, buffers, inputs, self.feature_layers, last_only)
-
-    def _capture(self, captured: Captured, buffers: Buffers, last_only: bool) -> None:
-        """Warm up on a side stream (as CUDA graph capture requires), then capture one pass. The
-        warm-up writes the same keys and values the replay that follows writes again."""
-        with sync_debug_off():  # capture synchronises once per shape: not a round's host read
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self._forward(buffers, captured.inputs, last_only)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                captured.outputs = self._forward(buffers, captured.inputs, last_only)
-        captured.graph = graph
