@@ -26,6 +26,10 @@ speculab's default on a GPU: passes of up to 256 nodes replayed from CUDA graphs
     dynamic cache, `generate` with a static cache and its torch.compile, and speculab's
     autoregressive loop, eager and captured, each over the memory roofline: (weight bytes + the
     mean KV bytes a step reads) / the bandwidth of a device-to-device copy measured in this run;
+(t) the shipped tiny pair on the device, T = 0, batch 1, 4 HumanEval prompts: ms per token of
+    transformers' generate (eager; static cache + compile), speculab's autoregressive loop and
+    DDTree (B = 64) on the DFlash drafter, over the fastest generate (the issue's limits: 1.0x
+    and 0.5x);
 (p) a projection: from the measured costs of a DFlash round (block pass, DDTree build, target
     pass over the tree, verification, the loop's rest), the speedup over speculab's captured
     autoregressive loop at acceptance lengths tau = 2..10, beside the DDTree paper's Qwen3-8B
@@ -43,27 +47,33 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM, CompileConfig, LlamaConfig, PreTrainedModel, Qwen3Config
+from transformers import AutoModelForCausalLM, AutoTokenizer, CompileConfig, LlamaConfig, PreTrainedModel, Qwen3Config
 from transformers.utils import logging as hf_logging
 from verify import batched_call, random_inputs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # random_dflash_pair: the DFlash shapes
-
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.best_first import best_first, chain_tree
+from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
 from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash import DFlashDraft, block_allowed, draft_logits
+from speculab.models.dflash_layout import read_layout
 from speculab.models.hf import TreeLM
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.static_pass import BUCKETS, Graphs
 from speculab.tracking.metrics import summarize
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_PAIR = REPO / "assets" / "tiny-pycode"
+sys.path.insert(0, str(REPO / "tools"))  # random_dflash_pair: the DFlash shapes
 
 # (target, draft, vocab): Llama-3-8B with a 0.6B-class Llama draft; Qwen3-8B with Qwen3-0.6B; CPU-sized ones.
 # Each size is (hidden, layers, attention heads, KV heads, MLP width).
@@ -345,6 +355,58 @@ def step_ms(run: Callable[[int], object], device: str, max_new: int, repeats: in
     )
 
 
+def generate_loop(model: PreTrainedModel, ids: torch.Tensor, static: bool) -> Callable[[int], object]:
+    """transformers' greedy generate of exactly n tokens after ids [1, T]; static: with a static cache,
+    whose forward transformers compiles (on the CPU too, by `_compile_all_devices`, which its
+    auto-compile otherwise keeps to accelerators)."""
+    extra: dict[str, object] = {}
+    if static:
+        config = CompileConfig(fullgraph=True)
+        config._compile_all_devices = True
+        extra = {"cache_implementation": "static", "compile_config": config}
+    return lambda n: model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, **extra)
+
+
+def tiny_pair_table(device: str, compile_: bool, repeats: int, max_new: int, budget: int = 64) -> Table:
+    """(t): the shipped tiny pair on this device, batch 1, T = 0, 4 HumanEval prompts of `max_new`
+    tokens each: ms per token (prefill included) of transformers' generate, speculab's
+    autoregressive loop and DDTree on the DFlash drafter (both with the default passes: captured on
+    a GPU), over the fastest generate."""
+    tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
+    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 4)]
+    target_path, dflash = str(TINY_PAIR / "target"), str(TINY_PAIR / "dflash")
+    layout = read_layout(dflash)
+    passes = "graphs" if device == "cuda" else "eager"
+    target = TreeTarget(LMSpec("hf", target_path, device=device, feature_layers=layout.target_layer_ids, passes=passes))
+    source = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path, passes=passes))
+    drafter = TreeDrafter(source, tree_builder("best_first", budget))
+    ar = DecodeSettings(1, 0, SamplingParams(0.0), max_new, 1, 0, None)
+    ddtree = DecodeSettings(1, layout.block_size - 1, SamplingParams(0.0), max_new, 1, 0, None, budget + 1)
+    model = cast(PreTrainedModel, target.lm.model)  # type: ignore[attr-defined]  (a transformers target)
+    ids = [torch.tensor([p], device=device) for p in prompts]
+    runs: dict[str, Callable[[], object] | None] = {
+        "transformers generate, eager": lambda: [generate_loop(model, i, False)(max_new) for i in ids],
+        "transformers generate, static cache + torch.compile": (
+            (lambda: [generate_loop(model, i, True)(max_new) for i in ids]) if compile_ else None
+        ),
+        f"speculab autoregressive ({passes})": lambda: autoregressive(target, prompts, ar),
+        f"speculab DDTree, B = {budget}, on DFlash ({passes})": lambda: decode(
+            target, drafter, get_verifier("ddtree"), prompts, ddtree
+        ),
+    }
+    ms = {name: elapsed_ms(run, device, repeats) / (len(prompts) * max_new) for name, run in runs.items() if run}
+    fastest = min(v for name, v in ms.items() if name.startswith("transformers"))
+    table = Table(
+        "loop",
+        "ms / token",
+        "x fastest generate",
+        title="(t) the tiny pair, T = 0, batch 1 (limits: speculab autoregressive at most 1.0x, DDTree at most 0.5x)",
+    )
+    for name in runs:
+        table.add_row(name, *((f"{ms[name]:.3f}", f"{ms[name] / fastest:.2f}") if name in ms else ("not run", "")))
+    return table
+
+
 def autoregressive_table(
     model: PreTrainedModel,
     targets: dict[str, TreeTarget],
@@ -362,16 +424,7 @@ def autoregressive_table(
     roofline_ms = (weight_bytes(model) + kv_bytes_per_token(model) * mean_context) / bandwidth / 1e6
 
     def hf(static: bool) -> Callable[[int], object]:
-        """generate; static: with a static cache, whose forward transformers compiles (on the CPU too,
-        by `_compile_all_devices`, which its auto-compile otherwise keeps to accelerators)."""
-        extra: dict[str, object] = {}
-        if static:
-            config = CompileConfig(fullgraph=True)
-            config._compile_all_devices = True
-            extra = {"cache_implementation": "static", "compile_config": config}
-        return lambda n: model.generate(
-            ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, **extra
-        )
+        return generate_loop(model, ids, static)
 
     def speculab_loop(target: TreeTarget) -> Callable[[int], object]:
         return lambda n: autoregressive(target, [prompt], DecodeSettings(1, 0, SamplingParams(0.0), n, 1, 0, None))
@@ -527,6 +580,7 @@ def main(argv: list[str] | None = None) -> None:
     compile_ = device == "cuda" or args.compile
     table, ar_ms = autoregressive_table(model, targets, prompt, max_new, device, bandwidth, compile_, args.repeats)
     console.print(table)
+    console.print(tiny_pair_table(device, compile_, args.repeats, max_new if small else 128))
     projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
     build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
     console.print(projection_table(ar_ms, block_ms[-1], tree_ms, build_ms, other_ms, verify_ms))
