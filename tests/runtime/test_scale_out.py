@@ -44,7 +44,7 @@ def test_target_ranks_take_whole_gpus_and_the_draft_a_share_beside_rank_0() -> N
     assert draft_bundles("cpu", 1.0, 0.25) == [{"CPU": 1.0}]
 
 
-def test_group_names_change_with_tp_size_dtype_and_device() -> None:
+def test_group_names_change_with_tp_size_dtype_device_and_passes() -> None:
     bundles = target_bundles(2, "cpu", 1.0, 1.0)
     names = {
         group_name("target", spec, bundles)
@@ -53,9 +53,10 @@ def test_group_names_change_with_tp_size_dtype_and_device() -> None:
             LMSpec("hf", TP2.path, threads=1, tp_size=4),
             LMSpec("hf", TP2.path, "bfloat16", threads=1, tp_size=2),
             LMSpec("hf", TP2.path, device="cuda", threads=1, tp_size=2),
+            LMSpec("hf", TP2.path, device="cuda", threads=1, tp_size=2, passes="graphs"),
         )
     }
-    assert len(names) == 4
+    assert len(names) == 5
     assert group_name("target", TP2, bundles) == group_name(
         "target", LMSpec("hf", TP2.path, threads=1, tp_size=2), bundles
     )

@@ -50,7 +50,8 @@ def pair_bundles(device: str, cpus: float) -> list[Bundle]:
 
 
 def spec_key(spec: LMSpec | PairSpec) -> tuple[Any, ...]:
-    """What of a spec decides what a group loads: path, TP size, dtype, device kind, threads."""
+    """What of a spec decides what a group loads and how it runs: path, TP size, dtype, device kind,
+    threads, passes (a sweep over `model.capture` must not reuse an actor built the other way)."""
     if isinstance(spec, PairSpec):
         return spec_key(spec.target) + spec_key(spec.draft)
     return (
@@ -62,6 +63,7 @@ def spec_key(spec: LMSpec | PairSpec) -> tuple[Any, ...]:
         spec.dtype,
         spec.device,
         spec.threads,
+        spec.passes,
     )
 
 
