@@ -335,7 +335,7 @@ def _round(
         features = target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
         drafter.commit(emitted, features=features)
-    taus = (verdict.num_tokens - 1).tolist()
+    taus = [len(tokens) - 1 for tokens in emitted]  # from the rows already on the host: no device read
     first_q = proposal.first_q
     first = first_position(p_nodes[:, 0], first_q).tolist() if first_q is not None else [[], [], []]
     kept = []
