@@ -148,7 +148,9 @@ class PhaseClock:
     """Time per phase without stalling the device. Where this process runs CUDA work, each phase
     boundary is an event recorded on the current stream and read when the run is over: the phases
     are intervals of the device's own timeline, and no phase waits for the GPU to drain (a
-    synchronise per phase would stall the launch queue 5 times a round). Elsewhere, the host clock."""
+    synchronise per phase would stall the launch queue 5 times a round). Elsewhere, the host clock.
+    The events are on the current device's stream: with the draft on another GPU in-process
+    (`model.draft_device`), its phase shows the launch time on the host, not its kernels."""
 
     def __init__(self) -> None:
         self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
