@@ -26,9 +26,9 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
-from speculab.models.lean import lean_layers, lean_stack, runs_own_layers
+from speculab.models.lean import Decoder, decoder_forward, layer_features, lean_layers, lean_stack, runs_own_layers
 from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer, slot_cache
-from speculab.models.static_pass import PASSES, Buffers, Decoder, Graphs, StaticPasses, cache_buffers
+from speculab.models.static_pass import PASSES, Buffers, Graphs, StaticPasses, cache_buffers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -70,12 +70,15 @@ class TreeLM:
         self.dtype = next(model.parameters()).dtype
         self.lean = lean_stack(model)  # None: another architecture or a tensor-parallel model runs its modules
         self.feature_layers = feature_layers
+        # None: transformers' own forward runs it (another architecture, a sliding-window layer)
+        self.decoder: Decoder | None = None
+        if runs_own_layers(model.config):
+            d = model.model
+            self.decoder = Decoder(d.embed_tokens, d.rotary_emb, d.norm, model.lm_head)
         self.static: StaticPasses | None = None
         self.static_buffers: Buffers = []  # the static passes' cache buffers, kept while (B, C) stays
-        if passes != "eager" and self.lean is not None:
-            d = model.model
-            decoder = Decoder(d.embed_tokens, d.rotary_emb, d.norm, model.lm_head)
-            self.static = StaticPasses(self.lean, decoder, feature_layers, Graphs(passes == "graphs"))
+        if passes != "eager" and self.lean is not None and self.decoder is not None:
+            self.static = StaticPasses(self.lean, self.decoder, feature_layers, Graphs(passes == "graphs"))
         self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -155,7 +158,7 @@ class TreeLM:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits, features [B, N, n * hidden] or None) of tokens [B, N] after the cache; mask
         [B, 1, N, S + N] or None (attend to all)."""
-        if not runs_own_layers(self.model.config):
+        if self.decoder is None:
             out = self.model(
                 input_ids=tokens,
                 attention_mask=mask,
@@ -165,18 +168,17 @@ class TreeLM:
                 logits_to_keep=1 if last_only else 0,
                 output_hidden_states=bool(self.feature_layers),
             )
-            return out.logits, self._features(out.hidden_states)
+            features = layer_features(out.hidden_states, self.feature_layers) if self.feature_layers else None
+            return out.logits, features
+
         # The model's own weights, without transformers' per-call wrappers and module calls
         # (models/lean.py): a fifth of a tiny model's step; the logits are the same.
-        decoder = self.model.model
-        hidden = decoder.embed_tokens(tokens)
-        cos, sin = decoder.rotary_emb(hidden, position_ids)
-        states = [hidden]  # transformers' hidden_states: the embeddings, then each layer's output
-        outputs = states if self.feature_layers else None
-        if self.lean is not None:
-            hidden = lean_layers(self.lean, hidden, cos, sin, mask, self.cache, outputs)
-        else:
-            for layer in decoder.layers:
+        def layers(
+            hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, outputs: list[torch.Tensor] | None
+        ) -> torch.Tensor:
+            if self.lean is not None:
+                return lean_layers(self.lean, hidden, cos, sin, mask, self.cache, outputs)
+            for layer in self.model.model.layers:  # not a lean stack (an AutoTP shard, whose projections all-reduce)
                 hidden = layer(
                     hidden,
                     attention_mask=mask,
@@ -187,16 +189,12 @@ class TreeLM:
                 )
                 if outputs is not None:
                     outputs.append(hidden)
-        logits = self.model.lm_head(decoder.norm(hidden[:, -1:] if last_only else hidden))
-        if self.feature_layers:
-            states[-1] = decoder.norm(hidden)  # transformers reports the last layer after the final norm
-        return logits, self._features(states)
+            return hidden
 
-    def _features(self, states: tuple[torch.Tensor, ...] | list[torch.Tensor] | None) -> torch.Tensor | None:
-        """[B, N, n * hidden]: hidden_states[id + 1] of every feature layer, concatenated (None: none asked)."""
-        if not self.feature_layers or states is None:
-            return None
-        return torch.cat([states[i + 1] for i in self.feature_layers], dim=-1)
+        def pick(hidden: torch.Tensor) -> torch.Tensor:
+            return hidden[:, -1:] if last_only else hidden
+
+        return decoder_forward(self.decoder, layers, tokens, position_ids, self.feature_layers, pick)
 
     @torch.inference_mode()
     def commit(self, keep: torch.Tensor) -> None:

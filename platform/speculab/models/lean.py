@@ -12,6 +12,7 @@ plain `nn.Linear` projections without bias and full attention in every layer: a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -163,3 +164,48 @@ def lean_layers(
         if outputs is not None:
             outputs.append(hidden)
     return hidden
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """The parts of a transformers decoder around its layers (`decoder_forward` calls them)."""
+
+    embed: torch.nn.Module
+    rotary: torch.nn.Module
+    norm: torch.nn.Module
+    head: torch.nn.Module
+
+
+# (hidden [B, N, D], cos, sin [B, N, hd], outputs or None) -> hidden [B, N, D]: every layer, appending
+# each layer's output to outputs when given
+Layers = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "list[torch.Tensor] | None"], torch.Tensor]
+
+
+# states: transformers' hidden_states (the embeddings, then each layer's output)
+def layer_features(
+    states: tuple[torch.Tensor, ...] | list[torch.Tensor], feature_layers: tuple[int, ...]
+) -> torch.Tensor:
+    """[B, N, n * hidden]: hidden_states[id + 1] of every feature layer, concatenated."""
+    return torch.cat([states[i + 1] for i in feature_layers], dim=-1)
+
+
+# tokens, positions [B, N]
+def decoder_forward(
+    decoder: Decoder,
+    layers: Layers,
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    feature_layers: tuple[int, ...],
+    pick: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits of the head at the columns `pick` keeps of the last hidden states, features
+    [B, N, n * hidden] at feature_layers or None): embeddings, rotary, `layers`, final norm, head.
+    The eager and the fixed-shape passes (`models.static_pass`) both run through here."""
+    hidden = decoder.embed(tokens)
+    cos, sin = decoder.rotary(hidden, positions)
+    states = [hidden]
+    hidden = layers(hidden, cos, sin, states if feature_layers else None)
+    if not feature_layers:
+        return decoder.head(decoder.norm(pick(hidden))), None
+    states[-1] = normed = decoder.norm(hidden)  # transformers reports the last layer after the final norm
+    return decoder.head(pick(normed)), layer_features(states, feature_layers)

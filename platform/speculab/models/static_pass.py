@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from speculab.models.lean import LeanStack, lean_layers
+from speculab.models.lean import Decoder, LeanStack, decoder_forward, lean_layers
 from speculab.syncs import sync_debug_off
 
 # How a model's passes run: at the shapes of the moment; at fixed shapes, eagerly (the CPU check of what
@@ -106,16 +106,6 @@ class StaticSlots:
         return cache_keys, cache_values
 
 
-@dataclass(frozen=True)
-class Decoder:
-    """The parts of a transformers decoder around its layers, as the static pass calls them."""
-
-    embed: torch.nn.Module
-    rotary: torch.nn.Module
-    norm: torch.nn.Module
-    head: torch.nn.Module
-
-
 def static_forward(
     stack: LeanStack,
     decoder: Decoder,
@@ -127,17 +117,17 @@ def static_forward(
     """(logits [B, Nb, V] or, last_only, [B, 1, V] at `inputs.last`; features [B, Nb, n * hidden] at
     feature_layers or None) of one pass over fixed shapes, its keys and values written into
     `buffers` at `inputs.slots`."""
-    hidden = decoder.embed(inputs.tokens)
-    cos, sin = decoder.rotary(hidden, inputs.positions)
-    states = [hidden]  # transformers' hidden_states: the embeddings, then each layer's output
-    outputs = states if feature_layers else None
-    hidden = lean_layers(stack, hidden, cos, sin, inputs.mask, StaticSlots(buffers, inputs.slots), outputs)
-    normed = decoder.norm(hidden)
-    logits = decoder.head(normed.index_select(1, inputs.last) if last_only else normed)
-    if not feature_layers:
-        return logits, None
-    states[-1] = normed  # transformers reports the last layer after the final norm
-    return logits, torch.cat([states[i + 1] for i in feature_layers], dim=-1)
+    cache = StaticSlots(buffers, inputs.slots)
+
+    def layers(
+        hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, outputs: list[torch.Tensor] | None
+    ) -> torch.Tensor:
+        return lean_layers(stack, hidden, cos, sin, inputs.mask, cache, outputs)
+
+    def pick(hidden: torch.Tensor) -> torch.Tensor:
+        return hidden.index_select(1, inputs.last) if last_only else hidden
+
+    return decoder_forward(decoder, layers, inputs.tokens, inputs.positions, feature_layers, pick)
 
 
 Buffers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, the cache's (keys, values) [B, Hkv, C, hd]
