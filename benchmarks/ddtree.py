@@ -103,7 +103,7 @@ def e2e_table(args: argparse.Namespace) -> Table:
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", args.prompts)]
     target = TreeTarget(LMSpec("hf", str(root / "target")))
     sources = {
-        "block": DraftModel(LMSpec("block", str(root / "block"))),
+        "parallel": DraftModel(LMSpec("parallel", str(root / "parallel"))),
         "ar_marginals": DraftModel(LMSpec("hf", str(root / "draft"))),
     }
     table = Table(

@@ -1,10 +1,10 @@
-"""DFlash on the tiny pair: the context-only block drafter against the target-conditioned DFlash
+"""DFlash on the tiny pair: the parallel drafter (context only) against the target-conditioned DFlash
 drafter, as a chain and as DDTree trees over a budget sweep, against autoregressive decoding.
 
     PYTHONPATH=platform python benchmarks/dflash.py [--prompts 16] [--max-new-tokens 128] [--reps 3]
         [--threads 1] [--L 8] [--budgets 16 32 64 128 256] [--dflash DIR]
 
-One process, inline, batch 1, the shipped tiny target with `assets/tiny-pycode/block` (context
+One process, inline, batch 1, the shipped tiny target with `assets/tiny-pycode/parallel` (context
 only) and `assets/tiny-pycode/dflash` (conditioned on target features); T = 0 and 1. Every
 method runs once per repetition, in an order rotated from one repetition to the next (a shared
 machine's slow spells spread over all). tau is accepted draft tokens + the bonus per round (as
@@ -43,7 +43,7 @@ from speculab.verify.ddtree_walk import ddtree_walk
 @dataclass(frozen=True)
 class Method:
     temperature: float
-    drafter: str  # "-" (autoregressive), "block" or "dflash"
+    drafter: str  # "-" (autoregressive), "parallel" or "dflash"
     budget: int  # 0: the chain (argmax per depth)
 
 
@@ -58,7 +58,7 @@ class Result:
 def plan(budgets: list[int]) -> list[Method]:
     methods = []
     for temperature in (0.0, 1.0):
-        methods += [Method(temperature, "-", 0), Method(temperature, "block", 0), Method(temperature, "dflash", 0)]
+        methods += [Method(temperature, "-", 0), Method(temperature, "parallel", 0), Method(temperature, "dflash", 0)]
         methods += [Method(temperature, "dflash", b) for b in budgets]
     return methods
 
@@ -147,10 +147,10 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     pair = load_pair(args.model, args.prompts)
     dflash = resolve_path(args.dflash) if args.dflash else root / "dflash"
     layer_ids = read_layout(dflash).target_layer_ids
-    # autoregressive and the block drafter run on the plain target; DFlash on one returning features
+    # autoregressive and the parallel drafter run on the plain target; DFlash on one returning features
     featured = TreeTarget(LMSpec("hf", str(root / "target"), feature_layers=tuple(layer_ids)))
     sources = {
-        "block": DraftModel(LMSpec("block", str(root / "block"))),
+        "parallel": DraftModel(LMSpec("parallel", str(root / "parallel"))),
         "dflash": DraftModel(LMSpec("dflash", str(dflash), target_path=str(root / "target"))),
     }
     methods = plan(args.budgets)

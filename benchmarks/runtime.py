@@ -148,6 +148,7 @@ def demo_table(runs: int) -> Table:
 
     from spread import point
 
+    from speculab.config import resolve
     from speculab.experiment import decode_point
     from speculab.tracking.runs import NoopTracker
 
@@ -156,7 +157,7 @@ def demo_table(runs: int) -> Table:
     for index in range(runs):
         for kind in ("ray", "inline") if index % 2 == 0 else ("inline", "ray"):
             with contextlib.redirect_stdout(io.StringIO()):  # each point prints its own summary
-                metrics = decode_point(point(["tracking=none", f"runtime={kind}"]), NoopTracker())
+                metrics = decode_point(resolve(point(["tracking=none", f"runtime={kind}"])), NoopTracker())
             for key in keys:
                 found[kind][key].append(metrics[key])
     table = Table(title=f"the default demo, {runs} alternating run(s) per runtime, medians")

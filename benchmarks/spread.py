@@ -39,7 +39,7 @@ from rich.table import Table
 
 import speculab.cli  # noqa: F401  registers the structured schema
 from speculab.algorithms import get_verifier
-from speculab.config import PROJECT_ROOT, Config
+from speculab.config import PROJECT_ROOT, Config, resolve
 from speculab.data import encode_prompt, load_prompts
 from speculab.engine import autoregressive, decode
 from speculab.experiment import decode_point, model_specs, settings_of
@@ -79,13 +79,14 @@ def point(overrides: list[str]) -> Config:
 
 def sequential(cfg: Config) -> float:
     """The former protocol: all prompts speculatively, then all autoregressively, once each."""
-    target_spec, draft_spec = model_specs(cfg)
+    plan = resolve(cfg)
+    target_spec, draft_spec = model_specs(plan)
     target, drafter = TreeTarget(target_spec), DraftModel(draft_spec)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts(cfg.dataset.name, cfg.dataset.num_prompts)]
-    settings = settings_of(cfg, tokenizer.eos_token_id)
+    settings = settings_of(plan, tokenizer.eos_token_id)
     verifier = get_verifier(cfg.algorithm.name)
     decode(target, drafter, verifier, prompts[:1], settings)  # the same warm-up as before: untimed
     autoregressive(target, prompts[:1], settings)
@@ -123,7 +124,7 @@ def main() -> None:
                 found = (sequential(point(point_args)), math.nan, math.nan)
                 results.setdefault(f"{prompts} prompts, sequential", []).append(found)
                 for repeats in args.repeats:
-                    m = decode_point(point([*point_args, f"measure.repeats={repeats}"]), NoopTracker())
+                    m = decode_point(resolve(point([*point_args, f"measure.repeats={repeats}"])), NoopTracker())
                     found = (m["speedup_vs_ar"], m["speedup_vs_ar_ci_low"], m["speedup_vs_ar_ci_high"])
                     results.setdefault(f"{prompts} prompts, interleaved R={repeats}", []).append(found)
             print(f"run {run + 1}/{args.runs} done after {time.time() - start:.0f} s", flush=True)

@@ -45,7 +45,7 @@ from transformers import LlamaForCausalLM, Qwen3Config
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 import tiny_model_lib as lib
-from train_block_drafter import drafter_args, drafter_parser, prepare, save_stats, schedule, training_mask
+from train_parallel_drafter import drafter_args, drafter_parser, prepare, save_stats, schedule, training_mask
 
 from speculab.models.dflash import DFlashDraft
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: random-weight checkpoints on disk, and config checkpoints without weights.
+"""Shared fixtures: random-weight checkpoints on disk, config checkpoints without weights, and the
+Ray cluster of the tests that run model groups in this process.
 
 Helpers that are not fixtures live in `tests/support` (importable as `support.*`)."""
 
@@ -6,8 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 # Multi-threaded OpenBLAS makes SciPy's L-BFGS-B (global resolution) ~20x slower on 2 busy cores.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -18,6 +21,14 @@ import torch
 from support.configs import fake_checkpoint
 from support.models import save_random_lm
 
+if TYPE_CHECKING:  # imports Ray: only the tests that use the fixtures below pay for it
+    from speculab.runtime.groups import GroupPool
+
+# The embedded cluster's CPUs: tests' groups hold 3 at most at once (a TP=2 target and its draft; the
+# loop group beside the driver loop's target and draft), one per actor; the spare one lets a restarted
+# group start before its old placement group is freed.
+RAY_CPUS = 4
+
 
 @pytest.fixture(scope="session")
 def random_llama_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
@@ -27,15 +38,58 @@ def random_llama_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, P
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> list[str]:
+def weightless_pair_overrides(tmp_path: Path) -> list[str]:
     """Overrides naming a target/draft pair of weightless checkpoints with one vocabulary."""
     target = fake_checkpoint(tmp_path / "t", 10, {"a": 0})
     draft = fake_checkpoint(tmp_path / "d", 10, {"a": 0})
     return [f"model.target_path={target}", f"model.draft_path={draft}"]
 
 
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[GroupPool]:
+    """The pool of this process's model groups, on one embedded Ray cluster for the whole session
+    (started once: a few seconds each time otherwise). Only the session tears Ray down, so no test
+    depends on another to leave or to have left it; a CLI run in a subprocess starts its own."""
+    from speculab.runtime.cleanup import teardown
+    from speculab.runtime.groups import POOL
+    from speculab.runtime.ray_actors import connect
+
+    connect(None, RAY_CPUS)
+    yield POOL
+    teardown()
+
+
+def emptied(pool: GroupPool) -> Iterator[GroupPool]:
+    """`pool` with no group open, and none once its user is done, whatever that user did (killed
+    actors, restarted a group): open groups hold cluster CPUs that a later test's actors would wait
+    for (300 s, then fail), and loads that the ledger would count again."""
+    pool.close_all()
+    yield pool
+    pool.close_all()
+
+
+@pytest.fixture
+def ray_pool(ray_cluster: GroupPool) -> Iterator[GroupPool]:
+    """The session's pool, empty for this test."""
+    yield from emptied(ray_cluster)
+
+
+@pytest.fixture(scope="module")
+def module_ray_pool(ray_cluster: GroupPool) -> Iterator[GroupPool]:
+    """The session's pool, empty for this module: its tests share the groups they load."""
+    yield from emptied(ray_cluster)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Order dependence check: `pytest --reverse-order` runs the collected tests last to first.
+    parser.addoption("--reverse-order", action="store_true", help="run the collected tests in reverse order")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`gpu` tests need CUDA: skipped, saying so, where torch finds none (CI has no GPU)."""
+    """`gpu` tests need CUDA: skipped, saying so, where torch finds none (CI has no GPU).
+    With `--reverse-order`, the tests run last to first: a test that passes only after another fails."""
+    if config.getoption("reverse_order"):
+        items.reverse()
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False): run `make test-gpu` on one")

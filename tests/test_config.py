@@ -11,19 +11,19 @@ from omegaconf import OmegaConf
 from safetensors.numpy import save_file
 
 from speculab import experiment
-from speculab.config import Config, ConfigError, config_warnings, unknown_keys, validate
+from speculab.config import Config, ConfigError, config_warnings, resolve, resolve_device, unknown_keys, validate
 from support.configs import CONF, compose_config, fake_checkpoint, load
 
 
-def test_every_config_group_option_composes(pair: list[str]) -> None:
+def test_every_config_group_option_composes(weightless_pair_overrides: list[str]) -> None:
     for group in ("model", "algorithm", "dataset", "runtime", "cluster", "tracking"):
         for option in sorted((CONF / group).glob("*.yaml")):
-            cfg = load([f"{group}={option.stem}", *pair])
+            cfg = load([f"{group}={option.stem}", *weightless_pair_overrides])
             assert isinstance(cfg, Config)
 
 
-def test_default_config_is_valid_with_a_model_pair(pair: list[str]) -> None:
-    validate(load(pair))
+def test_default_config_is_valid_with_a_model_pair(weightless_pair_overrides: list[str]) -> None:
+    validate(load(weightless_pair_overrides))
 
 
 @pytest.mark.parametrize(
@@ -41,15 +41,18 @@ def test_default_config_is_valid_with_a_model_pair(pair: list[str]) -> None:
         ("model.target_path=/nonexistent/model", "model.target_path", "config.json"),
     ],
 )
-def test_bad_values_are_named_with_what_is_allowed(pair: list[str], override: str, field: str, allowed: str) -> None:
+def test_bad_values_are_named_with_what_is_allowed(
+    weightless_pair_overrides: list[str], override: str, field: str, allowed: str
+) -> None:
     with pytest.raises(ConfigError) as err:
-        validate(load([*pair, override]))
+        validate(load([*weightless_pair_overrides, override]))
     message = str(err.value)
     assert field in message and allowed in message
 
 
 def bad_files(root: Path) -> dict[str, Path]:
-    """Checkpoint dirs (vocabulary of the `pair` fixture) each with one bad file, by placeholder name."""
+    """Checkpoint dirs (the `weightless_pair_overrides` fixture's vocabulary), each with one bad file, by
+    placeholder name."""
 
     def checkpoint(name: str, **config: int) -> Path:
         return fake_checkpoint(root / name, 10, {"a": 0}, **config)
@@ -75,7 +78,8 @@ def bad_files(root: Path) -> dict[str, Path]:
     return paths
 
 
-# (overrides, field, fragment of what is allowed): all refused, on the `pair` fixture's checkpoints.
+# (overrides, field, fragment of what is allowed): all refused, on the checkpoints of the
+# `weightless_pair_overrides` fixture.
 # {name} stands for a checkpoint dir of `bad_files`; torch.cuda.is_available() is False.
 BAD_CONFIGS: list[tuple[list[str], str, str]] = [
     (["+foo=1"], "foo: unknown key", "top-level keys are model, algorithm, drafter"),
@@ -115,7 +119,7 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
         "algorithm.allow_lossy=true",
     ),
     (
-        ["algorithm=ddtree", "drafter=block", "algorithm.compare=[token]"],
+        ["algorithm=ddtree", "drafter=parallel", "algorithm.compare=[token]"],
         "algorithm.compare: algorithm=ddtree drafts a tree",
         "(path algorithms)",
     ),
@@ -130,7 +134,7 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
         "{corrupt_tokenizer}/tokenizer.json is not valid JSON",
     ),
     (
-        ["algorithm=ddtree", "drafter=block", "drafter.path={corrupt_block}"],
+        ["algorithm=ddtree", "drafter=parallel", "drafter.path={corrupt_block}"],
         "drafter.path:",
         "{corrupt_block}/block.json is not valid JSON",
     ),
@@ -149,7 +153,7 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
     (["cluster.gpu_memory_gib=-1"], "cluster.gpu_memory_gib=-1.0", ">= 0"),
     (["model.target_path={truncated}"], "model.target_path:", "{truncated}/model.safetensors is not a complete"),
     (
-        ["algorithm=ddtree", "drafter=block", "drafter.path={truncated_block}"],
+        ["algorithm=ddtree", "drafter=parallel", "drafter.path={truncated_block}"],
         "drafter.path:",
         "{truncated_block}/model.safetensors is not a complete",
     ),
@@ -158,7 +162,7 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
 
 @pytest.mark.parametrize(("overrides", "field", "allowed"), BAD_CONFIGS, ids=[" ".join(row[0]) for row in BAD_CONFIGS])
 def test_every_bad_config_is_refused_naming_the_field_and_what_is_allowed(
-    pair: list[str],
+    weightless_pair_overrides: list[str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     overrides: list[str],
@@ -168,7 +172,7 @@ def test_every_bad_config_is_refused_naming_the_field_and_what_is_allowed(
     """As the CLI does it: unknown keys first (before the conversion drops them), then `validate`."""
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     paths = bad_files(tmp_path / "bad")
-    raw = compose_config([*pair, *(override.format(**paths) for override in overrides)])
+    raw = compose_config([*weightless_pair_overrides, *(override.format(**paths) for override in overrides)])
     errors = unknown_keys(raw)
     if not errors:
         with pytest.raises(ConfigError) as err:
@@ -185,31 +189,39 @@ def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("torch.cuda.get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
 
 
-def test_a_gpu_this_machine_lacks_is_refused_naming_what_it_has(pair: list[str], monkeypatch) -> None:
+def test_a_gpu_this_machine_lacks_is_refused_naming_what_it_has(
+    weightless_pair_overrides: list[str], monkeypatch
+) -> None:
     one_gpu(monkeypatch)
     with pytest.raises(ConfigError) as err:
-        validate(load([*pair, "runtime=inline", "model.device=cuda:7"]))
+        validate(load([*weightless_pair_overrides, "runtime=inline", "model.device=cuda:7"]))
     assert "model.device='cuda:7': this machine has 1 CUDA device(s): cuda:0 (NVIDIA H100 80GB HBM3)" in str(err.value)
-    validate(load([*pair, "runtime=inline", "model.device=cuda:0", "model.draft_device=cpu"]))
-    validate(load([*pair, "model.device=cuda"]))  # an embedded Ray on this machine
+    validate(load([*weightless_pair_overrides, "runtime=inline", "model.device=cuda:0", "model.draft_device=cpu"]))
+    validate(load([*weightless_pair_overrides, "model.device=cuda"]))  # an embedded Ray on this machine
 
 
 @pytest.mark.parametrize(("gpus", "expected"), [(True, "cuda"), (False, "cpu")])
 def test_auto_places_the_models_on_cuda_where_they_run_has_one(
-    pair: list[str], monkeypatch: pytest.MonkeyPatch, gpus: bool, expected: str
+    weightless_pair_overrides: list[str], monkeypatch: pytest.MonkeyPatch, gpus: bool, expected: str
 ) -> None:
     if gpus:
         one_gpu(monkeypatch)
     else:
         monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    cfg = load([*pair, "runtime=inline", "model.device=auto"])
+    cfg = load([*weightless_pair_overrides, "runtime=inline", "model.device=auto"])
     validate(cfg)
-    target, draft = experiment.model_specs(cfg)
+    target, draft = experiment.model_specs(resolve(cfg))
     assert target.device == draft.device == expected
     remote = load(
-        [*pair, "model.device=auto", "cluster.address=auto", "cluster.num_gpus=2", "cluster.gpu_memory_gib=80"]
+        [
+            *weightless_pair_overrides,
+            "model.device=auto",
+            "cluster.address=auto",
+            "cluster.num_gpus=2",
+            "cluster.gpu_memory_gib=80",
+        ]
     )
-    assert experiment.model_specs(remote)[0].device == "cuda"  # the cluster's GPUs, not this machine's
+    assert resolve_device(remote, remote.model.device) == "cuda"  # the cluster's GPUs, not this machine's
 
 
 @pytest.mark.parametrize("sizes", [(10, 12), (10, 10)])
@@ -226,25 +238,27 @@ def test_unknown_group_option_lists_the_available_ones(group: str) -> None:
         load([f"{group}=nope"])
 
 
-def test_run_refuses_bad_input_before_loading_anything(pair: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_refuses_bad_input_before_loading_anything(
+    weightless_pair_overrides: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     def must_not_start(*args, **kwargs):
         raise AssertionError("models started before validation")
 
     monkeypatch.setattr(experiment, "start_loop", must_not_start)
     monkeypatch.setattr(experiment, "load_prompts", must_not_start)
     with pytest.raises(ConfigError, match="algorithm.K"):
-        experiment.run(load([*pair, "algorithm.K=0"]))
+        experiment.run(load([*weightless_pair_overrides, "algorithm.K=0"]))
 
 
 def test_a_drafter_with_its_own_weights_needs_no_draft_model() -> None:
-    """drafter=block reads drafter.path: model.draft_path / draft_id may be unset."""
-    validate(load(["algorithm=ddtree", "drafter=block", "model.draft_path=null", "model.draft_id=null"]))
+    """drafter=parallel reads drafter.path: model.draft_path / draft_id may be unset."""
+    validate(load(["algorithm=ddtree", "drafter=parallel", "model.draft_path=null", "model.draft_id=null"]))
 
 
-def test_block_drafter_vocabulary_must_match_the_target(tmp_path: Path) -> None:
+def test_parallel_drafter_vocabulary_must_match_the_target(tmp_path: Path) -> None:
     target = fake_checkpoint(tmp_path / "t", 10, {"a": 0})
     with pytest.raises(ConfigError) as err:
-        validate(load(["algorithm=ddtree", "drafter=block", f"model.target_path={target}"]))
+        validate(load(["algorithm=ddtree", "drafter=parallel", f"model.target_path={target}"]))
     line = next(line for line in str(err.value).splitlines() if "vocabularies differ" in line)
     assert line.strip().startswith("drafter.path:") and "target 10 tokens, draft 4096" in line
 
@@ -381,3 +395,9 @@ def test_every_class_of_bad_setting_is_refused_naming_it(
         validate(load([o.format(tmp=tmp_path) for o in overrides]))
     assert message.format(tmp=tmp_path) in str(err.value)
     assert time.perf_counter() - start < 10
+
+
+def test_a_former_drafter_name_is_refused_naming_the_new_one() -> None:
+    """`drafter=block` was the parallel drafter's name ("block" is block verification's)."""
+    with pytest.raises(ConfigError, match=r"drafter.name='block': renamed drafter=parallel \(a one-pass block drafter"):
+        validate(load(["algorithm=ddtree", "drafter=block"]))

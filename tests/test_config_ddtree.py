@@ -9,15 +9,15 @@ from speculab.config import ConfigError, validate
 from support.configs import CONF, load
 
 
-def test_every_drafter_option_composes(pair: list[str]) -> None:
+def test_every_drafter_option_composes(weightless_pair_overrides: list[str]) -> None:
     for option in sorted((CONF / "drafter").glob("*.yaml")):
-        load([f"drafter={option.stem}", "algorithm=ddtree", *pair])
+        load([f"drafter={option.stem}", "algorithm=ddtree", *weightless_pair_overrides])
 
 
 @pytest.mark.parametrize(
     ("overrides", "field", "allowed"),
     [
-        (["algorithm=ddtree"], "drafter.name='iid'", "ar_marginals, block"),
+        (["algorithm=ddtree"], "drafter.name='iid'", "ar_marginals, parallel"),
         (["algorithm=gbv", "drafter=ar_marginals"], "drafter.name='ar_marginals'", "iid"),  # token/block take it
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=8"], "algorithm.budget=8", "16..1024"),
         (["algorithm=ddtree", "drafter=ar_marginals", "algorithm.budget=2048"], "algorithm.budget=2048", "16..1024"),
@@ -26,15 +26,15 @@ def test_every_drafter_option_composes(pair: list[str]) -> None:
             "algorithm.tree='bush'",
             "best_first, chain",
         ),
-        (["algorithm=ddtree", "drafter=block", "drafter.path=/nowhere"], "drafter.path='/nowhere'", "block.json"),
-        (["algorithm=ddtree", "drafter.name=nope"], "drafter.name='nope'", "iid, ar_marginals, block"),
+        (["algorithm=ddtree", "drafter=parallel", "drafter.path=/nowhere"], "drafter.path='/nowhere'", "block.json"),
+        (["algorithm=ddtree", "drafter.name=nope"], "drafter.name='nope'", "iid, ar_marginals, parallel"),
     ],
 )
 def test_bad_ddtree_configs_name_field_and_allowed_values(
-    pair: list[str], overrides: list[str], field: str, allowed: str
+    weightless_pair_overrides: list[str], overrides: list[str], field: str, allowed: str
 ) -> None:
     with pytest.raises(ConfigError) as err:
-        validate(load([*overrides, *pair]))
+        validate(load([*overrides, *weightless_pair_overrides]))
     line = next(line for line in str(err.value).splitlines() if field in line)
     assert allowed in line
 
@@ -43,7 +43,7 @@ def tiny_point(*overrides: str) -> dict[str, float]:
     """experiment.run inline on the tiny pair: 2 prompts x 16 tokens at T = 0, untracked, 1 thread, L = 4."""
     fixed = ["algorithm.L=4", "runtime=inline", "tracking=none", "dataset.num_prompts=2"]
     fixed += ["sampling.max_new_tokens=16", "sampling.temperature=0", "runtime.torch_threads=1"]
-    return experiment.run(load([*overrides, *fixed]))
+    return experiment.run(load([*overrides, *fixed])).metrics
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import huggingface_hub.constants
 import pytest
 from test_config import CONF, load
 
-from speculab.config import ConfigError, checkpoint_dir, validate
+from speculab.config import ConfigError, checkpoint_dir, resolve, validate
 from support.configs import empty_weights
 from support.hub_configs import HUB_CONFIGS
 
@@ -110,14 +110,16 @@ def test_a_model_missing_from_the_cache_says_how_to_download(tmp_path: Path, mon
 
 
 @pytest.mark.parametrize("model", [m for m in MODELS if m.endswith("_dflash")])
-def test_dflash_presets_resolve_to_a_dflash_drafter_fed_by_target_features(hub_cache: Path, model: str) -> None:
+def test_dflash_presets_resolve_to_a_dflash_drafter_fed_by_target_features(
+    hub_cache: Path, gpu_machine: None, model: str
+) -> None:
     """The draft role loads the preset's DFlash checkpoint (backend dflash, with the target's dir for its
     embeddings and head); the target is told the drafter's target_layer_ids. Loading that layout is
     tested on a random-weight checkpoint (tests/models/test_dflash.py)."""
     from speculab.experiment import model_specs
 
     cfg = load([f"model={model}", "drafter=dflash", "algorithm=ddtree"])
-    target, draft = model_specs(cfg)
+    target, draft = model_specs(resolve(cfg))
     ids = HUB_CONFIGS[str(cfg.model.draft_id)]["dflash_config"]["target_layer_ids"]
     assert target.feature_layers == tuple(ids) and target.backend == "hf"
     assert draft.backend == "dflash" and draft.target_path == target.path

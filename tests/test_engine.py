@@ -71,10 +71,15 @@ def test_records_and_timings_are_consistent() -> None:
     for r in run.rounds:
         assert all(1 <= n <= 1 + 3 * 2 for n in r.tree_nodes)
         assert all(0 <= tau <= 2 for tau in r.accepted)
-        assert min(r.time_draft_s, r.time_target_s, r.time_verify_s) > 0 and r.time_other_s >= 0
+        # time_other_s is the round's wall time less its phases, clamped at 0: the bookkeeping between
+        # the phases always leaves some, so 0 means that the phases overran the round (one counted twice).
+        assert min(r.time_draft_s, r.time_target_s, r.time_verify_s, r.time_other_s) > 0
     assert run.prefill_target_s > 0 and run.prefill_draft_s > 0  # not folded into a round's phases
     phases = sum(r.time_draft_s + r.time_target_s + r.time_verify_s + r.time_other_s for r in run.rounds)
-    assert run.prefill_target_s + run.prefill_draft_s + phases <= run.wall_s
+    # The rounds and the prefills are disjoint spans of the run: at most its wall time, and nearly all of
+    # it (about 99 % on the toy pair: only the steps between rounds are left), so time no record claims
+    # (a batch's rounds lost, a phase outside every round) shows.
+    assert 0.75 * run.wall_s < run.prefill_target_s + run.prefill_draft_s + phases <= run.wall_s
 
 
 def test_first_position_acceptance_agrees_with_the_overlap_of_p_and_q() -> None:

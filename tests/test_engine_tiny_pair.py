@@ -12,27 +12,25 @@ from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import LMSpec
 from speculab.runtime import start_models
-from speculab.runtime.cleanup import teardown
 from support.models import TINY_PAIR
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["inline", "ray"])
-def test_greedy_speculative_equals_autoregressive_on_humaneval(runtime: str) -> None:
+def test_greedy_speculative_equals_autoregressive_on_humaneval(runtime: str, request: pytest.FixtureRequest) -> None:
+    if runtime == "ray":
+        request.getfixturevalue("ray_pool")  # the inline variant needs no cluster
     tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval")]
     target, drafter = start_models(
         runtime, LMSpec("hf", str(TINY_PAIR / "target")), LMSpec("hf", str(TINY_PAIR / "draft"))
     )
     settings = DecodeSettings(2, 4, SamplingParams(0.0), 32, 8, 0, tokenizer.eos_token_id)
-    try:
-        reference = [p.tokens for p in autoregressive(target, prompts, settings).prompts]
-        for verifier in ("token", "block"):
-            run = decode(target, drafter, get_verifier(verifier), prompts, settings)
-            assert [p.tokens for p in run.prompts] == reference, verifier
-            assert sum(len(p.accepted) for p in run.prompts) < sum(map(len, reference))  # drafts were accepted
-    finally:
-        teardown()  # free the groups' CPUs: a later test's actors would wait for them
+    reference = [p.tokens for p in autoregressive(target, prompts, settings).prompts]
+    for verifier in ("token", "block"):
+        run = decode(target, drafter, get_verifier(verifier), prompts, settings)
+        assert [p.tokens for p in run.prompts] == reference, verifier
+        assert sum(len(p.accepted) for p in run.prompts) < sum(map(len, reference))  # drafts were accepted
 
 
 @pytest.fixture(scope="module")

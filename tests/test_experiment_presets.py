@@ -55,7 +55,7 @@ def test_every_preset_has_a_report_layout_and_its_own_experiment(preset: str) ->
 
 
 def test_the_ddtree_drafter_is_one_override_away() -> None:
-    assert load(["+experiment=ddtree_table1"]).drafter.name == "block"
+    assert load(["+experiment=ddtree_table1"]).drafter.name == "parallel"
     assert load(["+experiment=ddtree_table1", "drafter=ar_marginals"]).drafter.name == "ar_marginals"
 
 

@@ -45,28 +45,37 @@ class DrafterSpec:
     weights: Literal["model.draft", "drafter.path", "drafter.path or model.draft"]
     backend: str  # the `LMSpec` backend that loads it ("" = the model's own backend)
     summary: str
+    label: str  # its name in the papers' tables and the report
     marker: str = ""  # the file that marks its checkpoint dir (`drafter.path`)
     target_features: bool = False  # conditioned on the target's hidden features (`dflash_config`)
+    # the file of its checkpoint that gives how many tokens one pass drafts (`config.checkpoints.block_length`):
+    # block.json's block_size, or a DFlash config.json's block_size - 1; "": it drafts token by token
+    block_file: str = ""
 
 
 DRAFTERS: dict[str, DrafterSpec] = {
     spec.name: spec
     for spec in (
-        DrafterSpec("iid", "paths", "model.draft", "", "the draft model samples K i.i.d. paths of L tokens"),
+        DrafterSpec(
+            "iid", "paths", "model.draft", "", "the draft model samples K i.i.d. paths of L tokens", "i.i.d. draft"
+        ),
         DrafterSpec(
             "ar_marginals",
             "marginals",
             "model.draft",
             "",
             "the draft model's distributions along its own greedy rollout (L passes)",
+            "AR marginals",
         ),
         DrafterSpec(
-            "block",
+            "parallel",
             "marginals",
             "drafter.path",
-            "block",
+            "parallel",
             "a one-pass block drafter conditioned on the context only (one pass for L marginals)",
+            "parallel drafter",
             marker="block.json",
+            block_file="block.json",
         ),
         DrafterSpec(
             "dflash",
@@ -75,8 +84,10 @@ DRAFTERS: dict[str, DrafterSpec] = {
             "dflash",
             "DFlash: a one-pass block drafter conditioned on target hidden features, with the target's "
             "embeddings and lm_head (the authors' checkpoint layout)",
+            "DFlash",
             marker="config.json",
             target_features=True,
+            block_file="config.json",
         ),
     )
 }
@@ -85,6 +96,7 @@ DRAFTERS: dict[str, DrafterSpec] = {
 @dataclass(frozen=True)
 class AlgorithmSpec:
     name: str
+    label: str  # its name in the papers' tables and the report (GBV paper, App. L; BV paper, Table 4; ...)
     paper: str  # where its rule is defined (the papers of docs/algorithms.md)
     verifier: PathVerifier | TreeVerifier  # the batched verifier (unchecked; `get_verifier` checks)
     reference: Callable[..., Any]  # the scalar reference the exact certificates enumerate
@@ -110,16 +122,41 @@ SINGLE_PATH_DRAFTERS = (*PATH_DRAFTERS, *MARGINAL_DRAFTERS)
 _BATCHED_NODE_RULES: dict[str, PathVerifier] = {"kseq": spectr_verify, "specinfer": specinfer_verify, "nss": nss_verify}
 OT_RULES = ("lp", "maxflow", "maxflow_opt", "global_resolution")
 SPECTR_NODE_RULES: tuple[str, ...] = (*_BATCHED_NODE_RULES, *OT_RULES)
+# The node rules as the papers name them (Global Resolution paper, App. R), in SPECTR_NODE_RULES' order.
+NODE_RULE_LABELS = {
+    "kseq": "K-SEQ",
+    "specinfer": "SpecInfer rule",
+    "nss": "NSS rule",
+    "lp": "general LP",
+    "maxflow": "max-flow",
+    "maxflow_opt": "optimized max-flow",
+    "global_resolution": "global resolution",
+}
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
-        AlgorithmSpec("token", "BV paper, Alg. 1", token_verify, token_verify_reference, SINGLE_PATH_DRAFTERS, False),
         AlgorithmSpec(
-            "block", "BV paper, Alg. 2, eq. 3-5", block_verify, block_verify_reference, SINGLE_PATH_DRAFTERS, False
+            "token",
+            "Token verification",
+            "BV paper, Alg. 1",
+            token_verify,
+            token_verify_reference,
+            SINGLE_PATH_DRAFTERS,
+            False,
+        ),
+        AlgorithmSpec(
+            "block",
+            "Block verification",
+            "BV paper, Alg. 2, eq. 3-5",
+            block_verify,
+            block_verify_reference,
+            SINGLE_PATH_DRAFTERS,
+            False,
         ),
         AlgorithmSpec(
             "greedy_block",
+            "Greedy block verification",
             "BV paper, App. C, Alg. 4-6",
             greedy_block_verify,
             greedy_block_verify_reference,
@@ -127,9 +164,12 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             False,
             carry=True,
         ),
-        AlgorithmSpec("gbv", "GBV paper, Alg. 1, eq. 19-23", gbv_verify, gbv_verify_reference, PATH_DRAFTERS, True),
+        AlgorithmSpec(
+            "gbv", "GBV", "GBV paper, Alg. 1, eq. 19-23", gbv_verify, gbv_verify_reference, PATH_DRAFTERS, True
+        ),
         AlgorithmSpec(
             "spectr",
+            "SpecTr",
             "SpecTr K-SEQ per node (GBV paper, App. L); OT rules: Global Resolution paper, App. R",
             spectr_verify,
             multidraft_walk_reference(NODE_RULES["kseq"]),
@@ -139,6 +179,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         ),
         AlgorithmSpec(
             "specinfer",
+            "SpecInfer",
             "SpecInfer multi-step speculative sampling (GBV paper, App. L)",
             specinfer_verify,
             multidraft_walk_reference(NODE_RULES["specinfer"]),
@@ -147,6 +188,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         ),
         AlgorithmSpec(
             "nss",
+            "NSS",
             "naive speculative sampling (GBV paper, App. L)",
             nss_verify,
             multidraft_walk_reference(NODE_RULES["nss"]),
@@ -155,6 +197,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         ),
         AlgorithmSpec(
             "traversal",
+            "Traversal",
             "traversal verification (GBV paper, App. L)",
             traversal_verify,
             traversal_verify_reference,
@@ -163,6 +206,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         ),
         AlgorithmSpec(
             "spectr_gbv",
+            "SpecTr-GBV",
             "SpecTr-GBV paper, Alg. 1-3, eq. 2-4",
             spectr_gbv_verify,
             spectr_gbv_verify_reference,
@@ -173,6 +217,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         ),
         AlgorithmSpec(
             "ddtree",
+            "DDTree",
             "DDTree paper, Alg. 1 (tree), Sec. 4.4 (walk)",
             ddtree_walk,
             ddtree_walk_reference,
@@ -192,9 +237,37 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     return ALGORITHMS[name]
 
 
+def method_label(algorithm: str, node_rule: str, drafter: str, tree: str) -> str:
+    """The method as the papers name it: the verifier (a multi-path walk with its node rule), or for a
+    tree algorithm the drafter's tree (`tree=chain`: the drafter's own chain, DDTree's baseline column)."""
+    spec = ALGORITHMS.get(algorithm)
+    if spec is None:
+        return algorithm
+    if spec.tree_builder:
+        drafted = DRAFTERS[drafter].label if drafter in DRAFTERS else drafter
+        return drafted if tree == "chain" else f"{drafted}+{spec.label}"
+    if spec.node_rules:
+        return f"{spec.label} ({NODE_RULE_LABELS.get(node_rule, node_rule)})"
+    return spec.label
+
+
+# Former drafter names, refused with the name that replaced them (conf/drafter/ keeps a file for each,
+# so that `drafter=block` reaches this message rather than Hydra's list of options).
+RENAMED_DRAFTERS = {"block": "parallel"}
+
+
+def drafter_name_error(name: str) -> str | None:
+    """Why ``name`` is not a registered drafter (None: it is); a former name gets the new one."""
+    if name in DRAFTERS:
+        return None
+    if (new := RENAMED_DRAFTERS.get(name)) is not None:
+        return f"drafter.name={name!r}: renamed drafter={new} ({DRAFTERS[new].summary})"
+    return f"drafter.name={name!r}: must be one of {', '.join(DRAFTERS)}"
+
+
 def get_drafter(name: str) -> DrafterSpec:
-    if name not in DRAFTERS:
-        raise ValueError(f"drafter.name={name!r}: must be one of {', '.join(DRAFTERS)}")
+    if (error := drafter_name_error(name)) is not None:
+        raise ValueError(error)
     return DRAFTERS[name]
 
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, unknown_keys
-from speculab.experiment import run
+from speculab.experiment import PointOutcome, run
 from speculab.tracking.runs import sweep_id
 from speculab.tracking.spool import close_open_runs
 
@@ -29,18 +29,18 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)  # conf/conf
 
 
 @hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
-def hydra_main(cfg: DictConfig) -> dict[str, float]:
-    """One point; its metrics are the job's return value (a sweep's parent run summarises them)."""
+def hydra_main(cfg: DictConfig) -> PointOutcome:
+    """One point; its plan and metrics are the job's return value (a sweep's parent run summarises them)."""
     raise_if_interrupted()
     try:
         if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
             raise ConfigError.listing(unknown)
-        metrics = run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
+        outcome = run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
     except ConfigError as err:
         print(f"speculab: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     raise_if_interrupted()  # this point is recorded; the sweep stops before the next
-    return metrics
+    return outcome
 
 
 INTERRUPTS: list[int] = []  # signals received by this process
@@ -64,16 +64,18 @@ def main() -> None:
         signal.signal(signal.SIGINT, interrupt)
     try:
         hydra_main()
-    except KeyboardInterrupt:
+    except BaseException as err:
+        # An interrupt can land inside a library that wraps what it catches (OmegaConf turns it into
+        # its own error while Hydra composes the next point): after a signal, any error is the interrupt.
+        if not (isinstance(err, KeyboardInterrupt) or INTERRUPTS):
+            close_open_runs("FAILED")
+            raise
         close_open_runs("KILLED")
         print(
             "speculab: interrupted; finished points are recorded (rerun with resume=true to do the rest)",
             file=sys.stderr,
         )
         raise SystemExit(130) from None
-    except BaseException:
-        close_open_runs("FAILED")
-        raise
 
 
 if __name__ == "__main__":

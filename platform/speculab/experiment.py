@@ -1,42 +1,34 @@
-"""One experiment point: validate, load prompts and models, decode, measure, track, report.
+"""One experiment point: resolve, prepare, measure, summarise, log.
 
-`run` is what the Hydra entry point calls with a validated `Config`; everything below it
-takes plain values. The baselines (the engine's autoregressive loop, transformers' `generate`)
-run on the same target and prompts, interleaved with the point's own decode prompt by prompt
-and repeated (`speculab.measure`), so each speedup compares measurements taken seconds apart.
+`run` is what the Hydra entry point calls with a `Config`: it resolves it once (`config.resolve`:
+validated, with everything derived from it fixed in a `RunPlan`) and decodes the point in four
+steps that take the plan: `prepare` (prompts, tokenizer, the loop and its models), `measure` (every
+method interleaved, unit by unit), `summarise` (metrics, the console's table) and `log_point`
+(MLflow's metrics and artifacts). The baselines (the engine's autoregressive loop, transformers'
+`generate`) run on the same target and prompts, interleaved with the point's own decode prompt by
+prompt and repeated (`speculab.measure`), so each speedup compares measurements taken seconds apart.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import matplotlib.pyplot as plt
 import torch
 from rich.console import Console
 from rich.progress import Progress
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from speculab.algorithms import DRAFTERS
-from speculab.config import (
-    Config,
-    checkpoint_dir,
-    config_warnings,
-    draft_length,
-    largest_tree,
-    locate,
-    loop_host,
-    resolve_device,
-    validate,
-    with_draft_length,
-)
-from speculab.data import encode_prompt, load_prompts
+from speculab.config import Config, RunPlan, config_warnings, resolve
+from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, PromptRecord, RunResult, concat_runs
 from speculab.loop import METHODS, PointPlan, Unit, UnitResult
-from speculab.measure import Sample, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics
+from speculab.measure import Sample, Timings, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
@@ -51,14 +43,6 @@ from speculab.tracking.metrics import (
     prompt_metrics,
     summarize,
 )
-from speculab.tracking.report import (
-    acceptance_figure,
-    print_summary,
-    prompt_records,
-    records_jsonl,
-    records_table,
-    time_split_figure,
-)
 from speculab.tracking.runs import (
     NOTE_TAG,
     NoopTracker,
@@ -71,66 +55,70 @@ from speculab.tracking.runs import (
     where,
 )
 from speculab.tracking.spool import tracked
+from speculab.tracking.summary import (
+    acceptance_figure,
+    print_summary,
+    prompt_records,
+    records_jsonl,
+    records_table,
+    time_split_figure,
+)
 from speculab.tracking.sweep import resumed_metrics
 
 if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
 
 
-class CommonSpec(TypedDict):
-    """The `LMSpec` fields the target and the draft share."""
+@dataclass(frozen=True)
+class PointOutcome:
+    """What a point returns to the Hydra entry point (and a sweep's callback): its plan and metrics."""
 
-    backend: str
-    dtype: str
-    device: str
-    threads: int
-
-
-def passes_on(device: str, capture: bool) -> str:
-    """A transformers model's passes on `device` (`models.hf.TreeLM`): replayed from CUDA graphs when
-    capture is on and the device is a GPU, else eager."""
-    return "graphs" if capture and device.startswith("cuda") else "eager"
+    plan: RunPlan
+    metrics: dict[str, float]
 
 
-def model_specs(cfg: Config) -> tuple[LMSpec, LMSpec]:
-    model = cfg.model
-    device = resolve_device(cfg, model.device)
-    common = CommonSpec(backend=model.backend, dtype=model.dtype, device=device, threads=cfg.runtime.torch_threads)
+def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
+    """(target, draft) as the model roles load them, from the plan's directories, devices and passes."""
+    cfg = plan.cfg
     drafter = DRAFTERS[cfg.drafter.name]
-    target_path = str(checkpoint_dir(model, "target"))
-    draft_path = str(locate(cfg, "draft")[1])
+    dtype, threads = cfg.model.dtype, cfg.runtime.torch_threads
     features: tuple[int, ...] = ()
     if drafter.target_features:  # the target returns what the drafter is conditioned on
-        features = read_layout(draft_path).target_layer_ids
-    draft_device = resolve_device(cfg, model.draft_device or model.device)
+        features = read_layout(plan.draft_dir).target_layer_ids
     draft = LMSpec(
-        **(common | {"backend": drafter.backend or model.backend, "device": draft_device}),
-        path=draft_path,
-        passes=passes_on(draft_device, model.capture),
+        backend=drafter.backend or cfg.model.backend,
+        path=str(plan.draft_dir),
+        dtype=dtype,
+        device=plan.draft_device,
+        threads=threads,
+        passes=plan.draft_passes,
+        target_path=str(plan.target_dir) if drafter.target_features else "",
     )
-    if drafter.target_features:
-        draft = replace(draft, target_path=target_path)
     target = LMSpec(
-        path=target_path,
+        backend=cfg.model.backend,
+        path=str(plan.target_dir),
+        dtype=dtype,
+        device=plan.target_device,
+        threads=threads,
         tp_size=cfg.cluster.tp_size,
         feature_layers=features,
-        passes=passes_on(device, model.capture),
-        **common,
+        passes=plan.target_passes,
     )
     return target, draft
 
 
-def settings_of(cfg: Config, eos_token_id: int | None) -> DecodeSettings:
-    s = cfg.sampling
+def settings_of(plan: RunPlan, eos_token_id: int | None) -> DecodeSettings:
+    s, L = plan.cfg.sampling, plan.cfg.algorithm.L
+    assert L is not None  # a plan's config has it resolved
     return DecodeSettings(
-        num_paths=cfg.algorithm.K,
-        length=draft_length(cfg),
+        num_paths=plan.cfg.algorithm.K,
+        length=L,
         sampling=SamplingParams(s.temperature, s.top_k, s.top_p),
         max_new_tokens=s.max_new_tokens,
         batch_size=s.batch_size,
         seed=s.seed,
         eos_token_id=eos_token_id,
-        tree_nodes=largest_tree(cfg),
+        tree_nodes=plan.largest_tree,
     )
 
 
@@ -153,27 +141,26 @@ def point_plan(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) 
     )
 
 
-def run(cfg: Config) -> dict[str, float]:
+def run(cfg: Config) -> PointOutcome:
     """Decode the dataset speculatively (and autoregressively), track it live, print a summary.
 
     The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
     `resume=true` a point that already finished in the same store and experiment is skipped, and
     returns what its run logged (so that a resumed sweep's parent reports it too)."""
-    cfg = with_draft_length(cfg)
-    validate(cfg)
-    for note in config_warnings(cfg):
+    plan = resolve(cfg)
+    for note in config_warnings(plan.cfg):
         print(f"speculab: warning: {note}")
-    point = point_id(cfg)
-    if cfg.resume and (found := finished_point(cfg, point)):
-        print(f"speculab: resume: {run_name(cfg)} (point {point}) already finished: {found.where}; skipped")
-        return resumed_metrics(found.metrics)
-    if not cfg.tracking.enabled:
-        return decode_point(cfg, NoopTracker())
-    tracked_run = start_point_run(cfg, point)
+    point = point_id(plan.cfg)
+    if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
+        print(f"speculab: resume: {run_name(plan.cfg)} (point {point}) already finished: {found.where}; skipped")
+        return PointOutcome(plan, resumed_metrics(found.metrics))
+    if not plan.cfg.tracking.enabled:
+        return PointOutcome(plan, decode_point(plan, NoopTracker()))
+    tracked_run = start_point_run(plan, point)
     with tracked(tracked_run):
-        metrics = decode_point(cfg, tracked_run)
-    print(f"speculab: {where(tracked_run, cfg.tracking.ui_port)}")
-    return metrics
+        metrics = decode_point(plan, tracked_run)
+    print(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
+    return PointOutcome(plan, metrics)
 
 
 @dataclass
@@ -226,51 +213,60 @@ def measured_under(conditions: dict[str, Conditions]) -> str:
     return " · ".join(f"{role}: {where.describe(here)}" for role, where in conditions.items())
 
 
-def measured_methods(cfg: Config, decoders: Decoders) -> dict[str, Callable[[int, int], Sample]]:
-    """The methods a point times: its decode, and the baselines the config asks for."""
-    chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
-    return {method: decoders.method(method) for method in METHODS if chosen[method]}
+@dataclass(frozen=True)
+class Prepared:
+    """A point ready to decode: its prompts, their tokenizer, and its loop with the models started."""
+
+    prompts: list[Prompt]
+    tokenizer: PreTrainedTokenizerBase
+    loop: Any  # `runtime.start_loop`'s: a PointLoop here, or the loop group's proxy
+    units: int
 
 
-def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
-    """Load prompts and models, time every method interleaved, and log metrics (live per prompt,
-    then final) and artifacts."""
+@dataclass(frozen=True)
+class Measured:
+    """What `measure` collected: each method's timings and first-repetition results, the runtime's counts,
+    and where it was measured."""
+
+    timings: Timings
+    decoders: Decoders
+    runtime: dict[str, float]
+    conditions: str  # the processes and threads each figure was measured in (`measured_under`)
+
+
+def prepare(plan: RunPlan) -> Prepared:
+    """Load and encode the prompts, and start the point's loop where the plan puts it."""
+    cfg = plan.cfg
     prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
-    target_spec, draft_spec = model_specs(cfg)
+    target_spec, draft_spec = model_specs(plan)
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
-    settings = settings_of(cfg, tokenizer.eos_token_id)
-    c = cfg.cluster
-    plan = point_plan(cfg, encoded, settings)
-    loop = start_loop(
-        loop_host(cfg),
-        target_spec,
-        draft_spec,
-        plan,
-        c.address,
-        c.num_cpus,
-        c.actor_cpus,
-        c.draft_gpu,
-        cfg.runtime.max_restarts,
-    )
-    groups = loop_groups(loop)
-    decoders = Decoders(loop, groups)
-    methods = measured_methods(cfg, decoders)
-    repeats = cfg.measure.repeats
-    finished: list[PromptRecord] = []
+    work = point_plan(cfg, encoded, settings_of(plan, tokenizer.eos_token_id))
+    loop = start_loop(plan.loop, target_spec, draft_spec, work, plan.placement)
+    return Prepared(prompts, tokenizer, loop, len(work.units))
 
-    with Progress(transient=False) as progress, runtime_metrics(groups) as measured:
+
+def measure(plan: RunPlan, point: Prepared, tracker: Tracker) -> Measured:
+    """Every method the config asks for on every unit, `measure.repeats` times interleaved, after one
+    untimed warm-up each; each prompt's metrics are logged live as the speculative decode finishes it."""
+    cfg, groups = plan.cfg, loop_groups(point.loop)
+    decoders = Decoders(point.loop, groups)
+    chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
+    methods = {method: decoders.method(method) for method in METHODS if chosen[method]}
+    repeats, finished = cfg.measure.repeats, 0
+    with Progress(transient=False) as progress, runtime_metrics(groups) as counted:
         # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
         # actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
         # restart during the warm-up counts in runtime/restarts like any other.
         for method in methods.values():
             method(0, -1)
         label = f"{run_name(cfg)} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
-        task = progress.add_task(label, total=len(plan.units) * repeats * len(methods))
+        task = progress.add_task(label, total=point.units * repeats * len(methods))
 
         def log_prompt(record: PromptRecord) -> None:
-            finished.append(record)
-            tracker.log_metrics(prompt_metrics(record), step=len(finished))
+            nonlocal finished
+            finished += 1
+            tracker.log_metrics(prompt_metrics(record), step=finished)
 
         def advancing(method: Callable[[int, int], Sample]) -> Callable[[int, int], Sample]:
             def run(unit: int, repeat: int) -> Sample:
@@ -281,39 +277,77 @@ def decode_point(cfg: Config, tracker: Tracker) -> dict[str, float]:
             return run
 
         decoders.on_prompt = log_prompt
-        timings = interleave({m: advancing(run) for m, run in methods.items()}, len(plan.units), repeats)
-    spec = concat_runs(decoders.runs["speculative"])
-    speed = speed_metrics(
-        timings, "speculative", "autoregressive" if cfg.baseline else None, "generate" if cfg.baseline_hf else None
-    )
+        timings = interleave({m: advancing(run) for m, run in methods.items()}, point.units, repeats)
+    runtime = counted | ({"time_ray_s": decoders.ray_s} if counted else {})
+    if decoders.host_syncs_per_round is not None:
+        runtime["host_syncs_per_round"] = decoders.host_syncs_per_round
+    return Measured(timings, decoders, runtime, measured_under(point.loop.conditions()))
+
+
+def baseline_figures(cfg: Config, measured: Measured) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+    """(the engine's autoregressive loop's figures, transformers' generate's), None where not run."""
+    timings, runs = measured.timings, measured.decoders.runs
     ar = hf = None
     if cfg.baseline:
-        ar_summary = summarize(concat_runs(decoders.runs["autoregressive"]))
+        ar_summary = summarize(concat_runs(runs["autoregressive"]))
         ar = {key: ar_summary[key] for key in BASELINE_KEYS} | baseline_speed(timings["autoregressive"])
     if cfg.baseline_hf:
-        hf = hf_metrics([t for result in decoders.runs["generate"] for t in result.tokens])
+        hf = hf_metrics([t for result in runs["generate"] for t in result.tokens])
         hf |= baseline_speed(timings["generate"])
         if cfg.baseline:  # generate's own paired speedup over the engine's loop: the sweep plot's reference
             hf["speedup_vs_ar"] = median_interval(paired_ratios(timings["generate"], timings["autoregressive"])).value
-    runtime = measured | ({"time_ray_s": decoders.ray_s} if measured else {})
-    if decoders.host_syncs_per_round is not None:
-        runtime["host_syncs_per_round"] = decoders.host_syncs_per_round
-    title = f"{run_name(cfg)} · medians of {repeats} interleaved repetition(s), 95% intervals over prompts"
-    conditions = measured_under(loop.conditions())
-    tracker.set_tags({CONDITIONS_TAG: conditions})
-    metrics = print_summary(title, summarize(spec) | speed, ar, hf, conditions) | runtime
+    return ar, hf
+
+
+def summarise(plan: RunPlan, measured: Measured) -> tuple[dict[str, float], dict[str, float]]:
+    """(the point's metrics, its baselines' under their MLflow prefixes); prints the summary table and,
+    with a paired comparison, its table."""
+    cfg, decoders = plan.cfg, measured.decoders
+    spec = concat_runs(decoders.runs["speculative"])
+    speed = speed_metrics(
+        measured.timings,
+        "speculative",
+        "autoregressive" if cfg.baseline else None,
+        "generate" if cfg.baseline_hf else None,
+    )
+    ar, hf = baseline_figures(cfg, measured)
+    title = f"{run_name(cfg)} · medians of {cfg.measure.repeats} interleaved repetition(s), 95% intervals over prompts"
+    metrics = print_summary(title, summarize(spec) | speed, ar, hf, measured.conditions) | measured.runtime
     if decoders.paired:
         compared = paired_metrics(decoders.paired_units(), cfg.algorithm.name)
         Console().print(paired_table(compared, cfg.algorithm.name, cfg.algorithm.compare_repeats))
         metrics |= compared | {"time_paired_s": spec.paired_s}
     baselines = (baseline_metrics(ar) if ar else {}) | (baseline_metrics(hf, HF_PREFIX) if hf else {})
+    return metrics, baselines
+
+
+def log_point(
+    plan: RunPlan,
+    point: Prepared,
+    measured: Measured,
+    metrics: dict[str, float],
+    baselines: dict[str, float],
+    tracker: Tracker,
+) -> None:
+    """The point's final metrics (and its baselines'), its description and where it was measured, its
+    per-prompt records and plots."""
+    spec = concat_runs(measured.decoders.runs["speculative"])
+    tracker.set_tags({CONDITIONS_TAG: measured.conditions})
     tracker.log_metrics(mlflow_metrics(metrics) | baselines)
-    tracker.set_tags({NOTE_TAG: point_description(cfg, metrics)})
-    texts = [cast(str, tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
-    records = prompt_records(spec, [p.id for p in prompts], texts)
+    tracker.set_tags({NOTE_TAG: point_description(plan.cfg, metrics)})
+    texts = [cast(str, point.tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
+    records = prompt_records(spec, [p.id for p in point.prompts], texts)
     tracker.log_text(records_jsonl(records), "records.jsonl")
     tracker.log_table(records_table(records), "records_table.json")
     tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
     tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
+
+
+def decode_point(plan: RunPlan, tracker: Tracker) -> dict[str, float]:
+    """Prepare, measure, summarise and log one point; its metrics and its baselines' (MLflow names)."""
+    point = prepare(plan)
+    measured = measure(plan, point, tracker)
+    metrics, baselines = summarise(plan, measured)
+    log_point(plan, point, measured, metrics, baselines, tracker)
     return metrics | baselines

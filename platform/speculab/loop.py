@@ -5,7 +5,7 @@ and times each where it runs. It lives in one of two places, and is the same cod
 
 - in this process: `runtime=inline` (its models are the plain roles), or `runtime.loop=driver` on
   Ray (its models are group proxies, so every model step of a round is a Ray call);
-- in the target's Ray actor (`runtime.loop=target`): `ModelPair` loads the target and the draft in
+- in the target's Ray actor (`runtime.loop=target`): `LoopHost` loads the target and the draft in
   that actor's process and runs the loop there, so a round makes no Ray call and the driver makes
   one per unit. A round then costs what it costs inline; measured per round in
   `benchmarks/runtime.py` and end to end in `benchmarks/RESULTS.md`.
@@ -17,6 +17,7 @@ lost and recreated decodes the interrupted unit again from its prompts with the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,7 +32,6 @@ from speculab.measure import Sample, timed
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions, process_conditions
 from speculab.paired import PairedComparison
-from speculab.runtime import cpu_seconds
 from speculab.syncs import counting_host_syncs
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
@@ -80,15 +80,16 @@ def point_drafter(draft_model: Any, plan: PointPlan) -> Drafter:  # a DraftModel
 
 
 class PointLoop:
-    """The point's methods on its units, driving `target` and `draft_model` (roles or Ray proxies)."""
+    """The point's methods on its units, driving `target` and `draft_model` (roles or Ray proxies).
+    `cpu` is the CPU clock a decode is charged on: this process's, plus, where the models are Ray
+    proxies, the seconds their ranks report (`speculab.runtime.cpu_seconds`)."""
 
-    def __init__(self, target: Any, draft_model: Any, plan: PointPlan) -> None:
-        self.target, self.draft_model, self.plan = target, draft_model, plan
+    def __init__(
+        self, target: Any, draft_model: Any, plan: PointPlan, cpu: Callable[[], float] = time.process_time
+    ) -> None:
+        self.target, self.draft_model, self.plan, self.cpu = target, draft_model, plan, cpu
         self.drafter = point_drafter(draft_model, plan)
         self.verifier = get_verifier(plan.algorithm, plan.node_rule)
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.target, self.draft_model)
 
     def conditions(self) -> dict[str, Conditions]:
         """Where each figure is measured: the target's process (transformers' generate runs there too),
@@ -134,7 +135,7 @@ class PointLoop:
 
 
 @dataclass(frozen=True)
-class PairSpec:
+class LoopSpec:
     """The target and the draft, loaded together in the loop's actor (`runtime.loop=target`)."""
 
     target: LMSpec
@@ -150,10 +151,10 @@ class PairSpec:
         return ()  # the target's features reach the draft inside the actor, never through Ray
 
 
-class ModelPair:
+class LoopHost:
     """Both models and the current point's loop in one process: the role of the loop's Ray actor."""
 
-    def __init__(self, spec: PairSpec) -> None:
+    def __init__(self, spec: LoopSpec) -> None:
         self.target, self.draft = TreeTarget(spec.target), DraftModel(spec.draft)
         self.loop: PointLoop | None = None
 

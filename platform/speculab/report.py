@@ -1,5 +1,5 @@
 """`speculab-report`: a sweep's runs as the papers' tables and plots (the per-run summary is
-`speculab.tracking.report`).
+`speculab.tracking.summary`).
 
 Given an MLflow experiment, a sweep's parent run or a preset (`conf/experiment/<name>.yaml`,
 whose runs go to its own experiment), it reads the finished point runs through MLflow's

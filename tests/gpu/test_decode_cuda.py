@@ -1,6 +1,6 @@
 """Every decode path of the tiny pair on one CUDA GPU, in float32: tree attention against the
 CPU, greedy output equal to transformers' `generate` on the same GPU (batches of prompts of
-different lengths), every verifier and drafter (i.i.d. paths, DDTree on the block drafter,
+different lengths), every verifier and drafter (i.i.d. paths, DDTree on the parallel drafter,
 DFlash chain and DDTree), inline and on Ray with both actors sharing the GPU, and what a GPU
 run logs to MLflow."""
 
@@ -22,7 +22,7 @@ from speculab.engine import DecodeSettings, autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.runtime import start_models
-from speculab.runtime.cleanup import teardown
+from speculab.runtime.placement import Placement
 from support.cli import speculab
 from support.models import TINY_PAIR
 
@@ -91,15 +91,14 @@ def test_every_verifier_samples_on_cuda(roles, prompts, temperature: float) -> N
         assert all(len(p.tokens) == 16 or p.stop == "eos" for p in run.prompts), name
 
 
-def test_ddtree_on_the_block_drafter_and_dflash_keep_greedy_output(roles, prompts) -> None:
+def test_ddtree_on_the_parallel_drafter_and_dflash_keep_greedy_output(roles, prompts) -> None:
     target, _ = roles
     s = settings(L=7, max_new=24, K=1)
     reference = tokens(autoregressive(target, prompts, s))
-    block = DraftModel(LMSpec("block", str(TINY_PAIR / "block"), device="cuda"))
-    assert (
-        tokens(decode(target, TreeDrafter(block, tree_builder("best_first", 32)), get_verifier("ddtree"), prompts, s))
-        == reference
+    parallel = TreeDrafter(
+        DraftModel(LMSpec("parallel", str(TINY_PAIR / "parallel"), device="cuda")), tree_builder("best_first", 32)
     )
+    assert tokens(decode(target, parallel, get_verifier("ddtree"), prompts, s)) == reference
     dflash_target = TreeTarget(LMSpec("hf", TARGET, device="cuda", feature_layers=(2, 4, 6)))
     dflash = DraftModel(LMSpec("dflash", str(TINY_PAIR / "dflash"), device="cuda", target_path=TARGET))
     for builder in ("best_first", "chain"):
@@ -109,6 +108,7 @@ def test_ddtree_on_the_block_drafter_and_dflash_keep_greedy_output(roles, prompt
     assert tokens(decode(dflash_target, one_path, get_verifier("block"), prompts, s)) == reference
 
 
+@pytest.mark.usefixtures("ray_pool")
 def test_ray_with_both_actors_on_one_gpu_decodes_like_inline(roles, prompts) -> None:
     """At T = 1: the engine draws on the CPU and each drafter on its GPU in both runtimes, so a seed
     gives the same tokens (the coordinator verifies on the GPU inline, on the CPU on Ray)."""
@@ -116,12 +116,9 @@ def test_ray_with_both_actors_on_one_gpu_decodes_like_inline(roles, prompts) -> 
     s = settings(1.0)
     reference = tokens(decode(inline_target, inline_drafter, get_verifier("gbv"), prompts, s))
     target, drafter = start_models(
-        "ray", LMSpec("hf", TARGET, device="cuda"), LMSpec("hf", DRAFT, device="cuda"), num_cpus=4, draft_gpu=0.5
+        "ray", LMSpec("hf", TARGET, device="cuda"), LMSpec("hf", DRAFT, device="cuda"), Placement(draft_gpu=0.5)
     )
-    try:
-        assert tokens(decode(target, drafter, get_verifier("gbv"), prompts, s)) == reference
-    finally:
-        teardown()
+    assert tokens(decode(target, drafter, get_verifier("gbv"), prompts, s)) == reference
 
 
 def test_a_gpu_run_logs_its_device_and_memory_peaks(tmp_path: Path) -> None:

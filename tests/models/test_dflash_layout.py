@@ -104,6 +104,14 @@ def test_the_authors_layer_spread() -> None:
             "use_sliding_window=true",
         ),
         (
+            {"dflash_config": {"target_layer_ids": [1], "mask_token_id": 3}, "attention_bias": True},
+            "attention_bias=true",
+        ),
+        (
+            {"dflash_config": {"target_layer_ids": [1], "mask_token_id": 3}, "hidden_act": "gelu"},
+            "hidden_act='gelu'",
+        ),
+        (
             {"dflash_config": {"target_layer_ids": [1], "mask_token_id": 3, "output_multiplier": "x"}},
             "dflash_config.output_multiplier='x': must be a number",
         ),

@@ -80,7 +80,7 @@ def test_tree_logits_equal_sequential(random_llama_pair, seed: int, K: int, L: i
         torch.testing.assert_close(
             after[b], sequential_logits(model, contexts[b] + next_tokens[b])[-1], atol=1e-5, rtol=1e-5
         )
-    assert int(lm.context_len[0]) == len(contexts[0]) + 1
+    assert int(lm.slots.context_len[0]) == len(contexts[0]) + 1
     assert used_static_passes(lm) == (passes == "static")
 
 
@@ -98,5 +98,5 @@ def test_retain_and_repack_keep_logits(random_llama_pair, passes: str) -> None:
     logits = lm.feed([[30], [31]])
     torch.testing.assert_close(logits[0], sequential_logits(model, rows[0] + [20] * 6 + [30])[-1], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(logits[1], sequential_logits(model, rows[2] + [31])[-1], atol=1e-5, rtol=1e-5)
-    assert lm.slot_valid.shape[1] < 3 + 6 + 1 + 6  # holes were packed away
+    assert lm.slots.valid.shape[1] < 3 + 6 + 1 + 6  # holes were packed away
     assert used_static_passes(lm) == (passes == "static")

@@ -3,14 +3,12 @@ written in place in buffers allocated once, and the same logits through a model'
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from transformers import DynamicCache, DynamicLayer
 
 from speculab.models.hf import load_causal_lm
-from speculab.models.slots import SlotLayer, gather_slots, slot_cache
+from speculab.models.slots import SlotCache, SlotLayer, gather_slots
 from support.engine import tiny_pair_batch
 from support.models import TINY_PAIR
 
@@ -62,7 +60,9 @@ def test_a_model_s_own_modules_give_the_same_logits_over_slots() -> None:
     """The tiny target's transformers forward, prompt then two steps, with each cache."""
     model = load_causal_lm(TINY_PAIR / "target")
     tokens = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
-    caches = slot_cache(model.config.num_hidden_layers, capacity=4), DynamicCache(config=model.config)
+    slots = SlotCache(model.config.num_hidden_layers, torch.device("cpu"))
+    slots.reset(2, capacity=4)
+    caches = slots.cache, DynamicCache(config=model.config)
     logits = []
     for cache in caches:
         steps = [model(input_ids=tokens[:, :7], past_key_values=cache, use_cache=True).logits]
@@ -73,11 +73,6 @@ def test_a_model_s_own_modules_give_the_same_logits_over_slots() -> None:
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=1e-5)
 
 
-def _layers(lm: Any) -> list[SlotLayer]:
-    layers = lm.layers if hasattr(lm, "layers") else lm.cache.layers
-    return [layer for layer in layers if layer.is_initialized]
-
-
 @pytest.mark.parametrize("drafter_kind", ["draft", "dflash"])
 def test_caches_sized_from_the_workload_keep_their_first_buffers(drafter_kind: str) -> None:
     """With the room of its settings (new tokens and the largest tree), no cache of a batch grows:
@@ -86,5 +81,6 @@ def test_caches_sized_from_the_workload_keep_their_first_buffers(drafter_kind: s
     assert len({tuple(p.accepted) for p in result.prompts}) > 1  # rows accepted differently: holes, then repacks
     room = 20 + (2 * 4 + 1 if drafter_kind == "draft" else 16 + 1)  # new tokens + the largest tree
     for lm in (target.lm, draft_model.lm):
-        assert lm.capacity == 19 - 1 + room  # the widest context (a prompt but its last token) + room
-        assert _layers(lm) and all(layer.buffers[0].shape[2] == lm.capacity for layer in _layers(lm))
+        slots: SlotCache = lm.slots
+        assert slots.capacity == 19 - 1 + room  # the widest context (a prompt but its last token) + room
+        assert slots.filled() and all(buffers[0].shape[2] == slots.capacity for buffers in slots.buffers())

@@ -12,9 +12,8 @@ import pytest
 import torch
 
 import speculab.models.static_pass as static_pass
-from speculab.config import Config
+from speculab.config import Config, passes_on
 from speculab.drafting.tree import DraftTree
-from speculab.experiment import passes_on
 from speculab.models.hf import TreeLM, load_causal_lm
 from support.engine import tiny_pair_batch
 from support.models import TINY_PAIR

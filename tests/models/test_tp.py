@@ -28,7 +28,8 @@ import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from speculab.drafting.tree import DraftTree
-from speculab.models.roles import DecoderLM, LMSpec, build_lm
+from speculab.models.kinds import DecoderLM
+from speculab.models.roles import LMSpec, build_lm
 from speculab.models.rotary import recreate_rotary_buffers
 from support.models import TINY_PAIR
 

@@ -17,10 +17,9 @@ LAYER_IDS = (0, 2)
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_pool")
 def test_dflash_features_cross_from_the_target_actor_to_the_draft_actor(random_llama_pair, tmp_path) -> None:
     import ray
-
-    from speculab.runtime.cleanup import teardown
 
     target_path = str(random_llama_pair[0])
     draft_path = str(save_random_dflash(tmp_path / "dflash", random_llama_pair[0], list(LAYER_IDS), seed=3))
@@ -31,12 +30,9 @@ def test_dflash_features_cross_from_the_target_actor_to_the_draft_actor(random_l
     inline = decode(
         inline_target, TreeDrafter(DraftModel(draft_spec), tree_builder("best_first", 16)), ddtree_walk, PROMPTS, s
     )
-    target, source = start_models("ray", target_spec, draft_spec, num_cpus=2)
-    try:
-        assert isinstance(target.prefill([[1, 2, 3]]), ray.ObjectRef)  # the coordinator holds a reference only
-        run = decode(target, TreeDrafter(source, tree_builder("best_first", 16)), ddtree_walk, PROMPTS, s)
-    finally:
-        teardown()
+    target, source = start_models("ray", target_spec, draft_spec)
+    assert isinstance(target.prefill([[1, 2, 3]]), ray.ObjectRef)  # the coordinator holds a reference only
+    run = decode(target, TreeDrafter(source, tree_builder("best_first", 16)), ddtree_walk, PROMPTS, s)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in inline.prompts]
     assert [p.tokens for p in run.prompts] == [p.tokens for p in autoregressive(inline_target, PROMPTS, s).prompts]
     assert [r.feature_bytes for r in run.rounds] == [r.feature_bytes for r in inline.rounds]

@@ -16,10 +16,11 @@ from speculab.config import ConfigError, loop_host, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, RunResult
-from speculab.loop import PairSpec, PointPlan
+from speculab.loop import LoopSpec, PointPlan
 from speculab.models import LMSpec
 from speculab.runtime import loop_groups, start_loop
-from speculab.runtime.groups import group_name, pair_bundles
+from speculab.runtime.groups import GroupPool, group_name, loop_bundles
+from speculab.runtime.proxy import GroupProxy
 from support.configs import load
 from support.models import TINY_PAIR
 
@@ -66,24 +67,17 @@ def test_a_bad_loop_setting_is_refused_before_anything_starts(loop: str, tp_size
         validate(cfg)
 
 
-def test_the_pair_group_has_its_own_name_and_one_bundle() -> None:
-    pair = PairSpec(TARGET, DRAFT)
-    assert group_name("pair", pair, pair_bundles("cpu", 1.0)) != group_name("target", TARGET, [{"CPU": 1.0}])
-    assert pair_bundles("cuda", 2.0) == [{"GPU": 1.0, "CPU": 2.0}]
-    assert PairSpec(TARGET, LMSpec("hf", DRAFT.path, device="cuda")).device == "cuda"
+def test_the_loop_group_has_its_own_name_and_one_bundle() -> None:
+    pair = LoopSpec(TARGET, DRAFT)
+    assert group_name("loop", pair, loop_bundles("cpu", 1.0)) != group_name("target", TARGET, [{"CPU": 1.0}])
+    assert loop_bundles("cuda", 2.0) == [{"GPU": 1.0, "CPU": 2.0}]
+    assert LoopSpec(TARGET, LMSpec("hf", DRAFT.path, device="cuda")).device == "cuda"
 
 
 @pytest.fixture(scope="module")
-def beside():
-    """The loop beside the target, in this module's Ray session; closed at the end."""
-    import ray
-
-    from speculab.runtime.cleanup import teardown
-
-    loop = start_loop("target", TARGET, DRAFT, plan(), num_cpus=3)  # and, later, the driver loop's two actors
-    yield loop
-    teardown()
-    assert not ray.is_initialized()
+def beside(module_ray_pool: GroupPool) -> GroupProxy:
+    """The loop beside the target, for the module's tests (beside, later, the driver loop's two groups)."""
+    return start_loop("target", TARGET, DRAFT, plan())
 
 
 @pytest.mark.slow
@@ -96,7 +90,7 @@ def test_beside_the_target_decodes_what_inline_and_the_driver_loop_decode(beside
         reference = tokens(inline, method, 2)
         assert tokens(beside, method, 2) == reference, method
         assert tokens(driver, method, 2) == reference, method
-    assert set(loop_groups(beside)) == {"pair"} and set(loop_groups(driver)) == {"target", "draft"}
+    assert set(loop_groups(beside)) == {"loop"} and set(loop_groups(driver)) == {"target", "draft"}
     assert loop_groups(inline) == {}
 
 
@@ -136,5 +130,5 @@ def test_a_killed_loop_actor_is_recreated_and_the_unit_decoded_again_unchanged(b
         again = tokens(loop, "speculative", 2)
         killer.join()
     assert again == clean
-    assert loop.stats.restarts == 1 and "pair group" in caplog.text and "lost an actor" in caplog.text
+    assert loop.stats.restarts == 1 and "loop group" in caplog.text and "lost an actor" in caplog.text
     assert loop.group.members[0] != victim

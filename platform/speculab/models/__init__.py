@@ -1,9 +1,23 @@
-"""Model backends behind two roles: `TreeTarget` (scores draft trees) and `DraftModel` (proposes drafts).
+"""The models behind the engine's two roles: `TreeTarget` scores draft trees, `DraftModel` drafts.
 
-Backends (`LMSpec.backend`): `hf` (transformers, tree attention, KV compaction; `tp_size` > 1
-loads this rank's DeepSpeed AutoTP shard, `models.tp`), `block` (the one-pass block drafter,
-`models.block`) and `toy` (analytic bigram tables). `models.memory` plans GPU memory from
-config.json alone. The roles are plain classes; `speculab.runtime` wraps them in Ray actors.
+`roles` holds the roles and `build_lm`, which loads a backend from an `LMSpec` inside the process
+that owns it (`speculab.runtime` wraps the roles in Ray actors); `kinds` the protocols that tell
+the backends apart. Backends (`LMSpec.backend`):
+
+- `hf`: `hf.TreeLM`, a transformers causal LM decoded over trees (tree attention, position ids,
+  commits that keep accepted nodes); `tp_size` > 1 loads this rank's DeepSpeed AutoTP shard (`tp`);
+- `parallel`: `parallel.ParallelDraftLM`, the parallel drafter: a one-pass block drafter over a small
+  causal LM, conditioned on the context only;
+- `dflash`: `dflash.DFlashLM`, the DFlash drafter conditioned on the target's hidden features
+  (checkpoint layouts in `dflash_layout`);
+- `toy`: `toy.BigramLM`, analytic bigram tables for exact and statistical tests.
+
+What they share: `slots.SlotCache`, the KV cache of preallocated slots written in place with
+their validity, context lengths and repacking (`TreeLM` and `DFlashLM`); `lean`, Llama and Qwen3
+layers as plain tensor functions (the target's eager and fixed-shape passes and the DFlash
+drafter's layers); `static_pass`, fixed-shape passes replayed from CUDA graphs; `block.block_allowed`,
+the mask of a block pass; `rotary`, rotary buffers kept in float32. `memory` plans GPU memory
+from config.json alone.
 """
 
 from speculab.models.roles import DraftModel, LMSpec, TreeTarget, build_lm

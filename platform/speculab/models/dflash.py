@@ -5,8 +5,10 @@ The drafter drafts a whole block in one forward pass. Its queries are the block 
 the keys and values are [the context's target features ; the block positions]. The features
 are the hidden states of a few target layers at every token the target has processed,
 concatenated, projected by `fc` and normalised by `hidden_norm`; each layer turns them into
-its own context keys and values, which `DFlashLM` keeps as the draft's KV cache (the block's
-entries are never cached). The block attends to every context slot and to itself
+its own context keys and values, which `DFlashLM` keeps as the draft's KV cache (a `SlotCache`,
+`models.slots`, as the target's; the block's entries are never cached). The layers run as the
+target's do, through `models.lean` (norms, rotary, attention), and the block's mask is the block
+drafter's (`models.parallel.block_allowed`). The block attends to every context slot and to itself
 (bidirectional); the target's lm_head turns block position j into the marginal q_j of the
 token j steps after the bonus.
 
@@ -24,109 +26,70 @@ import json
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import cast
 
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 from torch import nn
 from transformers import Qwen3Config
-from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm, Qwen3RotaryEmbedding, rotate_half
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from speculab.drafting.sampling import tempered_probs
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
+from speculab.models.lean import key_values, layer_stack, lean_layers, rms_norm
+from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
-from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer
-from speculab.models.static_pass import PASSES, Buffers, Graphs, cache_buffers
+from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
+from speculab.models.static_pass import Graphs, check_passes
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
 
-# x [B, H, T, D], cos/sin [B, T, D]: rotary position embedding at each token's own position
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+class ContextKV:
+    """The lean layers' `KVStore` of a block pass: each layer attends to its context's keys and values,
+    then the block's own, which nothing keeps (the block is drafted anew every round)."""
 
+    def __init__(self, context: list[KV]) -> None:
+        self.context = context
 
-class DFlashAttention(nn.Module):
-    """Queries from the block; keys and values from [context features ; block] (one projection each)."""
-
-    def __init__(self, config: Qwen3Config) -> None:
-        super().__init__()
-        self.heads = int(config.num_attention_heads)
-        self.kv_heads = int(config.num_key_value_heads or self.heads)
-        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
-        bias = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, config.hidden_size, bias=bias)
-        self.q_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-        self.k_norm = Qwen3RMSNorm(self.head_dim, eps=config.rms_norm_eps)
-
-    # x [B, T, hidden] -> [B, heads, T, D]
-    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
-        return x.view(*x.shape[:2], heads, self.head_dim).transpose(1, 2)
-
-    # x [B, T, hidden], cos/sin [B, T, D] -> keys, values [B, H_kv, T, D]
-    def key_values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> KV:
-        keys = rope(self.k_norm(self._split(self.k_proj(x), self.kv_heads)), cos, sin)
-        return keys, self._split(self.v_proj(x), self.kv_heads)
-
-    # h [B, Q, hidden] block; context keys/values [B, H_kv, S, D]; allowed [B, 1, Q, S + Q] bool
-    def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: KV, allowed: torch.Tensor
-    ) -> torch.Tensor:
-        queries = rope(self.q_norm(self._split(self.q_proj(h), self.heads)), cos, sin)
-        keys, values = self.key_values(h, cos, sin)
-        keys, values = torch.cat([context[0], keys], dim=2), torch.cat([context[1], values], dim=2)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=allowed, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(*h.shape[:2], -1))
-
-
-class DFlashLayer(nn.Module):
-    def __init__(self, config: Qwen3Config) -> None:
-        super().__init__()
-        self.self_attn = DFlashAttention(config)
-        self.mlp = Qwen3MLP(config)
-        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-
-    def forward(
-        self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: KV, allowed: torch.Tensor
-    ) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, context, allowed)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    # key_states, value_states [B, H_kv, Q, D] -> [B, H_kv, S + Q, D]
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int) -> KV:
+        keys, values = self.context[layer_idx]
+        return torch.cat([keys, key_states], dim=2), torch.cat([values, value_states], dim=2)
 
 
 class DFlashDraft(nn.Module):
-    """The drafter's own weights (parameter names are the checkpoint's keys)."""
+    """The drafter's own weights (parameter names are the checkpoint's keys), run by the lean layers
+    (`models.lean`): the same norm, rotary and attention functions as the target's."""
 
     def __init__(self, config: Qwen3Config, layout: DFlashLayout | None = None) -> None:
         super().__init__()
         self.config = config
         self.layout = layout or checked_layout(config.to_dict(), "DFlash config")
         self.layer_ids = list(self.layout.target_layer_ids)
-        self.layers = nn.ModuleList(DFlashLayer(config) for _ in range(int(config.num_hidden_layers)))
+        # transformers' Qwen3 layers hold the weights under the checkpoint's names; their forward never runs
+        self.layers = nn.ModuleList(Qwen3DecoderLayer(config, i) for i in range(int(config.num_hidden_layers)))
         self.fc = nn.Linear(len(self.layer_ids) * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)  # inv_freq is a non-persistent buffer: no key
+        # Built once: it holds the parameters themselves, which moving or casting the module and loading
+        # a state dict update in place.
+        self.stack = layer_stack(self.layers, config)
 
     # features [B, T, n * hidden] target hidden states, positions [B, T] -> per layer (K, V) [B, H_kv, T, D]
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[KV]:
-        context = self.hidden_norm(self.fc(features))
+        context = rms_norm(self.fc(features), self.hidden_norm.weight, self.stack.eps)
         cos, sin = self.rotary_emb(context, positions)
-        return [cast(DFlashLayer, layer).self_attn.key_values(context, cos, sin) for layer in self.layers]
+        return [key_values(self.stack, w, context, cos[:, None], sin[:, None]) for w in self.stack.layers]
 
     # block [B, Q, hidden] embedded tokens, positions [B, Q], allowed [B, 1, Q, S + Q] -> [B, Q, hidden]
     def forward(
         self, block: torch.Tensor, positions: torch.Tensor, context: list[KV], allowed: torch.Tensor
     ) -> torch.Tensor:
         cos, sin = self.rotary_emb(block, positions)
-        h = block
-        for layer, kv in zip(self.layers, context):
-            h = layer(h, cos, sin, kv, allowed)
-        return self.norm(h)
+        hidden = lean_layers(self.stack, block, cos, sin, allowed, ContextKV(context))
+        return rms_norm(hidden, self.norm.weight, self.stack.eps)
 
 
 def _safetensors_files(path: Path) -> list[Path]:
@@ -171,13 +134,6 @@ def load_target_head(path: str | Path, dtype: torch.dtype, device: str) -> tuple
     return tensors["embed"], tensors["head"]
 
 
-# context_valid [B, S] -> [B, 1, Q, S + Q] bool: every valid context slot and the whole block
-def block_allowed(context_valid: torch.Tensor, block: int) -> torch.Tensor:
-    B = context_valid.shape[0]
-    inside = torch.ones(B, block, block, dtype=torch.bool, device=context_valid.device)
-    return torch.cat([context_valid[:, None, :].expand(B, block, -1), inside], dim=2)[:, None]
-
-
 # hidden [B, L, hidden], head [V, hidden] -> logits [B, L, V]
 def draft_logits(hidden: torch.Tensor, head: torch.Tensor, layout: DFlashLayout) -> torch.Tensor:
     """The target's lm_head on the block, with the authors' optional output multiplier and soft cap."""
@@ -212,8 +168,7 @@ class DFlashLM:
         device: str = "cpu",
         passes: str = "eager",
     ) -> None:
-        if passes not in PASSES:
-            raise ValueError(f"passes must be one of {', '.join(PASSES)}; got {passes!r}")
+        check_passes(passes)
         torch_dtype = getattr(torch, dtype)
         self.model = load_dflash(path, torch_dtype, device)
         self.embed, self.head = load_target_head(target_path, torch_dtype, device)
@@ -222,53 +177,31 @@ class DFlashLM:
         self.mask_token_id = layout.mask_token_id
         self.device, self.dtype = torch.device(device), torch_dtype
         self.graphs = None if passes == "eager" else Graphs(passes == "graphs")
-        self.static_buffers: Buffers = []  # the fixed-shape passes' context buffers, kept while (B, C) stays
+        stack = self.model.stack
+        # fixed shapes: the context buffers are allocated at reset, and kept while (B, C) stays
+        fixed = None if self.graphs is None else FixedShape(stack.kv_heads, stack.head_dim, torch_dtype)
+        self.slots = SlotCache(len(stack.layers), self.device, fixed)  # per draft layer, its context keys and values
         self.block_inputs: dict[tuple[float, ...], BlockInputs] = {}
-        self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """No context yet for batch_size rows, with room for `capacity` context slots per row."""
-        self.capacity = capacity
-        self.layers: list[SlotLayer] = []  # per draft layer, its context keys and values (models.slots)
-        if self.graphs is not None and batch_size:
-            attention = cast(DFlashLayer, self.model.layers[0]).self_attn
-            shape = (batch_size, attention.kv_heads, capacity, attention.head_dim)
-            layers = len(self.model.layers)
-            self.static_buffers = cache_buffers(self.static_buffers, layers, shape, self.dtype, self.device)
-            self.layers = [SlotLayer(capacity) for _ in range(layers)]
-            for layer, (keys, values) in zip(self.layers, self.static_buffers):
-                layer.adopt(keys, values)
-        self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
-        self.peak_bytes = 0
+        self.slots.reset(batch_size, capacity)
 
     @property
-    def context_len(self) -> torch.Tensor:
-        """[B] tokens whose features are cached: the position of the next token."""
-        return self.slot_valid.sum(dim=1)
+    def peak_bytes(self) -> int:
+        """The largest cache footprint since reset."""
+        return self.slots.peak_bytes
 
     @torch.inference_mode()
     def absorb(self, features: torch.Tensor, valid: torch.Tensor) -> None:
         """Append the context keys/values of features [B, T, n * hidden] at valid [B, T] slots."""
         valid = valid.to(self.device)
-        if self.slot_valid.shape[1] + valid.shape[1] > self.capacity:
-            self._repack()  # holes out before the buffers would have to grow
-        positions = self.context_len[:, None] + (valid.cumsum(dim=1) - 1).clamp(min=0)
+        self.slots.add(valid)
+        positions = self.slots.context_len[:, None] + (valid.cumsum(dim=1) - 1).clamp(min=0)
         new = self.model.context_kv(features.to(self.device, self.dtype), positions)
-        self.layers = self.layers or [SlotLayer(self.capacity) for _ in new]
-        for layer, (keys, values) in zip(self.layers, new):
+        for layer, (keys, values) in zip(self.slots.layers, new):
             layer.update(keys, values)
-        self.slot_valid = torch.cat([self.slot_valid, valid], dim=1)
-        self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
-        if int(self.context_len.max()) < self.slot_valid.shape[1] * 3 // 4:
-            self._repack()
-
-    def _repack(self) -> None:
-        """Drop holes: each row's valid slots in order, left-padded to the longest row."""
-        width = int(self.context_len.max())
-        order = torch.sort(self.slot_valid.to(torch.int8), dim=1, stable=True).indices[:, -width:]  # [B, width]
-        for layer in self.layers:
-            layer.repack(order)
-        self.slot_valid = self.slot_valid.gather(1, order)
+        self.slots.commit_all()
 
     @torch.inference_mode()
     def block_marginals(self, pending: list[list[int]], length: int, temperature: float) -> torch.Tensor:
@@ -276,13 +209,21 @@ class DFlashLM:
         B, S = len(pending), self.block_size
         tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
         tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=self.device)
-        positions = self.context_len[:, None] + torch.arange(S, device=self.device)
+        positions = self.slots.context_len[:, None] + torch.arange(S, device=self.device)
         if self.graphs is not None:
             return self._fixed_shape_block(tokens, positions, length, temperature)
-        context = [cast(KV, (layer.keys, layer.values)) for layer in self.layers] or self.model.context_kv(
+        context = self._context() or self.model.context_kv(
             torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
         )
-        return self._block_probs(tokens, positions, context, block_allowed(self.slot_valid, S), length, temperature)[0]
+        return self._block_probs(tokens, positions, context, block_allowed(self.slots.valid, S), length, temperature)[0]
+
+    def _context(self) -> list[KV]:
+        """Per layer, the cached context keys and values [B, H_kv, S, D]; [] before the first absorb."""
+        return [
+            (layer.keys, layer.values)
+            for layer in self.slots.filled()
+            if layer.keys is not None and layer.values is not None
+        ]
 
     # tokens, positions [B, Q]; context per layer [B, H_kv, S, D]; allowed [B, 1, Q, S + Q] -> ([B, L, V],)
     def _block_probs(
@@ -305,20 +246,19 @@ class DFlashLM:
         """The block pass over the whole capacity C of the context buffers (slots past the valid ones
         masked), from inputs kept per shape: a CUDA graph replays it."""
         assert self.graphs is not None
-        buffers = [layer.buffers for layer in self.layers if layer.buffers is not None]
+        buffers = self.slots.buffers()
         (B, Q), C = tokens.shape, buffers[0][0].shape[2]
         key = (B, C, length, temperature, buffers[0][0].data_ptr())  # a graph is bound to these addresses
         inputs = self.block_inputs.get(key)
         if inputs is None:
-            allowed = torch.ones(B, 1, Q, C + Q, dtype=torch.bool, device=self.device)
+            allowed = torch.empty(B, 1, Q, C + Q, dtype=torch.bool, device=self.device)
             inputs = self.block_inputs[key] = BlockInputs(
                 torch.zeros_like(tokens), torch.zeros_like(positions), allowed
             )
         inputs.tokens.copy_(tokens)
         inputs.positions.copy_(positions)
-        S = self.slot_valid.shape[1]
-        inputs.allowed[:, 0, :, :C] = False
-        inputs.allowed[:, 0, :, :S] = self.slot_valid[:, None, :]
+        S = self.slots.valid.shape[1]
+        inputs.allowed.copy_(block_allowed(F.pad(self.slots.valid, (0, C - S)), Q))  # the slots past S masked
         forward = partial(
             self._block_probs, inputs.tokens, inputs.positions, buffers, inputs.allowed, length, temperature
         )
@@ -328,10 +268,4 @@ class DFlashLM:
 
     @torch.inference_mode()
     def retain(self, rows: torch.Tensor) -> None:
-        rows = rows.to(self.device)
-        for layer in self.layers:
-            layer.keep_rows(rows)
-        self.slot_valid = self.slot_valid.index_select(0, rows)
-
-    def kv_bytes(self) -> int:
-        return sum(layer.nbytes for layer in self.layers)
+        self.slots.retain(rows.to(self.device))

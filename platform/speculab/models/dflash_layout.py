@@ -71,9 +71,11 @@ def _layer_ids(config: dict[str, Any], errors: list[str]) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _attention_errors(config: dict[str, Any]) -> list[str]:
-    """DFlash layers attend bidirectionally over the whole context; the authors' variants with causal
-    or sliding-window layers are refused by name rather than run as something else."""
+def _layer_errors(config: dict[str, Any]) -> list[str]:
+    """DFlash layers attend bidirectionally over the whole context, and run as the lean layers run
+    (`models.lean`: bias-free projections, SiLU MLPs); the authors' variants with causal or
+    sliding-window layers, or layers the lean ones do not compute, are refused by name rather than
+    run as something else."""
     errors = []
     types = config.get("layer_types")
     if types is not None:
@@ -83,6 +85,10 @@ def _attention_errors(config: dict[str, Any]) -> list[str]:
         errors.append("use_sliding_window=true: sliding-window DFlash layers are not supported")
     if config.get("is_causal"):
         errors.append(f"is_causal={config['is_causal']!r}: DFlash blocks attend bidirectionally; must be false")
+    if config.get("attention_bias"):
+        errors.append("attention_bias=true: only bias-free projections are supported")
+    if config.get("hidden_act", "silu") != "silu":
+        errors.append(f"hidden_act={config['hidden_act']!r}: only silu MLPs are supported")
     return errors
 
 
@@ -111,7 +117,7 @@ def dflash_layout(config: dict[str, Any]) -> tuple[DFlashLayout | None, list[str
     scale = _number(config, "input_embedding_scale", 1.0, errors)
     multiplier = _number(config, "output_multiplier", 1.0, errors)
     softcap = _number(config, "final_logit_softcapping", None, errors)
-    errors += _attention_errors(config)
+    errors += _layer_errors(config)
     if errors:
         return None, errors
     cap = softcap if softcap is not None and softcap > 0 else None

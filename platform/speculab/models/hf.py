@@ -1,14 +1,14 @@
 """transformers backend: a causal LM from a local path, decoded over trees with a KV cache.
 
-`TreeLM` is the one piece that talks to transformers. It keeps a padded batch of KV caches
-with a validity mask per slot, so prompts of different lengths and different numbers of
-accepted tokens share one tensor. Uncommitted nodes (a draft tree being scored, or the K
-paths being drafted) form a forest after the committed slots; one forward pass extends it
-with explicit position ids and a causal mask (chains) or a 4-D additive tree mask, and
-`commit` keeps chosen nodes by cropping the cache (a kept prefix) or gathering the forest. The
-cache is preallocated slots written in place (`models.slots`), never concatenated: `reset` takes
-the capacity of the batch's workload, and a forward that would pass it first repacks the holes
-away, so a cache sized by `workload_capacity` keeps its buffers for the whole batch.
+`TreeLM` is the one piece that talks to transformers. Its cache is a `SlotCache` (`models.slots`,
+the DFlash drafter's too): a padded batch of preallocated slots written in place, with a validity
+mask per slot, so prompts of different lengths and different numbers of accepted tokens share
+one tensor; `reset` takes the capacity of the batch's workload, and the holes are repacked away
+before a forward would pass it, so a cache sized by `workload_capacity` keeps its buffers for
+the whole batch. Uncommitted nodes (a draft tree being scored, or the K paths being drafted)
+form a forest after the committed slots; one forward pass extends it with explicit position
+ids and a causal mask (chains) or a 4-D additive tree mask, and `commit` keeps chosen nodes
+(`SlotCache.commit`: a crop for a kept prefix, else a gather of the forest's slots).
 Given `feature_layers`, it also keeps every forest node's hidden states at those layers
 (transformers' `hidden_states[id + 1]`, concatenated) and `commit` leaves the kept nodes' ones
 in `features`: what a DFlash drafter is conditioned on. Without them nothing is captured.
@@ -27,8 +27,8 @@ from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.lean import Decoder, decoder_forward, layer_features, lean_layers, lean_stack, runs_own_layers
-from speculab.models.slots import DEFAULT_CAPACITY, SlotLayer, slot_cache
-from speculab.models.static_pass import PASSES, Buffers, Graphs, StaticPasses, cache_buffers
+from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
+from speculab.models.static_pass import Graphs, StaticPasses, check_passes
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -63,8 +63,7 @@ class TreeLM:
         """passes: "eager" (each pass at its own shapes), "static" (fixed shapes, `models.static_pass`,
         run eagerly: the CPU check of what graphs replay) or "graphs" (fixed shapes replayed from CUDA
         graphs). Fixed shapes need the lean stack; other models always run eagerly."""
-        if passes not in PASSES:
-            raise ValueError(f"passes must be one of {', '.join(PASSES)}; got {passes!r}")
+        check_passes(passes)
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
@@ -76,43 +75,31 @@ class TreeLM:
             d = model.model
             self.decoder = Decoder(d.embed_tokens, d.rotary_emb, d.norm, model.lm_head)
         self.static: StaticPasses | None = None
-        self.static_buffers: Buffers = []  # the static passes' cache buffers, kept while (B, C) stays
+        fixed = None  # the static passes' cache buffers are allocated at reset, and kept while (B, C) stays
         if passes != "eager" and self.lean is not None and self.decoder is not None:
             self.static = StaticPasses(self.lean, self.decoder, feature_layers, Graphs(passes == "graphs"))
+            fixed = FixedShape(self.lean.kv_heads, self.lean.head_dim, self.dtype)
+        layers = model.config.get_text_config(decoder=True).num_hidden_layers
+        self.slots = SlotCache(layers, self.device, fixed)
         self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """An empty cache for batch_size rows, with room for `capacity` slots per row."""
-        self.capacity = capacity
-        self.cache = slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers, capacity)
-        if self.static is not None and batch_size:
-            for layer, (keys, values) in zip(self.cache.layers, self._static_buffers(batch_size, capacity)):
-                assert isinstance(layer, SlotLayer)
-                layer.adopt(keys, values)
-        self.slot_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
-        self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
-        self.forest: DraftTree | None = None  # uncommitted nodes, slots [committed, S)
+        self.slots.reset(batch_size, capacity)
+        self.forest: DraftTree | None = None  # uncommitted nodes, the slots after the committed ones
         self.forest_features: torch.Tensor | None = None  # [B, F, n * hidden] at feature_layers
         self.features: torch.Tensor | None = None  # [B, M, n * hidden] of the nodes the last commit kept
-        self.peak_bytes = 0  # largest cache footprint since reset
-
-    def _static_buffers(self, batch_size: int, capacity: int) -> Buffers:
-        """Per layer, (keys, values) [B, Hkv, C, hd]: the last batch's when B and C are the same."""
-        assert self.lean is not None
-        shape = (batch_size, self.lean.kv_heads, capacity, self.lean.head_dim)
-        self.static_buffers = cache_buffers(self.static_buffers, len(self.lean.layers), shape, self.dtype, self.device)
-        return self.static_buffers
 
     @property
-    def context_len(self) -> torch.Tensor:
-        """[B] committed tokens per row: the position of the next one."""
-        return self.slot_valid[:, : self.committed].sum(dim=1)
+    def peak_bytes(self) -> int:
+        """The largest cache footprint since reset."""
+        return self.slots.peak_bytes
 
     def _tree_allowed(self, forest: DraftTree, N: int) -> torch.Tensor:
         """[B, N, S + N] bool: what the last N forest nodes attend to: valid committed slots, then
         their forest ancestors and themselves."""
         allowed_forest = forest.ancestor_mask()[:, -N:, :]  # [B, N, F]
-        allowed_context = self.slot_valid[:, None, : self.committed] & forest.valid[:, -N:, None]
+        allowed_context = self.slots.valid[:, None, : self.slots.committed] & forest.valid[:, -N:, None]
         return torch.cat([allowed_context, allowed_forest], dim=2)
 
     def _tree_mask(self, forest: DraftTree, N: int) -> torch.Tensor:
@@ -126,31 +113,26 @@ class TreeLM:
         """Run nodes [B, N] (parents index the current forest, -1 = context); logits [B, N, V],
         or [B, 1, V] at the last column with last_only (right-aligned rows: each row's last)."""
         nodes = nodes.to(self.device)
-        if self.slot_valid.shape[1] + nodes.tokens.shape[1] > self.capacity:
-            self._repack()  # holes out before the buffers would have to grow
+        self.slots.add(nodes.valid)
         forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
-        slot_valid = torch.cat([self.slot_valid, nodes.valid], dim=1)  # [B, S + N]
         N = nodes.tokens.shape[1]
-        positions = self.context_len[:, None] + nodes.depth
+        positions = self.slots.context_len[:, None] + nodes.depth
         # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there.
         chain = forest.is_chain()
         out = None
         if self.static is not None:
-            allowed = causal_allowed(slot_valid, N) if chain else self._tree_allowed(forest, N)
-            out = self.static.run(self._buffers(), nodes.tokens, positions, allowed, last_only)
+            allowed = causal_allowed(self.slots.valid, N) if chain else self._tree_allowed(forest, N)
+            out = self.static.run(self.slots.buffers(), nodes.tokens, positions, allowed, last_only)
             if out is not None:  # the pass wrote its N slots itself
-                for layer in self._filled_layers():
-                    layer.advance(N)
+                self.slots.advance(N)
         if out is None:
-            mask = causal_mask(slot_valid, N) if chain else self._tree_mask(forest, N)
+            mask = causal_mask(self.slots.valid, N) if chain else self._tree_mask(forest, N)
             out = self._forward(nodes.tokens, mask, positions, last_only)
         logits, features = out
         if features is not None:
             old = self.forest_features if self.forest is not None else None
             self.forest_features = features if old is None else torch.cat([old, features], dim=1)
         self.forest = forest
-        self.slot_valid = slot_valid
-        self.peak_bytes = max(self.peak_bytes, self.kv_bytes())
         return logits
 
     def _forward(
@@ -163,7 +145,7 @@ class TreeLM:
                 input_ids=tokens,
                 attention_mask=mask,
                 position_ids=position_ids,
-                past_key_values=self.cache,
+                past_key_values=self.slots.cache,
                 use_cache=True,
                 logits_to_keep=1 if last_only else 0,
                 output_hidden_states=bool(self.feature_layers),
@@ -177,13 +159,13 @@ class TreeLM:
             hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, outputs: list[torch.Tensor] | None
         ) -> torch.Tensor:
             if self.lean is not None:
-                return lean_layers(self.lean, hidden, cos, sin, mask, self.cache, outputs)
+                return lean_layers(self.lean, hidden, cos, sin, mask, self.slots.cache, outputs)
             for layer in self.model.model.layers:  # not a lean stack (an AutoTP shard, whose projections all-reduce)
                 hidden = layer(
                     hidden,
                     attention_mask=mask,
                     position_ids=position_ids,
-                    past_key_values=self.cache,
+                    past_key_values=self.slots.cache,
                     use_cache=True,
                     position_embeddings=(cos, sin),
                 )
@@ -199,65 +181,27 @@ class TreeLM:
     @torch.inference_mode()
     def commit(self, keep: torch.Tensor) -> None:
         """Keep forest nodes keep [B, M] (forest indices, -1 = none) after the committed slots."""
-        keep = keep.to(self.device)
-        used = (keep >= 0).any(dim=0).nonzero()
-        keep = keep[:, : int(used.max()) + 1 if len(used) else 0]  # columns no row uses hold no slot
-        M = keep.shape[1]
-        kept = keep.clamp(min=0)
-        valid = (keep >= 0) & self.slot_valid[:, self.committed :].gather(1, kept)  # [B, M]
+        kept = self.slots.commit(keep.to(self.device))
         if self.forest_features is not None:
             self.features = self.forest_features.gather(
                 1, kept[..., None].expand(-1, -1, self.forest_features.shape[2])
             )
-        if bool(((keep == torch.arange(M, device=self.device)) | (keep < 0)).all()):
-            # Every row keeps a prefix of the forest (holes at -1): crop, as transformers' cache does.
-            self._crop(self.committed + M)
-        else:
-            self._gather_forest(kept)
-        self.slot_valid = torch.cat([self.slot_valid[:, : self.committed], valid], dim=1)
-        self.committed += M
         self.forest = None
         self.forest_features = None
-        if int(self.slot_valid.sum(dim=1).max()) < self.slot_valid.shape[1] * 3 // 4:
-            self._repack()
 
+    @torch.inference_mode()
     def commit_forest(self) -> None:
         """Commit every forest node in slot order (used for chains of committed tokens)."""
-        F = self.slot_valid.shape[1] - self.committed
-        self.commit(torch.arange(F, device=self.device).expand(self.slot_valid.shape[0], F))
-
-    def _repack(self) -> None:
-        """Drop the committed slots' holes: each row's valid ones in order, left-padded to the longest
-        row; the forest's slots follow unchanged (its nodes index each other, not slots)."""
-        committed = self.slot_valid[:, : self.committed]
-        order = torch.sort(committed.to(torch.int8), dim=1, stable=True).indices
-        width = int(committed.sum(dim=1).max())
-        B, S = self.slot_valid.shape
-        forest = torch.arange(self.committed, S, device=self.device).expand(B, -1)
-        index = torch.cat([order[:, order.shape[1] - width :], forest], dim=1)  # [B, width + F]
-        for layer in self._filled_layers():
-            layer.repack(index)
-        self.slot_valid = self.slot_valid.gather(1, index)
-        self.committed = width
-
-    def _crop(self, slots: int) -> None:
-        for layer in self._filled_layers():
-            layer.truncate(slots)
-
-    def _gather_forest(self, kept: torch.Tensor) -> None:
-        """Forest slot j of row b = old forest slot kept[b, j]; only the forest is copied."""
-        for layer in self._filled_layers():
-            layer.gather_slots(self.committed, kept)
+        if self.forest_features is not None:
+            self.features = self.forest_features
+        self.slots.commit_all()
+        self.forest = None
+        self.forest_features = None
 
     @torch.inference_mode()
     def retain(self, rows: torch.Tensor) -> None:
         """Keep only batch rows [R] (finished prompts leave the batch)."""
-        if self.forest is not None:
-            raise RuntimeError("retain() with uncommitted nodes: commit first")
-        rows = rows.to(self.device)
-        for layer in self._filled_layers():
-            layer.keep_rows(rows)
-        self.slot_valid = self.slot_valid.index_select(0, rows)
+        self.slots.retain(rows.to(self.device))
 
     def feed(self, rows: list[list[int]]) -> torch.Tensor:
         """Run and commit committed tokens per row (right-aligned chain); logits at each row's last."""
@@ -267,15 +211,7 @@ class TreeLM:
         return logits[:, -1]
 
     def kv_bytes(self) -> int:
-        return sum(layer.nbytes for layer in self._filled_layers())
-
-    def _buffers(self) -> Buffers:
-        """Per layer, the cache's (keys, values) buffers [B, Hkv, C, hd] (every layer is filled under static passes)."""
-        return [layer.buffers for layer in self._filled_layers() if layer.buffers is not None]
-
-    def _filled_layers(self) -> list[SlotLayer]:
-        """Cache layers that hold slots (layers stay empty until the first forward)."""
-        return [layer for layer in self.cache.layers if isinstance(layer, SlotLayer) and layer.is_initialized]
+        return self.slots.nbytes()
 
 
 # slot_valid [B, S + N]: committed slots, then N new chain nodes

@@ -7,14 +7,15 @@ order) straight on the weight tensors, which is what makes speculab's loop faste
 `generate` on the same model rather than as slow. Qwen3 differs from Llama only by an RMSNorm
 over each query and key head before the rotary (`q_norm`, `k_norm`). `lean_stack` accepts only
 plain `nn.Linear` projections without bias and full attention in every layer: a tensor-parallel
-(AutoTP) model, whose projections all-reduce, keeps transformers' modules.
+(AutoTP) model, whose projections all-reduce, keeps transformers' modules. The DFlash drafter's
+Qwen3 layers run here too (`models.dflash`: `layer_stack`, `key_values` of the target's features).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 
 
 class KVStore(Protocol):
-    """Where a layer's new keys and values go: a transformers `Cache` (the eager pass), or the static
-    pass's buffers (`models.static_pass.StaticSlots`); either hands back the keys and values to attend to."""
+    """Where a layer's new keys and values go: a transformers `Cache` (the eager pass), the static
+    pass's buffers (`models.static_pass.StaticSlots`) or a DFlash block's context (`models.dflash.ContextKV`);
+    each hands back the keys and values to attend to."""
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
@@ -77,17 +79,17 @@ def _head_norm(attention: torch.nn.Module, name: str) -> torch.Tensor | None:
     return None if norm is None else norm.weight
 
 
-def lean_stack(model: PreTrainedModel) -> LeanStack | None:
-    """The weights of a plain single-process Llama or Qwen3, or None when its layers must run as modules."""
-    config = model.config
-    if not runs_own_layers(config) or config.hidden_act != "silu":
-        return None
-    decoder = model.model
-    children = [m for layer in decoder.layers for m in (*layer.self_attn.children(), *layer.mlp.children())]
+def plain_projections(layers: Iterable[Any]) -> bool:  # transformers decoder layers: no common class
+    """Every projection of these decoder layers is a plain `nn.Linear` without bias (not a tensor-parallel
+    one, whose output all-reduces): what the lean layers compute."""
+    children = [m for layer in layers for m in (*layer.self_attn.children(), *layer.mlp.children())]
     projections = [m for m in children if _is_matrix(getattr(m, "weight", None))]  # not Qwen3's head norms
-    if any(type(m) is not torch.nn.Linear or m.bias is not None for m in projections):
-        return None
-    layers = tuple(
+    return all(type(m) is torch.nn.Linear and m.bias is None for m in projections)
+
+
+def layer_stack(layers: Iterable[Any], config: PretrainedConfig) -> LeanStack:
+    """The weights of Llama or Qwen3 decoder layers (transformers' module names), as the lean layers read them."""
+    weights = tuple(
         LeanLayer(
             layer.input_layernorm.weight,
             layer.post_attention_layernorm.weight,
@@ -101,10 +103,18 @@ def lean_stack(model: PreTrainedModel) -> LeanStack | None:
             _head_norm(layer.self_attn, "q_norm"),
             _head_norm(layer.self_attn, "k_norm"),
         )
-        for layer in decoder.layers
+        for layer in layers
     )
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return LeanStack(layers, config.num_attention_heads, config.num_key_value_heads, head_dim, config.rms_norm_eps)
+    return LeanStack(weights, config.num_attention_heads, config.num_key_value_heads, head_dim, config.rms_norm_eps)
+
+
+def lean_stack(model: PreTrainedModel) -> LeanStack | None:
+    """The weights of a plain single-process Llama or Qwen3, or None when its layers must run as modules."""
+    config = model.config
+    if not runs_own_layers(config) or config.hidden_act != "silu" or not plain_projections(model.model.layers):
+        return None
+    return layer_stack(model.model.layers, config)
 
 
 # x [B, N, D]; weight [D]
@@ -134,7 +144,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=hd**-0.5, enable_gqa=groups > 1)
 
 
-# hidden [B, N, D]; cos, sin [B, N, hd]; mask [B, 1, N, S + N] or None
+# x [B, N, D] a layer's normed input; cos, sin [B, 1, N, hd] -> queries [B, H, N, hd]
+def queries(stack: LeanStack, w: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    q = F.linear(x, w.q).view(*x.shape[:2], stack.heads, stack.head_dim)
+    if w.q_norm is not None:  # Qwen3: per head, before the rotary
+        q = rms_norm(q, w.q_norm, stack.eps)
+    return rotary(q.transpose(1, 2), cos, sin)
+
+
+# x [B, N, D] a layer's normed input; cos, sin [B, 1, N, hd] -> keys, values [B, Hkv, N, hd]
+def key_values(
+    stack: LeanStack, w: LeanLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    k = F.linear(x, w.k).view(*x.shape[:2], stack.kv_heads, stack.head_dim)
+    if w.k_norm is not None:  # Qwen3: per head, before the rotary
+        k = rms_norm(k, w.k_norm, stack.eps)
+    v = F.linear(x, w.v).view(*x.shape[:2], stack.kv_heads, stack.head_dim).transpose(1, 2)
+    return rotary(k.transpose(1, 2), cos, sin), v
+
+
+# hidden [B, N, D]; cos, sin [B, N, hd]; mask [B, 1, N, S + N] (additive or boolean) or None
 def lean_layers(
     stack: LeanStack,
     hidden: torch.Tensor,
@@ -144,20 +173,14 @@ def lean_layers(
     cache: KVStore,
     outputs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Every decoder layer over hidden, appending each layer's keys and values to ``cache`` (and
+    """Every decoder layer over hidden, handing each layer's keys and values to ``cache`` (and
     each layer's output to ``outputs``, when given: transformers' hidden states after the embeddings)."""
     B, N, _ = hidden.shape
     cos, sin = cos[:, None], sin[:, None]
     for index, w in enumerate(stack.layers):
         x = rms_norm(hidden, w.input_norm, stack.eps)
-        q = F.linear(x, w.q).view(B, N, stack.heads, stack.head_dim)
-        k = F.linear(x, w.k).view(B, N, stack.kv_heads, stack.head_dim)
-        if w.q_norm is not None and w.k_norm is not None:  # Qwen3: per head, before the rotary
-            q, k = rms_norm(q, w.q_norm, stack.eps), rms_norm(k, w.k_norm, stack.eps)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        v = F.linear(x, w.v).view(B, N, stack.kv_heads, stack.head_dim).transpose(1, 2)
-        k, v = cache.update(rotary(k, cos, sin), v, index)
-        out = attention(rotary(q, cos, sin), k, v, mask)
+        k, v = cache.update(*key_values(stack, w, x, cos, sin), index)
+        out = attention(queries(stack, w, x, cos, sin), k, v, mask)
         hidden = hidden + F.linear(out.transpose(1, 2).reshape(B, N, -1), w.o)
         x = rms_norm(hidden, w.post_norm, stack.eps)
         hidden = hidden + F.linear(F.silu(F.linear(x, w.gate)) * F.linear(x, w.up), w.down)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,28 +22,24 @@ from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
+from speculab.models.kinds import (
+    BlockDrafterLM,
+    DecoderLM,
+    FeatureConditionedLM,
+    FeatureSource,
+    TokenLM,
+    TransformersLM,
+)
 from speculab.models.slots import workload_capacity
 
 if TYPE_CHECKING:
     from speculab.baselines import BaselineResult
     from speculab.engine import DecodeSettings
-    from speculab.models.block import BlockLM
-    from speculab.models.dflash import DFlashLM
-
-
-class DecoderLM(Protocol):
-    def reset(self, batch_size: int, capacity: int) -> None: ...  # capacity: slots per row (models.slots)
-    def feed(self, rows: list[list[int]]) -> torch.Tensor: ...  # logits [B, V]
-    def extend(self, nodes: DraftTree) -> torch.Tensor: ...  # logits [B, N, V]
-    def commit(self, keep: torch.Tensor) -> None: ...  # keep [B, M]
-    def retain(self, rows: torch.Tensor) -> None: ...
-    @property
-    def peak_bytes(self) -> int: ...  # largest KV cache footprint since reset
 
 
 @dataclass(frozen=True)
 class LMSpec:
-    """What to load: `hf` (a local transformers checkpoint), `block` (a block drafter), `dflash` (a DFlash
+    """What to load: `hf` (a local transformers checkpoint), `parallel` (the parallel drafter), `dflash` (a DFlash
     drafter, with the target's embeddings and head from `target_path`) or `toy` (a bigram table)."""
 
     backend: str
@@ -74,35 +71,55 @@ def process_conditions() -> Conditions:
     return Conditions(os.getpid(), torch.get_num_threads())
 
 
-def build_lm(spec: LMSpec) -> DecoderLM | BlockLM | DFlashLM:
+def _transformers_lm(spec: LMSpec) -> DecoderLM:
+    from speculab.models.hf import TreeLM, load_causal_lm
+
+    if spec.tp_size > 1:
+        from speculab.models.tp import load_tp_causal_lm
+
+        model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size)
+        return TreeLM(model, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
+    model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
+    return TreeLM(model, spec.feature_layers, spec.passes)
+
+
+def _toy_lm(spec: LMSpec) -> DecoderLM:
+    from speculab.models.toy import BigramLM
+
+    assert spec.table is not None  # a toy model is its bigram table
+    return BigramLM(spec.table)
+
+
+def _parallel_lm(spec: LMSpec) -> BlockDrafterLM:
+    from speculab.models.parallel import ParallelDraftLM
+
+    return ParallelDraftLM(spec.path, spec.dtype, spec.device)
+
+
+def _dflash_lm(spec: LMSpec) -> BlockDrafterLM:
+    from speculab.models.dflash import DFlashLM
+
+    return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes)
+
+
+# `LMSpec.backend` -> its loader (each imports its backend only when asked: a toy run loads no transformers)
+BACKENDS: dict[str, Callable[[LMSpec], DecoderLM | BlockDrafterLM]] = {
+    "hf": _transformers_lm,
+    "toy": _toy_lm,
+    "parallel": _parallel_lm,
+    "dflash": _dflash_lm,
+}
+
+
+def build_lm(spec: LMSpec) -> DecoderLM | BlockDrafterLM:
+    load = BACKENDS.get(spec.backend)
+    if load is None:
+        raise ValueError(f"model backend must be one of {', '.join(BACKENDS)}; got {spec.backend!r}")
+    if spec.feature_layers and load is not _transformers_lm:
+        raise ValueError(f"target features need a transformers target (backend hf); got {spec.backend!r}")
     if spec.threads:
         torch.set_num_threads(spec.threads)
-    if spec.backend == "hf":
-        from speculab.models.hf import TreeLM, load_causal_lm
-
-        if spec.tp_size > 1:
-            from speculab.models.tp import load_tp_causal_lm
-
-            model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size)
-            return TreeLM(model, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
-        model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
-        return TreeLM(model, spec.feature_layers, spec.passes)
-    if spec.feature_layers:
-        raise ValueError(f"target features need a transformers target (backend hf); got {spec.backend!r}")
-    if spec.backend == "toy":
-        from speculab.models.toy import BigramLM
-
-        assert spec.table is not None  # a toy model is its bigram table
-        return BigramLM(spec.table)
-    if spec.backend == "block":
-        from speculab.models.block import BlockLM
-
-        return BlockLM(spec.path, spec.dtype, spec.device)
-    if spec.backend == "dflash":
-        from speculab.models.dflash import DFlashLM
-
-        return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes)
-    raise ValueError(f"model backend must be one of hf, toy, block, dflash; got {spec.backend!r}")
+    return load(spec)
 
 
 class TreeTarget:
@@ -110,8 +127,9 @@ class TreeTarget:
 
     def __init__(self, spec: LMSpec) -> None:
         lm = build_lm(spec)
-        assert not hasattr(lm, "block_marginals"), "a block drafter cannot score trees"
+        assert not isinstance(lm, BlockDrafterLM), "a block drafter cannot score trees"
         self.lm = lm
+        self.source = lm if isinstance(lm, FeatureSource) else None  # told once, not at every commit
 
     def prefill(self, contexts: list[list[int]], room: int = 0) -> torch.Tensor | None:
         """Process each prompt but its last token (the first round's root), in a cache with `room`
@@ -136,7 +154,7 @@ class TreeTarget:
     def _features(self) -> torch.Tensor | None:
         """The kept nodes' features of the last commit, on the target's device (the drafter takes them
         to its own; on Ray the actor hands them to the object store on the CPU)."""
-        return getattr(self.lm, "features", None)
+        return None if self.source is None else self.source.features
 
     def retain(self, rows: torch.Tensor) -> None:
         self.lm.retain(rows)
@@ -154,10 +172,9 @@ class TreeTarget:
         tree cache alone."""
         from speculab.baselines import generate
 
-        model = getattr(self.lm, "model", None)  # a transformers backend's model (toy tables have none)
-        if model is None:
+        if not isinstance(self.lm, TransformersLM):  # a toy table has no transformers model
             raise ValueError("baseline_hf needs a transformers target (model.backend=hf)")
-        return generate(model, prompts, settings)
+        return generate(self.lm.model, prompts, settings)
 
 
 def aligned_valid(lengths: list[int], width: int, right: bool = False) -> torch.Tensor:
@@ -178,6 +195,8 @@ class DraftModel:
 
     def __init__(self, spec: LMSpec) -> None:
         self.lm = build_lm(spec)
+        # told once, not every round: a drafter that reads the target's features instead of tokens (DFlash)
+        self.conditioned = self.lm if isinstance(self.lm, FeatureConditionedLM) else None
         self.pending: list[list[int]] = []
         self.pending_features: tuple[torch.Tensor, torch.Tensor] | None = None  # features [B, T, F], valid [B, T]
         self.rng = torch.Generator(device=spec.device)
@@ -197,14 +216,16 @@ class DraftModel:
         self.rng.manual_seed(seed)
         self.pending = [[root] for root in roots]
         self.pending_features = None
-        if hasattr(self.lm, "absorb"):
+        if self.conditioned is not None:
             if features is not None:
-                self.lm.absorb(features, aligned_valid([len(c) for c in contexts], features.shape[1], right=True))
+                valid = aligned_valid([len(c) for c in contexts], features.shape[1], right=True)
+                self.conditioned.absorb(features, valid)
         elif any(contexts):
+            assert isinstance(self.lm, TokenLM), "a drafter reads its context as tokens or as the target's features"
             self.lm.feed(contexts)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
-        assert not hasattr(self.lm, "block_marginals"), "a block drafter drafts marginals, not paths"
+        assert not isinstance(self.lm, BlockDrafterLM), "a block drafter drafts marginals, not paths"
         root_logits = self.lm.feed(self.pending)
         root = self._root().to(root_logits.device)
         proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)
@@ -215,7 +236,7 @@ class DraftModel:
         """Root [B] and q [B, L, V] for DDTree: a block drafter's one pass (a DFlash one first
         absorbs the features committed since), or the greedy rollout of an autoregressive draft
         (`ar_marginals`, L passes)."""
-        if hasattr(self.lm, "block_marginals"):
+        if isinstance(self.lm, BlockDrafterLM):
             start, absorbed = time.perf_counter(), self._absorb_pending()
             absorb_s = time.perf_counter() - start
             q = self.lm.block_marginals(self.pending, length, temperature).cpu()
@@ -226,10 +247,10 @@ class DraftModel:
 
     def _absorb_pending(self) -> int:
         """Feed the features held since the last commit to a DFlash drafter; their bytes."""
-        if self.pending_features is None or not hasattr(self.lm, "absorb"):
+        if self.pending_features is None or self.conditioned is None:
             return 0
         features, valid = self.pending_features
-        self.lm.absorb(features, valid)
+        self.conditioned.absorb(features, valid)
         self.pending_features = None
         return features.nbytes
 

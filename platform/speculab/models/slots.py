@@ -1,21 +1,29 @@
-"""A KV cache of preallocated slots, written in place: the static cache of `TreeLM`.
+"""The KV cache of `TreeLM` and `DFlashLM`: preallocated slots written in place, and their validity.
 
 transformers' `DynamicCache` appends each forward's keys and values with `torch.cat`, so every
 decoding step copies the whole cache (O(S) per step, O(S^2) per sequence) and allocates anew.
 `SlotLayer` keeps a layer's keys and values in buffers [B, H, C, D] allocated once for a
 capacity of C slots, writes a forward's N new slots at [S, S + N) in place, and hands out the
-views [:, :, :S + N] as `keys` and `values`. What `TreeLM` does to a cache between forwards is
-in place too: keeping a prefix (`truncate`) only moves the length; keeping other forest nodes
-(`gather_slots`), dropping holes (`repack`) and dropping finished rows (`keep_rows`) gather
-into the same buffers. A buffer grows (doubling, one copy) only when a forward would pass its
-capacity, so a capacity set from the workload (`workload_capacity`) never reallocates.
+views [:, :, :S + N] as `keys` and `values`. Every later edit is in place too: keeping a prefix
+(`truncate`) only moves the length; keeping other slots (`gather_slots`, `repack`) and dropping
+finished rows (`keep_rows`) gather into the same buffers. A buffer grows (doubling, one copy)
+only when a forward would pass its capacity, so a capacity set from the workload
+(`workload_capacity`) never reallocates.
 
-It is a transformers `Cache` of `DynamicLayer` subclasses, so a model's own modules (other
-architectures, a tensor-parallel target, the block drafter) update it through the same
+`SlotCache` is a batch's slots over every layer, with what both models keep about them: which
+slots are valid (left padding, rejected nodes), how many are committed (the rest are a pass's
+uncommitted nodes: a draft forest, a block), each row's context length (its valid committed
+slots: the position of its next token), and when to drop the holes (`repack`): before a pass
+would pass the capacity, and after a commit that leaves fewer than 3/4 of the slots valid.
+
+Its layers form a transformers `Cache` of `DynamicLayer` subclasses, so a model's own modules
+(other architectures, a tensor-parallel target, the parallel drafter) update it through the same
 `update(keys, values, layer_idx)` the lean stack calls, and read `get_seq_length()` from it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers import Cache, DynamicLayer
@@ -155,6 +163,159 @@ class SlotLayer(DynamicLayer):
         self.buffers, self.keys, self.values, self.is_initialized, self.length = None, None, None, False, 0
 
 
-def slot_cache(num_layers: int, capacity: int = DEFAULT_CAPACITY) -> Cache:
-    """A transformers `Cache` of `num_layers` slot layers of `capacity` slots each."""
-    return Cache(layers=[SlotLayer(capacity) for _ in range(num_layers)])
+Buffers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, the cache's (keys, values) [B, Hkv, C, hd]
+
+
+def cache_buffers(
+    kept: Buffers, layers: int, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device
+) -> Buffers:
+    """Per layer, (keys, values) buffers of `shape` [B, Hkv, C, hd] for a batch's cache under fixed-shape
+    passes: `kept` itself when its shape is the same (the graphs captured over its addresses stay
+    valid), else new zeroed ones. Zeros, not garbage: a masked slot weighs exactly 0 in attention,
+    and 0 times a NaN left in fresh memory would still be NaN."""
+    if kept and kept[0][0].shape == shape:
+        return kept
+    return [
+        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for _ in range(layers)
+    ]
+
+
+@dataclass(frozen=True)
+class FixedShape:
+    """What fixed-shape passes (`models.static_pass`) need of a cache allocated up front, at reset."""
+
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+
+class SlotCache:
+    """A batch's KV slots over every layer: `valid` [B, S], the first `committed` of them committed,
+    the rest a pass's uncommitted nodes. Holes (invalid committed slots) stay until a repack."""
+
+    def __init__(self, num_layers: int, device: torch.device, fixed: FixedShape | None = None) -> None:
+        """fixed: allocate each batch's buffers at reset, and keep them while (B, C) stays: graphs captured
+        over them write to their addresses. None: each layer allocates at its first write."""
+        self.num_layers, self.device, self.fixed = num_layers, device, fixed
+        self.fixed_buffers: Buffers = []  # the last batch's, under fixed shapes
+        self.reset(0)
+
+    def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
+        """No slots for batch_size rows, with room for `capacity` slots per row."""
+        self.capacity = capacity
+        self.layers = [SlotLayer(capacity) for _ in range(self.num_layers)]
+        self.cache = Cache(layers=list(self.layers))  # the same layers, as a model's own modules update them
+        if self.fixed is not None and batch_size:
+            shape = (batch_size, self.fixed.kv_heads, capacity, self.fixed.head_dim)
+            self.fixed_buffers = cache_buffers(
+                self.fixed_buffers, self.num_layers, shape, self.fixed.dtype, self.device
+            )
+            for layer, (keys, values) in zip(self.layers, self.fixed_buffers):
+                layer.adopt(keys, values)
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]
+        self.committed = 0  # slots [0, committed) hold committed tokens (or holes)
+        self._peak = 0  # the most bytes held before a drop (`peak_bytes`)
+
+    @property
+    def context_len(self) -> torch.Tensor:
+        """[B] valid committed slots per row: the position of its next token."""
+        return self.valid[:, : self.committed].sum(dim=1)
+
+    def filled(self) -> list[SlotLayer]:
+        """The layers that hold slots (a layer stays empty until its first write)."""
+        return [layer for layer in self.layers if layer.is_initialized]
+
+    def buffers(self) -> Buffers:
+        """Per filled layer, its (keys, values) buffers [B, Hkv, C, hd]."""
+        return [layer.buffers for layer in self.filled() if layer.buffers is not None]
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.filled())
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most bytes held since reset: every drop records the bytes before it."""
+        return max(self._peak, self.nbytes())
+
+    # valid [B, N]
+    def add(self, valid: torch.Tensor) -> None:
+        """N uncommitted slots that the next pass writes (through each layer's `update`, or `advance`):
+        the holes go first if they would push it past the capacity."""
+        if self.valid.shape[1] + valid.shape[1] > self.capacity:
+            self.repack()
+        self.valid = torch.cat([self.valid, valid], dim=1)
+
+    def advance(self, slots: int) -> None:
+        """A fixed-shape pass wrote `slots` slots into the buffers itself."""
+        for layer in self.filled():
+            layer.advance(slots)
+
+    # keep [B, M'] uncommitted slots as offsets after the committed ones, -1 = none -> kept [B, M]
+    def commit(self, keep: torch.Tensor) -> torch.Tensor:
+        """Commit uncommitted slots keep[b, j], in that order, and drop the rest; the columns no row
+        uses hold no slot. Returns the kept offsets, clamped (-1 -> 0: an invalid slot)."""
+        used = (keep >= 0).any(dim=0).nonzero()
+        keep = keep[:, : int(used.max()) + 1 if len(used) else 0]
+        M = keep.shape[1]
+        kept = keep.clamp(min=0)
+        valid = (keep >= 0) & self.valid[:, self.committed :].gather(1, kept)  # [B, M]
+        self._record_peak()
+        if bool(((keep == torch.arange(M, device=keep.device)) | (keep < 0)).all()):
+            # Every row keeps a prefix of its nodes (holes at -1): crop, as transformers' cache does.
+            for layer in self.filled():
+                layer.truncate(self.committed + M)
+        else:
+            for layer in self.filled():
+                layer.gather_slots(self.committed, kept)
+        self.valid = torch.cat([self.valid[:, : self.committed], valid], dim=1)
+        self.committed += M
+        self._repack_if_sparse()
+        return kept
+
+    def commit_all(self) -> None:
+        """Commit every slot as it lies."""
+        self.committed = self.valid.shape[1]
+        self._repack_if_sparse()
+
+    def crop(self, slots: int) -> None:
+        """Keep the first `slots` slots (a pass's nodes that nothing keeps, such as a drafted block)."""
+        self._record_peak()
+        for layer in self.filled():
+            layer.truncate(slots)
+        self.valid = self.valid[:, :slots]
+        self.committed = min(self.committed, slots)
+
+    # rows [R]
+    def retain(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows `rows` (finished prompts leave the batch)."""
+        if self.committed < self.valid.shape[1]:
+            raise RuntimeError("retain() with uncommitted slots: commit first")
+        self._record_peak()
+        for layer in self.filled():
+            layer.keep_rows(rows)
+        self.valid = self.valid.index_select(0, rows)
+
+    def repack(self) -> None:
+        """Drop the committed slots' holes: each row's valid ones in order, left-padded to the longest
+        row; the uncommitted slots follow unchanged."""
+        committed = self.valid[:, : self.committed]
+        order = torch.sort(committed.to(torch.int8), dim=1, stable=True).indices
+        width = int(committed.sum(dim=1).max())
+        B, S = self.valid.shape
+        uncommitted = torch.arange(self.committed, S, device=self.device).expand(B, -1)
+        index = torch.cat([order[:, order.shape[1] - width :], uncommitted], dim=1)  # [B, width + S - committed]
+        self._record_peak()
+        for layer in self.filled():
+            layer.repack(index)
+        self.valid = self.valid.gather(1, index)
+        self.committed = width
+
+    def _repack_if_sparse(self) -> None:
+        """Repack once fewer than 3/4 of the (all committed) slots are valid: the holes of rows that
+        accepted fewer tokens than others would otherwise widen every later pass."""
+        if int(self.context_len.max()) < self.valid.shape[1] * 3 // 4:
+            self.repack()
+
+    def _record_peak(self) -> None:
+        self._peak = max(self._peak, self.nbytes())

@@ -33,11 +33,19 @@ from typing import Any
 import torch
 
 from speculab.models.lean import Decoder, LeanStack, decoder_forward, lean_layers
+from speculab.models.slots import Buffers
 from speculab.syncs import sync_debug_off
 
 # How a model's passes run: at the shapes of the moment; at fixed shapes, eagerly (the CPU check of what
 # graphs replay); at fixed shapes replayed from CUDA graphs.
 PASSES = ("eager", "static", "graphs")
+
+
+def check_passes(passes: str) -> None:
+    """ValueError unless `passes` is one of PASSES."""
+    if passes not in PASSES:
+        raise ValueError(f"passes must be one of {', '.join(PASSES)}; got {passes!r}")
+
 
 # Node counts a pass is padded up to: one graph per (batch size, bucket). A tree of up to 256 nodes
 # is launch bound on a GPU; past that a pass is compute bound and runs eagerly.
@@ -93,7 +101,7 @@ class StaticInputs:
 class StaticSlots:
     """The cache of a static pass: per layer, (keys, values) buffers [B, Hkv, C, hd] written in place."""
 
-    def __init__(self, buffers: list[tuple[torch.Tensor, torch.Tensor]], slots: torch.Tensor) -> None:
+    def __init__(self, buffers: Buffers, slots: torch.Tensor) -> None:
         self.buffers, self.slots = buffers, slots
 
     # keys, values [B, Hkv, Nb, hd] -> the whole buffers [B, Hkv, C, hd]
@@ -109,7 +117,7 @@ class StaticSlots:
 def static_forward(
     stack: LeanStack,
     decoder: Decoder,
-    buffers: list[tuple[torch.Tensor, torch.Tensor]],
+    buffers: Buffers,
     inputs: StaticInputs,
     feature_layers: tuple[int, ...] = (),
     last_only: bool = False,
@@ -128,24 +136,6 @@ def static_forward(
         return hidden.index_select(1, inputs.last) if last_only else hidden
 
     return decoder_forward(decoder, layers, inputs.tokens, inputs.positions, feature_layers, pick)
-
-
-Buffers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, the cache's (keys, values) [B, Hkv, C, hd]
-
-
-def cache_buffers(
-    kept: Buffers, layers: int, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device
-) -> Buffers:
-    """Per layer, (keys, values) buffers of `shape` [B, Hkv, C, hd] for a batch's cache under fixed-shape
-    passes: `kept` itself when its shape is the same (the graphs captured over its addresses stay
-    valid), else new zeroed ones. Zeros, not garbage: a masked slot weighs exactly 0 in attention,
-    and 0 times a NaN left in fresh memory would still be NaN."""
-    if kept and kept[0][0].shape == shape:
-        return kept
-    return [
-        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-        for _ in range(layers)
-    ]
 
 
 class Graphs:

@@ -1,10 +1,13 @@
-"""Where the models live: in this process (`inline`) or in Ray actor groups (`ray`).
+"""Where the models and the decode loop live: in this process (`inline`) or in Ray actor groups (`ray`).
 
-Both give objects with the same methods (the protocols in `speculab.engine`), so the engine
-does not know which runtime it drives. On Ray the target is always a group
-(`speculab.runtime.groups`): `tp_size` ranks joined by torch.distributed when > 1, one plain
-actor when 1 (same naming, placement, reuse and restart path, no DeepSpeed), and the
-drafter is a one-actor group outside the TP world.
+`start_loop` gives the point's loop wherever `RunPlan.loop` puts it: a `PointLoop` in this process
+over inline models, or over Ray group proxies (`driver`: every model call of a round is a Ray
+call), or the loop group's proxy (`target`: one actor holds both models and the loop, and the
+driver makes one call per unit). `start_models` gives the role objects a loop in this process
+drives; both have the methods of the protocols in `speculab.engine`, so the engine does not know
+which runtime it drives. On Ray a model is always a group (`speculab.runtime.groups`): `tp_size`
+ranks joined by torch.distributed when > 1, one plain actor when 1 (the same naming, placement,
+reuse and restart path), placed as the plan's `Placement` says.
 """
 
 from __future__ import annotations
@@ -15,22 +18,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.runtime.placement import EMBEDDED, Placement
 
 if TYPE_CHECKING:
     from speculab.loop import PointPlan
     from speculab.runtime.proxy import GroupProxy
 
 
-def start_models(
-    kind: str,
-    target: LMSpec,
-    draft: LMSpec,
-    address: str | None = None,
-    num_cpus: int | None = None,
-    actor_cpus: float = 1.0,
-    draft_gpu: float = 1.0,
-    max_restarts: int = 3,
-) -> tuple[Any, Any]:
+def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement = EMBEDDED) -> tuple[Any, Any]:
     """(target, drafter) for runtime `kind` ("inline" or "ray"); target.tp_size ranks on Ray."""
     if kind == "inline":
         if target.tp_size > 1:
@@ -40,53 +35,29 @@ def start_models(
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
-    connect(address, num_cpus)
-    return (
-        GroupProxy(
-            POOL.get("target", target, target_bundles(target.tp_size, target.device, actor_cpus, draft_gpu)),
-            max_restarts,
-        ),
-        GroupProxy(POOL.get("draft", draft, draft_bundles(draft.device, actor_cpus, draft_gpu)), max_restarts),
-    )
+    p = placement
+    connect(p.address, p.num_cpus)
+    target_group = POOL.get("target", target, target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu))
+    draft_group = POOL.get("draft", draft, draft_bundles(draft.device, p.actor_cpus, p.draft_gpu))
+    return GroupProxy(target_group, p.max_restarts), GroupProxy(draft_group, p.max_restarts)
 
 
-def start_loop(
-    host: str,
-    target: LMSpec,
-    draft: LMSpec,
-    plan: PointPlan,
-    address: str | None = None,
-    num_cpus: int | None = None,
-    actor_cpus: float = 1.0,
-    draft_gpu: float = 1.0,
-    max_restarts: int = 3,
-) -> Any:
+def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placement: Placement = EMBEDDED) -> Any:
     """The point's loop (`speculab.loop.PointLoop`'s `decode_unit` and `conditions`) for `host`
-    (`speculab.config.loop_host`): in this process over inline models ("inline") or over Ray groups
-    ("driver"), or in the target's actor with the draft beside it ("target": the pair group's proxy)."""
-    from speculab.loop import PairSpec, PointLoop
+    (`RunPlan.loop`): in this process over inline models ("inline") or over Ray groups ("driver"), or
+    in the target's actor with the draft beside it ("target": the loop group's proxy)."""
+    from speculab.loop import LoopSpec, PointLoop
 
     if host != "target":
-        return PointLoop(
-            *start_models(
-                host if host == "inline" else "ray",
-                target,
-                draft,
-                address,
-                num_cpus,
-                actor_cpus,
-                draft_gpu,
-                max_restarts,
-            ),
-            plan,
-        )
-    from speculab.runtime.groups import POOL, pair_bundles
+        target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
+        return PointLoop(target_model, draft_model, plan, lambda: cpu_seconds(target_model, draft_model))
+    from speculab.runtime.groups import POOL, loop_bundles
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
-    connect(address, num_cpus)
-    pair = PairSpec(target, draft)
-    loop = GroupProxy(POOL.get("pair", pair, pair_bundles(pair.device, actor_cpus)), max_restarts)
+    connect(placement.address, placement.num_cpus)
+    spec = LoopSpec(target, draft)
+    loop = GroupProxy(POOL.get("loop", spec, loop_bundles(spec.device, placement.actor_cpus)), placement.max_restarts)
     loop.start_point(plan)
     return loop
 
@@ -97,7 +68,7 @@ def loop_groups(loop: Any) -> dict[str, GroupProxy]:
 
     if isinstance(loop, PointLoop):
         return proxies(target=loop.target, draft=loop.draft_model)
-    return {"pair": loop}
+    return {"loop": loop}
 
 
 def proxies(**models: Any) -> dict[str, Any]:
@@ -120,7 +91,7 @@ def runtime_metrics(groups: dict[str, GroupProxy]) -> Iterator[dict[str, float]]
     `groups` are the Ray groups in use by role (`loop_groups`). `restarts`: groups recreated after
     a lost actor; `model_loads`: group loads in this Ray job so far (a sweep that reuses its actors
     shows the same number at every point); `mem_peak_mb_<role>_<method>`: CUDA peak per call kind
-    (the pair group's `decode_unit` holds both models and the loop); inline on a GPU,
+    (the loop group's `decode_unit` holds both models and the loop); inline on a GPU,
     `mem_peak_mb_process`: this process's CUDA peak over the block (both models live in it).
     """
     import torch

@@ -4,7 +4,7 @@ A target group is `tp_size` `ModelHost` actors, one bundle each ({"CPU": c} on C
 "CPU": c} on GPU); rank 0 publishes an address and a free port and every rank joins the TP world
 and loads its shard. A draft group is one actor outside that world: on its own GPU, or
 (`draft_gpu` < 1) on the share of rank 0's GPU that the target's first bundle leaves free. A
-pair group (`runtime.loop=target`) is one actor holding the target, the draft and the decode
+loop group (`runtime.loop=target`) is one actor holding the target, the draft and the decode
 loop, on one bundle (one GPU where either model is on CUDA). Groups are named by a hash of
 everything that determines what they load and where, in the job's namespace, so every point of a
 sweep attaches to the same loaded actors (`get_if_exists` ignores constructor arguments, hence
@@ -25,7 +25,7 @@ import ray
 from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from speculab.loop import PairSpec
+from speculab.loop import LoopSpec
 from speculab.models import LMSpec
 from speculab.runtime.ray_actors import ModelHost, ledger
 
@@ -44,15 +44,15 @@ def draft_bundles(device: str, cpus: float, draft_gpu: float) -> list[Bundle]:
     return [{"GPU": min(draft_gpu, 1.0), "CPU": cpus}] if device == "cuda" else [{"CPU": cpus}]
 
 
-def pair_bundles(device: str, cpus: float) -> list[Bundle]:
-    """The pair group's one bundle: the draft shares the target's GPU (as in vLLM's and SGLang's workers)."""
+def loop_bundles(device: str, cpus: float) -> list[Bundle]:
+    """The loop group's one bundle: the draft shares the target's GPU (as in vLLM's and SGLang's workers)."""
     return [{"GPU": 1.0, "CPU": cpus}] if device == "cuda" else [{"CPU": cpus}]
 
 
-def spec_key(spec: LMSpec | PairSpec) -> tuple[Any, ...]:
+def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
     """What of a spec decides what a group loads and how it runs: path, TP size, dtype, device kind,
     threads, passes (a sweep over `model.capture` must not reuse an actor built the other way)."""
-    if isinstance(spec, PairSpec):
+    if isinstance(spec, LoopSpec):
         return spec_key(spec.target) + spec_key(spec.draft)
     return (
         spec.backend,
@@ -67,17 +67,17 @@ def spec_key(spec: LMSpec | PairSpec) -> tuple[Any, ...]:
     )
 
 
-def group_name(role: str, spec: LMSpec | PairSpec, bundles: list[Bundle]) -> str:
+def group_name(role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle]) -> str:
     """Stable name from the role, what it loads (`spec_key`) and its placement."""
     key = "|".join(map(str, (role, *spec_key(spec), bundles)))
     return f"speculab-{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
 class ActorGroup:
-    """The ranks of one model (`role` "target" or "draft"), or the pair actor, created or attached by name."""
+    """The ranks of one model (`role` "target" or "draft"), or the loop actor, created or attached by name."""
 
     def __init__(
-        self, role: str, spec: LMSpec | PairSpec, bundles: list[Bundle], ready_timeout_s: float = 300.0
+        self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], ready_timeout_s: float = 300.0
     ) -> None:
         self.role, self.spec, self.bundles = role, spec, bundles
         self.name = group_name(role, spec, bundles)
@@ -173,7 +173,7 @@ class GroupPool:
         self.groups: dict[str, ActorGroup] = {}
         self.ledger: Any = None
 
-    def get(self, role: str, spec: LMSpec | PairSpec, bundles: list[Bundle]) -> ActorGroup:
+    def get(self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle]) -> ActorGroup:
         """The open group for (role, spec, bundles), created and loaded on first use."""
         if self.ledger is None:
             self.ledger = ledger()

@@ -16,7 +16,7 @@ Faults: when any rank of a group dies, the whole group is torn down and created 
 the calls since the current batch's `prefill` are replayed on it, so the interrupted
 prompts restart from their prompt while finished ones are kept and the engine never
 notices. Replayed calls are deterministic (the drafter reseeds at prefill), so a run with
-a restart produces the same tokens as one without. A pair group (the loop beside the target)
+a restart produces the same tokens as one without. A loop group (the loop beside the target)
 replays its point's `start_point` and decodes the interrupted unit again (`decode_unit` is
 self-contained and seeded by its unit). Each restart is logged and counted.
 
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 # Methods that return nothing: submitted without waiting (an actor runs its calls in order).
 FIRE_AND_FORGET = frozenset({"commit", "retain"})
 # Methods whose effects no later call depends on: not replayed after a restart (only resubmitted
-# when it interrupted them). A pair's `decode_unit` starts from its unit's prompts and seed.
+# when it interrupted them). A loop group's `decode_unit` starts from its unit's prompts and seed.
 SELF_CONTAINED = frozenset({"kv_bytes", "hf_generate", "conditions", "decode_unit"})
 # Methods that reset a group's state: nothing submitted before them needs replaying.
 RESETS = frozenset({"prefill", "start_point"})

@@ -27,14 +27,14 @@ from typing import Any
 import ray
 import torch
 
-from speculab.loop import ModelPair, PairSpec
+from speculab.loop import LoopHost, LoopSpec
 from speculab.models import DraftModel, LMSpec, TreeTarget
 
 # The role a group's actors hold: one model, or (runtime.loop=target) both models and the decode loop.
-ROLES: dict[str, Callable[[Any], TreeTarget | DraftModel | ModelPair]] = {
+ROLES: dict[str, Callable[[Any], TreeTarget | DraftModel | LoopHost]] = {
     "target": TreeTarget,
     "draft": DraftModel,
-    "pair": ModelPair,
+    "loop": LoopHost,
 }
 NAMESPACE_PREFIX = "speculab-"
 LEDGER = "speculab-load-ledger"
@@ -106,7 +106,7 @@ class ModelHost:
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
-        self.role: TreeTarget | DraftModel | ModelPair | None = None
+        self.role: TreeTarget | DraftModel | LoopHost | None = None
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
@@ -117,7 +117,7 @@ class ModelHost:
     def is_loaded(self) -> bool:
         return self.role is not None
 
-    def load(self, role: str, spec: LMSpec | PairSpec, group: str, address: str, port: int) -> None:
+    def load(self, role: str, spec: LMSpec | LoopSpec, group: str, address: str, port: int) -> None:
         """Join the group's world (if several ranks), then load the model; all ranks concurrently."""
         if spec.device == "cuda":
             torch.cuda.set_device(0)  # Ray shows this actor only its own GPU

@@ -1,6 +1,6 @@
 """Hydra callback: a parent MLflow run around a multirun sweep.
 
-`on_multirun_start` first validates every point of the sweep (`sweep_errors`: the preset's
+`on_multirun_start` first resolves every point of the sweep (`sweep_plans`: the preset's
 sweep params and the command line, expanded as Hydra's basic sweeper expands them) and refuses
 the whole sweep, before any run exists or any point starts, when one is invalid. It then opens
 the parent run (spooled like every run, see `tracking.spool`) and
@@ -27,7 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from speculab.config import Config, ConfigError, TrackingConfig, tracking_uri, unknown_keys, validate
+from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
@@ -41,7 +41,7 @@ from speculab.tracking.runs import (
 )
 from speculab.tracking.spool import SpooledRun
 from speculab.tracking.sweep import (
-    Verdict,
+    SweepVerdict,
     best_metrics,
     labels,
     point_row,
@@ -80,25 +80,26 @@ def values(points: list[list[str]], key: str) -> set[str]:
     return {o.split("=", 1)[1] for job in points for o in job if o.split("=", 1)[0] == key}
 
 
-def sweep_errors(config: DictConfig) -> list[str]:
-    """What `validate` (and the unknown-key check) says of each point, prefixed by the point."""
+def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
+    """(each valid point's plan, in launch order; what `resolve` and the unknown-key check say of the
+    invalid ones, each line prefixed by its point)."""
     from hydra.core.global_hydra import GlobalHydra
 
     loader = GlobalHydra.instance().config_loader()
     points = sweep_points(config)
     varied = {key for key in {o.split("=", 1)[0] for job in points for o in job} if len(values(points, key)) > 1}
-    errors = []
+    plans, errors = [], []
     for number, overrides in enumerate(points, start=1):
         job = loader.load_sweep_config(config, overrides)
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in varied)
         try:
             if unknown := unknown_keys(job):
                 raise ConfigError.listing(unknown)
-            validate(job_config(job))
+            plans.append(resolve(job_config(job)))
         except ConfigError as err:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
-    return errors
+    return plans, errors
 
 
 class MlflowSweepCallback(Callback):
@@ -109,7 +110,8 @@ class MlflowSweepCallback(Callback):
         self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if errors := sweep_errors(config):
+        plans, errors = sweep_plans(config)
+        if errors:
             print("speculab: invalid sweep:\n  " + "\n  ".join(errors), file=sys.stderr)
             raise SystemExit(2)
         tracking = TrackingConfig(**config.tracking)
@@ -119,7 +121,7 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running.", **provenance_tags(sweep_dir)}
-        name = sweep_name(job_config(config), list(config.hydra.overrides.task))
+        name = sweep_name(plans[0].cfg, list(config.hydra.overrides.task))
         self.parent = SpooledRun(
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
@@ -132,10 +134,10 @@ class MlflowSweepCallback(Callback):
         write_parent_file(sweep_dir, self.parent.ref)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if self.parent is not None and job_return.status == JobStatus.COMPLETED and job_return.return_value:
-            cfg = job_config(config)
-            self.rows.append(point_row(cfg, job_return.return_value))
-            self.point_ids.append(point_id(cfg))
+        outcome = job_return.return_value  # `experiment.PointOutcome` of a finished point
+        if self.parent is not None and job_return.status == JobStatus.COMPLETED and outcome and outcome.metrics:
+            self.rows.append(point_row(outcome.plan.cfg, outcome.metrics))
+            self.point_ids.append(point_id(outcome.plan.cfg))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent is None:
@@ -155,7 +157,7 @@ class MlflowSweepCallback(Callback):
             self.print_ranking(found)
         print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port)}")
 
-    def print_ranking(self, found: Verdict) -> None:
+    def print_ranking(self, found: SweepVerdict) -> None:
         """The top points with their intervals, and the best point's run (or the tie) in one line."""
         title = f"sweep ranking by {found.key} (median, 95% interval over prompts)"
         Console().print(ranking_table(self.rows, title))

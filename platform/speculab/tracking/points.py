@@ -20,6 +20,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
+from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS, method_label
 from speculab.tracking.metrics import mlflow_name
 from speculab.tracking.runs import KIND_TAG, POINT_TAG
 from speculab.tracking.spool import PARENT_TAG
@@ -168,29 +169,6 @@ def per_round(key: str) -> Callable[[Point], Estimate | None]:
     return lambda point: per_round_estimate(point, key) if mlflow_name(key) in point.metrics else None
 
 
-# The papers' names for the methods (GBV paper, App. L; BV paper, Table 4; Global Resolution
-# paper, App. R; DDTree paper, Table 1, where the drafter's own chain is the baseline column).
-METHODS = {
-    "token": "Token verification",
-    "block": "Block verification",
-    "greedy_block": "Greedy block verification",
-    "gbv": "GBV",
-    "spectr": "SpecTr",
-    "specinfer": "SpecInfer",
-    "nss": "NSS",
-    "traversal": "Traversal",
-    "spectr_gbv": "SpecTr-GBV",
-}
-NODE_RULES = {
-    "kseq": "K-SEQ",
-    "specinfer": "SpecInfer rule",
-    "nss": "NSS rule",
-    "lp": "general LP",
-    "maxflow": "max-flow",
-    "maxflow_opt": "optimized max-flow",
-    "global_resolution": "global resolution",
-}
-DRAFTERS = {"block": "block drafter", "dflash": "DFlash", "ar_marginals": "AR marginals", "iid": "i.i.d. draft"}
 # A point's coordinates, in the order tables list them; a dimension a table does not lay out
 # becomes a row column when it varies across the points, or the caption when it does not.
 DIMENSIONS = ("Model pair", "Dataset", "Method", "K", "L", "B", "T", "Top-k", "Prompts", "New tokens", "Batch", "Seed")
@@ -198,16 +176,13 @@ Value = str | int | float | None
 
 
 def method(params: dict[str, str]) -> str:
-    """The method as the papers name it: the verifier (SpecTr with its node rule), or for DDTree
-    the drafter's chain and the drafter's DDTree."""
-    name = params.get("algorithm.name", "?")
-    if name == "ddtree":
-        drafter = DRAFTERS.get(params.get("drafter.name", ""), params.get("drafter.name", "?"))
-        return drafter if params.get("algorithm.tree") == "chain" else f"{drafter}+DDTree"
-    if name == "spectr":
-        rule = params.get("algorithm.node_rule", "kseq")
-        return f"SpecTr ({NODE_RULES.get(rule, rule)})"
-    return METHODS.get(name, name)
+    """The method as the papers name it (`speculab.algorithms.method_label`)."""
+    return method_label(
+        params.get("algorithm.name", "?"),
+        params.get("algorithm.node_rule", "kseq"),
+        params.get("drafter.name", "?"),
+        params.get("algorithm.tree", ""),
+    )
 
 
 def _number(text: str | None) -> int | float | None:
@@ -218,13 +193,10 @@ def _number(text: str | None) -> int | float | None:
 
 
 def dimensions(point: Point) -> dict[str, Value]:
-    """The point's coordinates (DIMENSIONS) from its params; B only for a DDTree tree."""
+    """The point's coordinates (DIMENSIONS) from its params; B only for a tree algorithm's best-first tree."""
     p = point.params
-    budget = (
-        p.get("algorithm.budget")
-        if p.get("algorithm.name") == "ddtree" and p.get("algorithm.tree") != "chain"
-        else None
-    )
+    spec = ALGORITHMS.get(p.get("algorithm.name", ""))
+    budget = p.get("algorithm.budget") if spec and spec.tree_builder and p.get("algorithm.tree") != "chain" else None
     return {
         "Model pair": p.get("model.name"),
         "Dataset": p.get("dataset.name"),
@@ -244,7 +216,8 @@ def dimensions(point: Point) -> dict[str, Value]:
 def method_order(label: str) -> tuple[int, int, str]:
     """Methods sort as the papers list them: single-path, multi-path (SpecTr's node rules in the
     Global Resolution paper's order), then DDTree; ties by name."""
-    names, rules = list(METHODS.values()), list(NODE_RULES.values())
+    names = [spec.label for spec in ALGORITHMS.values() if not spec.tree_builder]
+    rules = list(NODE_RULE_LABELS.values())
     first = next((i for i, name in enumerate(names) if label == name or label.startswith(f"{name} (")), len(names))
     rule = next((i for i, r in enumerate(rules) if label.endswith(f"({r})")), len(rules))
     return first, rule, label

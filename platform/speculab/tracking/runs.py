@@ -28,7 +28,7 @@ from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import get_algorithm
-from speculab.config import Config, TrackingConfig, describe_device, draft_length, tracking_uri
+from speculab.config import Config, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.tracking.metrics import HEADLINE, mlflow_name
 from speculab.tracking.provenance import JOB_TAG, provenance_tags
 from speculab.tracking.spool import RunRef, SpooledRun, fail_fast, read_spool
@@ -134,24 +134,26 @@ def sweep_parent() -> RunRef | None:
 
 
 def run_name(cfg: Config) -> str:
-    """Names the point: algorithm and shape, temperature, drafter, dataset and prompt count, model."""
+    """Names the point: algorithm and shape, temperature, drafter, dataset and prompt count, model
+    (`cfg` resolved: `RunPlan.cfg`)."""
     a, spec = cfg.algorithm, get_algorithm(cfg.algorithm.name)
     rule = f"/{a.node_rule}" if spec.node_rules and a.node_rule != spec.node_rules[0] else ""
     shape = (f"{a.tree} B={a.budget}" if a.tree == "best_first" else a.tree) if spec.tree_builder else f"K={a.K}"
     prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
     return (
-        f"{a.name}{rule} {shape} L={draft_length(cfg)} T={cfg.sampling.temperature} · {cfg.drafter.name} · "
+        f"{a.name}{rule} {shape} L={a.L} T={cfg.sampling.temperature} · {cfg.drafter.name} · "
         f"{cfg.dataset.name}×{prompts} · {cfg.model.name}"
     )
 
 
 def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> str:
-    """A run's markdown description: its configuration in words, then (when done) its headline numbers."""
+    """A run's markdown description: its configuration in words, then (when done) its headline numbers
+    (`cfg` resolved: `RunPlan.cfg`)."""
     a, s, spec = cfg.algorithm, cfg.sampling, get_algorithm(cfg.algorithm.name)
     drafted = (
-        f"a {a.tree} tree of {a.budget} nodes, depth {draft_length(cfg)}"
+        f"a {a.tree} tree of {a.budget} nodes, depth {a.L}"
         if spec.tree_builder
-        else f"K={a.K} i.i.d. path{'s' if a.K > 1 else ''} of L={draft_length(cfg)} tokens"
+        else f"K={a.K} i.i.d. path{'s' if a.K > 1 else ''} of L={a.L} tokens"
     )
     rule = f", node rule `{a.node_rule}`" if spec.node_rules else ""
     prompts = cfg.dataset.num_prompts if cfg.dataset.num_prompts is not None else "all"
@@ -194,8 +196,9 @@ def experiment_tags() -> dict[str, str]:
     }
 
 
-def start_point_run(cfg: Config, point: str) -> SpooledRun:
+def start_point_run(plan: RunPlan, point: str) -> SpooledRun:
     """Create the point's run now (RUNNING, params, tags, description), nested under the sweep's parent."""
+    cfg = plan.cfg
     tags = {
         POINT_TAG: point,
         KIND_TAG: "point",
@@ -203,8 +206,8 @@ def start_point_run(cfg: Config, point: str) -> SpooledRun:
         "model": cfg.model.name,
         LOSSLESS_TAG: str(get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K)).lower(),
         NOTE_TAG: point_description(cfg),
-        "device": describe_device(cfg, cfg.model.device),
-        "draft_device": describe_device(cfg, cfg.model.draft_device or cfg.model.device),
+        "device": describe_device(cfg, plan.target_device),
+        "draft_device": describe_device(cfg, plan.draft_device),
         **provenance_tags(output_dir()),
     }
     run = SpooledRun(

@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from speculab.algorithms import get_algorithm
-from speculab.config import Config, draft_length
+from speculab.config import Config
 from speculab.tracking.metrics import HEADLINE, HF_PREFIX, mlflow_name, read_metric
 from speculab.tracking.runs import run_name
 
@@ -39,7 +39,7 @@ ENDS = ("ci_low", "ci_high")
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SweepVerdict:
     """The sweep's answer: its best point, or the points tied for first."""
 
     key: str  # what the points are ranked by
@@ -57,14 +57,15 @@ def swept_keys(overrides: list[str]) -> list[str]:
 
 def sweep_name(cfg: Config, overrides: list[str]) -> str:
     """The parent run's name: what is swept, then the settings every point shares (algorithm, K,
-    L, T, drafter, dataset, model: those no swept key or group touches)."""
+    L, T, drafter, dataset, model: those no swept key or group touches); `cfg` is a point's resolved
+    config (`RunPlan.cfg`)."""
     swept = swept_keys(overrides)
 
     def held(*keys: str) -> bool:
         return not any(k == s or k.startswith(f"{s}.") for k in keys for s in swept)
 
     a = cfg.algorithm
-    lengths = (("K", "K", a.K), ("L", "L", draft_length(cfg)))
+    lengths = (("K", "K", a.K), ("L", "L", a.L))
     shape = [f"{name}={value}" for name, key, value in lengths if held(f"algorithm.{key}")]
     if held("sampling.temperature"):
         shape.append(f"T={cfg.sampling.temperature}")
@@ -91,9 +92,9 @@ def resumed_metrics(logged: dict[str, float]) -> dict[str, float]:
 
 def point_row(cfg: Config, metrics: dict[str, float]) -> dict[str, Any]:
     """A point's row: its name and shape, then its headline metrics, each measured one with its
-    interval, and for a point finished in an earlier launch, `resumed: yes`."""
+    interval, and for a point finished in an earlier launch, `resumed: yes` (`cfg` resolved)."""
     a = cfg.algorithm
-    shape: dict[str, Any] = {"algorithm": a.name, "K": a.K, "L": draft_length(cfg)}
+    shape: dict[str, Any] = {"algorithm": a.name, "K": a.K, "L": a.L}
     if get_algorithm(a.name).tree_builder:
         shape["budget"] = a.budget
     shape |= {"T": cfg.sampling.temperature, "drafter": cfg.drafter.name}
@@ -130,7 +131,7 @@ def ranked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: -_number(row, key) if not math.isnan(_number(row, key)) else math.inf)
 
 
-def verdict(rows: list[dict[str, Any]]) -> Verdict:
+def verdict(rows: list[dict[str, Any]]) -> SweepVerdict:
     """The leader alone when its interval is clear of the runner-up's; else all that reach its lower end
     (a point without an interval cannot be told apart, so it ties)."""
     key = rank_key(rows)
@@ -140,7 +141,7 @@ def verdict(rows: list[dict[str, Any]]) -> Verdict:
     def reaches(row: dict[str, Any]) -> bool:
         return not _number(row, f"{key}_ci_high") < low  # NaN on either side: not clear
 
-    return Verdict(key, [leader, *(row for row in rest if reaches(row))])
+    return SweepVerdict(key, [leader, *(row for row in rest if reaches(row))])
 
 
 def _parts(rows: list[dict[str, Any]]) -> tuple[list[list[str]], set[int]]:
@@ -203,7 +204,7 @@ def ranking_table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def verdict_line(found: Verdict, short: dict[str, str] | None = None) -> str:
+def verdict_line(found: SweepVerdict, short: dict[str, str] | None = None) -> str:
     """One sentence: the best point, or which points tie (named by `short` where given)."""
 
     def name(row: dict[str, Any]) -> str:
@@ -255,7 +256,7 @@ def sweep_figure(rows: list[dict[str, Any]]) -> Figure:
     return figure
 
 
-def best_metrics(found: Verdict) -> dict[str, float]:
+def best_metrics(found: SweepVerdict) -> dict[str, float]:
     """The best point's headline metrics as `best/<name>` (none when points tie), and how many tie."""
     metrics = {"sweep/tied_points": float(len(found.tied))}
     if found.best is not None:

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from speculab.tracking.metrics import mlflow_name
 from speculab.tracking.points import Estimate, Point, Value, constants, dimensions, logged, per_round, sort_key, varying
-from speculab.tracking.report import PHASE_COLORS
+from speculab.tracking.summary import PHASE_COLORS
 
 
 def point_label(point: Point, among: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""The one-pass block drafter: cache bookkeeping against a from-scratch pass, and the shipped
+"""The parallel drafter (a one-pass block drafter): cache bookkeeping against a from-scratch pass, and the shipped
 drafter running DDTree end to end on the tiny pair (greedy output = autoregressive)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.engine import autoregressive, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.models.block import BlockLM, block_attention_mask
 from speculab.models.hf import load_causal_lm
+from speculab.models.parallel import ParallelDraftLM, block_allowed
 from speculab.verify.ddtree_walk import ddtree_walk
 from support.engine import settings
 from support.models import TINY_PAIR
@@ -37,14 +37,15 @@ def scratch_marginals(path, context: list[int], bonus: int) -> torch.Tensor:
     mask = torch.zeros(1, 1, n + 1 + BLOCK, n + 1 + BLOCK)
     mask[0, 0, :n, :n] = torch.zeros(n, n).masked_fill(torch.ones(n, n).triu(1).bool(), torch.finfo(torch.float32).min)
     mask[0, 0, :n, n:] = torch.finfo(torch.float32).min
-    mask[0, 0, n:] = block_attention_mask(torch.ones(1, n, dtype=torch.bool), BLOCK, torch.float32)[0, 0]
+    block = block_allowed(torch.ones(1, n, dtype=torch.bool), 1 + BLOCK)[0, 0]
+    mask[0, 0, n:] = torch.zeros(block.shape).masked_fill(~block, torch.finfo(torch.float32).min)
     with torch.inference_mode():
         logits = model(input_ids=ids, attention_mask=mask).logits
     return torch.softmax(logits[0, n + 1 :], dim=-1)
 
 
 def test_block_marginals_across_rounds_equal_a_fresh_pass(random_block) -> None:
-    lm = BlockLM(random_block)
+    lm = ParallelDraftLM(random_block)
     lm.reset(2)
     contexts = [[5, 6, 7], [8]]
     lm.feed(contexts)
@@ -64,7 +65,7 @@ def test_shipped_block_drafter_runs_ddtree_and_keeps_greedy_output() -> None:
     tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 3)]
     target = TreeTarget(LMSpec("hf", str(TINY_PAIR / "target")))
-    drafter = TreeDrafter(DraftModel(LMSpec("block", str(TINY_PAIR / "block"))), tree_builder("best_first", 32))
+    drafter = TreeDrafter(DraftModel(LMSpec("parallel", str(TINY_PAIR / "parallel"))), tree_builder("best_first", 32))
     s = settings(L=8, batch=3, max_new=24, eos=tokenizer.eos_token_id)
     run = decode(target, drafter, ddtree_walk, prompts, s)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in autoregressive(target, prompts, s).prompts]

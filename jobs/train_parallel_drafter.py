@@ -1,7 +1,7 @@
-"""Train the one-pass block drafter for the tiny-pycode target (DDTree's drafter).
+"""Train the parallel drafter (a one-pass block drafter, context only) for the tiny-pycode target.
 
 The drafter is a small Llama (initialised from the target's embeddings and first layers)
-run as `speculab.models.block.BlockLM` runs it: a causal context, then the block
+run as `speculab.models.parallel.ParallelDraftLM` runs it: a causal context, then the block
 [bonus, mask x S] with bidirectional attention inside the block. Each training window holds
 several blocks at random anchors n in one forward pass (a 4-D mask keeps the context causal
 and lets block g see the context before its bonus and its own block only). The loss is
@@ -9,8 +9,8 @@ KL(p_target || q_j) at every mask position j, with p_target the target's teacher
 next-token distribution for the token j steps after the bonus. Seeded; CPU; the data
 helpers are the tiny pair's (jobs/tiny_model_lib.py).
 
-    python jobs/train_block_drafter.py --out assets/tiny-pycode/block       # 1300 steps, 1 thread, ~28 min
-    python jobs/train_block_drafter.py --smoke                              # < 60 s, temp dir
+    python jobs/train_parallel_drafter.py --out assets/tiny-pycode/parallel       # 1300 steps, 1 thread, ~28 min
+    python jobs/train_parallel_drafter.py --smoke                                    # < 60 s, temp dir
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def drafter_args(p: argparse.ArgumentParser, argv: list[str] | None, name: str) 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     layers_help = "drafter layers (copied from the target's first ones)"
-    p = drafter_parser(__doc__, "block", 2, layers_help, "mask positions per block (largest L)", 1300)
-    return drafter_args(p, argv, "block")
+    p = drafter_parser(__doc__, "parallel", 2, layers_help, "mask positions per block (largest L)", 1300)
+    return drafter_args(p, argv, "parallel")
 
 
 def block_drafter(target: LlamaForCausalLM, layers: int) -> LlamaForCausalLM:
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "block.json").write_text(
         json.dumps({"mask_token_id": tok.pad_token_id, "block_size": args.block}) + "\n"
     )
-    command = "python jobs/train_block_drafter.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python jobs/train_parallel_drafter.py " + " ".join(sys.argv[1:] if argv is None else argv)
     save_stats(setup, args, stats, drafter, command)
 
 

@@ -1,14 +1,14 @@
-"""A one-pass parallel block drafter (DFlash-style) behind the drafter role.
+"""The parallel drafter: a one-pass block drafter (DFlash-style) conditioned on the context only.
 
 Weights are a small transformers causal LM; what makes it a block drafter is how it is run.
 Committed tokens go through its own KV cache causally, like any draft model; then one
 forward pass over the block [bonus, mask x S] (S = the trained block size) with
 bidirectional attention inside the block and full attention to the context gives, at mask
-position j, the marginal q_j of the token j steps after the bonus. The block's cache
-entries are dropped afterwards, and the bonus token is fed causally at the next call, when
-it has been committed. Conditions on the context only (no target hidden features).
-`block.json` beside the weights holds the mask token id and the block size.
-Trained by jobs/train_block_drafter.py.
+position j, the marginal q_j of the token j steps after the bonus (`block_allowed`, the
+mask of the DFlash drafter's block too). The block's slots are cropped away afterwards, and
+the bonus token is fed causally at the next call, when it has been committed. Conditions
+on the context only (no target hidden features). `block.json` beside the weights holds the
+mask token id and the block size. Trained by jobs/train_parallel_drafter.py.
 """
 
 from __future__ import annotations
@@ -24,27 +24,22 @@ from speculab.models.slots import DEFAULT_CAPACITY
 
 
 def read_block_spec(path: str | Path) -> dict[str, int]:
-    """{"mask_token_id", "block_size"} of a saved block drafter."""
+    """{"mask_token_id", "block_size"} of a saved parallel drafter."""
     return json.loads((Path(path) / "block.json").read_text())
 
 
-# context_valid [B, S] committed slots; returns [B, 1, 1 + block, S + 1 + block] additive mask
-def block_attention_mask(context_valid: torch.Tensor, block: int, dtype: torch.dtype) -> torch.Tensor:
-    """Block rows see every valid context slot and every block position (bidirectional)."""
+# context_valid [B, S] -> [B, 1, Q, S + Q] bool
+def block_allowed(context_valid: torch.Tensor, Q: int) -> torch.Tensor:
+    """What a block of Q positions attends to: every valid context slot and the whole block
+    (bidirectional). The parallel drafter's and the DFlash drafter's mask."""
     B = context_valid.shape[0]
-    allowed = torch.cat(
-        [
-            context_valid[:, None, :].expand(B, block + 1, -1),
-            torch.ones(B, block + 1, block + 1, dtype=torch.bool, device=context_valid.device),
-        ],
-        dim=2,
-    )
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=context_valid.device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+    inside = torch.ones(B, Q, Q, dtype=torch.bool, device=context_valid.device)
+    return torch.cat([context_valid[:, None, :].expand(B, Q, -1), inside], dim=2)[:, None]
 
 
-class BlockLM:
-    """DecoderLM for the context (through `TreeLM`) plus `block_marginals`, the one-pass draft."""
+class ParallelDraftLM:
+    """A block drafter (`models.kinds.BlockDrafterLM`) that reads its context as tokens, through a `TreeLM`,
+    then drafts with `block_marginals`, the one-pass draft."""
 
     def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu") -> None:
         self.tree_lm = TreeLM(load_causal_lm(path, dtype, device))
@@ -78,16 +73,17 @@ class BlockLM:
         if any(context):
             lm.feed(context)
         self.held = [row[-1:] for row in pending]
-        B = len(pending)
-        tokens = torch.full((B, 1 + self.block_size), self.mask_token_id, dtype=torch.long, device=lm.device)
+        B, Q = len(pending), 1 + self.block_size
+        tokens = torch.full((B, Q), self.mask_token_id, dtype=torch.long, device=lm.device)
         tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=lm.device)
+        slots = lm.slots
+        slots.add(torch.ones(B, Q, dtype=torch.bool, device=lm.device))
         out = lm.model(
             input_ids=tokens,
-            attention_mask=block_attention_mask(lm.slot_valid, self.block_size, lm.dtype),
-            position_ids=lm.context_len[:, None] + torch.arange(1 + self.block_size, device=lm.device),
-            past_key_values=lm.cache,
+            attention_mask=block_allowed(slots.valid[:, : slots.committed], Q),
+            position_ids=slots.context_len[:, None] + torch.arange(Q, device=lm.device),
+            past_key_values=slots.cache,
             use_cache=True,
         )
-        lm.peak_bytes = max(lm.peak_bytes, lm.kv_bytes())
-        lm.cache.crop(-(1 + self.block_size))  # drop the block: only committed tokens stay
+        slots.crop(slots.committed)  # drop the block: only committed tokens stay
         return tempered_probs(out.logits[:, 1 : 1 + length], temperature)

@@ -1,0 +1,176 @@
+"""Checks of the model pair and the drafter's checkpoint: the files a run needs (config.json,
+tokenizer.json, block.json, the safetensors headers, never tensor data), one vocabulary for both
+roles, a context long enough for the run, and a drafter checkpoint that fits the draft length and,
+for DFlash, its target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError, safe_open
+
+from speculab.algorithms import DRAFTERS
+from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, locate, read_json
+from speculab.config.errors import choice
+from speculab.config.schema import BACKENDS, DTYPES, Config
+from speculab.models.dflash_layout import dflash_layout, draft_value, is_dflash
+
+# config.json keys holding a model's context length, the first one present wins
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+def model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
+    """(errors, checkpoint per role found). The draft role's weights are the pair's draft model
+    (`model.draft_*`) or, for a drafter with its own checkpoint, `drafter.path`."""
+    model = cfg.model
+    errors: list[str] = []
+    choice(errors, "model.backend", model.backend, BACKENDS)
+    choice(errors, "model.dtype", model.dtype, DTYPES)
+    found: dict[str, Checkpoint] = {}
+    vocab: dict[str, tuple[int, Any]] = {}
+    for role in ("target", "draft"):
+        try:
+            key, path = locate(cfg, role)
+        except ValueError as err:
+            errors.append(str(err))
+            continue
+        try:
+            found[role] = Checkpoint(key, path, read_json(path / "config.json"))
+            vocab[role] = _vocabulary(found[role])
+        except ValueError as err:
+            errors.append(f"{key}: {err}")
+        errors += _weight_errors(key, path)
+    if len(vocab) == 2 and _vocabularies_differ(vocab["target"], vocab["draft"]):
+        errors.append(
+            f"{found['draft'].key}: draft and target vocabularies differ "
+            f"(target {vocab['target'][0]} tokens, draft {vocab['draft'][0]}); "
+            "speculative decoding needs one shared tokenizer"
+        )
+    return errors, found
+
+
+def _weight_errors(key: str, path: Path) -> list[str]:
+    """One line per `*.safetensors` file of `path` whose header does not parse or whose data is cut
+    short (safe_open checks that the header's offsets cover the file); reads headers, no tensor data."""
+    files = sorted(path.glob("*.safetensors"))
+    if not files and not any(path.glob("*.bin")):
+        return [
+            f"{key}: {path} holds a config.json but no weights (*.safetensors or *.bin); "
+            "the download or save stopped before them"
+        ]
+    errors = []
+    for weights in files:
+        try:
+            with safe_open(str(weights), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as err:
+            errors.append(f"{key}: {weights} is not a complete safetensors file ({err}); download or save it again")
+    return errors
+
+
+def _vocabularies_differ(target: tuple[int, Any], draft: tuple[int, Any]) -> bool:
+    """Sizes differ, or both dirs hold a tokenizer.json and their vocabularies differ (a DFlash
+    checkpoint ships none: it reads the target's tokens)."""
+    return target[0] != draft[0] or (target[1] is not None and draft[1] is not None and target[1] != draft[1])
+
+
+def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
+    """(vocab_size from config.json, tokenizer.json's vocabulary if present): reads no weights;
+    ValueError when config.json names no vocabulary size (not a language model's config)."""
+    size = checkpoint.config.get("vocab_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(
+            f"{checkpoint.path / 'config.json'}: vocab_size={size!r}: not a language model's config "
+            "(a positive vocab_size is required)"
+        )
+    tokenizer = checkpoint.path / "tokenizer.json"
+    vocab = read_json(tokenizer).get("model", {}).get("vocab") if tokenizer.is_file() else None
+    return size, vocab
+
+
+def context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:
+    """sampling.max_new_tokens + algorithm.L + 1 positions must fit the target's context length
+    (the first of CONTEXT_KEYS in its config.json; no check when it has none)."""
+    if target is None:
+        return []
+    key = next((k for k in CONTEXT_KEYS if isinstance(target.config.get(k), int)), None)
+    s, L = cfg.sampling, cfg.algorithm.L
+    assert L is not None  # validate resolves it first
+    if key is None or (needed := s.max_new_tokens + L + 1) <= (context := target.config[key]):
+        return []
+    return [
+        f"sampling.max_new_tokens={s.max_new_tokens} + algorithm.L={L} + 1 = {needed} positions: more than the "
+        f"target's context of {context} ({key} in {target.path / 'config.json'}); "
+        f"lower them so that sampling.max_new_tokens + algorithm.L <= {context - 1}"
+    ]
+
+
+def drafter_checkpoint_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
+    """The draft role's checkpoint against the drafter and the draft length: a parallel drafter's block
+    size, a DFlash drafter's layout and target, and a DFlash checkpoint named as another drafter."""
+    if "draft" not in found:
+        return []
+    L, drafter = cfg.algorithm.L, cfg.drafter.name
+    assert L is not None  # validate resolves it first
+    errors = _block_size_errors(L, found["draft"])
+    conditioned = drafter in DRAFTERS and DRAFTERS[drafter].target_features
+    if "target" in found and conditioned:
+        errors += dflash_errors(L, found["draft"], found["target"], cfg.model.name)
+    elif is_dflash(found["draft"].config):
+        takers = ", ".join(name for name, d in DRAFTERS.items() if d.target_features)
+        errors.append(
+            f"drafter.name={drafter!r}: {found['draft'].key} is a DFlash checkpoint (dflash_config); "
+            f"it drafts only as drafter={takers}"
+        )
+    return errors
+
+
+def _block_size_errors(L: int, draft: Checkpoint) -> list[str]:
+    """A parallel drafter (block.json in the draft's dir) drafts at most its block size."""
+    block_json = draft.path / "block.json"
+    if not block_json.is_file():
+        return []
+    try:
+        size = read_json(block_json).get("block_size")
+    except ValueError as err:
+        return [f"{draft.key}: {err}"]
+    if not isinstance(size, int):
+        return [f"{draft.key}: {block_json} has no integer block_size"]
+    if size < L:
+        return [f"algorithm.L={L}: the parallel drafter drafts at most {size} tokens (1..{size})"]
+    return []
+
+
+def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint, model: str) -> list[str]:
+    """A DFlash drafter's config.json against its target's: its drafting settings in any published
+    layout (models/dflash_layout.py), layer ids below the target's layer count, one hidden size, and
+    algorithm.L below the block size (the block holds the bonus and block_size - 1 drafts)."""
+    where = f"{draft.key}: {draft.path / 'config.json'}"
+    if not is_dflash(draft.config):
+        presets = ", ".join(f"model={p.stem}" for p in sorted((PROJECT_ROOT / "conf" / "model").glob("*_dflash.yaml")))
+        return [
+            f"drafter.name='dflash': {where} has no dflash_config, so model={model}'s draft is not a DFlash "
+            f"drafter; presets with one: {presets} (or set drafter.path to a DFlash checkpoint)"
+        ]
+    layout, layout_errors = dflash_layout(draft.config)
+    errors = [f"{where}: {error}" for error in layout_errors]
+    layers = target.config.get("num_hidden_layers")
+    ids_key, listed = draft_value(draft.config, "target_layer_ids")
+    ids_key = ids_key if listed is not None else "target_layer_ids (spread by num_target_layers)"
+    if layout is not None and isinstance(layers, int) and not all(0 <= i < layers for i in layout.target_layer_ids):
+        errors.append(
+            f"{where}: {ids_key}={list(layout.target_layer_ids)}: each must be in 0..{layers - 1} "
+            f"(the target {target.path} has num_hidden_layers={layers})"
+        )
+    if layout is not None and not 1 <= L <= layout.block_size - 1:
+        size = layout.block_size
+        errors.append(f"algorithm.L={L}: the DFlash drafter drafts at most block_size - 1 = {size - 1} tokens")
+    if draft.config.get("hidden_size") != target.config.get("hidden_size"):
+        errors.append(
+            f"{where}: hidden_size={draft.config.get('hidden_size')!r} differs from the target's "
+            f"hidden_size={target.config.get('hidden_size')!r}: DFlash uses the target's embeddings and lm_head"
+        )
+    if draft.config.get("model_type") != "qwen3":
+        errors.append(f"{where}: model_type={draft.config.get('model_type')!r}: must be qwen3 (DFlash layers)")
+    return errors

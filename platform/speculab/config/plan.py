@@ -1,0 +1,61 @@
+"""`resolve`: a config validated and everything derived from it fixed once, as a `RunPlan`.
+
+The draft length, where each model runs, where the decode loop runs, how the models' passes run,
+the largest draft tree and the checkpoint directories are decided here and nowhere else: the
+experiment, the runtime and the tracking read them from the plan instead of deriving them again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from speculab.config.algorithm import largest_tree
+from speculab.config.checkpoints import checkpoint_dir, locate, with_draft_length
+from speculab.config.cluster import loop_host
+from speculab.config.device import resolve_device
+from speculab.config.schema import Config
+from speculab.config.validate import validate
+from speculab.runtime.placement import Placement
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A valid config and what a run derives from it."""
+
+    cfg: Config  # algorithm.L set: what the run records and decodes with
+    target_dir: Path
+    draft_dir: Path  # the draft role's weights: the pair's draft model, or the drafter's own (drafter.path)
+    target_device: str  # torch's name for it where the models run (`auto` resolved)
+    draft_device: str
+    loop: str  # where the decode loop runs: inline, target (beside the target, in its actor) or driver
+    target_passes: str  # eager, or graphs (replayed from CUDA graphs: model.capture on a GPU)
+    draft_passes: str
+    largest_tree: int  # the most nodes a round's draft tree has, root included: it sizes the KV caches
+    placement: Placement  # the Ray placement of the model groups (unused inline)
+
+
+def passes_on(device: str, capture: bool) -> str:
+    """A transformers model's passes on `device` (`models.hf.TreeLM`): replayed from CUDA graphs when
+    capture is on and the device is a GPU, else eager."""
+    return "graphs" if capture and device.startswith("cuda") else "eager"
+
+
+def resolve(cfg: Config) -> RunPlan:
+    """The run's plan; ConfigError listing every invalid field first (`validate`)."""
+    cfg = with_draft_length(cfg)
+    validate(cfg)
+    model, c = cfg.model, cfg.cluster
+    target_device = resolve_device(cfg, model.device)
+    draft_device = resolve_device(cfg, model.draft_device or model.device)
+    return RunPlan(
+        cfg=cfg,
+        target_dir=checkpoint_dir(model, "target"),
+        draft_dir=locate(cfg, "draft")[1],
+        target_device=target_device,
+        draft_device=draft_device,
+        loop=loop_host(cfg),
+        target_passes=passes_on(target_device, model.capture),
+        draft_passes=passes_on(draft_device, model.capture),
+        largest_tree=largest_tree(cfg),
+        placement=Placement(c.address, c.num_cpus, c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts),
+    )

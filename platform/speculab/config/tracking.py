@@ -1,0 +1,66 @@
+"""The tracking store: its URI (a SQLite file in the working directory by default) and the checks of
+`tracking.*` (a known store scheme, an experiment name, local paths that can be created)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from speculab.config.schema import TrackingConfig
+
+# MLflow's tracking stores by URI scheme (no scheme: a local file store); SQLAlchemy ones may add
+# a driver after "+" (postgresql+psycopg2).
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
+def tracking_uri(cfg: TrackingConfig) -> str:
+    """The MLflow URI: the configured one, or a SQLite file at an absolute path in the cwd."""
+    return cfg.uri or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+def _blocking_file(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` when it is not a directory (nothing can be created
+    under it); None when that ancestor is a directory."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def store_path(uri: str) -> Path | None:
+    """The local path a SQLite or file store URI writes to (None: a remote or in-memory store)."""
+    scheme = urlparse(uri).scheme
+    if scheme == "sqlite":
+        rest = uri.removeprefix("sqlite:///")
+        return None if rest in ("", ":memory:") else Path(rest)
+    if scheme == "file":
+        return Path(urlparse(uri).path)
+    return Path(uri) if not scheme else None
+
+
+def tracking_errors(t: TrackingConfig) -> list[str]:
+    """The store's scheme, the experiment's name, and the local paths the run will create (a store's
+    file or directory, the spool): refused when an ancestor is a regular file."""
+    if not t.enabled:
+        return []
+    errors = []
+    if not t.experiment.strip():
+        errors.append(f"tracking.experiment={t.experiment!r}: must name an MLflow experiment")
+    if t.uri is not None:
+        scheme = urlparse(t.uri).scheme.split("+")[0]
+        if scheme and scheme not in TRACKING_SCHEMES:
+            errors.append(
+                f"tracking.uri={t.uri!r}: unknown store scheme {scheme!r}; must be one of "
+                f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"
+            )
+        elif (store := store_path(t.uri)) is not None and (blocker := _blocking_file(store)) is not None:
+            errors.append(f"tracking.uri={t.uri!r}: {blocker} is a file, so the store {store} cannot be created")
+        elif store is not None and scheme == "sqlite" and store.is_dir():
+            errors.append(f"tracking.uri={t.uri!r}: {store} is a directory, not a SQLite database file")
+    if t.spool_dir is not None:
+        spool = Path(t.spool_dir)
+        if spool.exists() and not spool.is_dir():
+            errors.append(f"tracking.spool_dir={t.spool_dir!r}: a file, not a directory")
+        elif (blocker := _blocking_file(spool)) is not None:
+            errors.append(f"tracking.spool_dir={t.spool_dir!r}: {blocker} is a file, so the spool cannot be created")
+    return errors

@@ -1,0 +1,18 @@
+"""`Placement`: where and how a point's model groups are placed on Ray, as one frozen value (from the
+`cluster.*` and `runtime.*` keys), so that starting a loop takes one argument, not a row of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Placement:
+    address: str | None = None  # None: an embedded local Ray; "auto" or ray://host:port: a running cluster
+    num_cpus: int | None = None  # the embedded cluster's CPUs (None: every core)
+    actor_cpus: float = 1.0  # CPUs each model actor reserves
+    draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
+    max_restarts: int = 3  # times a model group is recreated after losing an actor
+
+
+EMBEDDED = Placement()  # an embedded local Ray sized to this machine, one CPU an actor

@@ -1,0 +1,138 @@
+"""The package's shape, checked: imports flow one way (no module reaches itself through its imports),
+nothing outside the registry branches on an algorithm's or a drafter's name (`speculab.algorithms`
+holds what every other module needs to know of them), and no function grows past one screen."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from speculab.algorithms import ALGORITHMS, DRAFTERS
+from speculab.config import PROJECT_ROOT
+
+PACKAGE = PROJECT_ROOT / "platform"
+REGISTRY = PACKAGE / "speculab" / "algorithms.py"
+MAX_FUNCTION_LINES = 80
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path, package: str) -> Iterator[str]:
+    """Every module name an `import` or `from ... import` anywhere in the file names (lazy and
+    type-checking imports included: a circle through them is still a circle of concerns)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the importing module's package, `level` steps up
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, base] if base else parent)
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """speculab module -> the speculab modules it imports, each with the packages above it (importing
+    `a.b.c` runs `a.b`'s __init__ too), leaving out the importer's own packages."""
+    modules = {module_name(path, root): path for path in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for imported in imported_names(path, package):
+            while imported and imported not in modules:  # `from pkg.mod import attr` names pkg.mod
+                imported = imported.rpartition(".")[0]
+            while imported.count("."):
+                if imported != name and not name.startswith(f"{imported}."):
+                    edges.add(imported)
+                imported = imported.rpartition(".")[0]
+        graph[name] = edges
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert circles(import_graph(PACKAGE)) == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
+    """The check itself can fail: a lazy import back up is a circle."""
+    package = tmp_path / "speculab"
+    (package / "runtime").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "loop.py").write_text("from speculab.runtime import clock\n")
+    (package / "runtime" / "__init__.py").write_text("def clock():\n    from speculab.loop import Loop\n")
+    assert circles(import_graph(tmp_path)) == [["speculab.loop", "speculab.runtime"]]
+
+
+def name_branches(path: Path, names: set[str]) -> Iterator[str]:
+    """`file:line` of each comparison (==, !=, in, not in, match) against a registered name literal."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        literals: list[ast.expr] = []
+        if isinstance(node, ast.Compare) and any(
+            isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops
+        ):
+            for side in [node.left, *node.comparators]:
+                literals += side.elts if isinstance(side, ast.Tuple | ast.List | ast.Set) else [side]
+        elif isinstance(node, ast.MatchValue):
+            literals = [node.value]
+        for literal in literals:
+            if isinstance(literal, ast.Constant) and literal.value in names:
+                yield f"{path.relative_to(PROJECT_ROOT)}:{literal.lineno} ({literal.value!r})"
+
+
+def test_nothing_outside_the_registry_branches_on_an_algorithm_or_drafter_name() -> None:
+    names = set(ALGORITHMS) | set(DRAFTERS)
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path != REGISTRY for hit in name_branches(path, names)]
+    assert found == [], "branch on the registry's fields (speculab.algorithms) instead:\n" + "\n".join(found)
+
+
+def long_functions(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            assert node.end_lineno is not None
+            if (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                yield f"{path.relative_to(PROJECT_ROOT)}:{node.lineno} {node.name} ({lines} lines)"
+
+
+def test_no_function_in_the_package_is_longer_than_a_screen() -> None:
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in long_functions(path)]
+    assert found == [], f"split these (at most {MAX_FUNCTION_LINES} lines each):\n" + "\n".join(found)
+
+
+def test_the_platform_folder_is_not_a_package() -> None:
+    """`platform/` is the source root, not a package: an __init__.py there would shadow the standard
+    library's `platform` module for anything that puts the repository root on sys.path."""
+    assert not (PACKAGE / "__init__.py").exists()
