@@ -36,6 +36,7 @@ runtime, alternating, in this process, and prints each runtime's median speculat
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -141,8 +142,10 @@ def timed(run: Callable[[], None], rounds: int = 1) -> float:
     return (time.perf_counter() - start) * 1e6 / rounds
 
 
-def demo_table(runs: int) -> Table:
-    """The default point on each runtime, `runs` times alternating: medians and Ray / inline ratios."""
+def points_table(title: str, rows: dict[str, list[str]], keys: tuple[str, ...], runs: int) -> Table:
+    """Each row's point (`speculab` with those overrides, untracked) `runs` times, the rows in a rotating
+    order, in this process: the medians of `keys` (each run's value in brackets). The Ray groups of one
+    row are closed before the next loads its own (both would not fit the machine's CPUs)."""
     import contextlib
     import io
 
@@ -150,24 +153,54 @@ def demo_table(runs: int) -> Table:
 
     from speculab.config import resolve
     from speculab.experiment import decode_point
+    from speculab.runtime.groups import POOL
     from speculab.tracking.runs import NoopTracker
 
-    keys = ("tokens_per_s", "speedup_vs_hf")
-    found: dict[str, dict[str, list[float]]] = {kind: {key: [] for key in keys} for kind in ("ray", "inline")}
+    found: dict[str, dict[str, list[float]]] = {row: {key: [] for key in keys} for row in rows}
+    labels = list(rows)
     for index in range(runs):
-        for kind in ("ray", "inline") if index % 2 == 0 else ("inline", "ray"):
+        for row in labels[index % len(labels) :] + labels[: index % len(labels)]:
             with contextlib.redirect_stdout(io.StringIO()):  # each point prints its own summary
-                metrics = decode_point(resolve(point(["tracking=none", f"runtime={kind}"])), NoopTracker())
+                metrics = decode_point(resolve(point(["tracking=none", *rows[row]])), NoopTracker())
+            POOL.close_all()
             for key in keys:
-                found[kind][key].append(metrics[key])
-    table = Table(title=f"the default demo, {runs} alternating run(s) per runtime, medians")
-    for column in ("runtime", *keys):
-        table.add_column(column, justify="right" if column != "runtime" else "left")
-    medians = {kind: {key: statistics.median(v) for key, v in values.items()} for kind, values in found.items()}
-    for kind, values in medians.items():
-        table.add_row(kind, *(f"{values[key]:.3g} ({', '.join(f'{v:.3g}' for v in found[kind][key])})" for key in keys))
-    table.add_row("ray / inline", *(f"{medians['ray'][key] / medians['inline'][key]:.2f}" for key in keys))
+                found[row][key].append(metrics.get(key, math.nan))
+    table = Table(title=f"{title}, {runs} run(s) each, rotating order: medians (runs)")
+    for column in ("point", *keys):
+        table.add_column(column, justify="right" if column != "point" else "left")
+    for row, values in found.items():
+        table.add_row(
+            row, *(f"{statistics.median(v):.3g} ({', '.join(f'{x:.3g}' for x in v)})" for v in values.values())
+        )
     return table
+
+
+# The default demo on each runtime, at the default threads (one per model process, as a Ray actor with one
+# CPU has) and at two: how the answer moves with torch's threads on this machine.
+DEMO_ROWS = {
+    "ray": [],
+    "inline": ["runtime=inline"],
+    "ray, 2 threads": ["runtime.torch_threads=2"],
+    "inline, 2 threads": ["runtime=inline", "runtime.torch_threads=2"],
+}
+DEMO_KEYS = ("tokens_per_s", "speedup_vs_hf", "speedup_vs_hf_ci_low", "speedup_vs_hf_ci_high")
+# A TP = 2 target against one rank, with the loop in the driver, on rank 0 and inline (issue 39's table).
+TP_COMMON = ["cluster.actor_cpus=0.5", "dataset.num_prompts=4", "sampling.max_new_tokens=32"]
+TP_ROWS = {
+    "TP=2, loop in the driver": ["cluster.tp_size=2", "runtime.loop=driver", *TP_COMMON],
+    "TP=2, loop on rank 0": ["cluster.tp_size=2", "runtime.loop=target", *TP_COMMON],
+    "TP=1, loop in the driver": ["runtime.loop=driver", *TP_COMMON],
+    "TP=1, loop beside the target": ["runtime.loop=target", *TP_COMMON],
+    "TP=1, inline": ["runtime=inline", *TP_COMMON],
+}
+TP_KEYS = (
+    "tokens_per_s",
+    "baseline_ar/tokens_per_s",
+    "baseline_hf/tokens_per_s",
+    "speedup_vs_ar",
+    "speedup_vs_hf",
+    "ray_calls_per_round",
+)
 
 
 def summary(samples: list[float]) -> tuple[float, float, float]:
@@ -176,18 +209,8 @@ def summary(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(samples), deciles[0], deciles[-1]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=300)
-    parser.add_argument("--vocab", type=int, default=4096, help="the tiny pair's; an 8B target's is 128256")
-    parser.add_argument("--nodes", type=int, default=5, help="tree nodes scored a round (K L + 1)")
-    parser.add_argument("--round-ms", type=float, default=10.3, help="a tiny-pair round inline on this machine")
-    parser.add_argument("--gpu-round-ms", type=float, default=6.0, help="an 8B round on one GPU (assumed)")
-    parser.add_argument("--unit-rounds", type=int, default=40, help="rounds per unit with the loop beside the target")
-    parser.add_argument("--demo-runs", type=int, default=2, help="default-demo runs per runtime (0: skip)")
-    args = parser.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def rounds_table(args: argparse.Namespace) -> Table:
+    """The runtime's own part of a round, per path, interleaved (models that do no work)."""
     length = args.nodes - 1
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
@@ -236,10 +259,30 @@ def main(argv: list[str] | None = None) -> None:
             f"{median / 1e3 / args.round_ms:.1%}",
             f"{median / 1e3 / args.gpu_round_ms:.1%}",
         )
-    Console().print(table)
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--vocab", type=int, default=4096, help="the tiny pair's; an 8B target's is 128256")
+    parser.add_argument("--nodes", type=int, default=5, help="tree nodes scored a round (K L + 1)")
+    parser.add_argument("--round-ms", type=float, default=10.3, help="a tiny-pair round inline on this machine")
+    parser.add_argument("--gpu-round-ms", type=float, default=6.0, help="an 8B round on one GPU (assumed)")
+    parser.add_argument("--unit-rounds", type=int, default=40, help="rounds per unit with the loop beside the target")
+    parser.add_argument("--demo-runs", type=int, default=2, help="default-demo runs per row (0: skip)")
+    parser.add_argument("--tp-runs", type=int, default=1, help="TP = 2 point runs per row (0: skip)")
+    parser.add_argument("--skip-rounds", action="store_true", help="only the end-to-end tables")
+    args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
+    if not args.skip_rounds:
+        torch.set_num_threads(1)
+        Console().print(rounds_table(args))
+    torch.set_num_threads(threads)  # the points set their models' threads themselves (runtime.torch_threads)
     if args.demo_runs:
-        torch.set_num_threads(threads)  # inline as a user runs it: torch's own thread count
-        Console().print(demo_table(args.demo_runs))
+        Console().print(points_table("the default demo", DEMO_ROWS, DEMO_KEYS, args.demo_runs))
+    if args.tp_runs:
+        Console().print(points_table("a TP = 2 target, 4 prompts x 32 tokens", TP_ROWS, TP_KEYS, args.tp_runs))
 
 
 if __name__ == "__main__":

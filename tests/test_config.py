@@ -189,6 +189,20 @@ def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("torch.cuda.get_device_name", lambda index: "NVIDIA H100 80GB HBM3")
 
 
+def test_a_draft_gpu_of_its_own_beside_rank_0_needs_the_loop_there(random_llama_pair, monkeypatch) -> None:
+    """`model.draft_device=cuda:1` on Ray: rank 0's bundle asks for a second GPU, the draft's; the loop in the
+    driver has no such bundle, and the cluster must offer the GPU."""
+    one_gpu(monkeypatch)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    target, draft = random_llama_pair
+    own = [f"model.target_path={target}", f"model.draft_path={draft}", "model.device=cuda", "model.draft_device=cuda:1"]
+    validate(load([*own, "cluster.num_gpus=2", "cluster.gpu_memory_gib=80"]))
+    with pytest.raises(ConfigError, match=r"model.draft_device='cuda:1': on runtime=ray .* runtime.loop=target"):
+        validate(load([*own, "runtime.loop=driver"]))
+    with pytest.raises(ConfigError, match=r"cluster.tp_size=1 target GPUs \+ 1 draft GPU > cluster.num_gpus=1"):
+        validate(load([*own, "cluster.num_gpus=1", "cluster.gpu_memory_gib=80"]))
+
+
 def test_a_gpu_this_machine_lacks_is_refused_naming_what_it_has(
     weightless_pair_overrides: list[str], monkeypatch
 ) -> None:

@@ -69,6 +69,9 @@ if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
 
 
+MODEL_ROLES = ("target", "draft")  # the groups a loop in this process calls every round (`runtime.loop=driver`)
+
+
 @dataclass(frozen=True)
 class PointOutcome:
     """What a point returns to the Hydra entry point (and a sweep's callback): its plan and metrics."""
@@ -81,7 +84,7 @@ def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
     """(target, draft) as the model roles load them, from the plan's directories, devices and passes."""
     cfg = plan.cfg
     drafter = DRAFTERS[cfg.drafter.name]
-    dtype, threads = cfg.model.dtype, cfg.runtime.torch_threads
+    dtype, threads = cfg.model.dtype, plan.threads
     features: tuple[int, ...] = ()
     if drafter.target_features:  # the target returns what the drafter is conditioned on
         features = read_layout(plan.draft_dir).target_layer_ids
@@ -101,6 +104,7 @@ def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
         device=plan.target_device,
         threads=threads,
         tp_size=cfg.cluster.tp_size,
+        tp_backend=cfg.cluster.tp_backend,
         feature_layers=features,
         passes=plan.target_passes,
     )
@@ -175,14 +179,21 @@ class Decoders:
     runs: dict[str, list[Any]] = field(default_factory=lambda: {method: [] for method in METHODS})
     paired: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per unit: [rounds] per verifier
     ray_s: float = 0.0  # Ray time of the first repetition's speculative decodes
+    model_calls: int = 0  # the Ray calls their loop made to model groups (none for a loop beside the target)
+    rounds: int = 0  # their rounds
     host_syncs_per_round: float | None = None  # counted on the speculative warm-up, where the loop runs CUDA work
 
     def ray_clock(self) -> float:
         return sum(proxy.stats.ray_s for proxy in self.groups.values())
 
+    def model_call_count(self) -> int:
+        """Ray calls made so far to model groups by a loop in this process (the loop group's calls
+        come from the driver, once per unit, not from the loop)."""
+        return sum(proxy.stats.calls for role, proxy in self.groups.items() if role in MODEL_ROLES)
+
     def method(self, name: str) -> Callable[[int, int], Sample]:
         def run(unit: int, repeat: int) -> Sample:
-            ray_s = self.ray_clock()
+            ray_s, calls = self.ray_clock(), self.model_call_count()
             done: UnitResult = self.loop.decode_unit(name, unit, repeat)
             if done.host_syncs_per_round is not None:
                 self.host_syncs_per_round = done.host_syncs_per_round
@@ -190,6 +201,8 @@ class Decoders:
                 self.runs[name].append(done.result)
             if repeat == 0 and isinstance(done.result, RunResult) and name == "speculative":
                 self.ray_s += self.ray_clock() - ray_s
+                self.model_calls += self.model_call_count() - calls
+                self.rounds += len(done.result.rounds)
                 if done.paired is not None:
                     self.paired.append(done.paired)
                 for record in done.result.prompts:
@@ -279,6 +292,8 @@ def measure(plan: RunPlan, point: Prepared, tracker: Tracker) -> Measured:
         decoders.on_prompt = log_prompt
         timings = interleave({m: advancing(run) for m, run in methods.items()}, point.units, repeats)
     runtime = counted | ({"time_ray_s": decoders.ray_s} if counted else {})
+    if counted and decoders.rounds:
+        runtime["ray_calls_per_round"] = decoders.model_calls / decoders.rounds
     if decoders.host_syncs_per_round is not None:
         runtime["host_syncs_per_round"] = decoders.host_syncs_per_round
     return Measured(timings, decoders, runtime, measured_under(point.loop.conditions()))

@@ -5,10 +5,13 @@ and times each where it runs. It lives in one of two places, and is the same cod
 
 - in this process: `runtime=inline` (its models are the plain roles), or `runtime.loop=driver` on
   Ray (its models are group proxies, so every model step of a round is a Ray call);
-- in the target's Ray actor (`runtime.loop=target`): `LoopHost` loads the target and the draft in
-  that actor's process and runs the loop there, so a round makes no Ray call and the driver makes
-  one per unit. A round then costs what it costs inline; measured per round in
-  `benchmarks/runtime.py` and end to end in `benchmarks/RESULTS.md`.
+- in rank 0 of the target's Ray group (`runtime.loop=target`, `speculab.runtime.loop_host`): the
+  target's shard and the draft in that actor's process, the other ranks following rank 0's target
+  calls, so a round makes no Ray call and the driver makes one per rank and unit. A round then costs
+  what it costs inline; measured per round in `benchmarks/runtime.py` and end to end in
+  `benchmarks/RESULTS.md`.
+
+This module does not know the runtime that hosts it.
 
 Everything a unit's methods need travels as a `PointPlan` of plain values, and each call on a unit
 is self-contained (seeded by the unit, its paired comparison included), so a loop actor that is
@@ -29,7 +32,6 @@ from speculab.baselines import BaselineResult
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.engine import DecodeSettings, Drafter, RunResult, autoregressive, decode
 from speculab.measure import Sample, timed
-from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions, process_conditions
 from speculab.paired import PairedComparison
 from speculab.syncs import counting_host_syncs
@@ -132,43 +134,3 @@ class PointLoop:
         else:
             sample = Sample(sum(map(len, result.tokens)), wall, cpu)
         return UnitResult(sample, result if repeat == 0 else None, paired.units() if paired else None, per_round)
-
-
-@dataclass(frozen=True)
-class LoopSpec:
-    """The target and the draft, loaded together in the loop's actor (`runtime.loop=target`)."""
-
-    target: LMSpec
-    draft: LMSpec
-
-    @property
-    def device(self) -> str:
-        """`cuda` when either model is on the GPU Ray gives the actor."""
-        return "cuda" if "cuda" in (self.target.device, self.draft.device) else "cpu"
-
-    @property
-    def feature_layers(self) -> tuple[int, ...]:
-        return ()  # the target's features reach the draft inside the actor, never through Ray
-
-
-class LoopHost:
-    """Both models and the current point's loop in one process: the role of the loop's Ray actor."""
-
-    def __init__(self, spec: LoopSpec) -> None:
-        self.target, self.draft = TreeTarget(spec.target), DraftModel(spec.draft)
-        self.loop: PointLoop | None = None
-
-    def start_point(self, plan: PointPlan) -> None:
-        """Make `plan` the point the next `decode_unit` calls decode (a sweep reuses the loaded models)."""
-        self.loop = PointLoop(self.target, self.draft, plan)
-
-    def _current(self) -> PointLoop:
-        if self.loop is None:
-            raise RuntimeError("decode_unit before start_point: the loop's actor has no point to decode")
-        return self.loop
-
-    def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
-        return self._current().decode_unit(method, unit, repeat)
-
-    def conditions(self) -> dict[str, Conditions]:
-        return self._current().conditions()

@@ -83,10 +83,17 @@ def forward(spec: LMSpec) -> tuple[torch.Tensor, torch.Tensor]:
     return scores(build_lm(spec))
 
 
-def scores(lm: DecoderLM) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits of prefill [B, V] and of scoring one tree after it [B, N, V]."""
+def scores(lm: DecoderLM) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Logits of prefill [B, V], of scoring one tree after it [B, N, V], and of a second tree after the
+    cache edits of a round (commit a path per row, drop row 0) [1, N, V]."""
     lm.reset(len(CONTEXTS))
-    return lm.feed(CONTEXTS).float(), lm.extend(tree()).float()
+    prefill, first = lm.feed(CONTEXTS).float(), lm.extend(tree()).float()
+    lm.commit(torch.tensor([[0, 1, 2], [0, 4, -1]]))  # root and two (row 0) or one (row 1) tree nodes
+    lm.retain(torch.tensor([1]))
+    second = DraftTree.from_paths(
+        torch.tensor([7]), torch.randint(2, 4096, (1, 2, 3), generator=torch.Generator().manual_seed(2))
+    )
+    return prefill, first, lm.extend(second).float()
 
 
 def materialised_bytes(model: torch.nn.Module) -> int:
@@ -133,6 +140,9 @@ def rank_main(rank: int, port: int, checkpoints: dict[str, str], out: str) -> No
         samples.append(materialised_bytes(lm.model))  # rotary buffers and the sliced lm head come last
         shapes = {name: (tuple(p.shape), p.nbytes) for name, p in lm.model.named_parameters(remove_duplicate=False)}
         torch.save({"peak": max(samples), "shapes": shapes, "logits": scores(lm)}, f"{out}/{case}-{rank}.pt")
+        # transformers' own tensor parallelism, on the same world (DeepSpeed's joins torch.distributed's)
+        lm = build_lm(LMSpec("hf", path, CASES[case][1], threads=1, tp_size=WORLD, tp_backend="transformers"))
+        torch.save({"logits": scores(lm)}, f"{out}/{case}-transformers-{rank}.pt")
 
 
 def free_port() -> int:
@@ -148,7 +158,9 @@ def tp_runs(tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
     checkpoints = {case: save_sharded(build(), root / case, dtype) for case, (build, dtype) in CASES.items()}
     mp.spawn(rank_main, args=(free_port(), {c: str(p) for c, p in checkpoints.items()}, str(root)), nprocs=WORLD)
     return {
-        case: (path, [torch.load(root / f"{case}-{r}.pt") for r in range(WORLD)]) for case, path in checkpoints.items()
+        f"{case}{backend}": (path, [torch.load(root / f"{case}{backend}-{r}.pt") for r in range(WORLD)])
+        for case, path in checkpoints.items()
+        for backend in ("", "-transformers")
     }
 
 
@@ -165,9 +177,12 @@ def test_the_checkpoint_is_really_sharded(tp_runs) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ["", "-transformers"])
 @pytest.mark.parametrize("case", ["llama-tied-float32", "qwen3-untied-float32"])
-def test_tp2_sharded_fp32_logits_equal_the_single_process_model(tp_runs, case: str) -> None:
-    path, ranks = tp_runs[case]
+def test_tp2_sharded_fp32_logits_equal_the_single_process_model(tp_runs, case: str, backend: str) -> None:
+    """Both backends (DeepSpeed's AutoTP, and with `-transformers` the model's own tp_plan), through a
+    tree pass after the prefill and another after a round's cache edits."""
+    path, ranks = tp_runs[case + backend]
     reference = forward(LMSpec("hf", str(path), "float32", threads=1))
     for rank in ranks:
         for got, want in zip(rank["logits"], reference):
@@ -190,6 +205,8 @@ def test_tp2_sharded_bf16_untied_logits_match_the_single_process_model(tp_runs) 
 @pytest.mark.slow
 def test_no_rank_materialises_the_full_model(tp_runs) -> None:
     for case, (path, ranks) in tp_runs.items():
+        if case not in CASES:  # transformers' tp_plan: its loading is measured in benchmarks/runtime.py
+            continue
         full = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, CASES[case][1]))
         full_shapes = {name: tuple(p.shape) for name, p in full.named_parameters(remove_duplicate=False)}
         full_bytes = sum(p.nbytes for p in full.parameters())

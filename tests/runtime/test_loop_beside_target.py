@@ -1,6 +1,7 @@
-"""The decode loop beside the target (`runtime.loop=target`): one Ray actor holds the target, the
-draft and the point's loop; the driver makes one call per unit. Same tokens as inline and as the
-loop in the driver, one process for every figure, and a lost actor costs only its unit's redo."""
+"""The decode loop beside the target (`runtime.loop=target`) at TP = 1: one Ray actor holds the target,
+the draft and the point's loop; the driver makes one call per unit. Same tokens as inline and as the
+loop in the driver, one process for every figure, and a lost actor costs only its unit's redo.
+At TP > 1: tests/runtime/test_tp_loop.py."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from speculab.config import ConfigError, loop_host, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, RunResult
-from speculab.loop import LoopSpec, PointPlan
+from speculab.loop import PointPlan
 from speculab.models import LMSpec
 from speculab.runtime import loop_groups, start_loop
 from speculab.runtime.groups import GroupPool, group_name, loop_bundles
+from speculab.runtime.loop_host import LoopSpec
 from speculab.runtime.proxy import GroupProxy
 from support.configs import load
 from support.models import TINY_PAIR
@@ -44,33 +46,30 @@ def tokens(loop: object, method: str, units: int) -> list[list[int]]:
     return found
 
 
-def test_auto_puts_the_loop_beside_a_single_actor_target_and_in_the_driver_for_tp() -> None:
-    cfg = load([])
+@pytest.mark.parametrize("tp_size", [1, 2])
+def test_auto_puts_the_loop_beside_the_target_at_any_tp_size(tp_size: int) -> None:
+    cfg = load([f"cluster.tp_size={tp_size}"])
     assert loop_host(cfg) == "target"
-    cfg.cluster.tp_size = 2
+    validate(cfg)
+    cfg.runtime.loop = "driver"
     assert loop_host(cfg) == "driver"
     cfg.runtime.kind = "inline"
     assert loop_host(cfg) == "inline"
 
 
-@pytest.mark.parametrize(
-    ("loop", "tp_size", "message"),
-    [
-        ("beside", 1, "runtime.loop='beside': must be one of auto, target, driver"),
-        ("target", 2, "runtime.loop=target: the loop runs beside a target of one actor"),
-    ],
-)
-def test_a_bad_loop_setting_is_refused_before_anything_starts(loop: str, tp_size: int, message: str) -> None:
+def test_a_bad_loop_setting_is_refused_before_anything_starts() -> None:
     cfg = load([])
-    cfg.runtime.loop, cfg.cluster.tp_size = loop, tp_size
-    with pytest.raises(ConfigError, match=message):
+    cfg.runtime.loop = "beside"
+    with pytest.raises(ConfigError, match="runtime.loop='beside': must be one of auto, target, driver"):
         validate(cfg)
 
 
-def test_the_loop_group_has_its_own_name_and_one_bundle() -> None:
+def test_the_loop_group_has_its_own_name_and_a_bundle_per_target_rank() -> None:
     pair = LoopSpec(TARGET, DRAFT)
-    assert group_name("loop", pair, loop_bundles("cpu", 1.0)) != group_name("target", TARGET, [{"CPU": 1.0}])
-    assert loop_bundles("cuda", 2.0) == [{"GPU": 1.0, "CPU": 2.0}]
+    assert group_name("loop", pair, loop_bundles("cpu", 1.0, 1)) != group_name("target", TARGET, [{"CPU": 1.0}])
+    assert loop_bundles("cuda", 2.0, 1) == [{"GPU": 1.0, "CPU": 2.0}]
+    assert loop_bundles("cpu", 0.5, 2) == [{"CPU": 0.5}] * 2
+    assert loop_bundles("cuda", 1.0, 2, own_draft_gpu=True) == [{"GPU": 2.0, "CPU": 1.0}, {"GPU": 1.0, "CPU": 1.0}]
     assert LoopSpec(TARGET, LMSpec("hf", DRAFT.path, device="cuda")).device == "cuda"
 
 

@@ -216,7 +216,8 @@ def test_cleanup_removes_every_named_actor_and_placement_group(ray_pool: GroupPo
 
 @pytest.mark.slow
 def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
-    """A 4-point Hydra multirun over K and T with a TP=2 target: every point reports 2 loads."""
+    """A 4-point Hydra multirun over K and T with a TP=2 target and the loop in the driver: every point
+    reports 2 loads and the Ray calls its rounds make (one per rank and model step)."""
     store = tmp_path / "mlflow.db"
     args = [
         "-m",
@@ -224,6 +225,7 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
         "algorithm.K=1,2",
         "sampling.temperature=0,1",
         "cluster.tp_size=2",
+        "runtime.loop=driver",
         "cluster.num_cpus=4",
         "runtime.torch_threads=1",
         "baseline=false",
@@ -242,9 +244,12 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
         if r.data.tags.get("mlflow.parentRunId")
     ]
     assert len(children) == 4
-    loads, restarts, ray_s = (mlflow_name(key) for key in ("model_loads", "restarts", "time_ray_s"))
+    loads, restarts, ray_s, calls = (
+        mlflow_name(key) for key in ("model_loads", "restarts", "time_ray_s", "ray_calls_per_round")
+    )
     assert [r.data.metrics[loads] for r in children] == [2.0] * 4  # one target group, one draft
     assert all(r.data.metrics[restarts] == 0 for r in children)
+    assert all(r.data.metrics[calls] >= 5 for r in children)  # propose, score and commit on 3 ranks at least
     # time_ray_s: the proxies' waits, all inside the decodes whose wall time the four phases add up to,
     # less the actors' compute in them (never all of a wait; clamped at 0 per wait). 0 would mean that
     # every wait was clamped (compute counted twice); the wall time or more, time from outside them.

@@ -19,7 +19,6 @@ from speculab.config.checkpoints import (
     resolve_path,
     with_draft_length,
 )
-from speculab.config.cluster import loop_host
 from speculab.config.device import describe_device, local_gpus, resolve_device
 from speculab.config.errors import ConfigError
 from speculab.config.plan import RunPlan, passes_on, resolve
@@ -34,6 +33,7 @@ from speculab.config.schema import (
     RuntimeConfig,
     SamplingConfig,
     TrackingConfig,
+    loop_host,
     unknown_keys,
 )
 from speculab.config.tracking import tracking_uri

@@ -10,22 +10,13 @@ from urllib.parse import urlparse
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.device import resolve_device
-from speculab.config.errors import at_least
-from speculab.config.schema import Config
+from speculab.config.device import own_draft_gpu, resolve_device
+from speculab.config.errors import at_least, choice
+from speculab.config.schema import Config, loop_host
 from speculab.models.memory import DTYPE_BYTES, Workload, architecture, fit_errors, plan_memory, tp_errors
+from speculab.models.tp import TP_BACKENDS
 
 ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
-
-
-def loop_host(cfg: Config) -> str:
-    """Where the decode loop runs: "inline" (runtime=inline), "target" (in the target's Ray actor, with
-    the draft model in the same process) or "driver" (this process; the draft in its own actor)."""
-    if cfg.runtime.kind == "inline":
-        return "inline"
-    if cfg.runtime.loop == "auto":
-        return "target" if cfg.cluster.tp_size == 1 else "driver"
-    return cfg.runtime.loop
 
 
 def cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
@@ -39,12 +30,14 @@ def cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     if c.gpu_memory_gib < 0:
         errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be >= 0 (0 when cluster.num_gpus = 0)")
     at_least(errors, "cluster.num_gpus", c.num_gpus, 0)
+    choice(errors, "cluster.tp_backend", c.tp_backend, tuple(TP_BACKENDS))
     at_least(errors, "cluster.plan_prompt_tokens", c.plan_prompt_tokens, 1)
     if not 0 < c.draft_gpu <= 1:
         errors.append(f"cluster.draft_gpu={c.draft_gpu}: must be in (0, 1] (1: own GPU; < 1: beside a target shard)")
     if c.num_gpus > 0 and c.gpu_memory_gib <= 0:
         errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be > 0 when cluster.num_gpus > 0")
-    beside = c.draft_gpu < 1 or loop_host(cfg) == "target"  # the loop's actor holds the draft too
+    # the draft shares a target GPU: in the loop's actor (unless it has a GPU of its own there), or a share
+    beside = not own_draft_gpu(cfg) if loop_host(cfg) == "target" else c.draft_gpu < 1
     if c.num_gpus > 0 and c.tp_size + (0 if beside else 1) > c.num_gpus:
         errors.append(
             f"cluster.tp_size={c.tp_size} target GPUs + {0 if beside else 1} draft GPU > cluster.num_gpus="

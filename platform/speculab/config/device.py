@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from speculab.config.schema import CUDA_INDEX, DEVICES, Config
+from speculab.config.schema import CUDA_INDEX, DEVICES, Config, loop_host
+from speculab.runtime.placement import OWN_DRAFT_GPU
 
 
 def device_fields(cfg: Config) -> dict[str, str]:
@@ -51,6 +52,11 @@ def describe_device(cfg: Config, device: str) -> str:
     return gpus[index] if index < len(gpus) else device
 
 
+def own_draft_gpu(cfg: Config) -> bool:
+    """The draft has a GPU of its own in rank 0's bundle (`runtime.loop=target` on Ray, OWN_DRAFT_GPU)."""
+    return cfg.runtime.kind == "ray" and loop_host(cfg) == "target" and cfg.model.draft_device == OWN_DRAFT_GPU
+
+
 def device_errors(cfg: Config) -> list[str]:
     """Each model device is one of DEVICES and exists where the models run: this machine's CUDA
     (runtime=inline, or an embedded local Ray cluster: cluster.address null), or the GPUs a remote
@@ -65,8 +71,11 @@ def device_errors(cfg: Config) -> list[str]:
 
 
 def _cuda_errors(cfg: Config, key: str, device: str) -> list[str]:
-    if cfg.runtime.kind == "ray" and device != "cuda":
-        return [f"{key}={device!r}: on runtime=ray each model actor sees only the GPU Ray assigns it; use cuda"]
+    if cfg.runtime.kind == "ray" and device != "cuda" and not (key == "model.draft_device" and own_draft_gpu(cfg)):
+        return [
+            f"{key}={device!r}: on runtime=ray each model actor sees only the GPUs Ray assigns it; use cuda "
+            f"(model.draft_device={OWN_DRAFT_GPU} with runtime.loop=target: a GPU of the draft's own beside rank 0)"
+        ]
     if remote_cluster(cfg):
         if cfg.cluster.num_gpus > 0:
             return []

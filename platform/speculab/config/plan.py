@@ -11,9 +11,8 @@ from pathlib import Path
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checkpoints import checkpoint_dir, locate, with_draft_length
-from speculab.config.cluster import loop_host
 from speculab.config.device import resolve_device
-from speculab.config.schema import Config
+from speculab.config.schema import Config, loop_host
 from speculab.config.validate import validate
 from speculab.runtime.placement import Placement
 
@@ -31,6 +30,7 @@ class RunPlan:
     target_passes: str  # eager, or graphs (replayed from CUDA graphs: model.capture on a GPU)
     draft_passes: str
     largest_tree: int  # the most nodes a round's draft tree has, root included: it sizes the KV caches
+    threads: int  # torch's intra-op threads in each model process (`runtime.torch_threads`, resolved)
     placement: Placement  # the Ray placement of the model groups (unused inline)
 
 
@@ -38,6 +38,13 @@ def passes_on(device: str, capture: bool) -> str:
     """A transformers model's passes on `device` (`models.hf.TreeLM`): replayed from CUDA graphs when
     capture is on and the device is a GPU, else eager."""
     return "graphs" if capture and device.startswith("cuda") else "eager"
+
+
+def model_threads(cfg: Config) -> int:
+    """`runtime.torch_threads`, or where it is 0 the CPUs one model actor reserves (at least 1): what a
+    Ray actor gets by default, so that a point measures the same inline and on Ray (the threads move
+    the answer: benchmarks/RESULTS.md)."""
+    return cfg.runtime.torch_threads or max(1, int(cfg.cluster.actor_cpus))
 
 
 def resolve(cfg: Config) -> RunPlan:
@@ -57,5 +64,8 @@ def resolve(cfg: Config) -> RunPlan:
         target_passes=passes_on(target_device, model.capture),
         draft_passes=passes_on(draft_device, model.capture),
         largest_tree=largest_tree(cfg),
-        placement=Placement(c.address, c.num_cpus, c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts),
+        threads=model_threads(cfg),
+        placement=Placement(
+            c.address, c.num_cpus, c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts, cfg.runtime.collective_timeout_s
+        ),
     )

@@ -15,9 +15,9 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 RUNTIMES = ("inline", "ray")
-# runtime.loop: where the decode loop runs on Ray. target: in the target's actor, the draft in the same
-# process (no Ray call inside a round); driver: in this process, the draft in its own actor; auto: target
-# where the target is one actor (cluster.tp_size = 1), else driver.
+# runtime.loop: where the decode loop runs on Ray. target: in rank 0 of the target's group, the draft in the
+# same process, the other ranks following its target calls (no Ray call inside a round, at any TP size);
+# driver: in this process, the draft in its own actor (Ray calls every round); auto: target.
 LOOPS = ("auto", "target", "driver")
 BACKENDS = ("hf",)
 DTYPES = ("float32", "float16", "bfloat16")
@@ -39,7 +39,9 @@ class ModelConfig:
     backend: str = "hf"
     dtype: str = "float32"
     device: str = "cpu"  # cpu, cuda, cuda:N (inline), auto
-    draft_device: str | None = None  # the draft's, where it differs (null: model.device)
+    # the draft's, where it differs (null: model.device); on Ray with the loop on the target's rank 0,
+    # cuda:1 is a GPU of the draft's own in rank 0's bundle (runtime.placement.OWN_DRAFT_GPU)
+    draft_device: str | None = None
     capture: bool = True  # on CUDA: the models' passes replayed from CUDA graphs (models.static_pass); false: eager
 
 
@@ -85,10 +87,11 @@ class DatasetConfig:
 class RuntimeConfig:
     kind: str = "ray"  # inline: one process; ray: the models in Ray actors
     loop: str = "auto"  # ray: where the decode loop runs (LOOPS)
-    # torch's intra-op threads in each model process; 0 leaves torch's own default there (inline: one
-    # per core; a Ray actor: one per CPU it reserves, cluster.actor_cpus)
+    # torch's intra-op threads in each model process; 0: the CPUs one model actor reserves
+    # (cluster.actor_cpus, at least 1), inline as on Ray, so that both measure under the same threads
     torch_threads: int = 0
     max_restarts: int = 3  # ray: times a model group is recreated after losing an actor
+    collective_timeout_s: float = 300.0  # ray, tp_size > 1: how long a rank waits in a collective for a peer
 
 
 @dataclass
@@ -98,6 +101,7 @@ class ClusterConfig:
     num_cpus: int | None = None  # embedded cluster size; None = every core
     actor_cpus: float = 1.0  # CPUs each model actor reserves
     tp_size: int = 1  # target tensor-parallel ranks (one GPU each; CPU processes when num_gpus = 0)
+    tp_backend: str = "deepspeed"  # how a rank loads its shard: deepspeed (AutoTP) or transformers (its tp_plan)
     num_gpus: int = 0  # GPUs the cluster offers (0: CPU only)
     gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
     draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
@@ -132,6 +136,15 @@ class Config:
     baseline: bool = True  # also decode autoregressively with the engine, for speedup_vs_ar
     baseline_hf: bool = True  # also run transformers' generate on the same target and prompts, for speedup_vs_hf
     resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)
+
+
+def loop_host(cfg: Config) -> str:
+    """Where the decode loop runs: "inline" (runtime=inline), "target" (in rank 0 of the target's Ray
+    group, with the draft model in the same process; what `auto` picks) or "driver" (this process; the
+    draft in its own actor)."""
+    if cfg.runtime.kind == "inline":
+        return "inline"
+    return "target" if cfg.runtime.loop == "auto" else cfg.runtime.loop
 
 
 def unknown_keys(cfg: DictConfig) -> list[str]:

@@ -51,11 +51,6 @@ def _run_errors(cfg: Config) -> list[str]:
     at_least(errors, "sampling.seed", s.seed, 0)
     choice(errors, "runtime.kind", cfg.runtime.kind, RUNTIMES)
     choice(errors, "runtime.loop", cfg.runtime.loop, LOOPS)
-    if cfg.runtime.loop == "target" and cfg.cluster.tp_size > 1:
-        errors.append(
-            f"runtime.loop=target: the loop runs beside a target of one actor, and cluster.tp_size="
-            f"{cfg.cluster.tp_size} makes it {cfg.cluster.tp_size}; use runtime.loop=driver (or auto)"
-        )
     at_least(errors, "cluster.tp_size", cfg.cluster.tp_size, 1)
     if cfg.runtime.kind == "inline" and cfg.cluster.tp_size > 1:
         errors.append(
@@ -63,6 +58,8 @@ def _run_errors(cfg: Config) -> list[str]:
         )
     at_least(errors, "runtime.max_restarts", cfg.runtime.max_restarts, 0)
     at_least(errors, "runtime.torch_threads", cfg.runtime.torch_threads, 0)
+    if not cfg.runtime.collective_timeout_s > 0:
+        errors.append(f"runtime.collective_timeout_s={cfg.runtime.collective_timeout_s}: must be > 0 (seconds)")
     at_least(errors, "measure.repeats", cfg.measure.repeats, 1)
     within(errors, "tracking.ui_port", cfg.tracking.ui_port, (1, 65535))
     return errors

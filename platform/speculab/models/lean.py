@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -84,7 +85,8 @@ def plain_projections(layers: Iterable[Any]) -> bool:  # transformers decoder la
     one, whose output all-reduces): what the lean layers compute."""
     children = [m for layer in layers for m in (*layer.self_attn.children(), *layer.mlp.children())]
     projections = [m for m in children if _is_matrix(getattr(m, "weight", None))]  # not Qwen3's head norms
-    return all(type(m) is torch.nn.Linear and m.bias is None for m in projections)
+    # A DTensor weight is a shard of transformers' tensor parallelism, whose module hooks communicate.
+    return all(type(m) is torch.nn.Linear and m.bias is None and not isinstance(m.weight, DTensor) for m in projections)
 
 
 def layer_stack(layers: Iterable[Any], config: PretrainedConfig) -> LeanStack:

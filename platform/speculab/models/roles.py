@@ -47,7 +47,8 @@ class LMSpec:
     dtype: str = "float32"
     device: str = "cpu"
     threads: int = 0  # torch CPU threads in the owning process; 0 = leave as is
-    tp_size: int = 1  # > 1: this process holds one AutoTP shard (its TP world must exist already)
+    tp_size: int = 1  # > 1: this process holds one shard (its TP world must exist already)
+    tp_backend: str = "deepspeed"  # how a shard is loaded (`models.tp.TP_BACKENDS`): deepspeed or transformers
     table: torch.Tensor | None = field(default=None, compare=False)  # toy: [V, V]
     model: Any = field(default=None, compare=False)  # hf: a transformers model already built (benchmarks), not `path`
     feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
@@ -57,14 +58,20 @@ class LMSpec:
 
 @dataclass(frozen=True)
 class Conditions:
-    """Where a model runs, as its speed figures depend on it."""
+    """Where a model runs, as its speed figures depend on it: a process, or for a tensor-parallel
+    target the process of rank 0 and those of its peers."""
 
     pid: int
     torch_threads: int  # torch's intra-op threads in that process (Ray sets one per reserved CPU)
+    peers: tuple[Conditions, ...] = ()  # ranks 1.. of a tensor-parallel target, in rank order
 
     def describe(self, here: int) -> str:
         place = "this process" if self.pid == here else f"process {self.pid}"
-        return f"{place}, {self.torch_threads} torch thread{'s' if self.torch_threads != 1 else ''}"
+        threads = f"{self.torch_threads} torch thread{'s' if self.torch_threads != 1 else ''}"
+        if not self.peers:
+            return f"{place}, {threads}"
+        ranks = ", ".join(f"rank {r} process {p.pid} ({p.torch_threads})" for r, p in enumerate(self.peers, 1))
+        return f"rank 0 {place}, {threads}; {ranks}"
 
 
 def process_conditions() -> Conditions:
@@ -77,7 +84,7 @@ def _transformers_lm(spec: LMSpec) -> DecoderLM:
     if spec.tp_size > 1:
         from speculab.models.tp import load_tp_causal_lm
 
-        model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size)
+        model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size, spec.tp_backend)
         return TreeLM(model, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
     model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
     return TreeLM(model, spec.feature_layers, spec.passes)
@@ -166,6 +173,10 @@ class TreeTarget:
     def conditions(self) -> Conditions:
         """This model's process and torch threads (the same inline for both roles)."""
         return process_conditions()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds so far of this model's process, every thread (a tensor-parallel loop sums its ranks')."""
+        return time.process_time()
 
     def hf_generate(self, prompts: list[list[int]], settings: DecodeSettings) -> BaselineResult:
         """transformers' `generate` on this target's own model (the `baseline_hf` of a run); leaves the

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.runtime.placement import EMBEDDED, Placement
+from speculab.runtime.placement import EMBEDDED, OWN_DRAFT_GPU, Placement
 
 if TYPE_CHECKING:
     from speculab.loop import PointPlan
@@ -37,8 +37,9 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement 
 
     p = placement
     connect(p.address, p.num_cpus)
-    target_group = POOL.get("target", target, target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu))
-    draft_group = POOL.get("draft", draft, draft_bundles(draft.device, p.actor_cpus, p.draft_gpu))
+    target_bundle = target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu)
+    target_group = POOL.get("target", target, target_bundle, p)
+    draft_group = POOL.get("draft", draft, draft_bundles(draft.device, p.actor_cpus, p.draft_gpu), p)
     return GroupProxy(target_group, p.max_restarts), GroupProxy(draft_group, p.max_restarts)
 
 
@@ -46,18 +47,20 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placem
     """The point's loop (`speculab.loop.PointLoop`'s `decode_unit` and `conditions`) for `host`
     (`RunPlan.loop`): in this process over inline models ("inline") or over Ray groups ("driver"), or
     in the target's actor with the draft beside it ("target": the loop group's proxy)."""
-    from speculab.loop import LoopSpec, PointLoop
+    from speculab.loop import PointLoop
 
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
         return PointLoop(target_model, draft_model, plan, lambda: cpu_seconds(target_model, draft_model))
     from speculab.runtime.groups import POOL, loop_bundles
+    from speculab.runtime.loop_host import LoopSpec
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
     connect(placement.address, placement.num_cpus)
     spec = LoopSpec(target, draft)
-    loop = GroupProxy(POOL.get("loop", spec, loop_bundles(spec.device, placement.actor_cpus)), placement.max_restarts)
+    bundles = loop_bundles(spec.device, placement.actor_cpus, target.tp_size, draft.device == OWN_DRAFT_GPU)
+    loop = GroupProxy(POOL.get("loop", spec, bundles, placement), placement.max_restarts)
     loop.start_point(plan)
     return loop
 

@@ -25,8 +25,9 @@ import ray
 from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from speculab.loop import LoopSpec
 from speculab.models import LMSpec
+from speculab.runtime.loop_host import LoopSpec
+from speculab.runtime.placement import EMBEDDED, Placement
 from speculab.runtime.ray_actors import ModelHost, ledger
 
 Bundle = dict[str, float]
@@ -44,14 +45,17 @@ def draft_bundles(device: str, cpus: float, draft_gpu: float) -> list[Bundle]:
     return [{"GPU": min(draft_gpu, 1.0), "CPU": cpus}] if device == "cuda" else [{"CPU": cpus}]
 
 
-def loop_bundles(device: str, cpus: float) -> list[Bundle]:
-    """The loop group's one bundle: the draft shares the target's GPU (as in vLLM's and SGLang's workers)."""
-    return [{"GPU": 1.0, "CPU": cpus}] if device == "cuda" else [{"CPU": cpus}]
+def loop_bundles(device: str, cpus: float, ranks: int, own_draft_gpu: bool = False) -> list[Bundle]:
+    """The loop group's bundles, one per target rank: the draft shares rank 0's GPU (as in vLLM's and
+    SGLang's workers), or with `own_draft_gpu` rank 0 asks for a second one, the draft's."""
+    if device != "cuda":
+        return [{"CPU": cpus}] * ranks
+    return [{"GPU": 2.0 if own_draft_gpu else 1.0, "CPU": cpus}] + [{"GPU": 1.0, "CPU": cpus}] * (ranks - 1)
 
 
 def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
     """What of a spec decides what a group loads and how it runs: path, TP size, dtype, device kind,
-    threads, passes (a sweep over `model.capture` must not reuse an actor built the other way)."""
+    threads, passes (a sweep over `model.capture` must not reuse an actor built the other way), TP backend."""
     if isinstance(spec, LoopSpec):
         return spec_key(spec.target) + spec_key(spec.draft)
     return (
@@ -60,6 +64,7 @@ def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
         spec.target_path and os.path.abspath(spec.target_path),
         spec.feature_layers,
         spec.tp_size,
+        spec.tp_backend,
         spec.dtype,
         spec.device,
         spec.threads,
@@ -77,9 +82,14 @@ class ActorGroup:
     """The ranks of one model (`role` "target" or "draft"), or the loop actor, created or attached by name."""
 
     def __init__(
-        self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], ready_timeout_s: float = 300.0
+        self,
+        role: str,
+        spec: LMSpec | LoopSpec,
+        bundles: list[Bundle],
+        placement: Placement = EMBEDDED,
+        ready_timeout_s: float = 300.0,
     ) -> None:
-        self.role, self.spec, self.bundles = role, spec, bundles
+        self.role, self.spec, self.bundles, self.placement = role, spec, bundles, placement
         self.name = group_name(role, spec, bundles)
         self.ready_timeout_s = ready_timeout_s
         self.members: list[Any] = []
@@ -101,7 +111,8 @@ class ActorGroup:
             return self.open()
         address, port = ray.get(self.members[0].endpoint.remote())
         # Every rank's load is submitted before waiting on any: the rendezvous needs all of them.
-        ray.get([m.load.remote(self.role, self.spec, self.name, address, port) for m in self.members])
+        timeout = self.placement.collective_timeout_s
+        ray.get([m.load.remote(self.role, self.spec, self.name, address, port, timeout) for m in self.members])
 
     def submit(self, method: str, args: tuple, kwargs: dict, split: bool = False) -> tuple[list[Any], Any]:
         """The same call on every rank, in order: (one Reply reference per rank, rank 0 first; with
@@ -173,13 +184,15 @@ class GroupPool:
         self.groups: dict[str, ActorGroup] = {}
         self.ledger: Any = None
 
-    def get(self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle]) -> ActorGroup:
+    def get(
+        self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], placement: Placement = EMBEDDED
+    ) -> ActorGroup:
         """The open group for (role, spec, bundles), created and loaded on first use."""
         if self.ledger is None:
             self.ledger = ledger()
         name = group_name(role, spec, bundles)
         if name not in self.groups:
-            self.groups[name] = ActorGroup(role, spec, bundles)
+            self.groups[name] = ActorGroup(role, spec, bundles, placement)
         return self.groups[name]
 
     def close_all(self) -> None:

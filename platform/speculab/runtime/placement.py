@@ -13,6 +13,8 @@ class Placement:
     actor_cpus: float = 1.0  # CPUs each model actor reserves
     draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
     max_restarts: int = 3  # times a model group is recreated after losing an actor
+    collective_timeout_s: float = 300.0  # how long a rank waits in a collective (a TP group's world) for its peers
 
 
+OWN_DRAFT_GPU = "cuda:1"  # model.draft_device on Ray: rank 0's bundle asks for a second GPU, the draft's
 EMBEDDED = Placement()  # an embedded local Ray sized to this machine, one CPU an actor

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from speculab.runtime.groups import ActorGroup
 from speculab.runtime.ray_actors import PER_RANK, Reply
@@ -63,8 +63,26 @@ class ProxyStats:
     ray_s: float = 0.0  # blocked in Ray calls minus the ranks' compute for them
     compute_s: float = 0.0  # rank 0's compute time of the calls waited on
     cpu_s: float = 0.0  # CPU seconds of every rank's process in the calls waited on
+    calls: int = 0  # Ray calls submitted, one per rank and call
     restarts: int = 0
     peak_bytes: dict[str, int] = field(default_factory=dict)  # method -> CUDA peak over ranks
+
+
+LOST_RANK_WAIT_S = 10.0  # how long a failed rank's peers get to show that one of them died
+
+
+def lost_rank(refs: list[Any]) -> RayActorError | None:
+    """The error of a rank among `refs` whose actor died, waiting up to LOST_RANK_WAIT_S for Ray to
+    notice; None when every rank that finished lives (the others may wait in a collective forever)."""
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=LOST_RANK_WAIT_S, fetch_local=False)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except RayActorError as err:
+            return err
+        except RayTaskError:
+            continue
+    return None
 
 
 class GroupProxy:
@@ -96,17 +114,44 @@ class GroupProxy:
                 return result if value is None else value
             except RayActorError as err:
                 self._restart(err)
-                self.in_flight = []
-                for c in self.batch_calls:
-                    value = self._submit(c)
-                if call.method in SELF_CONTAINED:
-                    value = self._submit(call)
+                value = self._resubmit(call)
+            except RayTaskError as err:  # the call itself failed (`_wait` tells it from a lost peer's echo)
+                self._recreate_if_torn(err)
+                raise
+
+    def _resubmit(self, call: Call) -> Any:
+        """On the recreated group, the calls of the interrupted batch, then `call` if it is not among them;
+        the value of the last one submitted (`_submit`)."""
+        value = None
+        for c in self.batch_calls:
+            value = self._submit(c)
+        if call.method in SELF_CONTAINED:
+            value = self._submit(call)
+        return value
+
+    def _recreate_if_torn(self, err: RayTaskError) -> None:
+        """A call that failed on one rank of several can leave the others waiting in a collective that
+        never completes: the group is recreated, so that the next call (a sweep's next point) finds it
+        whole. One rank has nobody to wait for."""
+        if self.group.size == 1:
+            return
+        log.warning(
+            "%s group %s: a call failed on a rank (%s); recreating all %d rank(s)",
+            self.group.role,
+            self.group.name,
+            type(err.cause).__name__,
+            self.group.size,
+        )
+        self.in_flight = []
+        self.group.close()
+        self.group.open()
 
     def _submit(self, call: Call) -> Any:
         """Submit on every rank; the ObjectRef of a split call's value (target features), else None."""
         split = call.method in SPLIT and bool(self.group.spec.feature_layers)
         replies, value = self.group.submit(call.method, call.args, call.kwargs, split)
         self.in_flight.append((call.method, replies))
+        self.stats.calls += len(replies)
         return value
 
     def _wait(self) -> Any:
@@ -116,7 +161,10 @@ class GroupProxy:
         pending = flat if self.group.size > 1 else []
         while pending:  # one at a time, so a dead rank raises even while the others hang in a collective
             ready, pending = ray.wait(pending, num_returns=1, fetch_local=False)
-            ray.get(ready)
+            try:
+                ray.get(ready)
+            except RayTaskError as err:  # a rank whose peer died fails in its collective: the death is the cause
+                raise lost_rank(pending) or err from None
         values, size = ray.get(flat), self.group.size
         replies: list[list[Reply]] = [values[i : i + size] for i in range(0, len(values), size)]  # [call][rank]
         methods = [method for method, _ in self.in_flight]

@@ -27,14 +27,16 @@ from typing import Any
 import ray
 import torch
 
-from speculab.loop import LoopHost, LoopSpec
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
 
-# The role a group's actors hold: one model, or (runtime.loop=target) both models and the decode loop.
-ROLES: dict[str, Callable[[Any], TreeTarget | DraftModel | LoopHost]] = {
-    "target": TreeTarget,
-    "draft": DraftModel,
-    "loop": LoopHost,
+Role = TreeTarget | DraftModel | LoopHost | PeerHost
+# The role rank r of a group of n actors holds, built from its spec: one model's shard, or
+# (runtime.loop=target) rank 0's target shard, the draft and the decode loop, or a peer's shard.
+ROLES: dict[str, Callable[[Any, int, int], Role]] = {
+    "target": lambda spec, rank, world: TreeTarget(spec),
+    "draft": lambda spec, rank, world: DraftModel(spec),
+    "loop": loop_role,
 }
 NAMESPACE_PREFIX = "speculab-"
 LEDGER = "speculab-load-ledger"
@@ -106,7 +108,7 @@ class ModelHost:
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
-        self.role: TreeTarget | DraftModel | LoopHost | None = None
+        self.role: Role | None = None
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
@@ -117,15 +119,16 @@ class ModelHost:
     def is_loaded(self) -> bool:
         return self.role is not None
 
-    def load(self, role: str, spec: LMSpec | LoopSpec, group: str, address: str, port: int) -> None:
-        """Join the group's world (if several ranks), then load the model; all ranks concurrently."""
+    def load(self, role: str, spec: LMSpec | LoopSpec, group: str, address: str, port: int, timeout_s: float) -> None:
+        """Join the group's world (if several ranks; its collectives wait `timeout_s` for a peer), then
+        load the model; all ranks concurrently."""
         if spec.device == "cuda":
             torch.cuda.set_device(0)  # Ray shows this actor only its own GPU
         if self.world > 1:
             from speculab.models.tp import join_process_group
 
-            join_process_group(self.rank, self.world, address, port, spec.device)
-        self.role = ROLES[role](spec)
+            join_process_group(self.rank, self.world, address, port, spec.device, timeout_s, spec.tp_backend)
+        self.role = ROLES[role](spec, self.rank, self.world)
         if self.rank == 0:
             ray.get_actor(LEDGER).record.remote(group)
 

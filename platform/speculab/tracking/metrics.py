@@ -103,6 +103,12 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
     Metric("time_ray_s", "time/ray_s", "Ray: coordinator time in Ray calls beyond the actors' own compute"),
     Metric("restarts", "runtime/restarts", "Ray: model groups recreated after losing an actor"),
     Metric(
+        "ray_calls_per_round",
+        "runtime/ray_calls_per_round",
+        "Ray: calls the decode loop makes to model actors per round (one per rank and model step with "
+        "runtime.loop=driver; 0 with the loop on the target's rank 0, whose driver calls once per rank and unit)",
+    ),
+    Metric(
         "host_syncs_per_round",
         "runtime/host_syncs_per_round",
         "CUDA: host synchronisations per round (reads of device values), counted on the speculative warm-up "

@@ -1,0 +1,90 @@
+"""The loop group's roles (`runtime.loop=target`): the decode loop beside the target, at any TP size.
+
+The group has one rank per target shard (`cluster.tp_size`, one at TP = 1). Rank 0 is a `LoopHost`:
+its shard behind a `tp_loop.Leader`, the draft model in the same process, and the current point's
+`PointLoop`. Ranks 1.. are `PeerHost`s: a shard that follows rank 0 through each call the driver
+makes. The driver makes the same call on every rank (`runtime.proxy`): `start_point` when a point
+starts (rank 0 builds the point's loop; the peers have nothing to do), then `decode_unit` and
+`conditions`, during which the peers run every target call rank 0 announces. So a round makes no
+Ray call at any TP size, and TP = 1 is the same loop with nobody to tell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from speculab.loop import PointLoop, PointPlan, UnitResult
+from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.models.roles import Conditions
+from speculab.runtime.tp_loop import Follower, Leader
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """The target (its `tp_size` ranks make the group) and the draft, loaded in rank 0's process."""
+
+    target: LMSpec
+    draft: LMSpec
+
+    @property
+    def device(self) -> str:
+        """`cuda` when either model is on the GPU Ray gives the actor."""
+        return "cuda" if "cuda" in (self.target.device, self.draft.device) else "cpu"
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return ()  # the target's features reach the draft inside rank 0's process, never through Ray
+
+    @property
+    def tp_backend(self) -> str:
+        return self.target.tp_backend
+
+
+class LoopHost:
+    """Rank 0: the target shard (announcing its calls to the peers), the draft model and the point's loop."""
+
+    def __init__(self, target: Leader, draft: DraftModel) -> None:
+        self.target, self.draft = target, draft
+        self.loop: PointLoop | None = None
+
+    def start_point(self, plan: PointPlan) -> None:
+        """Make `plan` the point the next `decode_unit` calls decode (a sweep reuses the loaded models).
+        A decode's CPU time is every rank's (`cpu_seconds` is summed over them)."""
+        self.loop = PointLoop(self.target, self.draft, plan, self.target.cpu_seconds)
+
+    def _current(self) -> PointLoop:
+        if self.loop is None:
+            raise RuntimeError("decode_unit before start_point: the loop's actor has no point to decode")
+        return self.loop
+
+    def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
+        with self.target.leading():
+            return self._current().decode_unit(method, unit, repeat)
+
+    def conditions(self) -> dict[str, Conditions]:
+        with self.target.leading():
+            return self._current().conditions()
+
+
+class PeerHost:
+    """Ranks 1..: a target shard that runs what rank 0 announces during the driver's calls."""
+
+    def __init__(self, target: TreeTarget) -> None:
+        self.follower = Follower(target)
+
+    def start_point(self, plan: PointPlan) -> None:
+        pass  # rank 0 calls no target method when a point starts
+
+    def decode_unit(self, method: str, unit: int, repeat: int) -> None:
+        self.follower.follow()
+
+    def conditions(self) -> None:
+        self.follower.follow()
+
+
+def loop_role(spec: LoopSpec, rank: int, world: int) -> LoopHost | PeerHost:
+    """Rank `rank` of the loop group of `world` ranks (each in the group's torch.distributed world already)."""
+    target = TreeTarget(spec.target)
+    if rank > 0:
+        return PeerHost(target)
+    return LoopHost(Leader(target, world), DraftModel(spec.draft))

@@ -1,0 +1,144 @@
+"""The decode loop on rank 0 of a TP = 2 target (`runtime.loop=target`, `cluster.tp_size=2`; CPU, gloo).
+
+Rank 0 holds its target shard, the draft and the loop; rank 1 follows every target call rank 0
+announces (`runtime.tp_loop`), so a round makes no Ray call. The run decodes what one process decodes
+(fp32, T = 0 and T = 1, seeded per unit), names every rank's process, sums the KV cache over the
+ranks, and a killed peer or rank 0 costs the redo of its unit, with the same tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from transformers import AutoTokenizer
+
+from speculab.config import resolve
+from speculab.data import encode_prompt, load_prompts
+from speculab.drafting.sampling import SamplingParams
+from speculab.engine import DecodeSettings, RunResult
+from speculab.experiment import decode_point
+from speculab.loop import PointPlan
+from speculab.models import LMSpec
+from speculab.runtime import start_loop
+from speculab.runtime.groups import GroupPool
+from speculab.runtime.proxy import GroupProxy
+from speculab.tracking.runs import NoopTracker
+from support.configs import load
+from support.models import TINY_PAIR
+
+TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
+TP2 = replace(TARGET, tp_size=2)
+
+
+def plan(temperature: float, algorithm: str = "block") -> PointPlan:
+    tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
+    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]
+    settings = DecodeSettings(1, 3, SamplingParams(temperature), 20, 1, 5, tokenizer.eos_token_id)
+    units = ((0, prompts[:1]), (1, prompts[1:]))
+    return PointPlan(algorithm, "kseq", "iid", "best_first", 16, (), 2, units, settings)
+
+
+def tokens(loop: object, method: str) -> list[list[int]]:
+    found: list[list[int]] = []
+    for unit in range(2):
+        result = loop.decode_unit(method, unit, 0).result  # type: ignore[attr-defined]
+        found += [p.tokens for p in result.prompts] if isinstance(result, RunResult) else result.tokens
+    return found
+
+
+def test_an_announcement_carries_its_calls_and_their_tensors_exactly() -> None:
+    """The wire format of rank 0's announcements: calls pickled without their tensors, whose bytes follow."""
+    import torch
+
+    from speculab.drafting.tree import DraftTree
+    from speculab.runtime.tp_loop import Call, decoded, encoded, stripped
+
+    tree = DraftTree.from_paths(torch.tensor([5, 6]), torch.randint(2, 99, (2, 3, 4)))
+    calls = [
+        Call("commit", (torch.tensor([[0, 2, -1], [0, -1, -1]]),), {}),
+        Call("retain", (torch.tensor([1]),), {}),
+        Call("score", (tree, 0.7), {"mask": torch.ones(2, 0, dtype=torch.bool)}),
+        Call("prefill", ([[1, 2, 3], []],), {"room": 17}),
+    ]
+    data, on_device = encoded(calls)
+    assert on_device == []  # CPU tensors travel in the bytes
+    again = decoded(data, lambda ref: pytest.fail(f"no tensor is on a device: {ref}"))
+    sent, got = [], []  # the calls' tensors, in order: their structures (TensorRefs in place) equal
+    assert stripped(again, got) == stripped(calls, sent) and len(got) == len(sent) == 8
+    for want, found in zip(sent, got):
+        assert found.dtype == want.dtype and torch.equal(found, want)
+    assert decoded(encoded(None)[0], lambda ref: pytest.fail()) is None
+
+
+@pytest.fixture(scope="module")
+def tp_loop(module_ray_pool: GroupPool) -> GroupProxy:
+    """The module's TP = 2 loop group, loaded once (each test starts its own point on it)."""
+    return start_loop("target", TP2, DRAFT, plan(1.0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_rank_0_s_loop_decodes_what_one_process_decodes(tp_loop: GroupProxy, temperature: float) -> None:
+    loop = start_loop("target", TP2, DRAFT, plan(temperature))
+    inline = start_loop("inline", TARGET, DRAFT, plan(temperature))
+    methods = ("speculative", "autoregressive") + (("generate",) if temperature == 0 else ())
+    for method in methods:
+        assert tokens(loop, method) == tokens(inline, method), method
+    assert loop.group is tp_loop.group  # one load for every point
+
+
+@pytest.mark.slow
+def test_every_rank_is_named_and_the_kv_cache_summed_over_them(tp_loop: GroupProxy) -> None:
+    loop = start_loop("target", TP2, DRAFT, plan(0.0))
+    target = loop.conditions()["target and generate"]
+    assert len(target.peers) == 1 and target.peers[0].pid != target.pid
+    assert f"rank 1 process {target.peers[0].pid}" in target.describe(0)
+    inline = start_loop("inline", TARGET, DRAFT, plan(0.0))
+    kv = [r.kv_target_bytes for r in loop.decode_unit("speculative", 0, 0).result.rounds]
+    assert kv == [r.kv_target_bytes for r in inline.decode_unit("speculative", 0, 0).result.rounds]
+
+
+@pytest.mark.slow
+def test_a_point_at_tp_2_makes_no_ray_call_a_round(tp_loop: GroupProxy, module_ray_pool: GroupPool) -> None:
+    """The whole point through the experiment, on the module's group (the same specs name it)."""
+    import ray
+
+    overrides = ["cluster.tp_size=2", "runtime.torch_threads=1", "tracking=none", "baseline_hf=false"]
+    small = ["dataset.num_prompts=1", "sampling.max_new_tokens=12", "measure.repeats=1"]
+    loads = sum(ray.get(module_ray_pool.ledger.counts.remote()).values())
+    metrics = decode_point(resolve(load([*overrides, *small])), NoopTracker())
+    assert metrics["ray_calls_per_round"] == 0 and metrics["restarts"] == 0
+    assert metrics["model_loads"] == loads  # the module's group, not a new one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_killed_rank_costs_its_unit_and_the_tokens_stay(tp_loop: GroupProxy, rank: int, caplog) -> None:
+    import ray
+
+    loop = start_loop("target", TP2, DRAFT, plan(1.0))
+    clean = tokens(loop, "speculative")
+    victim = loop.group.members[rank]
+    restarts = loop.stats.restarts
+    killer = threading.Timer(0.3, lambda: ray.kill(victim))  # while the first unit decodes
+    with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
+        killer.start()
+        time.sleep(0.1)
+        again = tokens(loop, "speculative")
+        killer.join()
+    assert again == clean
+    assert loop.stats.restarts == restarts + 1 and "loop group" in caplog.text and "lost an actor" in caplog.text
+    assert victim not in loop.group.members
+
+
+@pytest.mark.slow
+def test_the_transformers_backend_s_ranks_decode_the_same_tokens(module_ray_pool: GroupPool) -> None:
+    """`cluster.tp_backend=transformers`: the model's own tp_plan (DTensor shards) under the same loop."""
+    loop = start_loop("target", replace(TP2, tp_backend="transformers"), DRAFT, plan(0.0))
+    inline = start_loop("inline", TARGET, DRAFT, plan(0.0))
+    for method in ("speculative", "autoregressive", "generate"):
+        assert tokens(loop, method) == tokens(inline, method), method
