@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, unknown_keys
 from speculab.experiment import PointOutcome, run
+from speculab.runtime.placement import ClusterError
 from speculab.tracking.runs import sweep_id
 from speculab.tracking.spool import close_open_runs
 
@@ -39,6 +40,10 @@ def hydra_main(cfg: DictConfig) -> PointOutcome:
     except ConfigError as err:
         print(f"speculab: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
+        print(f"speculab: point failed: {err}", file=sys.stderr)
+        close_open_runs("FAILED")
+        raise SystemExit(1) from None
     raise_if_interrupted()  # this point is recorded; the sweep stops before the next
     return outcome
 

@@ -57,6 +57,7 @@ from speculab.tracking.points import (
 )
 from speculab.tracking.runs import KIND_TAG, NOTE_TAG
 from speculab.tracking.spool import fail_fast
+from speculab.tracking.store import store_client
 from speculab.tracking.sweep_figures import FIGURES
 
 PRESETS_DIR = PROJECT_ROOT / "conf" / "experiment"
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fail_fast()
     uri = args.uri or tracking_uri(TrackingConfig())
-    client = MlflowClient(uri)
+    client = store_client(uri)
     try:
         if args.run:
             source = sweep_source(client, args.run)

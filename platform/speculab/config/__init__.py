@@ -21,6 +21,7 @@ from speculab.config.checkpoints import (
 )
 from speculab.config.device import describe_device, local_gpus, resolve_device
 from speculab.config.errors import ConfigError
+from speculab.config.model import prompt_length_errors
 from speculab.config.plan import RunPlan, passes_on, resolve
 from speculab.config.schema import (
     AlgorithmConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "locate",
     "loop_host",
     "passes_on",
+    "prompt_length_errors",
     "read_json",
     "resolve",
     "resolve_device",

@@ -32,6 +32,7 @@ from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
     NOTE_TAG,
+    SWEEP_ID,
     experiment_tags,
     point_id,
     point_link,
@@ -126,7 +127,7 @@ class MlflowSweepCallback(Callback):
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
             tracking.experiment,
-            f"{name} · {launch_label(dict(os.environ))}",  # two launches of one sweep get two names
+            f"{name} · {launch_label(dict(os.environ), SWEEP_ID)}",  # two launches of one sweep get two names
             tags,
             experiment_tags=experiment_tags(),
         )

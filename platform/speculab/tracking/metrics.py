@@ -115,11 +115,27 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
         "with torch's sync debug mode; absent on the CPU and when the loop runs in the driver",
     ),
     Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
+    Metric(
+        "units_finished",
+        "runtime/units_finished",
+        "a point that failed (a lost node, restarts used up): units whose speculative decode finished and is "
+        "logged with the point; absent when the point finished",
+    ),
 )
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
 )
 METRIC_KEYS = tuple(m.key for m in METRICS)
+# What a pass shows without timing it: a failed point logs these for the units it finished.
+UNTIMED = (
+    "block_efficiency",
+    "accepted_mean",
+    "tree_nodes_mean",
+    "kv_peak_mb_target",
+    "kv_peak_mb_draft",
+    "target_calls",
+    "generated_tokens",
+)
 HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
 # What the autoregressive baseline logs of its metrics (the rest are constants for it: block efficiency 1,
 # no draft, no tree); fewer charts stand before the headline ones on a run's page.
