@@ -18,8 +18,9 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from speculab.measure import ratio_interval
 from speculab.report import main
-from speculab.tracking.points import Estimate, Point, ratio_interval
+from speculab.tracking.points import Estimate, Point
 from speculab.tracking.runs import KIND_TAG, POINT_TAG
 from speculab.tracking.spool import PARENT_TAG
 from speculab.tracking.sweep_figures import plot_lines

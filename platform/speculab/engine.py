@@ -88,7 +88,7 @@ class RoundRecord:
     cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
     feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
     time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
-    # The first drafted position, per row (`first_position`; empty when nothing is drafted): to
+    # The first drafted position, per row (`depth_evidence`; empty when nothing is drafted): to
     # tell a drafter that predicts badly from a verification that accepts badly.
     first_overlap: list[float] = field(default_factory=list)
     first_entropy_target: list[float] = field(default_factory=list)
@@ -102,6 +102,10 @@ class PromptRecord:
     tokens: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # tau per round
     stop: str = ""  # "eos" or "max_new_tokens"
+    # Per round, sum_x min(p_j, q_j) at each depth j the verification reached (1..min(tau + 1, L)) along
+    # the accepted path (`depth_evidence`); empty lists when nothing is drafted.
+    overlap: list[list[float]] = field(default_factory=list)
+    left_chain: list[bool] = field(default_factory=list)  # per round, deterministic trees only: off the chain
 
 
 @dataclass
@@ -113,6 +117,7 @@ class RunResult:
     prefill_draft_s: float
     paired_s: float = 0.0  # spent in the paired check (extra verifications on the same drafts)
     paired_cpu_s: float = 0.0  # its CPU seconds
+    length: int = 0  # L: draft tokens per round (0: nothing drafted, the autoregressive baseline)
 
 
 def concat_runs(runs: list[RunResult]) -> RunResult:
@@ -127,6 +132,7 @@ def concat_runs(runs: list[RunResult]) -> RunResult:
         sum(run.prefill_draft_s for run in runs),
         sum(run.paired_s for run in runs),
         sum(run.paired_cpu_s for run in runs),
+        max((run.length for run in runs), default=0),
     )
 
 
@@ -230,12 +236,57 @@ def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tenso
     return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
 
 
-# p, q [B, V] -> [3, B]
-def first_position(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """sum_x min(p(x), q(x)) (the chance that one token drawn from q is accepted against p, as
-    token verification accepts it), and the entropies of p and q in nats."""
-    q = q.to(p.device, p.dtype)
-    return torch.stack([torch.minimum(p, q).sum(-1), torch.special.entr(p).sum(-1), torch.special.entr(q).sum(-1)])
+# tokens [B, L+1] a verdict's (accepted, then the extra token); tau [B]; q [B, L, V] a tree's marginals
+def left_chain(tokens: torch.Tensor, tau: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """[B] bool: the accepted path left the tree's first-ranked chain (the most probable token at
+    every depth, ties to the lower token id as the tree builders rank them): the round was won by a
+    side branch, which a single chain (vanilla DFlash) would have lost."""
+    L = q.shape[1]
+    off = tokens[:, :L] != q.argmax(dim=-1).to(tokens.device)  # [B, L]
+    return (off & (torch.arange(L, device=tokens.device) < tau[:, None])).any(dim=1)
+
+
+# p_nodes [B, N, V] target probs at every node; returns [B, L + 2], [B, L + 3] for a deterministic tree
+def depth_evidence(proposal: Proposal, p_nodes: torch.Tensor, verdict: Verdict) -> torch.Tensor:
+    """Why a round accepted what it did, from what the round already computed (no model pass), on p's
+    device so that the caller reads it in one host read. Columns: at each depth j = 1..L along the
+    accepted path, sum_x min(p_j(x), q_j(x)), the chance that one token drawn from q_j is accepted
+    against p_j by token verification (at the depths reached, j <= tau + 1, every path through the
+    accepted prefix has the same p_j and q_j, so which one `verdict.path` names does not matter);
+    then the entropies of p_1 and q_1 in nats; for a deterministic tree, then 1 where the accepted
+    path left its first-ranked chain (`left_chain`)."""
+    assert proposal.tree.path_nodes is not None  # every proposed tree records its paths
+    device = p_nodes.device
+    path = verdict.path.to(device)
+    L = proposal.tree.path_nodes.shape[2] - 1
+    rows = torch.arange(len(path), device=device)
+    nodes = proposal.tree.path_nodes.to(device)[rows, path, :L].clamp(min=0)  # [B, L]; -1 past a tree path's end
+    p = p_nodes.gather(1, nodes[..., None].expand(-1, -1, p_nodes.shape[-1]))  # [B, L, V] at depth j's parent
+    q = proposal.path_q(path).to(device, p.dtype)  # [B, L, V]
+    entropies = [torch.special.entr(d[:, 0]).sum(-1, keepdim=True) for d in (p, q)]
+    columns = [torch.minimum(p, q).sum(-1), *entropies]
+    if proposal.marginals is not None:
+        off = left_chain(verdict.tokens.to(device), verdict.tau.to(device), proposal.marginals)
+        columns.append(off[:, None].to(p.dtype))
+    return torch.cat(columns, dim=1)
+
+
+def _record(
+    batch: list[PromptRecord], emitted: list[list[int]], evidence: list[list[float]], settings: DecodeSettings
+) -> list[int]:
+    """Each row's tokens, truncated, and its round (tau, the evidence at the depths it reached) into
+    its prompt's record; returns the tokens kept per row."""
+    kept, L = [], settings.length
+    for record, tokens, row in zip(batch, emitted, evidence):
+        tau = len(tokens) - 1
+        tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
+        record.tokens += tokens
+        record.accepted.append(tau)
+        record.overlap.append(row[: min(tau + 1, L)])
+        if len(row) > L + 2:
+            record.left_chain.append(row[L + 2] > 0)
+        kept.append(len(tokens))
+    return kept
 
 
 def truncate(tokens: list[int], room: int, eos: int | None) -> tuple[list[int], str]:
@@ -296,6 +347,7 @@ def decode(
         prefill.get("prefill_draft", 0.0),
         paired_s,
         sum(r.cpu_paired_s for r in rounds),
+        settings.length,
     )
 
 
@@ -338,14 +390,10 @@ def _round(
     with clock.phase("draft"):
         drafter.commit(emitted, features=features)
     taus = [len(tokens) - 1 for tokens in emitted]  # from the rows already on the host: no device read
-    first_q = proposal.first_q
-    first = first_position(p_nodes[:, 0], first_q).tolist() if first_q is not None else [[], [], []]
-    kept = []
-    for record, tokens, tau in zip(batch, emitted, taus):
-        tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
-        record.tokens += tokens
-        record.accepted.append(tau)
-        kept.append(len(tokens))
+    L = settings.length
+    evidence = depth_evidence(proposal, p_nodes, verdict).tolist() if L else [[] for _ in batch]  # one host read
+    kept = _record(batch, emitted, evidence, settings)
+    first = [[row[column] for row in evidence if row] for column in (0, L, L + 1)]  # depth 1, entropies
     live = [i for i, record in enumerate(batch) if not record.stop]
     carry = verdict.carry
     if len(live) < len(batch):

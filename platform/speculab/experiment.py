@@ -34,6 +34,7 @@ from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
 from speculab.paired import paired_metrics, paired_table
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
+from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.metrics import (
     BASELINE_KEYS,
     HF_PREFIX,
@@ -63,7 +64,7 @@ from speculab.tracking.summary import (
     records_table,
     time_split_figure,
 )
-from speculab.tracking.sweep import resumed_metrics
+from speculab.tracking.sweep import acceptance_curve, resumed_metrics
 
 if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
@@ -355,6 +356,8 @@ def log_point(
     tracker.log_text(records_jsonl(records), "records.jsonl")
     tracker.log_table(records_table(records), "records_table.json")
     tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
+    if (by_depth := depth_figure({run_name(plan.cfg): acceptance_curve(metrics)})) is not None:
+        tracker.log_figure(by_depth, "acceptance_by_depth.png")
     tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
 
