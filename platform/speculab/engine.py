@@ -246,27 +246,43 @@ def left_chain(tokens: torch.Tensor, tau: torch.Tensor, q: torch.Tensor) -> torc
     return (off & (torch.arange(L, device=tokens.device) < tau[:, None])).any(dim=1)
 
 
-# p_nodes [B, N, V] target probs at every node; returns [B, L + 2], [B, L + 3] for a deterministic tree
-def depth_evidence(proposal: Proposal, p_nodes: torch.Tensor, verdict: Verdict) -> torch.Tensor:
+Drafts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # i.i.d. paths [B, K, L], p [B, K, L+1, V], q [B, K, L, V]
+
+
+# p_nodes [B, N, V]; path [B]
+def along_path(
+    p_nodes: torch.Tensor, proposal: Proposal, tree: DraftTree, path: torch.Tensor, drafts: Drafts | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, L, V] target, [B, L, V] draft) distributions of the token at each depth j = 1..L of path
+    `path`: the i.i.d. paths' (``drafts``, on p's device for their verifier), or a deterministic
+    tree's p at the path's node of depth j - 1 (``tree`` on p's device, where it was walked) and its
+    marginals. Nothing is copied to the device but a tree's marginals where the draft is elsewhere."""
+    rows = torch.arange(len(path), device=p_nodes.device)
+    if drafts is not None:
+        return drafts[1][rows, path, :-1], drafts[2][rows, path]
+    assert tree.path_nodes is not None and proposal.marginals is not None  # a deterministic tree records both
+    nodes = tree.path_nodes[rows, path, :-1].clamp(min=0)  # [B, L]; -1 past the end of a tree's shorter path
+    p = p_nodes.gather(1, nodes[..., None].expand(-1, -1, p_nodes.shape[-1]))
+    return p, proposal.marginals.to(p_nodes.device)
+
+
+# p, q [B, L, V] along `verdict.path` (`along_path`)
+def depth_evidence(p: torch.Tensor, q: torch.Tensor, verdict: Verdict, tree_marginals: bool = False) -> torch.Tensor:
     """Why a round accepted what it did, from what the round already computed (no model pass), on p's
-    device so that the caller reads it in one host read. Columns: at each depth j = 1..L along the
-    accepted path, sum_x min(p_j(x), q_j(x)), the chance that one token drawn from q_j is accepted
-    against p_j by token verification (at the depths reached, j <= tau + 1, every path through the
-    accepted prefix has the same p_j and q_j, so which one `verdict.path` names does not matter);
-    then the entropies of p_1 and q_1 in nats; for a deterministic tree, then 1 where the accepted
-    path left its first-ranked chain (`left_chain`)."""
-    assert proposal.tree.path_nodes is not None  # every proposed tree records its paths
-    device = p_nodes.device
-    path = verdict.path.to(device)
-    L = proposal.tree.path_nodes.shape[2] - 1
-    rows = torch.arange(len(path), device=device)
-    nodes = proposal.tree.path_nodes.to(device)[rows, path, :L].clamp(min=0)  # [B, L]; -1 past a tree path's end
-    p = p_nodes.gather(1, nodes[..., None].expand(-1, -1, p_nodes.shape[-1]))  # [B, L, V] at depth j's parent
-    q = proposal.path_q(path).to(device, p.dtype)  # [B, L, V]
+    device so that the caller reads it in one host read; [B, L + 2], [B, L + 3] with ``tree_marginals``
+    (q is the marginals a deterministic tree was built from).
+    Columns: at each depth j = 1..L along the accepted path, sum_x min(p_j(x), q_j(x)), the chance
+    that one token drawn from q_j is accepted against p_j by token verification (at the depths
+    reached, j <= tau + 1, every path through the accepted prefix has the same p_j and q_j, so which
+    one `verdict.path` names does not matter); then the entropies of p_1 and q_1 in nats; for a
+    tree, then 1 where the accepted path left its first-ranked chain (`left_chain`)."""
+    device = p.device
+    # ranked in the dtype the tree was built from, before q meets p's
+    off = left_chain(verdict.tokens.to(device), verdict.tau.to(device), q) if tree_marginals else None
+    q = q.to(device, p.dtype)
     entropies = [torch.special.entr(d[:, 0]).sum(-1, keepdim=True) for d in (p, q)]
     columns = [torch.minimum(p, q).sum(-1), *entropies]
-    if proposal.marginals is not None:
-        off = left_chain(verdict.tokens.to(device), verdict.tau.to(device), proposal.marginals)
+    if off is not None:
         columns.append(off[:, None].to(p.dtype))
     return torch.cat(columns, dim=1)
 
@@ -369,11 +385,12 @@ def _round(
         proposal = drafter.propose(settings.num_paths, settings.length, settings.sampling)
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
-    drafts = None  # i.i.d. paths [B, K, L] with p and q, for the paired check
-    paired_cpu = 0.0
+    drafts: Drafts | None = None  # i.i.d. paths with p and q, for the paired check
+    paired_cpu, tree = 0.0, proposal.tree
     with clock.phase("verify"):
         if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
-            verdict = verifier(proposal.tree.to(p_nodes.device), p_nodes, rng=rng)
+            tree = tree.to(p_nodes.device)
+            verdict = verifier(tree, p_nodes, rng=rng)
         else:
             assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
@@ -391,7 +408,11 @@ def _round(
         drafter.commit(emitted, features=features)
     taus = [len(tokens) - 1 for tokens in emitted]  # from the rows already on the host: no device read
     L = settings.length
-    evidence = depth_evidence(proposal, p_nodes, verdict).tolist() if L else [[] for _ in batch]  # one host read
+    if L:  # one host read, where the first position's figures took one before
+        p_path, q_path = along_path(p_nodes, proposal, tree, verdict.path, drafts)
+        evidence = depth_evidence(p_path, q_path, verdict, tree_marginals=proposal.paths is None).tolist()
+    else:
+        evidence = [[] for _ in batch]
     kept = _record(batch, emitted, evidence, settings)
     first = [[row[column] for row in evidence if row] for column in (0, L, L + 1)]  # depth 1, entropies
     live = [i for i, record in enumerate(batch) if not record.stop]

@@ -135,13 +135,3 @@ class Proposal:
     feature_bytes: int = 0  # target features the drafter absorbed for this proposal (DFlash)
     feature_s: float = 0.0  # seconds it spent absorbing them
     marginals: torch.Tensor | None = None  # [B, L, V] a deterministic tree's per-depth marginals
-
-    # path [B] one path index per row
-    def path_q(self, path: torch.Tensor) -> torch.Tensor:
-        """[B, L, V] the draft's distribution at each depth of path `path` (L = 0: nothing drafted):
-        that path's q for i.i.d. paths, the marginals for a deterministic tree (no path changes them)."""
-        if self.q is None:
-            assert self.marginals is not None  # a deterministic tree comes with its marginals
-            return self.marginals
-        rows = torch.arange(self.q.shape[0], device=self.q.device)
-        return self.q[rows, path.to(self.q.device)]
