@@ -37,7 +37,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from speculab.config import PROJECT_ROOT, TrackingConfig, tracking_uri
-from speculab.tracking.metrics import BASELINE_PREFIX, acceptance_logged, depth_series, mlflow_name
+from speculab.tracking.acceptance import reached_depth
+from speculab.tracking.metrics import BASELINE_PREFIX, acceptance_logged, mlflow_name
 from speculab.tracking.points import (
     Estimate,
     Point,
@@ -198,6 +199,8 @@ def _share(key: str) -> Callable[[Point], Estimate | None]:
         if name not in metrics:
             return None
         value = metrics[name]
+        if math.isnan(value):  # no round reached this depth
+            return None
         low, high = (metrics.get(f"{name}_ci_{end}", math.nan) for end in ("low", "high"))
         return Estimate(value, None if math.isnan(low + high) else max(value - low, high - value))
 
@@ -205,9 +208,9 @@ def _share(key: str) -> Callable[[Point], Estimate | None]:
 
 
 def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
-    """alpha_j and the overlap per depth, and the accepted-length histogram, up to the longest L among
-    the points (none when no point drafted); ``paper``: what the preset's paper shows of them."""
-    L = max((len(depth_series(acceptance_logged(p.metrics), "alpha")) for p in points), default=0)
+    """alpha_j and the overlap per depth, and the accepted-length histogram, up to the deepest depth a
+    point's rounds reached (none when no point drafted); ``paper``: what the preset's paper shows of them."""
+    L = max((reached_depth(acceptance_logged(p.metrics)) for p in points), default=0)
     if not L:
         return ()
     depths = range(1, L + 1)

@@ -29,12 +29,12 @@ L = 4
 @pytest.fixture(scope="module")
 def tiny_prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(5)
-    return [torch.randint(3, 60, (n,), generator=g).tolist() for n in (6, 19, 12, 9, 15, 7)]
+    return [torch.randint(3, 60, (n,), generator=g).tolist() for n in (6, 19, 12, 9)]
 
 
 def tiny_run(algorithm: str, prompts: list[list[int]]) -> RunResult:
-    """The tiny pair at T = 1 (acceptance well inside (0, 1)): six prompts of 24 new tokens in batches
-    of 3, L = 4; K = 2 for GBV, a 16-node DDTree (or its chain) on the DFlash drafter."""
+    """The tiny pair at T = 1 (acceptance well inside (0, 1)): four prompts of 16 new tokens in batches
+    of 2, L = 4; K = 2 for GBV, a 16-node DDTree (or its chain) on the DFlash drafter."""
     target_path, draft_path, dflash = (str(TINY_PAIR / name) for name in ("target", "draft", "dflash"))
     K, verifier = 1, algorithm
     if algorithm.startswith("ddtree"):
@@ -46,7 +46,7 @@ def tiny_run(algorithm: str, prompts: list[list[int]]) -> RunResult:
     else:
         target, drafter = TreeTarget(LMSpec("hf", target_path)), DraftModel(LMSpec("hf", draft_path))
         K = 2 if algorithm == "gbv" else 1
-    return decode(target, drafter, get_verifier(verifier), prompts, DecodeSettings(K, L, SamplingParams(1.0), 24, 3))
+    return decode(target, drafter, get_verifier(verifier), prompts, DecodeSettings(K, L, SamplingParams(1.0), 16, 2))
 
 
 @pytest.mark.parametrize("algorithm", ["token", "block", "gbv", "ddtree", "ddtree_chain"])
@@ -126,6 +126,11 @@ def test_the_summary_shows_alpha_in_one_compact_line() -> None:
         "left_chain": "0.25",
     }
     assert acceptance_rows({"accepted_mean": 0.0}) == []  # the baseline drafts nothing
+    shallow = {"alpha_1": 0.3, "alpha_2": 0.0, "alpha_3": math.nan, "hist_0": 0.7, "hist_1": 0.3, "hist_2": 0.0}
+    assert dict(acceptance_rows(shallow | {"hist_3": 0.0})) == {  # a line stops where no round reached
+        "alpha (depth 1..2 of 3)": "0.30 0.00",
+        "tau share (0..1 of 3)": "0.70 0.30",
+    }
 
 
 def test_the_sweep_table_lines_up_points_of_different_lengths() -> None:
@@ -142,6 +147,8 @@ def test_the_sweep_table_lines_up_points_of_different_lengths() -> None:
     text = depth_markdown({"L=2": CURVE, "baseline": {}})
     assert "| L=2 | alpha | 0.800 [0.75, 0.85] | 0.600 [0.50, 0.70] |" in text and "baseline" not in text
     assert depth_figure({"baseline": {}}) is None and length_figure({}) is None
+    unreached = depth_markdown({"L=3": CURVE | {"alpha_3": math.nan, "overlap_3": math.nan, "hist_3": 0.0}})
+    assert "| point | figure | j=1 | j=2 |" in unreached  # no column past the deepest depth any round reached
 
 
 class Recorder:

@@ -38,6 +38,12 @@ FIGURES = (
 )
 
 
+def reached_depth(metrics: dict[str, float]) -> int:
+    """The deepest depth some round of the point reached: alpha_j is NaN past it (no round to count)."""
+    alpha = depth_series(metrics, "alpha")
+    return next((j for j, value in enumerate(alpha) if math.isnan(value)), len(alpha))
+
+
 def depth_figure(curves: Curves, note: str = "") -> Figure | None:
     """alpha_j against j, one line per point with its interval as a band and its overlap dashed in
     the same colour; None when no point drafted. ``note``: what every point shares."""
@@ -115,11 +121,11 @@ def _cell(metrics: dict[str, float], key: str) -> str:
 
 def depth_markdown(curves: Curves) -> str:
     """alpha_j and the overlap per depth (with their intervals), and the share of rounds per accepted
-    length, a row per point and figure."""
+    length, a row per point and figure, up to the deepest depth a point's rounds reached."""
     drafted = {label: m for label, m in curves.items() if depth_series(m, "alpha")}
     if not drafted:
         return ""
-    L = max(len(depth_series(m, "alpha")) for m in drafted.values())
+    L = max(map(reached_depth, drafted.values()))
     lines = [
         "| point | figure | " + " | ".join(f"j={j}" for j in range(1, L + 1)) + " |",
         "|" + "---|" * (L + 2),

@@ -45,14 +45,19 @@ def summary_table(
 
 def acceptance_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
     """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the overlap beside it, the
-    accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft."""
-    rows = [
-        (f"{name} (depth 1..{len(values)})", " ".join(f"{v:.2f}" for v in values))
-        for name, values in (("alpha", depth_series(metrics, "alpha")), ("overlap", depth_series(metrics, "overlap")))
-        if values
-    ]
-    if hist := depth_series(metrics, "hist", first=0):
-        rows.append((f"tau share (0..{len(hist) - 1})", " ".join(f"{v:.2f}" for v in hist)))
+    accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft.
+    A line stops where no round reached (alpha NaN) or none accepted (share 0): `of L` says so."""
+    lines = (("alpha (depth ", "alpha", 1), ("overlap (depth ", "overlap", 1), ("tau share (", "hist", 0))
+    rows = []
+    for name, stem, first in lines:
+        values = depth_series(metrics, stem, first)
+        shown = len(values)
+        while shown and (math.isnan(values[shown - 1]) or (first == 0 and values[shown - 1] == 0)):
+            shown -= 1
+        last = first + len(values) - 1
+        span = f"{first}..{first + shown - 1}" + (f" of {last}" if shown < len(values) else "")
+        if values:
+            rows.append((f"{name}{span})", " ".join(f"{v:.2f}" for v in values[:shown])))
     if "left_chain" in metrics:
         rows.append(("left_chain", _fmt(metrics["left_chain"])))
     return rows
