@@ -35,10 +35,12 @@ from speculab.models.roles import Conditions
 from speculab.paired import paired_metrics, paired_table
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
+from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.metrics import (
     BASELINE_KEYS,
     HF_PREFIX,
     UNTIMED,
+    acceptance_metrics,
     baseline_metrics,
     hf_metrics,
     mlflow_metrics,
@@ -65,7 +67,7 @@ from speculab.tracking.summary import (
     records_table,
     time_split_figure,
 )
-from speculab.tracking.sweep import resumed_metrics
+from speculab.tracking.sweep import acceptance_curve, resumed_metrics
 
 if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
@@ -355,6 +357,8 @@ def log_point(
     tracker.log_metrics(mlflow_metrics(metrics) | baselines)
     tracker.set_tags({NOTE_TAG: point_description(plan.cfg, metrics)})
     log_records(point, spec, tracker)
+    if (by_depth := depth_figure({run_name(plan.cfg): acceptance_curve(metrics)})) is not None:
+        tracker.log_figure(by_depth, "acceptance_by_depth.png")
     tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
 
@@ -370,13 +374,14 @@ def log_records(point: Prepared, spec: RunResult, tracker: Tracker) -> None:
 
 def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
     """What a point that failed had finished: the speculative decode of its first units (their records
-    and the figures that need no timing: block efficiency, acceptance, tree and KV sizes) and how many
+    and the figures that need no timing: block efficiency, acceptance by depth, tree and KV sizes) and how many
     units that is; the number of units logged."""
     finished = decoders.runs["speculative"]
     tracker.log_metrics(mlflow_metrics({"units_finished": float(len(finished))}))
     if finished:
         spec = concat_runs(finished)
-        tracker.log_metrics(mlflow_metrics({k: v for k, v in summarize(spec).items() if k in UNTIMED}))
+        untimed = {k: v for k, v in summarize(spec).items() if k in UNTIMED} | acceptance_metrics(spec)
+        tracker.log_metrics(mlflow_metrics(untimed))
         log_records(point, spec, tracker)
         plt.close("all")
     return len(finished)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.engine import RunResult
-from speculab.tracking.metrics import acceptance_histogram
+from speculab.tracking.metrics import acceptance_histogram, depth_series, is_acceptance
 
 
 def summary_table(
@@ -24,19 +24,43 @@ def summary_table(
 ) -> Table:
     """Every metric, beside each baseline's (column name -> its metrics) where it has one; a
     measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in brackets;
-    ``caption``: the conditions the figures were measured under."""
+    ``caption``: the conditions the figures were measured under. Acceptance by depth shows as a few
+    compact rows under `accepted_mean` (`acceptance_rows`), its intervals in MLflow."""
     table = Table(title=title, caption=caption or None)
     table.add_column("metric")
     table.add_column("speculative", justify="right")
     for name in baselines:
         table.add_column(name, justify="right")
     for key, value in metrics.items():
-        if key.endswith(("_ci_low", "_ci_high")):
+        if key.endswith(("_ci_low", "_ci_high")) or is_acceptance(key):
             continue
         shown = [b.get(key) if key != "kv_peak_mb_draft" else None for b in baselines.values()]  # no draft there
         cell = _fmt(value) + _bracket(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high"))
         table.add_row(key, cell, *("" if v is None or math.isnan(v) else _fmt(v) for v in shown))
+        if key == "accepted_mean":
+            for name, line in acceptance_rows(metrics):
+                table.add_row(name, line)
     return table
+
+
+def acceptance_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
+    """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the overlap beside it, the
+    accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft.
+    A line stops where no round reached (alpha NaN) or none accepted (share 0): `of L` says so."""
+    lines = (("alpha (depth ", "alpha", 1), ("overlap (depth ", "overlap", 1), ("tau share (", "hist", 0))
+    rows = []
+    for name, stem, first in lines:
+        values = depth_series(metrics, stem, first)
+        shown = len(values)
+        while shown and (math.isnan(values[shown - 1]) or (first == 0 and values[shown - 1] == 0)):
+            shown -= 1
+        last = first + len(values) - 1
+        span = f"{first}..{first + shown - 1}" + (f" of {last}" if shown < len(values) else "")
+        if values:
+            rows.append((f"{name}{span})", " ".join(f"{v:.2f}" for v in values[:shown])))
+    if "left_chain" in metrics:
+        rows.append(("left_chain", _fmt(metrics["left_chain"])))
+    return rows
 
 
 def _fmt(value: float) -> str:
