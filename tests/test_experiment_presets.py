@@ -79,4 +79,6 @@ def test_each_preset_runs_tiny_and_reports(preset: str, tmp_path: Path) -> None:
     finished = [r for r in runs if r.data.tags.get("speculab.kind") == "point" and r.info.status == "FINISHED"]
     assert len(finished) == len(sweep_points(preset))
     main(["--preset", preset, "--uri", f"sqlite:///{store}", "--out", str(tmp_path / "report"), "--no-log"])
-    assert (tmp_path / "report" / "tables.md").read_text().count("###") == len(LAYOUTS[preset])
+    tables = (tmp_path / "report" / "tables.md").read_text()
+    # the preset's own tables, then acceptance by depth (alpha_j, overlap_j, accepted lengths): every preset drafts
+    assert tables.count("###") == len(LAYOUTS[preset]) + 3 and "### Acceptance by depth" in tables
