@@ -62,7 +62,7 @@ def ray_cluster() -> Iterator[GroupPool]:
 def emptied(pool: GroupPool) -> Iterator[GroupPool]:
     """`pool` with no group open, and none once its user is done, whatever that user did (killed
     actors, restarted a group): open groups hold cluster CPUs that a later test's actors would wait
-    for (300 s, then fail), and loads that the ledger would count again."""
+    for (then fail), and loads that `model_loads` would count again."""
     pool.close_all()
     yield pool
     pool.close_all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -387,6 +388,16 @@ BAD_SETTINGS: list[tuple[list[str], str, str]] = [
     (["tracking.uri=sqlite:///{tmp}/dir.db"], "dir.db/x:", "{tmp}/dir.db is a directory, not a SQLite database"),
     (["cluster.actor_cpus=4", "cluster.num_cpus=2"], "", "the local Ray cluster has 2 CPUs"),
     (["cluster.address=ray://127.0.0.1:1"], "", "nothing answers at 127.0.0.1:1"),
+    (["cluster.address=127.0.0.1:1"], "", "cluster.address='127.0.0.1:1': nothing answers at 127.0.0.1:1"),
+    (["cluster.address=localhost"], "", "cluster.address='localhost': not a Ray address; use null"),
+    (["runtime.placement_timeout_s=0"], "", "runtime.placement_timeout_s=0.0: must be > 0"),
+    (["cluster.target_resources={{node_b: 1}}"], "", "custom resources need runtime=ray attached to a cluster"),
+    (["cluster.target_resources={{node_b: x}}"], "", "must be a mapping of Ray resource names to amounts > 0"),
+    (
+        ["cluster.address=auto", "cluster.draft_resources={{node_b: 1}}"],
+        "",
+        "with runtime.loop=target the draft runs in rank 0's process",
+    ),
     (["drafter.path={tmp}"], "", "drafter=iid drafts with the pair's draft model"),
     (
         ["algorithm=spectr", "algorithm.node_rule=lp", "sampling.top_k=0"],
@@ -415,3 +426,32 @@ def test_a_former_drafter_name_is_refused_naming_the_new_one() -> None:
     """`drafter=block` was the parallel drafter's name ("block" is block verification's)."""
     with pytest.raises(ConfigError, match=r"drafter.name='block': renamed drafter=parallel \(a one-pass block drafter"):
         validate(load(["algorithm=ddtree", "drafter=block"]))
+
+
+def test_a_checkpoint_whose_index_names_a_missing_shard_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from support.models import TINY_PAIR
+
+    target = shutil.copytree(TINY_PAIR / "target", tmp_path / "target")
+    weight_map = {
+        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors",
+    }
+    (target / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ConfigError) as err:
+        validate(load([f"model.target_path={target}"]))
+    assert "names 2 shard file(s) missing" in str(err.value) and "model-00001-of-00002.safetensors" in str(err.value)
+
+
+def test_a_prompt_longer_than_the_context_leaves_room_for_is_refused_naming_it(tmp_path: Path) -> None:
+    from speculab.config import prompt_length_errors, resolve
+    from support.models import TINY_PAIR
+
+    plan = resolve(load(["runtime=inline", "sampling.max_new_tokens=64"]))
+    errors = prompt_length_errors(plan.cfg, TINY_PAIR / "target", {"short": 10, "long/1": 4401})
+    assert errors == [
+        "dataset: prompt 'long/1' has 4401 tokens; with sampling.max_new_tokens=64 and algorithm.L=4 a prompt may "
+        "have at most 955 (the target's context is 1024, max_position_embeddings); shorten or drop it, or lower "
+        "sampling.max_new_tokens"
+    ]

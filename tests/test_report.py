@@ -18,8 +18,9 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from speculab.measure import ratio_interval
 from speculab.report import main
-from speculab.tracking.points import Estimate, Point, ratio_interval
+from speculab.tracking.points import Estimate, Point
 from speculab.tracking.runs import KIND_TAG, POINT_TAG
 from speculab.tracking.spool import PARENT_TAG
 from speculab.tracking.sweep_figures import plot_lines
@@ -152,6 +153,32 @@ def test_runs_with_compare_metrics_get_the_paired_comparison(tmp_path: Path) -> 
     assert "Paired comparison" in (tmp_path / "out" / "tables.md").read_text()
     report_runs = client.search_runs([experiment], f"tags.`{KIND_TAG}` = 'report'")
     assert len(report_runs) == 1 and "Paired comparison" in report_runs[0].data.tags["mlflow.note.content"]
+
+
+def test_the_ddtree_preset_reports_acceptance_by_depth_beside_what_the_paper_gives(tmp_path: Path) -> None:
+    """`--preset ddtree_table1`: alpha_j (± its interval's wider side), the overlap and the
+    accepted-length histogram per point, their plots, and what DDTree shows of them (Fig. 4, no numbers)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("ddtree_table1")
+    for budget, alpha in ((16, 0.5), (64, 0.7)):
+        params = shape(1, 2) | {"algorithm.name": "ddtree", "algorithm.budget": budget}
+        run = log_point(client, experiment, None, params, PROMPTS[(1, 4)])
+        accept = {"alpha_1": alpha, "alpha_1_ci_low": alpha - 0.1, "alpha_1_ci_high": alpha + 0.05, "alpha_2": 0.4}
+        accept |= {"overlap_1": 0.45, "overlap_2": 0.3, "hist_0": 0.5, "hist_1": 0.3, "hist_2": 0.2, "left_chain": 0.1}
+        for key, value in accept.items():
+            client.log_metric(run, f"accept/{key}", value)
+    main(["--preset", "ddtree_table1", "--uri", uri, "--out", str(tmp_path / "out"), "--no-log"])
+    out = tmp_path / "out"
+    alpha = read_csv(out / "acceptance_alpha.csv")
+    assert [row["B"] for row in alpha] == ["16", "64"]
+    figures = [[float(row[column]) for column in ("α_1", "α_1 ±", "α_2")] for row in alpha]
+    assert figures == [pytest.approx([0.5, 0.1, 0.4]), pytest.approx([0.7, 0.1, 0.4])]  # ± the wider side
+    assert [row["n=2"] for row in read_csv(out / "accepted_length.csv")] == ["0.2", "0.2"]
+    assert read_csv(out / "acceptance_overlap.csv")[0]["overlap_1"] == "0.45"
+    tables = (out / "tables.md").read_text()
+    assert "its Fig. 4 is this histogram" in tables and "DDTree gives no per-position acceptance" in tables
+    assert (out / "acceptance_by_depth.png").is_file() and (out / "accepted_length.png").is_file()
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 def hydra_main(cfg: DictConfig) -> PointOutcome:
     """One point; its plan and metrics are the job's return value (a sweep's parent run summarises them)."""
     from speculab.experiment import run
+    from speculab.runtime.placement import ClusterError
 
     raise_if_interrupted()
     try:
@@ -52,6 +53,10 @@ def hydra_main(cfg: DictConfig) -> PointOutcome:
         outcome = run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
     except ConfigError as err:
         refuse(err)
+    except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
+        print(f"speculab: point failed: {err}", file=sys.stderr)
+        close_open_runs("FAILED")
+        raise SystemExit(1) from None
     raise_if_interrupted()  # this point is recorded; the sweep stops before the next
     return outcome
 

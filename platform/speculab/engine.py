@@ -88,7 +88,7 @@ class RoundRecord:
     cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
     feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
     time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
-    # The first drafted position, per row (`first_position`; empty when nothing is drafted): to
+    # The first drafted position, per row (`depth_evidence`; empty when nothing is drafted): to
     # tell a drafter that predicts badly from a verification that accepts badly.
     first_overlap: list[float] = field(default_factory=list)
     first_entropy_target: list[float] = field(default_factory=list)
@@ -102,6 +102,10 @@ class PromptRecord:
     tokens: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # tau per round
     stop: str = ""  # "eos" or "max_new_tokens"
+    # Per round, sum_x min(p_j, q_j) at each depth j the verification reached (1..min(tau + 1, L)) along
+    # the accepted path (`depth_evidence`); empty lists when nothing is drafted.
+    overlap: list[list[float]] = field(default_factory=list)
+    left_chain: list[bool] = field(default_factory=list)  # per round, deterministic trees only: off the chain
 
 
 @dataclass
@@ -113,6 +117,7 @@ class RunResult:
     prefill_draft_s: float
     paired_s: float = 0.0  # spent in the paired check (extra verifications on the same drafts)
     paired_cpu_s: float = 0.0  # its CPU seconds
+    length: int = 0  # L: draft tokens per round (0: nothing drafted, the autoregressive baseline)
 
 
 def concat_runs(runs: list[RunResult]) -> RunResult:
@@ -127,6 +132,7 @@ def concat_runs(runs: list[RunResult]) -> RunResult:
         sum(run.prefill_draft_s for run in runs),
         sum(run.paired_s for run in runs),
         sum(run.paired_cpu_s for run in runs),
+        max((run.length for run in runs), default=0),
     )
 
 
@@ -230,12 +236,73 @@ def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tenso
     return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
 
 
-# p, q [B, V] -> [3, B]
-def first_position(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """sum_x min(p(x), q(x)) (the chance that one token drawn from q is accepted against p, as
-    token verification accepts it), and the entropies of p and q in nats."""
-    q = q.to(p.device, p.dtype)
-    return torch.stack([torch.minimum(p, q).sum(-1), torch.special.entr(p).sum(-1), torch.special.entr(q).sum(-1)])
+# tokens [B, L+1] a verdict's (accepted, then the extra token); tau [B]; q [B, L, V] a tree's marginals
+def left_chain(tokens: torch.Tensor, tau: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """[B] bool: the accepted path left the tree's first-ranked chain (the most probable token at
+    every depth, ties to the lower token id as the tree builders rank them): the round was won by a
+    side branch, which a single chain (vanilla DFlash) would have lost."""
+    L = q.shape[1]
+    off = tokens[:, :L] != q.argmax(dim=-1).to(tokens.device)  # [B, L]
+    return (off & (torch.arange(L, device=tokens.device) < tau[:, None])).any(dim=1)
+
+
+Drafts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # i.i.d. paths [B, K, L], p [B, K, L+1, V], q [B, K, L, V]
+
+
+# p_nodes [B, N, V]; path [B]
+def along_path(
+    p_nodes: torch.Tensor, proposal: Proposal, tree: DraftTree, path: torch.Tensor, drafts: Drafts | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, L, V] target, [B, L, V] draft) distributions of the token at each depth j = 1..L of path
+    `path`: the i.i.d. paths' (``drafts``, on p's device for their verifier), or a deterministic
+    tree's p at the path's node of depth j - 1 (``tree`` on p's device, where it was walked) and its
+    marginals. Nothing is copied to the device but a tree's marginals where the draft is elsewhere."""
+    rows = torch.arange(len(path), device=p_nodes.device)
+    if drafts is not None:
+        return drafts[1][rows, path, :-1], drafts[2][rows, path]
+    assert tree.path_nodes is not None and proposal.marginals is not None  # a deterministic tree records both
+    nodes = tree.path_nodes[rows, path, :-1].clamp(min=0)  # [B, L]; -1 past the end of a tree's shorter path
+    p = p_nodes.gather(1, nodes[..., None].expand(-1, -1, p_nodes.shape[-1]))
+    return p, proposal.marginals.to(p_nodes.device)
+
+
+# p, q [B, L, V] along `verdict.path` (`along_path`)
+def depth_evidence(p: torch.Tensor, q: torch.Tensor, verdict: Verdict, tree_marginals: bool = False) -> torch.Tensor:
+    """Why a round accepted what it did, from what the round already computed (no model pass), on p's
+    device so that the caller reads it in one host read; [B, L + 2], [B, L + 3] with ``tree_marginals``
+    (q is the marginals a deterministic tree was built from).
+    Columns: at each depth j = 1..L along the accepted path, sum_x min(p_j(x), q_j(x)), the chance
+    that one token drawn from q_j is accepted against p_j by token verification (at the depths
+    reached, j <= tau + 1, every path through the accepted prefix has the same p_j and q_j, so which
+    one `verdict.path` names does not matter); then the entropies of p_1 and q_1 in nats; for a
+    tree, then 1 where the accepted path left its first-ranked chain (`left_chain`)."""
+    device = p.device
+    # ranked in the dtype the tree was built from, before q meets p's
+    off = left_chain(verdict.tokens.to(device), verdict.tau.to(device), q) if tree_marginals else None
+    q = q.to(device, p.dtype)
+    entropies = [torch.special.entr(d[:, 0]).sum(-1, keepdim=True) for d in (p, q)]
+    columns = [torch.minimum(p, q).sum(-1), *entropies]
+    if off is not None:
+        columns.append(off[:, None].to(p.dtype))
+    return torch.cat(columns, dim=1)
+
+
+def _record(
+    batch: list[PromptRecord], emitted: list[list[int]], evidence: list[list[float]], settings: DecodeSettings
+) -> list[int]:
+    """Each row's tokens, truncated, and its round (tau, the evidence at the depths it reached) into
+    its prompt's record; returns the tokens kept per row."""
+    kept, L = [], settings.length
+    for record, tokens, row in zip(batch, emitted, evidence):
+        tau = len(tokens) - 1
+        tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
+        record.tokens += tokens
+        record.accepted.append(tau)
+        record.overlap.append(row[: min(tau + 1, L)])
+        if len(row) > L + 2:
+            record.left_chain.append(row[L + 2] > 0)
+        kept.append(len(tokens))
+    return kept
 
 
 def truncate(tokens: list[int], room: int, eos: int | None) -> tuple[list[int], str]:
@@ -296,6 +363,7 @@ def decode(
         prefill.get("prefill_draft", 0.0),
         paired_s,
         sum(r.cpu_paired_s for r in rounds),
+        settings.length,
     )
 
 
@@ -317,11 +385,12 @@ def _round(
         proposal = drafter.propose(settings.num_paths, settings.length, settings.sampling)
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
-    drafts = None  # i.i.d. paths [B, K, L] with p and q, for the paired check
-    paired_cpu = 0.0
+    drafts: Drafts | None = None  # i.i.d. paths with p and q, for the paired check
+    paired_cpu, tree = 0.0, proposal.tree
     with clock.phase("verify"):
         if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
-            verdict = verifier(proposal.tree.to(p_nodes.device), p_nodes, rng=rng)
+            tree = tree.to(p_nodes.device)
+            verdict = verifier(tree, p_nodes, rng=rng)
         else:
             assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
@@ -338,14 +407,14 @@ def _round(
     with clock.phase("draft"):
         drafter.commit(emitted, features=features)
     taus = [len(tokens) - 1 for tokens in emitted]  # from the rows already on the host: no device read
-    first_q = proposal.first_q
-    first = first_position(p_nodes[:, 0], first_q).tolist() if first_q is not None else [[], [], []]
-    kept = []
-    for record, tokens, tau in zip(batch, emitted, taus):
-        tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
-        record.tokens += tokens
-        record.accepted.append(tau)
-        kept.append(len(tokens))
+    L = settings.length
+    if L:  # one host read, where the first position's figures took one before
+        p_path, q_path = along_path(p_nodes, proposal, tree, verdict.path, drafts)
+        evidence = depth_evidence(p_path, q_path, verdict, tree_marginals=proposal.paths is None).tolist()
+    else:
+        evidence = [[] for _ in batch]
+    kept = _record(batch, emitted, evidence, settings)
+    first = [[row[column] for row in evidence if row] for column in (0, L, L + 1)]  # depth 1, entropies
     live = [i for i, record in enumerate(batch) if not record.stop]
     carry = verdict.carry
     if len(live) < len(batch):

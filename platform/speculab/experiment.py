@@ -22,7 +22,7 @@ from rich.progress import Progress
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from speculab.algorithms import DRAFTERS
-from speculab.config import Config, RunPlan, config_warnings, resolve
+from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
 from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, PromptRecord, RunResult, concat_runs
@@ -33,10 +33,14 @@ from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
 from speculab.paired import paired_metrics, paired_table
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
+from speculab.runtime.placement import ClusterError
+from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.console import console, say, show
 from speculab.tracking.metrics import (
     BASELINE_KEYS,
     HF_PREFIX,
+    UNTIMED,
+    acceptance_metrics,
     baseline_metrics,
     hf_metrics,
     mlflow_metrics,
@@ -63,7 +67,7 @@ from speculab.tracking.summary import (
     records_table,
     time_split_figure,
 )
-from speculab.tracking.sweep import resumed_metrics
+from speculab.tracking.sweep import acceptance_curve, resumed_metrics
 
 if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
@@ -254,16 +258,18 @@ def prepare(plan: RunPlan) -> Prepared:
     target_spec, draft_spec = model_specs(plan)
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
+    if errors := prompt_length_errors(cfg, plan.target_dir, {p.id: len(e) for p, e in zip(prompts, encoded)}):
+        raise ConfigError.listing(errors)
     work = point_plan(cfg, encoded, settings_of(plan, tokenizer.eos_token_id))
     loop = start_loop(plan.loop, target_spec, draft_spec, work, plan.placement)
     return Prepared(prompts, tokenizer, loop, len(work.units))
 
 
-def measure(plan: RunPlan, point: Prepared, tracker: Tracker) -> Measured:
+def measure(plan: RunPlan, point: Prepared, tracker: Tracker, decoders: Decoders) -> Measured:
     """Every method the config asks for on every unit, `measure.repeats` times interleaved, after one
-    untimed warm-up each; each prompt's metrics are logged live as the speculative decode finishes it."""
-    cfg, groups = plan.cfg, loop_groups(point.loop)
-    decoders = Decoders(point.loop, groups)
+    untimed warm-up each; each prompt's metrics are logged live as the speculative decode finishes it,
+    and what every method decoded is kept in `decoders` as it finishes (a failure keeps it)."""
+    cfg, groups = plan.cfg, decoders.groups
     chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
     methods = {method: decoders.method(method) for method in METHODS if chosen[method]}
     repeats, finished = cfg.measure.repeats, 0
@@ -350,19 +356,47 @@ def log_point(
     tracker.set_tags({CONDITIONS_TAG: measured.conditions})
     tracker.log_metrics(mlflow_metrics(metrics) | baselines)
     tracker.set_tags({NOTE_TAG: point_description(plan.cfg, metrics)})
-    texts = [cast(str, point.tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
-    records = prompt_records(spec, [p.id for p in point.prompts], texts)
-    tracker.log_text(records_jsonl(records), "records.jsonl")
-    tracker.log_table(records_table(records), "records_table.json")
-    tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
+    log_records(point, spec, tracker)
+    if (by_depth := depth_figure({run_name(plan.cfg): acceptance_curve(metrics)})) is not None:
+        tracker.log_figure(by_depth, "acceptance_by_depth.png")
     tracker.log_figure(time_split_figure(metrics), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
 
 
+def log_records(point: Prepared, spec: RunResult, tracker: Tracker) -> None:
+    """The speculative decode's per-prompt records (JSONL and a table) and its acceptance histogram."""
+    texts = [cast(str, point.tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
+    records = prompt_records(spec, [p.id for p in point.prompts[: len(spec.prompts)]], texts)
+    tracker.log_text(records_jsonl(records), "records.jsonl")
+    tracker.log_table(records_table(records), "records_table.json")
+    tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
+
+
+def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
+    """What a point that failed had finished: the speculative decode of its first units (their records
+    and the figures that need no timing: block efficiency, acceptance by depth, tree and KV sizes) and how many
+    units that is; the number of units logged."""
+    finished = decoders.runs["speculative"]
+    tracker.log_metrics(mlflow_metrics({"units_finished": float(len(finished))}))
+    if finished:
+        spec = concat_runs(finished)
+        untimed = {k: v for k, v in summarize(spec).items() if k in UNTIMED} | acceptance_metrics(spec)
+        tracker.log_metrics(mlflow_metrics(untimed))
+        log_records(point, spec, tracker)
+        plt.close("all")
+    return len(finished)
+
+
 def decode_point(plan: RunPlan, tracker: Tracker) -> dict[str, float]:
-    """Prepare, measure, summarise and log one point; its metrics and its baselines' (MLflow names)."""
+    """Prepare, measure, summarise and log one point; its metrics and its baselines' (MLflow names). A
+    cluster failure (`ClusterError`) keeps what the point finished, logged, and is raised again, saying so."""
     point = prepare(plan)
-    measured = measure(plan, point, tracker)
+    decoders = Decoders(point.loop, loop_groups(point.loop))
+    try:
+        measured = measure(plan, point, tracker, decoders)
+    except ClusterError as err:
+        units = log_finished(point, decoders, tracker)
+        raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
     metrics, baselines = summarise(plan, measured)
     log_point(plan, point, measured, metrics, baselines, tracker)
     return metrics | baselines

@@ -14,6 +14,7 @@ decodes the same tokens and only the clock differs between them.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -108,6 +109,20 @@ def median_interval(values: list[list[float]], seed: int = 0) -> Interval:
     )
     low, high = result.confidence_interval
     return Interval(value, float(low), float(high))
+
+
+def ratio_interval(numerators: list[float], denominators: list[float]) -> float | None:
+    """Half-width of the CONFIDENCE interval of sum(y) / sum(x) over prompts (the ratio estimator's
+    linearised standard error, Student t with n - 1 degrees of freedom); None below two prompts.
+    For figures that are ratios of counts summed over prompts (block efficiency, acceptance by depth)."""
+    n = len(numerators)
+    if n < 2 or sum(denominators) <= 0:
+        return None
+    ratio = sum(numerators) / sum(denominators)
+    mean_x = sum(denominators) / n
+    residuals = sum((y - ratio * x) ** 2 for y, x in zip(numerators, denominators))
+    se = math.sqrt(residuals / ((n - 1) * n)) / mean_x
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * se)
 
 
 def interval_metrics(key: str, interval: Interval) -> dict[str, float]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -36,7 +37,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from speculab.config import PROJECT_ROOT, TrackingConfig, tracking_uri
-from speculab.tracking.metrics import BASELINE_PREFIX
+from speculab.tracking.acceptance import reached_depth
+from speculab.tracking.metrics import BASELINE_PREFIX, acceptance_logged, mlflow_name
 from speculab.tracking.points import (
     Estimate,
     Point,
@@ -57,6 +59,7 @@ from speculab.tracking.points import (
 )
 from speculab.tracking.runs import KIND_TAG, NOTE_TAG
 from speculab.tracking.spool import fail_fast
+from speculab.tracking.store import store_client
 from speculab.tracking.sweep_figures import FIGURES
 
 PRESETS_DIR = PROJECT_ROOT / "conf" / "experiment"
@@ -169,6 +172,71 @@ LAYOUTS: dict[str, tuple[Table, ...]] = {
         ),
     ),
 }
+
+
+# What each preset's paper shows of acceptance by depth, beside the tables of `acceptance_tables`.
+DDTREE_ACCEPTANCE = (
+    "DDTree gives no per-position acceptance; its Fig. 4 is this histogram (MATH-500, Qwen3-8B, T = 0, B = 512 "
+    "against vanilla DFlash; its τ counts the bonus token: n + 1) as a plot, with no numbers in the text to set here"
+)
+GBV_ACCEPTANCE = "the GBV paper gives no per-position acceptance nor accepted-length histogram (block efficiency only)"
+ACCEPTANCE_NOTES = {
+    "ddtree_table1": DDTREE_ACCEPTANCE,
+    "ddtree_chain": DDTREE_ACCEPTANCE,
+    "gbv_table1": GBV_ACCEPTANCE,
+    "gbv_table7": GBV_ACCEPTANCE,
+    "bv_table4": "BV Fig. 3 plots the empirical CCDF of τ, P(τ >= n) = α_1 ... α_n, for token and block "
+    "verification on its context-independent toy models (γ = 10): a plot, no numbers",
+    "spectr_gbv_table1": "SpecTr-GBV Fig. 2(a) gives the mean acceptance rate against K, not per position",
+    "spectr_gbv_table1_single": "SpecTr-GBV Fig. 2(a) gives the mean acceptance rate against K, not per position",
+}
+
+
+def _share(key: str) -> Callable[[Point], Estimate | None]:
+    """An acceptance-by-depth figure as logged, ± the larger side of its interval (clipped to [0, 1])."""
+
+    def estimate(point: Point) -> Estimate | None:
+        name, metrics = mlflow_name(key), point.metrics
+        if name not in metrics:
+            return None
+        value = metrics[name]
+        if math.isnan(value):  # no round reached this depth
+            return None
+        low, high = (metrics.get(f"{name}_ci_{end}", math.nan) for end in ("low", "high"))
+        return Estimate(value, None if math.isnan(low + high) else max(value - low, high - value))
+
+    return estimate
+
+
+def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
+    """alpha_j and the overlap per depth, and the accepted-length histogram, up to the deepest depth a
+    point's rounds reached (none when no point drafted); ``paper``: what the preset's paper shows of them."""
+    L = max((reached_depth(acceptance_logged(p.metrics)) for p in points), default=0)
+    if not L:
+        return ()
+    depths = range(1, L + 1)
+    where = f" ({paper})" if paper else ""
+    return (
+        Table(
+            "acceptance_alpha",
+            f"Acceptance by depth: α_j = P(depth j accepted | depths 1..j-1 accepted){where}",
+            ("Method",),
+            tuple(Column(f"α_{j}", _share(f"alpha_{j}")) for j in depths),
+        ),
+        Table(
+            "acceptance_overlap",
+            "Overlap by depth: mean Σ_x min(p_j, q_j) over the rounds that reached depth j (α_j under token "
+            "verification of one path)",
+            ("Method",),
+            tuple(Column(f"overlap_{j}", _share(f"overlap_{j}")) for j in depths),
+        ),
+        Table(
+            "accepted_length",
+            f"Accepted-length histogram: share of rounds that accepted n draft tokens{where}",
+            ("Method",),
+            tuple(Column(f"n={n}", _share(f"hist_{n}")) for n in range(L + 1)),
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -289,9 +357,10 @@ CI_NOTE = "± : 95% confidence interval across prompts (times are measured per r
 SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ is against the run's own verifier"
 
 
-def grids(layout: tuple[Table, ...], points: list[Point]) -> list[Grid]:
-    """The layout's tables, and the paired comparison when runs logged `compare/` metrics."""
-    laid = [lay_out(table, points, CI_NOTE) for table in layout]
+def grids(layout: tuple[Table, ...], points: list[Point], paper: str = "") -> list[Grid]:
+    """The layout's tables, acceptance by depth (``paper``: what the layout's paper shows of it) when runs
+    logged it, and the paired comparison when runs logged `compare/` metrics."""
+    laid = [lay_out(table, points, CI_NOTE) for table in (*layout, *acceptance_tables(points, paper))]
     if columns := compare_columns(points):
         paired = Table("paired_comparison", "Paired comparison", ("Method",), columns)
         laid.append(lay_out(paired, points, SE_NOTE))
@@ -430,7 +499,7 @@ def report_run(client: MlflowClient, source: Source) -> str:
 def write(source: Source, out: Path) -> list[Path]:
     """tables.md, one CSV per table and the plots that apply, under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    laid = grids(LAYOUTS.get(source.layout, DEFAULT_LAYOUT), source.points)
+    laid = grids(LAYOUTS.get(source.layout, DEFAULT_LAYOUT), source.points, ACCEPTANCE_NOTES.get(source.layout, ""))
     intro = f"# {source.name}\n\n{len(source.points)} finished point run(s); layout `{source.layout}`.\n\n"
     files = [out / "tables.md"]
     files[0].write_text(intro + "\n".join(markdown(grid) for grid in laid))
@@ -464,7 +533,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fail_fast()
     uri = args.uri or tracking_uri(TrackingConfig())
-    client = MlflowClient(uri)
+    client = store_client(uri)
     try:
         if args.run:
             source = sweep_source(client, args.run)

@@ -83,6 +83,13 @@ def test_jsonl_bad_line_names_line_number(tmp_path: Path, bad: str, message: str
         load_prompts("jsonl", path=path)
 
 
+def test_a_line_that_is_not_utf8_is_named_with_its_file_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match=rf"dataset\.path={path}:2: not UTF-8 \(byte 0xe9 at column 16\)"):
+        load_prompts("jsonl", path=str(path))
+
+
 def _fake_datasets(monkeypatch: pytest.MonkeyPatch, load_dataset) -> None:
     fake = types.ModuleType("datasets")
     fake.__spec__ = ModuleSpec("datasets", None)

@@ -118,7 +118,8 @@ def llama_pair(tmp_path: Path) -> list[str]:
     ("cluster_overrides", "expected"),
     [
         (cluster(3, 8, 80.0), "cluster.tp_size=3: must divide the 64 attention heads and 8 KV heads"),
-        (cluster(8, 8, 80.0), "tp_size=8 target GPUs + 1 draft GPU > cluster.num_gpus=8"),
+        # the draft on a GPU of its own needs its own actor (with the loop beside the target it shares rank 0's)
+        ([*cluster(8, 8, 80.0), "runtime.loop=driver"], "tp_size=8 target GPUs + 1 draft GPU > cluster.num_gpus=8"),
         (cluster(4, 4, 48.0, draft_gpu=0.5), "the busiest GPU needs 53.2 GiB"),
         (cluster(4, 4, 48.0, draft_gpu=1.5), "cluster.draft_gpu=1.5: must be in (0, 1]"),
         (cluster(4, 4, 0.0, draft_gpu=0.5), "cluster.gpu_memory_gib=0.0: must be > 0"),
@@ -137,7 +138,13 @@ def test_validate_refuses_clusters_that_cannot_hold_the_pair(
 
 
 @pytest.mark.parametrize(
-    "cluster_overrides", [cluster(4, 8, 140.0), cluster(8, 8, 140.0, draft_gpu=0.25), cluster(4, 5, 48.0)]
+    "cluster_overrides",
+    [
+        cluster(4, 8, 140.0),
+        cluster(8, 8, 140.0, draft_gpu=0.25),
+        [*cluster(4, 5, 48.0), "runtime.loop=driver"],  # the draft's own actor on the fifth GPU
+        [*cluster(4, 5, 48.0), "model.draft_device=cuda:1"],  # rank 0 holds the draft on a second GPU
+    ],
 )
 def test_validate_accepts_clusters_that_hold_the_pair(llama_pair: list[str], cluster_overrides: list[str]) -> None:
     from test_config import load
@@ -161,3 +168,22 @@ def test_run_refuses_a_model_that_does_not_fit_before_starting_actors(
     monkeypatch.setattr(experiment, "start_loop", must_not_start)
     with pytest.raises(ConfigError, match="does not fit"):
         experiment.run(load([*llama_pair, *cluster(4, 4, 48.0, draft_gpu=0.5)]))
+
+
+def test_validate_refuses_a_cpu_point_larger_than_this_machine_s_memory(
+    llama_pair: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU every rank lives in this machine's memory (its cgroup limit when lower): a 70B target in
+    bf16 is refused with the plan's figures, the same pair on an attached cluster is left to its nodes."""
+    from test_config import load
+
+    from speculab.config import ConfigError, validate
+    from speculab.config import cluster as cluster_checks
+
+    monkeypatch.setattr(cluster_checks, "host_memory_bytes", lambda: 24 * 2**30)
+    cpu = ["model.device=cpu", "model.dtype=bfloat16", "runtime=inline"]
+    with pytest.raises(
+        ConfigError, match=r"the point needs 1\d\d\.\d GiB of host memory, more than this machine's 24\.0 GiB"
+    ):
+        validate(load([*llama_pair, *cpu]))
+    validate(load([*llama_pair, "model.device=cpu", "model.dtype=bfloat16", "cluster.address=auto"]))

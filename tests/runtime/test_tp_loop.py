@@ -105,11 +105,10 @@ def test_every_rank_is_named_and_the_kv_cache_summed_over_them(tp_loop: GroupPro
 @pytest.mark.slow
 def test_a_point_at_tp_2_makes_no_ray_call_a_round(tp_loop: GroupProxy, module_ray_pool: GroupPool) -> None:
     """The whole point through the experiment, on the module's group (the same specs name it)."""
-    import ray
 
     overrides = ["cluster.tp_size=2", "runtime.torch_threads=1", "tracking=none", "baseline_hf=false"]
     small = ["dataset.num_prompts=1", "sampling.max_new_tokens=12", "measure.repeats=1"]
-    loads = sum(ray.get(module_ray_pool.ledger.counts.remote()).values())
+    loads = module_ray_pool.model_loads()
     metrics = decode_point(resolve(load([*overrides, *small])), NoopTracker())
     assert metrics["ray_calls_per_round"] == 0 and metrics["restarts"] == 0
     assert metrics["model_loads"] == loads  # the module's group, not a new one

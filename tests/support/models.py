@@ -41,7 +41,7 @@ def save_random_lm(
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=hidden // 4,
-        max_position_embeddings=256,
+        max_position_embeddings=2048,  # room for a HumanEval prompt in characters (speculab refuses longer)
     )
     model_class(config).save_pretrained(path)
     char_tokenizer().save_pretrained(path)

@@ -152,6 +152,8 @@ def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path, sweeps)
     table = sweep_table(parent)  # the resumed launch's parent reports the whole sweep
     assert sorted(row["K"] for row in table) == ["1", "2", "3"]
     assert sum(row["resumed"] == "yes" for row in table) == len(done_before)
+    curves = csv.DictReader(io.StringIO(load_text(f"{parent.info.artifact_uri}/acceptance_by_depth.csv")))
+    assert len({row["point"] for row in curves}) == 3  # a resumed point's alpha_j comes from its earlier run
 
 
 def sweep_table(parent) -> list[dict[str, str]]:

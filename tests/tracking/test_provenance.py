@@ -66,6 +66,7 @@ def test_the_submitters_commit_wins_over_git() -> None:
 
 def test_ray_job_id_comes_from_rays_job_config_and_names_the_sweep() -> None:
     env = {RAY_JOB_CONFIG_ENV: json.dumps({"runtime_env": {}, "metadata": {"job_submission_id": "raysubmit_1"}})}
-    assert ray_job_id(env) == "raysubmit_1" and launch_label(env) == "raysubmit_1"
+    assert ray_job_id(env) == "raysubmit_1" and launch_label(env, "ab12cd34") == "raysubmit_1"
     assert ray_job_id({}) == "none" and ray_job_id({RAY_JOB_CONFIG_ENV: "not json"}) == "none"
-    assert launch_label({})[:2] == "20"  # outside a job: the start time, 20YY-MM-DD HH:MM:SS
+    label = launch_label({}, "ab12cd34")  # outside a job: the start time, 20YY-MM-DD HH:MM:SS, and the sweep id
+    assert label[:2] == "20" and label.endswith(" ab12cd34")

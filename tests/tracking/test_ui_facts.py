@@ -85,6 +85,9 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             assert {"baseline_ar/tokens_per_s", "baseline_hf/tokens_per_s", "baseline_hf/speedup_vs_ar"} <= metrics
             artifacts = {f["path"] for f in api(uri, "artifacts/list", run_id=run["info"]["run_id"]).get("files", [])}
             assert {"records_table.json", "records.jsonl", "acceptance_histogram.png", "time_split.png"} <= artifacts
+            assert "acceptance_by_depth.png" in artifacts
+            by_depth = {f"accept/{stem}_{j}" for stem in ("alpha", "overlap") for j in range(1, 5)}
+            assert by_depth | {f"accept/hist_{n}" for n in range(5)} <= metrics  # L = 4: one per depth
 
         parent_tags = tags(parent["data"])
         assert parent["info"]["run_name"].startswith(  # then the launch (job id or start time)
@@ -105,3 +108,4 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
         assert "sweep ranking by speedup_vs_ar" in result.stdout
         parent_files = {f["path"] for f in api(uri, "artifacts/list", run_id=parent["info"]["run_id"])["files"]}
         assert {"sweep_table.md", "sweep_table.csv", "sweep_points.png", "sweep_points.json"} <= parent_files
+        assert {"acceptance_by_depth.png", "acceptance_by_depth.md", "acceptance_by_depth.csv"} <= parent_files

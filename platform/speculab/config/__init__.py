@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         with_draft_length,
     )
     from speculab.config.device import describe_device, local_gpus, resolve_device
+    from speculab.config.model import prompt_length_errors
     from speculab.config.plan import RunPlan, passes_on, resolve
     from speculab.config.validate import config_warnings, validate
 
@@ -56,6 +57,7 @@ LAZY = {  # name -> the module of this package that defines it, imported on firs
         ("Checkpoint", "checkpoint_dir", "locate", "read_json", "resolve_path", "with_draft_length"), "checkpoints"
     ),
     **dict.fromkeys(("describe_device", "local_gpus", "resolve_device"), "device"),
+    **dict.fromkeys(("prompt_length_errors",), "model"),
     **dict.fromkeys(("RunPlan", "passes_on", "resolve"), "plan"),
     **dict.fromkeys(("config_warnings", "validate"), "validate"),
 }
@@ -103,6 +105,7 @@ __all__ = [
     "loop_host",
     "override_errors",
     "passes_on",
+    "prompt_length_errors",
     "read_json",
     "resolve",
     "resolve_device",

@@ -6,14 +6,23 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 from urllib.parse import urlparse
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.device import own_draft_gpu, resolve_device
+from speculab.config.device import host_memory_bytes, own_draft_gpu, resolve_device
 from speculab.config.errors import at_least, choice
 from speculab.config.schema import Config, loop_host
-from speculab.models.memory import DTYPE_BYTES, Workload, architecture, fit_errors, plan_memory, tp_errors
+from speculab.models.memory import (
+    DTYPE_BYTES,
+    Workload,
+    architecture,
+    fit_errors,
+    host_fit_errors,
+    plan_memory,
+    tp_errors,
+)
 from speculab.models.tp import TP_BACKENDS
 
 ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
@@ -60,13 +69,17 @@ def _plan_errors(cfg: Config, found: dict[str, Checkpoint], beside: bool, memory
             return []  # one CPU process: no split and no GPU memory to plan
         return [f"model.name={cfg.model.name!r}: cannot plan tensor parallelism or memory from config.json ({err!r})"]
     errors = tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)")
-    if errors or not memory or c.num_gpus == 0 or not resolve_device(cfg, cfg.model.device).startswith("cuda"):
+    if errors or not memory:
         return errors
     s = cfg.sampling
     work = Workload(
         s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg), DTYPE_BYTES[cfg.model.dtype]
     )
-    return fit_errors(plan_memory(target, draft, work, c.tp_size, beside), c.gpu_memory_gib)
+    plan = plan_memory(target, draft, work, c.tp_size, beside)
+    if resolve_device(cfg, cfg.model.device).startswith("cuda"):
+        return fit_errors(plan, c.gpu_memory_gib) if c.num_gpus > 0 else []
+    local = cfg.runtime.kind == "inline" or c.address is None  # every model process on this machine
+    return host_fit_errors(plan, host_memory_bytes()) if local else []
 
 
 def local_cluster_errors(cfg: Config) -> list[str]:
@@ -89,13 +102,22 @@ def local_cluster_errors(cfg: Config) -> list[str]:
     return []
 
 
+ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
+
+
 def address_errors(cfg: Config) -> list[str]:
-    """A Ray client address (`ray://host:port`) must accept a TCP connection before anything starts."""
+    """A cluster address in a form Ray accepts, which (but for `auto`) accepts a TCP connection within a few
+    seconds, before anything starts: Ray's own connect loop would retry for minutes, deaf to Ctrl-C."""
     address = cfg.cluster.address
-    if cfg.runtime.kind != "ray" or not address or not address.startswith("ray://"):
+    if cfg.runtime.kind != "ray" or not address or address == "auto":
         return []
-    parsed = urlparse(address)
-    host, port = parsed.hostname or "", parsed.port or 10001  # Ray client's default port
+    parsed = urlparse(address if "://" in address else f"gcs://{address}")
+    try:
+        host, port = parsed.hostname, parsed.port or (10001 if parsed.scheme == "ray" else None)  # Ray client's default
+    except ValueError:  # a port that is not a number
+        host = port = None
+    if parsed.scheme not in ("ray", "gcs") or not host or not port or parsed.path not in ("", "/"):
+        return [f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}"]
     try:
         socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
     except OSError as err:
@@ -104,3 +126,34 @@ def address_errors(cfg: Config) -> list[str]:
             f"({err.strerror or err}); start the cluster's head or fix the address"
         ]
     return []
+
+
+def resource_errors(cfg: Config) -> list[str]:
+    """Custom resources a group is pinned with: positive amounts, a cluster that can have them (an embedded
+    one offers none), and draft_resources only where the draft has an actor of its own. Whether a node
+    offers them is checked once attached, before any actor starts (`runtime.refuse_unoffered`)."""
+    c, errors = cfg.cluster, []
+    pins = {"cluster.target_resources": c.target_resources, "cluster.draft_resources": c.draft_resources}
+    for key, resources in pins.items():
+        if not resources:
+            continue
+        if not isinstance(resources, dict) or not all(_amount(v) > 0 for v in resources.values()):
+            errors.append(
+                f"{key}={resources!r}: must be a mapping of Ray resource names to amounts > 0, e.g. {{gpu_a: 1}}"
+            )
+        elif cfg.runtime.kind != "ray" or c.address is None:
+            errors.append(
+                f"{key}={resources}: custom resources need runtime=ray attached to a cluster whose nodes "
+                "offer them (cluster.address=auto or host:port; an embedded local Ray offers none)"
+            )
+    if c.draft_resources and cfg.runtime.kind == "ray" and loop_host(cfg) == "target":
+        errors.append(
+            f"cluster.draft_resources={c.draft_resources}: with runtime.loop=target the draft runs in rank "
+            "0's process, placed by cluster.target_resources; set runtime.loop=driver for a draft actor of its own"
+        )
+    return errors
+
+
+def _amount(value: Any) -> float:
+    """A resource amount as a number, or -1 for anything that is not one."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -1.0

@@ -4,6 +4,9 @@ resolved (`auto`) and described for the run's tags."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 
 from speculab.config.schema import CUDA_INDEX, DEVICES, Config, loop_host
@@ -94,3 +97,17 @@ def _cuda_errors(cfg: Config, key: str, device: str) -> list[str]:
     if (index := CUDA_INDEX.fullmatch(device)) and int(index.group(1)) >= len(gpus):
         return [f"{key}={device!r}: this machine has {len(gpus)} CUDA device(s): {', '.join(gpus)}"]
     return []
+
+
+CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")  # cgroup v2: a container's memory limit, or "max"
+
+
+def host_memory_bytes() -> int:
+    """The memory this machine lets this process's models use: its physical memory, or its cgroup's
+    limit when lower (a container's, which is what the kernel enforces with the OOM killer)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = CGROUP_LIMIT.read_text().strip()
+    except OSError:
+        return physical
+    return min(physical, int(limit)) if limit.isdigit() else physical

@@ -59,13 +59,29 @@ def _weight_errors(key: str, path: Path) -> list[str]:
             f"{key}: {path} holds a config.json but no weights (*.safetensors or *.bin); "
             "the download or save stopped before them"
         ]
-    errors = []
+    errors = _index_errors(key, path)
     for weights in files:
         try:
             with safe_open(str(weights), framework="numpy"):
                 pass
         except (SafetensorError, OSError) as err:
             errors.append(f"{key}: {weights} is not a complete safetensors file ({err}); download or save it again")
+    return errors
+
+
+def _index_errors(key: str, path: Path) -> list[str]:
+    """Every shard file a sharded checkpoint's index (`*.index.json`, its `weight_map`) names exists."""
+    errors = []
+    for index in sorted(path.glob("*.index.json")):
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            errors.append(f"{key}: {index} has no weight_map (tensor name -> shard file); download or save it again")
+            continue
+        if missing := sorted({str(f) for f in weight_map.values()} - {p.name for p in path.iterdir()}):
+            errors.append(
+                f"{key}: {index} names {len(missing)} shard file(s) missing from {path}: "
+                f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}; the download stopped before them"
+            )
     return errors
 
 
@@ -87,6 +103,26 @@ def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
     tokenizer = checkpoint.path / "tokenizer.json"
     vocab = read_json(tokenizer).get("model", {}).get("vocab") if tokenizer.is_file() else None
     return size, vocab
+
+
+def prompt_length_errors(cfg: Config, target_dir: Path, lengths: dict[str, int]) -> list[str]:
+    """Each prompt (id -> tokens) plus sampling.max_new_tokens + algorithm.L + 1 positions must fit the
+    target's context (checked once the prompts are tokenised, before any model loads): a prompt that does not
+    would fail deep in a forward pass, or fill the machine's memory first."""
+    config = read_json(target_dir / "config.json")
+    key = next((k for k in CONTEXT_KEYS if isinstance(config.get(k), int)), None)
+    if key is None:
+        return []
+    context, s, L = config[key], cfg.sampling, cfg.algorithm.L
+    assert L is not None  # resolved by `resolve`
+    room = context - s.max_new_tokens - L - 1
+    long = {pid: n for pid, n in lengths.items() if n > room}
+    return [
+        f"dataset: prompt {pid!r} has {n} tokens; with sampling.max_new_tokens={s.max_new_tokens} and "
+        f"algorithm.L={L} a prompt may have at most {room} (the target's context is {context}, {key}); "
+        "shorten or drop it, or lower sampling.max_new_tokens"
+        for pid, n in long.items()
+    ]
 
 
 def context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:

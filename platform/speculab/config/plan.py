@@ -66,6 +66,14 @@ def resolve(cfg: Config) -> RunPlan:
         largest_tree=largest_tree(cfg),
         threads=model_threads(cfg),
         placement=Placement(
-            c.address, c.num_cpus, c.actor_cpus, c.draft_gpu, cfg.runtime.max_restarts, cfg.runtime.collective_timeout_s
+            c.address,
+            c.num_cpus,
+            c.actor_cpus,
+            c.draft_gpu,
+            cfg.runtime.max_restarts,
+            cfg.runtime.collective_timeout_s,
+            cfg.runtime.placement_timeout_s,
+            dict(c.target_resources or {}),
+            dict(c.draft_resources or {}),
         ),
     )

@@ -95,6 +95,7 @@ class RuntimeConfig:
     torch_threads: int = 0
     max_restarts: int = 3  # ray: times a model group is recreated after losing an actor
     collective_timeout_s: float = 300.0  # ray, tp_size > 1: how long a rank waits in a collective for a peer
+    placement_timeout_s: float = 30.0  # ray: how long a model group waits to be placed, also after a lost node
 
 
 @dataclass
@@ -109,6 +110,12 @@ class ClusterConfig:
     gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
     draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
     plan_prompt_tokens: int = 2048  # prompt length the memory plan reserves KV cache for (not enforced)
+    # Ray custom resources each rank's bundle also asks for, so that a group runs only on the nodes started
+    # with them (`ray start --resources`); the loop group (runtime.loop=target) takes target_resources.
+    # Typed Any (a {name: amount} mapping or null, checked by validation): OmegaConf cannot merge
+    # `cluster.target_resources={gpu_a: 1}` into a typed empty dict under Hydra's struct mode.
+    target_resources: Any = None
+    draft_resources: Any = None  # runtime.loop=driver only
 
 
 @dataclass

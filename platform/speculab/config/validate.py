@@ -8,7 +8,7 @@ import math
 from speculab.algorithms import DRAFTERS, get_algorithm
 from speculab.config.algorithm import algorithm_errors
 from speculab.config.checkpoints import with_draft_length
-from speculab.config.cluster import address_errors, cluster_errors, local_cluster_errors
+from speculab.config.cluster import address_errors, cluster_errors, local_cluster_errors, resource_errors
 from speculab.config.device import device_errors
 from speculab.config.errors import ConfigError, at_least, choice, within
 from speculab.config.model import context_errors, drafter_checkpoint_errors, model_errors
@@ -29,7 +29,7 @@ def validate(cfg: Config) -> None:
         *context_errors(cfg, found.get("target")),
     ]
     errors += cluster_errors(cfg, found) + algorithm_errors(cfg, found) + drafter_checkpoint_errors(cfg, found)
-    errors += tracking_errors(cfg.tracking) + local_cluster_errors(cfg) + address_errors(cfg)
+    errors += tracking_errors(cfg.tracking) + local_cluster_errors(cfg) + address_errors(cfg) + resource_errors(cfg)
     if errors:
         raise ConfigError.listing(errors)
 
@@ -58,8 +58,9 @@ def _run_errors(cfg: Config) -> list[str]:
         )
     at_least(errors, "runtime.max_restarts", cfg.runtime.max_restarts, 0)
     at_least(errors, "runtime.torch_threads", cfg.runtime.torch_threads, 0)
-    if not cfg.runtime.collective_timeout_s > 0:
-        errors.append(f"runtime.collective_timeout_s={cfg.runtime.collective_timeout_s}: must be > 0 (seconds)")
+    for key in ("collective_timeout_s", "placement_timeout_s"):
+        if not getattr(cfg.runtime, key) > 0:
+            errors.append(f"runtime.{key}={getattr(cfg.runtime, key)}: must be > 0 (seconds)")
     at_least(errors, "measure.repeats", cfg.measure.repeats, 1)
     within(errors, "tracking.ui_port", cfg.tracking.ui_port, (1, 65535))
     return errors

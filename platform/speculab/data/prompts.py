@@ -90,10 +90,16 @@ def _humaneval() -> list[Prompt]:
 
 def _jsonl(path: Path) -> list[Prompt]:
     prompts = []
-    with path.open(encoding="utf-8") as lines:
-        for lineno, line in enumerate(lines, start=1):
-            if line.strip():
-                prompts.append(_jsonl_prompt(line, f"{path}:{lineno}", f"{path.stem}/{lineno}"))
+    for lineno, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        where = f"dataset.path={path}:{lineno}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{where}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); save the file as UTF-8"
+            ) from None
+        if line.strip():
+            prompts.append(_jsonl_prompt(line, where, f"{path.stem}/{lineno}"))
     if not prompts:
         raise ValueError(f"dataset.path {str(path)!r} holds no prompts")
     return prompts

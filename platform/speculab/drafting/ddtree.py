@@ -108,7 +108,7 @@ class TreeDrafter(MarginalDrafter):
         start = time.perf_counter()
         tree = self.build(m.q, m.root)
         build_s = time.perf_counter() - start
-        return Proposal(tree, None, None, build_s, m.feature_bytes, m.feature_s, marginal_first=m.q[:, 0])
+        return Proposal(tree, None, None, build_s, m.feature_bytes, m.feature_s, marginals=m.q)
 
 
 class MarginalPathDrafter(MarginalDrafter):

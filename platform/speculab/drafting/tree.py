@@ -134,11 +134,4 @@ class Proposal:
     build_s: float = 0.0  # seconds spent building a deterministic tree from marginals
     feature_bytes: int = 0  # target features the drafter absorbed for this proposal (DFlash)
     feature_s: float = 0.0  # seconds it spent absorbing them
-    marginal_first: torch.Tensor | None = None  # [B, V] a deterministic tree's depth-1 marginal
-
-    @property
-    def first_q(self) -> torch.Tensor | None:
-        """[B, V] the draft's distribution of the first drafted token (None: nothing drafted)."""
-        if self.q is not None:
-            return self.q[:, 0, 0] if self.q.shape[2] > 0 else None
-        return self.marginal_first
+    marginals: torch.Tensor | None = None  # [B, L, V] a deterministic tree's per-depth marginals

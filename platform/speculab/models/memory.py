@@ -228,7 +228,24 @@ def fit_errors(plan: MemoryPlan, gpu_memory_gib: float) -> list[str]:
         f"{_gb(plan.busiest_gpu)}: target shard (tp_size={plan.tp_size}) weights {_gb(t.weights)} + "
         f"KV {_gb(t.kv_cache)} + activations {_gb(t.activations)}; draft {where}: weights {_gb(d.weights)} + "
         f"KV {_gb(d.kv_cache)} + activations {_gb(d.activations)}; reserve {_gb(RESERVE_BYTES)} per GPU. "
-        "Raise cluster.tp_size, give the draft its own GPU (cluster.draft_gpu=1), lower "
+        "Raise cluster.tp_size, give the draft its own GPU (model.draft_device=cuda:1, or runtime.loop=driver "
+        "with cluster.draft_gpu=1), lower "
         "sampling.batch_size / cluster.plan_prompt_tokens / sampling.max_new_tokens, or use a cluster "
         "with more GPU memory"
+    ]
+
+
+def host_fit_errors(plan: MemoryPlan, host_bytes: int) -> list[str]:
+    """On the CPU every rank and the draft live in this machine's memory: an error naming the plan's
+    figures when together they exceed `host_bytes` (what this machine, or its cgroup, allows)."""
+    t, d = plan.target_shard, plan.draft
+    needed = plan.tp_size * t.total + d.total
+    if needed <= host_bytes:
+        return []
+    return [
+        f"model.device=cpu: the point needs {_gb(needed)} of host memory, more than this machine's "
+        f"{_gb(host_bytes)}: {plan.tp_size} target rank(s) x (weights {_gb(t.weights)} + KV {_gb(t.kv_cache)} + "
+        f"activations {_gb(t.activations)}) + draft (weights {_gb(d.weights)} + KV {_gb(d.kv_cache)} + "
+        f"activations {_gb(d.activations)}). Lower sampling.batch_size / cluster.plan_prompt_tokens / "
+        "sampling.max_new_tokens, pick a smaller model, or run on GPUs"
     ]

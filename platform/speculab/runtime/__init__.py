@@ -31,16 +31,30 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement 
         if target.tp_size > 1:
             raise ValueError(f"tensor parallelism (tp_size={target.tp_size}) needs runtime=ray")
         return TreeTarget(target), DraftModel(draft)
-    from speculab.runtime.groups import POOL, draft_bundles, target_bundles
+    from speculab.runtime.groups import POOL, draft_bundles, pinned, target_bundles
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
     p = placement
     connect(p.address, p.num_cpus)
-    target_bundle = target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu)
+    pins = {"cluster.target_resources": p.target_resources, "cluster.draft_resources": p.draft_resources}
+    refuse_unoffered(pins)
+    target_bundle = pinned(target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu), p.target_resources)
     target_group = POOL.get("target", target, target_bundle, p)
-    draft_group = POOL.get("draft", draft, draft_bundles(draft.device, p.actor_cpus, p.draft_gpu), p)
+    draft_bundle = pinned(draft_bundles(draft.device, p.actor_cpus, p.draft_gpu), p.draft_resources)
+    draft_group = POOL.get("draft", draft, draft_bundle, p)
     return GroupProxy(target_group, p.max_restarts), GroupProxy(draft_group, p.max_restarts)
+
+
+def refuse_unoffered(pins: dict[str, dict[str, float]]) -> None:
+    """Before any actor starts: every custom resource a group is pinned with (by its config field) is
+    offered by some alive node, or ClusterError naming the field and what the nodes offer."""
+    from speculab.runtime.nodes import cluster_nodes, unoffered
+    from speculab.runtime.placement import ClusterError
+
+    nodes = cluster_nodes()
+    if errors := [e for field, resources in pins.items() if (e := unoffered(field, resources, nodes))]:
+        raise ClusterError("; ".join(errors))
 
 
 def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placement: Placement = EMBEDDED) -> Any:
@@ -52,14 +66,16 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placem
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
         return PointLoop(target_model, draft_model, plan, lambda: cpu_seconds(target_model, draft_model))
-    from speculab.runtime.groups import POOL, loop_bundles
+    from speculab.runtime.groups import POOL, loop_bundles, pinned
     from speculab.runtime.loop_host import LoopSpec
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
     connect(placement.address, placement.num_cpus)
+    refuse_unoffered({"cluster.target_resources": placement.target_resources})
     spec = LoopSpec(target, draft)
     bundles = loop_bundles(spec.device, placement.actor_cpus, target.tp_size, draft.device == OWN_DRAFT_GPU)
+    bundles = pinned(bundles, placement.target_resources)
     loop = GroupProxy(POOL.get("loop", spec, bundles, placement), placement.max_restarts)
     loop.start_point(plan)
     return loop
@@ -112,12 +128,10 @@ def runtime_metrics(groups: dict[str, GroupProxy]) -> Iterator[dict[str, float]]
         found["mem_peak_mb_process"] = torch.cuda.max_memory_allocated() / 2**20
     if not groups:
         return
-    import ray
-
     from speculab.runtime.groups import POOL
 
     found["restarts"] = float(sum(p.stats.restarts for p in groups.values()))
-    found["model_loads"] = float(sum(ray.get(POOL.ledger.counts.remote()).values()))
+    found["model_loads"] = float(POOL.model_loads())
     for role, proxy in groups.items():
         for method, peak in proxy.stats.peak_bytes.items():
             found[f"mem_peak_mb_{role}_{method}"] = peak / 2**20

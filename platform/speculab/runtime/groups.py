@@ -9,7 +9,7 @@ loop, on one bundle (one GPU where either model is on CUDA). Groups are named by
 everything that determines what they load and where, in the job's namespace, so every point of a
 sweep attaches to the same loaded actors (`get_if_exists` ignores constructor arguments, hence
 the hash). Ray collects a named actor once no handle to it is left, so `POOL` keeps this
-driver's open groups (and the load ledger) between sweep points until `close_all`. A group is
+driver's open groups between sweep points until `close_all`. A group is
 used whole or not at all: if any rank is missing it is torn down and created again.
 This module does not keep ranks in lock step or replay calls (`speculab.runtime.proxy`).
 """
@@ -17,6 +17,7 @@ This module does not keep ranks in lock step or replay calls (`speculab.runtime.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from typing import Any
@@ -27,10 +28,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from speculab.models import LMSpec
 from speculab.runtime.loop_host import LoopSpec
-from speculab.runtime.placement import EMBEDDED, Placement
-from speculab.runtime.ray_actors import ModelHost, ledger
+from speculab.runtime.nodes import Bundle, alive_nodes_text, bundle_nodes, cluster_nodes, demand, lost, unplaceable
+from speculab.runtime.placement import EMBEDDED, ClusterError, Placement
+from speculab.runtime.ray_actors import ModelHost
 
-Bundle = dict[str, float]
+log = logging.getLogger(__name__)
+WAIT_REPORT_S = 5.0  # how often a group waiting for its bundles says so
 
 
 def target_bundles(tp_size: int, device: str, cpus: float, draft_gpu: float) -> list[Bundle]:
@@ -51,6 +54,12 @@ def loop_bundles(device: str, cpus: float, ranks: int, own_draft_gpu: bool = Fal
     if device != "cuda":
         return [{"CPU": cpus}] * ranks
     return [{"GPU": 2.0 if own_draft_gpu else 1.0, "CPU": cpus}] + [{"GPU": 1.0, "CPU": cpus}] * (ranks - 1)
+
+
+def pinned(bundles: list[Bundle], resources: dict[str, float]) -> list[Bundle]:
+    """`bundles` each also asking for the Ray custom `resources` (`cluster.target_resources`,
+    `cluster.draft_resources`), which only the nodes a user started with them offer."""
+    return [bundle | resources for bundle in bundles]
 
 
 def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
@@ -87,12 +96,12 @@ class ActorGroup:
         spec: LMSpec | LoopSpec,
         bundles: list[Bundle],
         placement: Placement = EMBEDDED,
-        ready_timeout_s: float = 300.0,
     ) -> None:
         self.role, self.spec, self.bundles, self.placement = role, spec, bundles, placement
         self.name = group_name(role, spec, bundles)
-        self.ready_timeout_s = ready_timeout_s
         self.members: list[Any] = []
+        self.nodes: list[str] = []  # the node id of each rank's bundle, once placed
+        self.loads = 0  # times this driver loaded the group's models (`model_loads`)
         self.open()
 
     @property
@@ -112,7 +121,8 @@ class ActorGroup:
         address, port = ray.get(self.members[0].endpoint.remote())
         # Every rank's load is submitted before waiting on any: the rendezvous needs all of them.
         timeout = self.placement.collective_timeout_s
-        ray.get([m.load.remote(self.role, self.spec, self.name, address, port, timeout) for m in self.members])
+        ray.get([m.load.remote(self.role, self.spec, address, port, timeout) for m in self.members])
+        self.loads += 1
 
     def submit(self, method: str, args: tuple, kwargs: dict, split: bool = False) -> tuple[list[Any], Any]:
         """The same call on every rank, in order: (one Reply reference per rank, rank 0 first; with
@@ -137,21 +147,48 @@ class ActorGroup:
         self.members = []
 
     def _placement_group(self) -> Any:
+        """The group's placement group, placed: refused at once when no alive node could ever hold it,
+        else waited for up to `runtime.placement_timeout_s`, saying so every few seconds."""
         # Ray's placement group table does not record namespaces: the name carries it, for cleanup.
         name = f"{ray.get_runtime_context().namespace}:{self.name}"
+        lost_nodes = lost(self.nodes, nodes := cluster_nodes())
+        if unplaceable(self.bundles, nodes):
+            raise ClusterError(self._unplaced("no alive node can hold", lost_nodes, nodes))
         try:
             pg = get_placement_group(name)
         except ValueError:
             pg = placement_group(self.bundles, strategy="STRICT_PACK", name=name)
-        try:
-            ray.get(pg.ready(), timeout=self.ready_timeout_s)
-        except ray.exceptions.GetTimeoutError:
+        if not self._wait_placed(pg):
             remove_placement_group(pg)
-            raise RuntimeError(
-                f"{self.role} group: bundles {self.bundles} (STRICT_PACK, one node) not placed within "
-                f"{self.ready_timeout_s:.0f} s; the cluster has {ray.available_resources()} free"
-            ) from None
+            waited = f"not placed within runtime.placement_timeout_s={self.placement.placement_timeout_s:g} s:"
+            raise ClusterError(self._unplaced(waited, lost_nodes, cluster_nodes()))
+        self.nodes = bundle_nodes(pg)
         return pg
+
+    def _wait_placed(self, pg: Any) -> bool:
+        start = time.monotonic()
+        deadline = start + self.placement.placement_timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                ray.get(pg.ready(), timeout=min(WAIT_REPORT_S, left))
+                return True
+            except ray.exceptions.GetTimeoutError:
+                log.warning(
+                    "%s group: waiting for %s (one node) to be placed: %.0f s of %g s; free now: %s",
+                    self.role,
+                    demand(self.bundles),
+                    time.monotonic() - start,
+                    self.placement.placement_timeout_s,
+                    ray.available_resources(),
+                )
+        return False
+
+    def _unplaced(self, why: str, lost_nodes: list[Any], nodes: list[Any]) -> str:
+        were = f"node {', '.join(n.address for n in lost_nodes)} was lost; " if lost_nodes else ""
+        return (
+            f"{self.role} group: {were}{why} its {len(self.bundles)} bundle(s), {demand(self.bundles)} on one "
+            f"node (STRICT_PACK); alive nodes offer: {alive_nodes_text(nodes)}"
+        )
 
     def _member(self, rank: int) -> Any:
         bundle = self.bundles[rank]
@@ -178,29 +215,29 @@ class ActorGroup:
 
 
 class GroupPool:
-    """This driver's open groups by name, and the load ledger: holding the handles keeps them alive."""
+    """This driver's open groups by name: holding the handles keeps them alive. The groups count their
+    own loads here, in the driver, so that no helper actor on some node is needed to count them."""
 
     def __init__(self) -> None:
         self.groups: dict[str, ActorGroup] = {}
-        self.ledger: Any = None
 
     def get(
         self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], placement: Placement = EMBEDDED
     ) -> ActorGroup:
         """The open group for (role, spec, bundles), created and loaded on first use."""
-        if self.ledger is None:
-            self.ledger = ledger()
         name = group_name(role, spec, bundles)
         if name not in self.groups:
             self.groups[name] = ActorGroup(role, spec, bundles, placement)
         return self.groups[name]
 
+    def model_loads(self) -> int:
+        """Group loads by this driver since its pool was last emptied (a sweep reusing its groups: one each)."""
+        return sum(group.loads for group in self.groups.values())
+
     def close_all(self) -> None:
         for group in self.groups.values():
             group.close()
-        if self.ledger is not None:
-            ray.kill(self.ledger)
-        self.groups, self.ledger = {}, None
+        self.groups = {}
 
 
 POOL = GroupPool()

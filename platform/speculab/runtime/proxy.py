@@ -36,6 +36,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from speculab.runtime.groups import ActorGroup
+from speculab.runtime.placement import ClusterError
 from speculab.runtime.ray_actors import PER_RANK, Reply
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ class GroupProxy:
     def _restart(self, err: RayActorError) -> None:
         """Replace the whole group (a partial group is never used), or give up past max_restarts."""
         if self.stats.restarts >= self.max_restarts:
-            raise RuntimeError(
+            raise ClusterError(
                 f"{self.group.role} group {self.group.name}: lost an actor after "
                 f"{self.stats.restarts} restarts (runtime.max_restarts)"
             ) from err

@@ -1,4 +1,4 @@
-"""The Ray actors: `ModelHost` (one rank of a model group) and `LoadLedger` (loads per job).
+"""The Ray actor `ModelHost` (one rank of a model group), and how this driver joins Ray (`connect`).
 
 A `ModelHost` is a thin shell around the in-process roles (`TreeTarget`, `DraftModel`): it
 joins its group's torch.distributed world when the group has several ranks, builds the role
@@ -29,6 +29,7 @@ import torch
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
+from speculab.runtime.placement import ClusterError
 
 Role = TreeTarget | DraftModel | LoopHost | PeerHost
 # The role rank r of a group of n actors holds, built from its spec: one model's shard, or
@@ -39,7 +40,6 @@ ROLES: dict[str, Callable[[Any, int, int], Role]] = {
     "loop": loop_role,
 }
 NAMESPACE_PREFIX = "speculab-"
-LEDGER = "speculab-load-ledger"
 # Results every rank reports (summed by the coordinator): each rank holds a slice of the KV heads.
 PER_RANK = frozenset({"kv_bytes"})
 
@@ -55,7 +55,10 @@ def connect(address: str | None, num_cpus: int | None) -> None:
     namespace = NAMESPACE_PREFIX + uuid.uuid4().hex[:8]
     with own_sigterm():
         if address:
-            ray.init(address=address, namespace=namespace, log_to_driver=True)
+            try:
+                ray.init(address=address, namespace=namespace, log_to_driver=True)
+            except ConnectionError as err:  # `auto` with no cluster here, a head gone since validation
+                raise ClusterError(f"cluster.address={address!r}: no Ray cluster to attach to ({err})") from None
         else:
             ray.init(
                 num_cpus=num_cpus or os.cpu_count(), namespace=namespace, include_dashboard=False, log_to_driver=True
@@ -119,7 +122,7 @@ class ModelHost:
     def is_loaded(self) -> bool:
         return self.role is not None
 
-    def load(self, role: str, spec: LMSpec | LoopSpec, group: str, address: str, port: int, timeout_s: float) -> None:
+    def load(self, role: str, spec: LMSpec | LoopSpec, address: str, port: int, timeout_s: float) -> None:
         """Join the group's world (if several ranks; its collectives wait `timeout_s` for a peer), then
         load the model; all ranks concurrently."""
         if spec.device == "cuda":
@@ -129,8 +132,6 @@ class ModelHost:
 
             join_process_group(self.rank, self.world, address, port, spec.device, timeout_s, spec.tp_backend)
         self.role = ROLES[role](spec, self.rank, self.world)
-        if self.rank == 0:
-            ray.get_actor(LEDGER).record.remote(group)
 
     def call(self, method: str, args: tuple, kwargs: dict, ref_names: tuple[str, ...] = (), *resolved: Any) -> Reply:
         """role.method(*args, **kwargs), plus `ref_names` bound to the top-level arguments after them
@@ -153,21 +154,3 @@ class ModelHost:
         """`call`, with the value as its own object (rank 0's; None elsewhere) and the Reply without it."""
         reply = self.call(method, args, kwargs, ref_names, *resolved)
         return replace(reply, value=None), reply.value
-
-
-class LoadLedger:
-    """Counts model loads per group name in this job (a sweep that reuses actors loads once)."""
-
-    def __init__(self) -> None:
-        self.loads: dict[str, int] = {}
-
-    def record(self, group: str) -> None:
-        self.loads[group] = self.loads.get(group, 0) + 1
-
-    def counts(self) -> dict[str, int]:
-        return dict(self.loads)
-
-
-def ledger() -> Any:
-    """This job's ledger actor (created on first use)."""
-    return ray.remote(LoadLedger).options(name=LEDGER, get_if_exists=True, num_cpus=0).remote()

@@ -27,11 +27,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
+from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
     NOTE_TAG,
+    SWEEP_ID,
     experiment_tags,
     point_id,
     point_link,
@@ -42,10 +44,12 @@ from speculab.tracking.runs import (
 from speculab.tracking.spool import SpooledRun
 from speculab.tracking.sweep import (
     SweepVerdict,
+    acceptance_curve,
     best_metrics,
     labels,
     point_row,
     ranking_table,
+    shared_name,
     sweep_csv,
     sweep_description,
     sweep_figure,
@@ -107,6 +111,7 @@ class MlflowSweepCallback(Callback):
         self.parent: SpooledRun | None = None
         self.rows: list[dict[str, Any]] = []  # one per finished point, for the parent's summary
         self.point_ids: list[str] = []  # the same points' ids
+        self.curves: list[dict[str, float]] = []  # the same points' acceptance by depth
         self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -126,7 +131,7 @@ class MlflowSweepCallback(Callback):
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
             tracking.experiment,
-            f"{name} · {launch_label(dict(os.environ))}",  # two launches of one sweep get two names
+            f"{name} · {launch_label(dict(os.environ), SWEEP_ID)}",  # two launches of one sweep get two names
             tags,
             experiment_tags=experiment_tags(),
         )
@@ -138,6 +143,7 @@ class MlflowSweepCallback(Callback):
         if self.parent is not None and job_return.status == JobStatus.COMPLETED and outcome and outcome.metrics:
             self.rows.append(point_row(outcome.plan.cfg, outcome.metrics))
             self.point_ids.append(point_id(outcome.plan.cfg))
+            self.curves.append(acceptance_curve(outcome.metrics))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent is None:
@@ -150,12 +156,24 @@ class MlflowSweepCallback(Callback):
             self.parent.log_text(sweep_markdown(self.rows), "sweep_table.md")
             self.parent.log_text(sweep_csv(self.rows), "sweep_table.csv")
             self.parent.log_figure(sweep_figure(self.rows), "sweep_points.png")
+            self.log_acceptance()
             self.parent.log_metrics(best_metrics(found))
             self.parent.set_tags({NOTE_TAG: sweep_description(overrides, self.rows)})
         self.parent.end("FINISHED")
         if found is not None:
             self.print_ranking(found)
         print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port, sweep=True)}")
+
+    def log_acceptance(self) -> None:
+        """Every point's alpha_j as one plot and a table (`tracking.acceptance`), named by what sets them apart."""
+        assert self.parent is not None
+        short = labels(self.rows)
+        curves = {short[row["point"]]: curve for row, curve in zip(self.rows, self.curves) if curve}
+        shared = shared_name(self.rows)
+        if (figure := depth_figure(curves, f"every point: {shared}" if shared else "")) is not None:
+            self.parent.log_figure(figure, "acceptance_by_depth.png")
+            self.parent.log_text(depth_markdown(curves), "acceptance_by_depth.md")
+            self.parent.log_text(depth_csv(curves), "acceptance_by_depth.csv")
 
     def print_ranking(self, found: SweepVerdict) -> None:
         """The top points with their intervals, and the best point's run (or the tie) in one line."""

@@ -3,7 +3,8 @@
 Each metric has a short key (what `summarize` returns, the console shows and the code uses)
 and the name MLflow shows. MLflow's chart view groups metrics by the prefix before "/", so the
 headline metrics carry no prefix and come first, and the rest sit under `time/`, `memory/`,
-`tree/`, `count/` and `runtime/`; the autoregressive baseline's metrics are
+`tree/`, `count/`, `runtime/` and `accept/` (acceptance by depth: one metric per depth, so their
+number follows L, `ACCEPTANCE_METRICS`); the autoregressive baseline's metrics are
 `baseline_ar/<key>`. `METRICS` is the rename table: `mlflow_name(key)` gives the logged name,
 `read_metric` also finds runs logged before the rename under the bare key.
 `python -m speculab.tracking.metrics` prints the table of docs/architecture.md.
@@ -12,9 +13,11 @@ headline metrics carry no prefix and come first, and the rest sit under `time/`,
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from speculab.engine import PromptRecord, RunResult
+from speculab.measure import ratio_interval
 
 
 @dataclass(frozen=True)
@@ -24,11 +27,12 @@ class Metric:
     meaning: str
 
 
-def interval(key: str) -> tuple[Metric, Metric]:
-    """The two ends of a measured figure's 95% interval (`speculab.measure`), logged beside it."""
+def interval(key: str, name: str = "", kind: str = "bootstrap") -> tuple[Metric, Metric]:
+    """The two ends of a measured figure's 95% interval (`speculab.measure`), logged beside it
+    (``name``: the figure's MLflow name where it is not its key)."""
     return (
-        Metric(f"{key}_ci_low", f"{key}_ci_low", f"{key}'s 95% bootstrap interval over prompts: lower end"),
-        Metric(f"{key}_ci_high", f"{key}_ci_high", f"{key}'s 95% bootstrap interval over prompts: upper end"),
+        Metric(f"{key}_ci_low", f"{name or key}_ci_low", f"{key}'s 95% {kind} interval over prompts: lower end"),
+        Metric(f"{key}_ci_high", f"{name or key}_ci_high", f"{key}'s 95% {kind} interval over prompts: upper end"),
     )
 
 
@@ -115,11 +119,58 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
         "with torch's sync debug mode; absent on the CPU and when the loop runs in the driver",
     ),
     Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
+    Metric(
+        "units_finished",
+        "runtime/units_finished",
+        "a point that failed (a lost node, restarts used up): units whose speculative decode finished and is "
+        "logged with the point; absent when the point finished",
+    ),
 )
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
 )
+ACCEPT_PREFIX = "accept/"
+RATIO = "ratio-estimator (Student t, clipped to [0, 1])"
+# Acceptance by depth (docs/measuring.md): one metric per draft depth j = 1..L or accepted length
+# n = 0..L, so how many a run logs follows its L; the key's MLflow name is ACCEPT_PREFIX + key.
+ACCEPTANCE_METRICS: tuple[Metric, ...] = (
+    Metric(
+        "alpha_<j>",
+        "accept/alpha_<j>",
+        "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
+        "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
+    ),
+    *interval("alpha_<j>", "accept/alpha_<j>", RATIO),
+    Metric(
+        "overlap_<j>",
+        "accept/overlap_<j>",
+        "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
+        "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
+        "one sampled path; a DDTree's q_j is its depth-j marginal)",
+    ),
+    *interval("overlap_<j>", "accept/overlap_<j>", RATIO),
+    Metric("hist_<n>", "accept/hist_<n>", "share of sequence-rounds that accepted exactly n draft tokens, n = 0..L"),
+    Metric(
+        "left_chain",
+        "accept/left_chain",
+        "deterministic trees (DDTree): share of sequence-rounds whose accepted path left the tree's "
+        "first-ranked chain (the drafter's most probable token at every depth)",
+    ),
+)
+_ACCEPTANCE_KEY = re.compile(
+    "|".join(re.escape(m.key).replace("<j>", r"\d+").replace("<n>", r"\d+") for m in ACCEPTANCE_METRICS)
+)
 METRIC_KEYS = tuple(m.key for m in METRICS)
+# What a pass shows without timing it: a failed point logs these for the units it finished.
+UNTIMED = (
+    "block_efficiency",
+    "accepted_mean",
+    "tree_nodes_mean",
+    "kv_peak_mb_target",
+    "kv_peak_mb_draft",
+    "target_calls",
+    "generated_tokens",
+)
 HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
 INTERVALS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf")  # headline figures measured with an interval
 ENDS = ("ci_low", "ci_high")  # an interval's metrics: `<key>_ci_low`, `<key>_ci_high`
@@ -138,11 +189,37 @@ HF_PREFIX = "baseline_hf/"
 _MLFLOW = {m.key: m.mlflow for m in (*METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)}
 
 
+def is_acceptance(key: str) -> bool:
+    """A key of ACCEPTANCE_METRICS with its number filled in (`alpha_3`, `hist_0_ci_low` is not one)."""
+    return _ACCEPTANCE_KEY.fullmatch(key) is not None
+
+
 def mlflow_name(key: str) -> str:
-    """The MLflow name of a metric key; CUDA peaks (`mem_peak_mb_<role>_<call>`) go under memory/."""
+    """The MLflow name of a metric key; CUDA peaks (`mem_peak_mb_<role>_<call>`) go under memory/,
+    acceptance by depth under accept/."""
     if key.startswith("mem_peak_mb_"):
         return f"memory/{key.removeprefix('mem_')}"
+    if is_acceptance(key):
+        return ACCEPT_PREFIX + key
     return _MLFLOW.get(key, key)
+
+
+def acceptance_logged(logged: dict[str, float]) -> dict[str, float]:
+    """The acceptance-by-depth metrics of a logged run (MLflow names) under their keys."""
+    return {
+        name.removeprefix(ACCEPT_PREFIX): value
+        for name, value in logged.items()
+        if name.startswith(ACCEPT_PREFIX) and is_acceptance(name.removeprefix(ACCEPT_PREFIX))
+    }
+
+
+def depth_series(metrics: dict[str, float], stem: str, first: int = 1, end: str = "") -> list[float]:
+    """`<stem>_<first><end>`, `<stem>_<first + 1><end>`, ... as long as they are there (`alpha` gives
+    alpha_1..alpha_L, with ``end`` `_ci_low` the lower ends of their intervals)."""
+    values: list[float] = []
+    while (key := f"{stem}_{first + len(values)}{end}") in metrics:
+        values.append(metrics[key])
+    return values
 
 
 def mlflow_metrics(metrics: dict[str, float]) -> dict[str, float]:
@@ -168,7 +245,8 @@ def read_metric(logged: dict[str, float], key: str) -> float | None:
 
 def metrics_markdown() -> str:
     lines = ["| key | MLflow name | meaning |", "|---|---|---|"]
-    lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in (*METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)]
+    every = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *PAIRED_METRICS)
+    lines += [f"| `{m.key}` | `{m.mlflow}` | {m.meaning} |" for m in every]
     lines += [
         "| `mem_peak_mb_<role>_<call>` | `memory/peak_mb_<role>_<call>` | CUDA only: peak memory per call kind |",
         f"| (baseline) | `baseline_ar/<key>` | the engine's autoregressive loop's {', '.join(BASELINE_KEYS)} |",
@@ -221,7 +299,7 @@ def summarize(
     for phase, spent in times.items():
         metrics[f"time_{phase}_s"] = spent
         metrics[f"share_{phase}"] = spent / run.wall_s
-    return {key: metrics.get(key, math.nan) for key in METRIC_KEYS}
+    return {key: metrics.get(key, math.nan) for key in METRIC_KEYS} | acceptance_metrics(run)
 
 
 def first_position_metrics(run: RunResult) -> dict[str, float]:
@@ -240,6 +318,38 @@ def first_position_metrics(run: RunResult) -> dict[str, float]:
         "first_entropy_target": mean([r.first_entropy_target for r in rounds]),
         "first_entropy_draft": mean([r.first_entropy_draft for r in rounds]),
     }
+
+
+def acceptance_metrics(run: RunResult) -> dict[str, float]:
+    """ACCEPTANCE_METRICS: alpha_j and overlap_j (j = 1..L) with their intervals over prompts, the
+    accepted-length histogram and, for a deterministic tree, the share of rounds off its chain; none
+    when nothing was drafted. From each prompt's taus and overlaps per round: no model pass."""
+    L, prompts = run.length, [p for p in run.prompts if p.accepted]
+    if not L or not prompts:
+        return {}
+    # reached[j][i]: prompt i's sequence-rounds that accepted at least j draft tokens, j = 0..L+1
+    reached = [[float(sum(tau >= j for tau in p.accepted)) for p in prompts] for j in range(L + 2)]
+    rounds = sum(reached[0])
+    metrics: dict[str, float] = {}
+    for j in range(1, L + 1):
+        # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
+        overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
+        metrics |= share_metrics(f"alpha_{j}", reached[j], reached[j - 1])
+        metrics |= share_metrics(f"overlap_{j}", overlap, reached[j - 1])
+    metrics |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
+    if any(p.left_chain for p in prompts):
+        metrics["left_chain"] = sum(sum(p.left_chain) for p in prompts) / rounds
+    return metrics
+
+
+def share_metrics(key: str, numerators: list[float], denominators: list[float]) -> dict[str, float]:
+    """`key` = sum(numerators) / sum(denominators) over prompts, a probability, and its interval
+    (`measure.ratio_interval`) clipped to [0, 1]; NaN where the denominators are all 0 (no round reached it)."""
+    total = sum(denominators)
+    value = sum(numerators) / total if total else math.nan
+    half = ratio_interval(numerators, denominators)
+    low, high = (math.nan, math.nan) if half is None else (max(value - half, 0.0), min(value + half, 1.0))
+    return {key: value, f"{key}_ci_low": low, f"{key}_ci_high": high}
 
 
 def prompt_metrics(record: PromptRecord) -> dict[str, float]:

@@ -5,29 +5,27 @@ never from the store's files. A point keeps its params (the flattened config), i
 metrics (MLflow names, as logged: 5 significant digits) and its per-prompt histories
 (`prompt/*`, one value per finished prompt). Intervals across prompts come from those
 histories: block efficiency and tau are ratios of sums over prompts (kept tokens, accepted
-tokens over sequence-rounds), so their interval is the ratio estimator's (`ratio_interval`),
+tokens over sequence-rounds), so their interval is the ratio estimator's (`measure.ratio_interval`),
 centred on the run's own logged metric. Times are measured once per run (a batch decodes
 several prompts at once), so time-based metrics carry no interval.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
-from scipy import stats
 
 from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS, method_label
+from speculab.measure import ratio_interval
 from speculab.tracking.metrics import mlflow_name
 from speculab.tracking.runs import KIND_TAG, POINT_TAG
 from speculab.tracking.spool import PARENT_TAG
 
 PROMPT_METRICS = ("prompt/block_efficiency", "prompt/accepted_mean", "prompt/generated_tokens")
 REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")  # every finished point logs these
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -122,19 +120,6 @@ def check_metrics(points: list[Point]) -> None:
             "runs without the metrics the report needs (a speculab point run logs "
             f"{', '.join(REQUIRED)} when it finishes):\n  " + "\n  ".join(missing)
         )
-
-
-def ratio_interval(numerators: list[float], denominators: list[float]) -> float | None:
-    """Half-width of the CONFIDENCE interval of sum(y) / sum(x) over prompts (the ratio estimator's
-    linearised standard error, Student t with n - 1 degrees of freedom); None below two prompts."""
-    n = len(numerators)
-    if n < 2 or sum(denominators) <= 0:
-        return None
-    ratio = sum(numerators) / sum(denominators)
-    mean_x = sum(denominators) / n
-    residuals = sum((y - ratio * x) ** 2 for y, x in zip(numerators, denominators))
-    se = math.sqrt(residuals / ((n - 1) * n)) / mean_x
-    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * se)
 
 
 def prompt_rounds(point: Point) -> list[float]:

@@ -112,8 +112,9 @@ def provenance_tags(output_dir: Path) -> dict[str, str]:
     }
 
 
-def launch_label(env: dict[str, str]) -> str:
+def launch_label(env: dict[str, str], sweep: str) -> str:
     """What tells two launches of the same sweep apart in its parent's name: the Ray job id in a
-    job, else the local start time."""
+    job, else the local start time and the `sweep` id (its directory's suffix), since two sweeps
+    started in the same second are not rare on a shared machine."""
     job = ray_job_id(env)
-    return job if job != "none" else time.strftime("%Y-%m-%d %H:%M:%S")
+    return job if job != "none" else f"{time.strftime('%Y-%m-%d %H:%M:%S')} {sweep}"

@@ -26,13 +26,13 @@ from urllib.parse import quote, urlencode
 
 from hydra.core.hydra_config import HydraConfig
 from matplotlib.figure import Figure
-from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import get_algorithm
 from speculab.config import Config, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.tracking.metrics import ENDS, HEADLINE, INTERVALS, mlflow_name
 from speculab.tracking.provenance import JOB_TAG, provenance_tags
 from speculab.tracking.spool import PARENT_TAG, RunRef, SpooledRun, fail_fast, read_spool
+from speculab.tracking.store import store_client
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
 POINT_TAG = "speculab.point_id"
@@ -250,7 +250,7 @@ def finished_in_store(cfg: Config, point: str) -> Finished | None:
     """A FINISHED run of this point in the configured store and experiment (None if none or unreachable)."""
     fail_fast()
     try:
-        client = MlflowClient(tracking_uri(cfg.tracking))
+        client = store_client(tracking_uri(cfg.tracking))
         experiment = client.get_experiment_by_name(cfg.tracking.experiment)
         if experiment is None:
             return None
@@ -326,7 +326,7 @@ def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
     if not parent.online or parent.experiment_id is None:
         return None
     try:
-        client = MlflowClient(parent.uri)
+        client = store_client(parent.uri)
         query = f"tags.`{POINT_TAG}` = '{point}'"
         child = f"{query} and tags.`{PARENT_TAG}` = '{parent.run_id}'"
         finished = f"{query} and attributes.status = 'FINISHED'"
@@ -342,7 +342,7 @@ def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
 def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
     """ "<run name>: <its MLflow page>" for each run the Ray job ``job_id`` recorded, sweep parents
     first (raises what MLflow raises when the store is unreachable)."""
-    client = MlflowClient(uri)
+    client = store_client(uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(experiments, f"tags.`{JOB_TAG}` = '{job_id}'", order_by=["attributes.start_time ASC"])
     runs.sort(key=lambda run: run.data.tags.get(KIND_TAG) != "sweep")

@@ -30,7 +30,10 @@ from typing import Any
 import pandas as pd
 from matplotlib.figure import Figure
 from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+
+from speculab.tracking.store import retrying_busy, store_client
 
 SPOOL_TAG = "speculab.spool_id"
 PARENT_TAG = "mlflow.parentRunId"
@@ -79,7 +82,11 @@ def experiment_id(client: MlflowClient, name: str, tags: dict[str, str]) -> str:
     """The experiment's id, created if absent; ``tags`` it lacks are set (kind, description, views)."""
     found = client.get_experiment_by_name(name)
     if found is None:
-        return client.create_experiment(name, tags=tags)
+        try:
+            return client.create_experiment(name, tags=tags)
+        except MlflowException as err:  # another process created it between the two calls
+            if err.error_code != "RESOURCE_ALREADY_EXISTS" or (found := client.get_experiment_by_name(name)) is None:
+                raise
     for key, value in tags.items():
         if found.tags.get(key) != value:
             client.set_experiment_tag(found.experiment_id, key, value)
@@ -208,8 +215,9 @@ class SpooledRun:
             return
         try:
             if self.client is None:
-                self.client = MlflowClient(self.uri)
-            call(self.client)
+                self.client = retrying_busy(lambda: store_client(self.uri))
+            client = self.client
+            retrying_busy(lambda: call(client))  # a store busy with another writer is waited for, bounded
         except Exception as err:  # any store failure: the spool already holds the record
             self.error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
             print(

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from speculab.engine import RunResult
 from speculab.tracking.console import show
-from speculab.tracking.metrics import acceptance_histogram
+from speculab.tracking.metrics import acceptance_histogram, depth_series, is_acceptance
 
 # The rows a summary opens with, in this order; the rest follow under a rule, as the point gives them.
 HEADLINE_ROWS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf", "block_efficiency", "accepted_mean")
@@ -30,7 +30,8 @@ def summary_table(
 ) -> Table:
     """Every metric, the headline rows first, beside each baseline's (column name -> its metrics) where
     it has one; a measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in
-    brackets; ``caption``: the conditions the figures were measured under."""
+    brackets; ``caption``: the conditions the figures were measured under. Acceptance by depth shows
+    as a few compact rows under `accepted_mean` (`acceptance_rows`), its intervals in MLflow."""
     table = Table(title=title, caption=caption or None)
     table.add_column("metric", no_wrap=True)  # a name cut short is a name nobody can look up
     table.add_column("speculative", justify="right", no_wrap=True)
@@ -42,13 +43,17 @@ def summary_table(
             shown = [b.get(key) if key != "kv_peak_mb_draft" else None for b in baselines.values()]  # no draft
             cell = _fmt(metrics[key]) + _bracket(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high"))
             table.add_row(key, cell, *("" if v is None or math.isnan(v) else _fmt(v) for v in shown))
+            if key == "accepted_mean":
+                for name, line in acceptance_rows(metrics):
+                    table.add_row(name, line)
         table.add_section()
     return table
 
 
 def summary_rows(metrics: dict[str, float]) -> tuple[list[str], list[str]]:
-    """(the headline rows present, every other row in the point's order); intervals are not rows."""
-    rows = [key for key in metrics if not key.endswith(("_ci_low", "_ci_high"))]
+    """(the headline rows present, every other row in the point's order); intervals and acceptance by
+    depth (`acceptance_rows`) are not rows of their own."""
+    rows = [key for key in metrics if not (key.endswith(("_ci_low", "_ci_high")) or is_acceptance(key))]
     head = [key for key in HEADLINE_ROWS if key in rows]
     return head, [key for key in rows if key not in head]
 
@@ -70,6 +75,26 @@ def speedup_verdicts(metrics: dict[str, float]) -> list[str]:
         )
         lines.append(f"{key} {_fmt(metrics[key])}{_bracket(low, high)}: {verdict}")
     return lines
+
+
+def acceptance_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
+    """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the overlap beside it, the
+    accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft.
+    A line stops where no round reached (alpha NaN) or none accepted (share 0): `of L` says so."""
+    lines = (("alpha (depth ", "alpha", 1), ("overlap (depth ", "overlap", 1), ("tau share (", "hist", 0))
+    rows = []
+    for name, stem, first in lines:
+        values = depth_series(metrics, stem, first)
+        shown = len(values)
+        while shown and (math.isnan(values[shown - 1]) or (first == 0 and values[shown - 1] == 0)):
+            shown -= 1
+        last = first + len(values) - 1
+        span = f"{first}..{first + shown - 1}" + (f" of {last}" if shown < len(values) else "")
+        if values:
+            rows.append((f"{name}{span})", " ".join(f"{v:.2f}" for v in values[:shown])))
+    if "left_chain" in metrics:
+        rows.append(("left_chain", _fmt(metrics["left_chain"])))
+    return rows
 
 
 def _fmt(value: float) -> str:

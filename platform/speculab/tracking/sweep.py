@@ -28,7 +28,16 @@ from rich.table import Table
 
 from speculab.algorithms import get_algorithm
 from speculab.config import Config
-from speculab.tracking.metrics import ENDS, HEADLINE, HF_PREFIX, INTERVALS, mlflow_name, read_metric
+from speculab.tracking.metrics import (
+    ENDS,
+    HEADLINE,
+    HF_PREFIX,
+    INTERVALS,
+    acceptance_logged,
+    is_acceptance,
+    mlflow_name,
+    read_metric,
+)
 from speculab.tracking.runs import run_name
 
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # generate's own paired speedup over the engine's loop
@@ -83,9 +92,15 @@ def sweep_name(cfg: Config, overrides: list[str]) -> str:
 
 def resumed_metrics(logged: dict[str, float]) -> dict[str, float]:
     """What a skipped point returns: its earlier run's final metrics (MLflow names) under the keys
-    a row reads (`point_row`), and `RESUMED`."""
+    a row reads (`point_row`) and acceptance by depth reads (`acceptance_curve`), and `RESUMED`."""
     keys = [*HEADLINE, *(f"{key}_{end}" for key in INTERVALS for end in ENDS), HF_SPEEDUP]
-    return {key: value for key in keys if (value := read_metric(logged, key)) is not None} | {RESUMED: 1.0}
+    found = {key: value for key in keys if (value := read_metric(logged, key)) is not None}
+    return found | acceptance_logged(logged) | {RESUMED: 1.0}
+
+
+def acceptance_curve(metrics: dict[str, float]) -> dict[str, float]:
+    """A point's acceptance by depth (`tracking.acceptance`), of its metrics by key."""
+    return {key: value for key, value in metrics.items() if is_acceptance(key)}
 
 
 def point_row(cfg: Config, metrics: dict[str, float]) -> dict[str, Any]:
@@ -286,5 +301,6 @@ def sweep_description(overrides: str, rows: list[dict[str, Any]]) -> str:
     return (
         f"Sweep `{overrides}`: {len(rows)} finished point(s), ranked by {rank_key(rows)} (medians of paired, "
         f"interleaved measurements; 95% intervals over prompts). {answer}{shared}{earlier} Every column: "
-        f"`sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`.\n\n{ranking_markdown(rows)}"
+        f"`sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance by draft depth: "
+        f"`acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(rows)}"
     )

@@ -20,7 +20,8 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from speculab.tracking.metrics import mlflow_name
+from speculab.tracking.acceptance import Curves, depth_figure, length_figure
+from speculab.tracking.metrics import acceptance_logged, mlflow_name
 from speculab.tracking.points import Estimate, Point, Value, constants, dimensions, logged, per_round, sort_key, varying
 from speculab.tracking.summary import PHASE_COLORS
 
@@ -176,10 +177,28 @@ def kv_vs_tree_size(points: list[Point]) -> Figure | None:
     return titled(figure, "KV footprint vs tree size", sized)
 
 
+def acceptance_curves(points: list[Point]) -> Curves:
+    """Each point's acceptance by depth (keys), labelled by its coordinates that vary across the points."""
+    among = varying(points)
+    return {point_label(p, among) or p.name: curve for p in points if (curve := acceptance_logged(p.metrics))}
+
+
+def acceptance_by_depth(points: list[Point]) -> Figure | None:
+    """alpha_j per point with the overlap beside it (`tracking.acceptance`); no paper plots it."""
+    return depth_figure(acceptance_curves(points), constants(points))
+
+
+def accepted_length(points: list[Point]) -> Figure | None:
+    """DDTree Fig. 4: the accepted-length histogram per point."""
+    return length_figure(acceptance_curves(points), constants(points))
+
+
 FIGURES: dict[str, Callable[[list[Point]], Figure | None]] = {
     "block_efficiency_vs_K.png": efficiency_vs_k,
     "speedup_vs_L.png": speedup_vs_l,
     "tau_vs_budget.png": tau_vs_budget,
     "time_split.png": time_split,
     "kv_vs_tree_size.png": kv_vs_tree_size,
+    "acceptance_by_depth.png": acceptance_by_depth,
+    "accepted_length.png": accepted_length,
 }

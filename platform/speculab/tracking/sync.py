@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlflow.tracking import MlflowClient
-
 from speculab.tracking.spool import (
     PARENT_TAG,
     TERMINAL,
@@ -40,6 +38,7 @@ from speculab.tracking.spool import (
     read_spool,
     run_content,
 )
+from speculab.tracking.store import store_client
 
 DEFAULT_ROOTS = ("outputs", "multirun")
 
@@ -86,7 +85,7 @@ def sync_spool(
     """Replay one spool; returns its MLflow run id (``run_ids`` maps spool ids to run ids).
     ``uri`` and ``experiment``, where given, replace the ones the run was meant for."""
     start = records[0] | ({"experiment": experiment} if experiment is not None else {})
-    client = MlflowClient(uri or start["uri"])
+    client = store_client(uri or start["uri"])
     parent = run_ids.get(start["parent_spool_id"] or "") or start["parent_run_id"]
     run_id = find_spooled_run(client, start["experiment"], start["spool_id"]) or create_run(client, start, parent)[1]
     held = run_content(client, run_id)
@@ -118,7 +117,7 @@ class SyncError(RuntimeError):
 def store_down(uri: str) -> str | None:
     """Why the store at ``uri`` cannot be used (one line), or None when it answers."""
     try:
-        MlflowClient(uri).search_experiments(max_results=1)
+        store_client(uri).search_experiments(max_results=1)
     except Exception as err:  # unreachable server, unknown scheme, unopenable database
         return f"the tracking store {uri} does not answer ({one_line(err)})"
     return None

@@ -1,0 +1,80 @@
+"""The cluster's nodes as a placement sees them: which are alive, what each offers, whether a group's
+bundles can ever fit on one of them (STRICT_PACK), and how to name a node in a message.
+
+Ray waits for ever for a placement group that no node can hold; these checks let a group refuse at
+once instead (a request no node offers, a lost node whose group has nowhere to go) and wait, bounded,
+only for resources that some node has but others are using."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+Bundle = dict[str, float]
+# Resources Ray gives every node by itself: not worth listing when a message says what nodes offer.
+IMPLICIT = ("memory", "object_store_memory")
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    address: str  # the node's IP
+    alive: bool
+    resources: dict[str, float]  # totals, as the node was started with
+
+    def describe(self) -> str:
+        offered = {k: v for k, v in self.resources.items() if k not in IMPLICIT and not k.startswith("node:")}
+        return f"{self.address} {offered}"
+
+
+def cluster_nodes() -> list[Node]:
+    """Every node the cluster has known, alive or not."""
+    return [Node(n["NodeID"], n["NodeManagerAddress"], bool(n["Alive"]), dict(n["Resources"])) for n in ray.nodes()]
+
+
+def demand(bundles: list[Bundle]) -> Bundle:
+    """What a STRICT_PACK group asks of one node: its bundles summed."""
+    total: Bundle = {}
+    for bundle in bundles:
+        for key, amount in bundle.items():
+            total[key] = total.get(key, 0.0) + amount
+    return total
+
+
+def fits(bundles: list[Bundle], resources: dict[str, float]) -> bool:
+    """Whether a node with these total `resources` could hold all `bundles` at once (nothing else running)."""
+    return all(resources.get(key, 0.0) >= amount - 1e-9 for key, amount in demand(bundles).items())
+
+
+def unplaceable(bundles: list[Bundle], nodes: list[Node]) -> bool:
+    """No alive node could ever hold the group, however long it waited."""
+    return not any(n.alive and fits(bundles, n.resources) for n in nodes)
+
+
+def alive_nodes_text(nodes: list[Node]) -> str:
+    alive = [n.describe() for n in nodes if n.alive]
+    return "; ".join(alive) if alive else "none"
+
+
+def bundle_nodes(pg: Any) -> list[str]:
+    """The node id of each bundle of a placed group, in bundle order."""
+    placed = ray.util.placement_group_table(pg).get("bundles_to_node_id", {})
+    return [placed[i] for i in sorted(placed)]
+
+
+def lost(node_ids: list[str], nodes: list[Node]) -> list[Node]:
+    """Those of `node_ids` that the cluster now reports dead."""
+    dead = {n.node_id: n for n in nodes if not n.alive}
+    return [dead[i] for i in dict.fromkeys(node_ids) if i in dead]
+
+
+def unoffered(field: str, resources: dict[str, float], nodes: list[Node]) -> str | None:
+    """Why no alive node offers what `field` (`cluster.target_resources`, ...) asks every bundle for, or None."""
+    if not resources or any(n.alive and fits([resources], n.resources) for n in nodes):
+        return None
+    return (
+        f"{field}={resources}: no alive node of the cluster offers it (start a node with "
+        f"`ray start ... --resources '{{\"name\": amount}}'`); alive nodes offer: {alive_nodes_text(nodes)}"
+    )

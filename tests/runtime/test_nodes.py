@@ -1,0 +1,28 @@
+"""What a placement knows of the cluster's nodes, without Ray: whether a group can ever fit, which of
+its nodes were lost, and why a pinned request is refused (`speculab.runtime.nodes`)."""
+
+from __future__ import annotations
+
+from speculab.runtime.nodes import Node, demand, fits, lost, unoffered, unplaceable
+
+HEAD = Node("h", "10.0.0.1", True, {"CPU": 2.0, "memory": 1e9, "node:10.0.0.1": 1.0})
+B = Node("b", "10.0.0.2", False, {"CPU": 4.0, "GPU": 1.0, "node_b": 1.0})
+
+
+def test_a_strict_pack_group_asks_one_node_for_its_bundles_summed() -> None:
+    bundles = [{"CPU": 1.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}]
+    assert demand(bundles) == {"CPU": 2.0, "GPU": 2.0}
+    assert not fits(bundles, B.resources) and fits([{"CPU": 2.0}], HEAD.resources)
+
+
+def test_a_group_only_a_dead_node_could_hold_is_unplaceable_and_the_node_named_lost() -> None:
+    assert unplaceable([{"CPU": 1.0, "node_b": 1.0}], [HEAD, B])
+    assert not unplaceable([{"CPU": 1.0}], [HEAD, B])
+    assert lost(["b", "h", "b"], [HEAD, B]) == [B]
+
+
+def test_a_pin_no_alive_node_offers_is_refused_naming_the_field_and_the_nodes() -> None:
+    why = unoffered("cluster.target_resources", {"node_b": 1.0}, [HEAD, B])
+    assert why is not None and why.startswith("cluster.target_resources={'node_b': 1.0}: no alive node")
+    assert why.endswith("alive nodes offer: 10.0.0.1 {'CPU': 2.0}")  # implicit resources left out
+    assert unoffered("cluster.target_resources", {}, [HEAD]) is None
