@@ -69,6 +69,8 @@ AUTH_HELP = (
     "needs its token here: run `ray get-auth-token` on the head, then submit with "
     "`RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> python jobs/submit.py ...` (or RAY_AUTH_TOKEN_PATH=<file>)."
 )
+# How to start a head on this machine without meeting another Ray's ports (docs/runtime.md#job-submission).
+START_HEAD = "docs/runtime.md#job-submission (`ray start --head --block --dashboard-port=PORT ...`, every port its own)"
 T = TypeVar("T")
 TERMINAL = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
@@ -170,6 +172,11 @@ def remote_needs(parser: argparse.ArgumentParser, value: T | None, option: str) 
     return value
 
 
+def no_head(address: str) -> str:
+    """One line for a Jobs API address nothing answers at: the address, and how to start a head or name one."""
+    return f"submit: no Ray head answers at {address}: start one as in {START_HEAD}, or name yours with --address"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", default="http://127.0.0.1:8265", help="the cluster's Jobs API (dashboard) address")
@@ -199,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = JobSubmissionClient(args.address)
         client.submit_job(entrypoint=command, runtime_env=runtime_env(), submission_id=job_id)
+    except ConnectionError:  # Ray's message is the last line of a long traceback; the fix is one command
+        print(no_head(args.address), file=sys.stderr)
+        return 2
     except AuthenticationError as err:
         print(
             f"submit: the Ray head at {args.address} refused this client's token ({err.message.splitlines()[0]}).\n"

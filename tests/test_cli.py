@@ -79,7 +79,7 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, tmp_path
     def lost(cfg):
         raise ClusterError("loop group: node 10.0.0.2 was lost; no alive node can hold ...")
 
-    monkeypatch.setattr(cli, "run", lost)
+    monkeypatch.setattr("speculab.experiment.run", lost)  # what `cli.hydra_main` imports when it runs a point
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # the session keeps its own handlers
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["speculab", "runtime=inline", "tracking=none"])

@@ -1,4 +1,4 @@
-"""The README's configuration reference against the schema and conf/.
+"""The configuration reference (docs/configuration.md) against the schema and conf/.
 
 The table ("## Configuration reference") lists every key of `Config`: a group row (`model=`) stands
 for the group's option, and so for its `name` key (`runtime.kind` for `runtime=`). Its defaults are
@@ -32,9 +32,9 @@ OTHERS_NOTE = re.compile(r"others: " + VALUE)
 
 
 def table_rows() -> list[tuple[list[str], str, str]]:
-    """(keys, default cell, values cell) of every row of the README's configuration table."""
-    text = (ROOT / "README.md").read_text()
-    assert SECTION in text, f"README.md has no {SECTION!r} section"
+    """(keys, default cell, values cell) of every row of the configuration table."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    assert SECTION in text, f"docs/configuration.md has no {SECTION!r} section"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     assert lines[:2] == ["| key | default | values |", "|---|---|---|"], lines[:2]
@@ -147,7 +147,7 @@ def test_every_schema_key_is_listed() -> None:
         named_by_group = group in groups and (NAME_OF.get(group) == key or (group not in NAME_OF and leaf == "name"))
         if key not in LISTED and not named_by_group:
             missing.append(key)
-    assert not missing, f"keys of Config the README's configuration table lacks: {', '.join(missing)}"
+    assert not missing, f"keys of Config the configuration table (docs/configuration.md) lacks: {', '.join(missing)}"
     assert len(LISTED) == len(set(LISTED)), "a key listed twice"
 
 

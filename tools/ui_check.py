@@ -34,7 +34,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.runs import VIEW_NAME, ui_pages
+from speculab.tracking.runs import PARENT_TAG, VIEW_NAME, run_page, runs_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.servers import free_port, serving  # the test suite's helpers
@@ -143,8 +143,10 @@ def main() -> None:
         parent = next(r for r in runs if r.data.tags["speculab.kind"] == "sweep")
         point = next(r for r in runs if r.data.tags["speculab.kind"] == "point")
         run_report(uri, parent.info.run_id, workdir)
-        run_page, table_page = ui_pages(uri, experiment.experiment_id, point.info.run_id, args.port)
-        parent_page = run_page.replace(point.info.run_id, parent.info.run_id)
+        point_page = run_page(uri, experiment.experiment_id, point.info.run_id, args.port)
+        sweep_points = f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'"  # what the CLI's sweep link searches
+        table_page = runs_table(uri, experiment.experiment_id, sweep_points, args.port)
+        parent_page = point_page.replace(point.info.run_id, parent.info.run_id)
         with serve(uri, args.port, workdir), browser() as driver:
             shapes = [r.info.run_name.split(" · ")[0] for r in runs if r.data.tags["speculab.kind"] == "point"]
             text = page_text(driver, table_page, shapes[0])
@@ -157,15 +159,15 @@ def main() -> None:
             driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
             check(all(mlflow_name(key) in text for key in HEADLINE), "the runs table shows the headline metric columns")
             check(all(shape in text for shape in shapes), f"the runs table lists the {len(shapes)} points by name")
-            text = page_text(driver, run_page, "Description")
+            text = page_text(driver, point_page, "Description")
             driver.save_screenshot(str(args.out / "point_run.png"))
             check("verification" in text and "block efficiency" in text, "a point's page describes it with its numbers")
-            page_text(driver, run_page.replace("?", "/model-metrics?"), "baseline_ar")
+            page_text(driver, point_page.replace("?", "/model-metrics?"), "baseline_ar")
             driver.save_screenshot(str(args.out / "point_metrics.png"))
             text = scrolled_to_end(driver)
             driver.save_screenshot(str(args.out / "point_metrics_headline.png"))
             check("tokens_per_s_ci_low" in text, "a point's Model metrics tab ends with the headline charts")
-            page_text(driver, run_page.replace("?", "/artifacts?"), "records_table.json")
+            page_text(driver, point_page.replace("?", "/artifacts?"), "records_table.json")
             driver.find_element(By.XPATH, "//*[normalize-space(text())='records_table.json']").click()
             text = page_text(driver, driver.current_url, "HumanEval/0")
             driver.save_screenshot(str(args.out / "point_records.png"))

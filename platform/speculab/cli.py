@@ -12,40 +12,66 @@ from __future__ import annotations
 import signal
 import sys
 from types import FrameType
-from typing import cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.cli_args import multirun_first
-from speculab.config import PROJECT_ROOT, Config, ConfigError, unknown_keys
-from speculab.experiment import PointOutcome, run
-from speculab.runtime.placement import ClusterError
-from speculab.tracking.runs import sweep_id
-from speculab.tracking.spool import close_open_runs
+from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
+
+if TYPE_CHECKING:
+    from speculab.experiment import PointOutcome
+
+# What runs a point (torch, transformers, Ray, MLflow: seconds to import) is imported where it is
+# used, so that `--help` and a refused key answer at once.
+CONF = PROJECT_ROOT / "conf"
+
+
+def sweep_id() -> str:
+    """conf/config.yaml's `${sweep_id:}` (hydra.sweep.dir): this process's sweep id."""
+    from speculab.tracking.runs import sweep_id as process_sweep_id
+
+    return process_sweep_id()
+
 
 ConfigStore.instance().store(name="config_schema", node=Config)
-OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)  # conf/config.yaml's hydra.sweep.dir
+OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 
 
-@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
 def hydra_main(cfg: DictConfig) -> PointOutcome:
     """One point; its plan and metrics are the job's return value (a sweep's parent run summarises them)."""
+    from speculab.experiment import run
+    from speculab.runtime.placement import ClusterError
+
     raise_if_interrupted()
     try:
         if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
             raise ConfigError.listing(unknown)
         outcome = run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
     except ConfigError as err:
-        print(f"speculab: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        refuse(err)
     except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
         print(f"speculab: point failed: {err}", file=sys.stderr)
         close_open_runs("FAILED")
         raise SystemExit(1) from None
     raise_if_interrupted()  # this point is recorded; the sweep stops before the next
     return outcome
+
+
+def refuse(err: ConfigError) -> NoReturn:
+    """The one way a bad config ends: its lines on stderr, exit status 2 (a usage error)."""
+    print(f"speculab: {err}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def close_open_runs(status: str) -> None:
+    """End the runs this process left open; none can be where the spool was never imported (`--help`,
+    a refused key), and importing it (MLflow) would take seconds."""
+    if spool := sys.modules.get("speculab.tracking.spool"):
+        spool.close_open_runs(status)
 
 
 INTERRUPTS: list[int] = []  # signals received by this process
@@ -64,6 +90,8 @@ def interrupt(signum: int, frame: FrameType | None) -> None:
 
 def main() -> None:
     sys.argv[1:] = multirun_first(sys.argv[1:])  # `-m` wherever the user put it
+    if errors := override_errors(sys.argv[1:], sorted(path.name for path in CONF.iterdir() if path.is_dir())):
+        refuse(ConfigError.listing(errors))
     signal.signal(signal.SIGTERM, interrupt)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell set SIGINT ignored
         signal.signal(signal.SIGINT, interrupt)

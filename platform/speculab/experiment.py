@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import matplotlib.pyplot as plt
 import torch
-from rich.console import Console
 from rich.progress import Progress
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -36,6 +35,7 @@ from speculab.paired import paired_metrics, paired_table
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure
+from speculab.tracking.console import console, say, show
 from speculab.tracking.metrics import (
     BASELINE_KEYS,
     HF_PREFIX,
@@ -157,17 +157,17 @@ def run(cfg: Config) -> PointOutcome:
     returns what its run logged (so that a resumed sweep's parent reports it too)."""
     plan = resolve(cfg)
     for note in config_warnings(plan.cfg):
-        print(f"speculab: warning: {note}")
+        say(f"speculab: warning: {note}")
     point = point_id(plan.cfg)
     if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
-        print(f"speculab: resume: {run_name(plan.cfg)} (point {point}) already finished: {found.where}; skipped")
+        say(f"speculab: resume: {run_name(plan.cfg)} (point {point}) already finished: {found.where}; skipped")
         return PointOutcome(plan, resumed_metrics(found.metrics))
     if not plan.cfg.tracking.enabled:
         return PointOutcome(plan, decode_point(plan, NoopTracker()))
     tracked_run = start_point_run(plan, point)
     with tracked(tracked_run):
         metrics = decode_point(plan, tracked_run)
-    print(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
+    say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
     return PointOutcome(plan, metrics)
 
 
@@ -273,7 +273,7 @@ def measure(plan: RunPlan, point: Prepared, tracker: Tracker, decoders: Decoders
     chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
     methods = {method: decoders.method(method) for method in METHODS if chosen[method]}
     repeats, finished = cfg.measure.repeats, 0
-    with Progress(transient=False) as progress, runtime_metrics(groups) as counted:
+    with Progress(console=console(), transient=False) as progress, runtime_metrics(groups) as counted:
         # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
         # actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
         # restart during the warm-up counts in runtime/restarts like any other.
@@ -336,7 +336,7 @@ def summarise(plan: RunPlan, measured: Measured) -> tuple[dict[str, float], dict
     metrics = print_summary(title, summarize(spec) | speed, ar, hf, measured.conditions) | measured.runtime
     if decoders.paired:
         compared = paired_metrics(decoders.paired_units(), cfg.algorithm.name)
-        Console().print(paired_table(compared, cfg.algorithm.name, cfg.algorithm.compare_repeats))
+        show(paired_table(compared, cfg.algorithm.name, cfg.algorithm.compare_repeats))
         metrics |= compared | {"time_paired_s": spec.paired_s}
     baselines = (baseline_metrics(ar) if ar else {}) | (baseline_metrics(hf, HF_PREFIX) if hf else {})
     return metrics, baselines

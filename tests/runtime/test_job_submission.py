@@ -23,7 +23,7 @@ import pytest
 
 from speculab.tracking.provenance import COMMIT_TAG, JOB_TAG
 from support.models import REPO
-from support.servers import serving
+from support.servers import free_port, serving
 
 
 def load_submit():
@@ -75,6 +75,15 @@ def test_a_remote_cluster_needs_a_tracking_uri_and_an_output_dir(capsys: pytest.
     with pytest.raises(SystemExit):
         submit.main(["--address", "http://head.example:8265", "--tracking-uri", "http://mlflow:5000", "--", "a=1"])
     assert "--output-dir" in capsys.readouterr().err
+
+
+def test_no_head_at_the_address_is_one_line_naming_it_and_how_to_start_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    address = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    assert submit.main(["--address", address, "--output-dir", str(tmp_path), "--", "a=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and address in err and "docs/runtime.md#job-submission" in err and "ray start" in err
 
 
 def list_jobs(address: str) -> bool:

@@ -8,12 +8,15 @@ import math
 import matplotlib.pyplot as plt
 
 from speculab.config import Config, ModelConfig
+from speculab.tracking.console import plain
 from speculab.tracking.sweep import (
     HF_SPEEDUP,
+    TOP,
     best_metrics,
     labels,
     rank_key,
     ranked,
+    ranking_table,
     sweep_csv,
     sweep_description,
     sweep_figure,
@@ -111,3 +114,11 @@ def test_the_parent_is_named_by_what_is_swept_and_what_every_point_shares() -> N
     assert sweep_name(cfg, ["sampling.temperature=0,1", "model=tiny-pycode"]) == (
         "sweep sampling.temperature=0,1 · block K=1 L=4 · iid · humaneval×4 · tiny-pycode"
     )
+
+
+def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_are() -> None:
+    rows = [row(f"gbv K={k} L=4", 1 + k / 100, 1, 1.5) for k in range(1, TOP + 3)]
+    shown = plain(ranking_table(rows, "ranking"))
+    assert f"top {TOP} of {TOP + 2} points; all of them: the parent run's sweep_table.md" in shown
+    assert "K=12" in shown and "K=2 " not in shown  # best first, the last two left out
+    assert "top" not in plain(ranking_table(rows[:TOP], "ranking"))  # every point shown: nothing to say

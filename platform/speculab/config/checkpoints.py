@@ -12,10 +12,9 @@ from typing import Any
 from huggingface_hub import constants, try_to_load_from_cache
 
 from speculab.algorithms import DRAFTERS
-from speculab.config.schema import Config, DrafterConfig, ModelConfig
+from speculab.config.schema import PROJECT_ROOT, Config, DrafterConfig, ModelConfig
 from speculab.models.dflash_layout import dflash_layout
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_L = 8  # algorithm.L where neither the algorithm preset nor the drafter's block sets it
 
 

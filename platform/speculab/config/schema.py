@@ -8,12 +8,15 @@ nothing of speculab: the checks per concern (`config.model`, `config.device`, `c
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+PROJECT_ROOT = Path(__file__).resolve().parents[3]  # the checkout: conf/, assets/, jobs/
 RUNTIMES = ("inline", "ray")
 # runtime.loop: where the decode loop runs on Ray. target: in rank 0 of the target's group, the draft in the
 # same process, the other ranks following its target calls (no Ray call inside a round, at any TP size);
@@ -165,11 +168,42 @@ def unknown_keys(cfg: DictConfig) -> list[str]:
 
 def _unknown_keys(tree: dict[Any, Any], schema: Any, prefix: str) -> list[str]:
     known = [f.name for f in fields(schema)]
-    takes = f"{prefix[:-1]} takes" if prefix else "top-level keys are"
     errors: list[str] = []
     for key, value in tree.items():
         if key not in known:
-            errors.append(f"{prefix}{key}: unknown key; {takes} {', '.join(known)}")
+            errors.append(unknown_key(prefix, key, known))
         elif isinstance(value, dict) and is_dataclass(child := getattr(schema, key)):
             errors += _unknown_keys(value, child, f"{prefix}{key}.")
     return errors
+
+
+def override_errors(overrides: list[str], groups: list[str]) -> list[str]:
+    """One line per command-line override `key=value` whose key `Config` lacks, checked before Hydra
+    composes: Hydra's own message for `algoritm.K=2` proposes appending it (`+algoritm.K=2`) where the
+    user meant `algorithm.K`. `groups` (conf/'s folders: `experiment=...`) are top-level keys too;
+    `+`/`++`/`~`, `hydra.` and `group@package` overrides are Hydra's to check."""
+    keys = [key for key, equals, _ in (arg.partition("=") for arg in overrides) if equals]
+    plain = [key for key in keys if key[:1] not in ("", "+", "~", "-") and "@" not in key]
+    lines = [_unknown_path(key.split("."), Config(), "", groups) for key in plain if key.split(".")[0] != "hydra"]
+    return [line for line in lines if line]
+
+
+def _unknown_path(parts: list[str], schema: Any, prefix: str, extra: list[str]) -> str | None:
+    """The error line for dotted key `parts` under `schema`, None when it names a key (or a leaf's inside,
+    which Hydra refuses with its own message)."""
+    head, *rest = parts
+    known = [f.name for f in fields(schema)] + [name for name in extra if not hasattr(schema, name)]
+    if head not in known:
+        return unknown_key(prefix, head, known, rest)
+    child = getattr(schema, head, None)
+    return _unknown_path(rest, child, f"{prefix}{head}.", []) if rest and is_dataclass(child) else None
+
+
+def unknown_key(prefix: str, key: str, known: list[str], rest: list[str] | None = None) -> str:
+    """`prefix + key` is not among `known` (its node's keys; `rest` the keys the user wrote below it): the
+    key it resembles if one does, else every key the node takes."""
+    tail = "".join(f".{part}" for part in rest or [])
+    close = difflib.get_close_matches(key, known, n=1)
+    takes = f"{prefix[:-1]} takes" if prefix else "top-level keys are"
+    hint = f"did you mean {prefix}{close[0]}{tail}?" if close else f"{takes} {', '.join(known)}"
+    return f"{prefix}{key}{tail}: unknown key; {hint}"

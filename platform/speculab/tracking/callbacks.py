@@ -25,10 +25,10 @@ from typing import Any, cast
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 
 from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
+from speculab.tracking.console import console
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.runs import (
     KIND_TAG,
@@ -162,7 +162,7 @@ class MlflowSweepCallback(Callback):
         self.parent.end("FINISHED")
         if found is not None:
             self.print_ranking(found)
-        print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port)}")
+        print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port, sweep=True)}")
 
     def log_acceptance(self) -> None:
         """Every point's alpha_j as one plot and a table (`tracking.acceptance`), named by what sets them apart."""
@@ -178,7 +178,7 @@ class MlflowSweepCallback(Callback):
     def print_ranking(self, found: SweepVerdict) -> None:
         """The top points with their intervals, and the best point's run (or the tie) in one line."""
         title = f"sweep ranking by {found.key} (median, 95% interval over prompts)"
-        Console().print(ranking_table(self.rows, title))
+        console().print(ranking_table(self.rows, title))
         print(f"speculab: {verdict_line(found, labels(self.rows)).replace('**', '')}")
         best = self.point_ids[self.rows.index(found.best)] if found.best is not None else None
         if self.parent is not None and best is not None and (link := point_link(self.parent, best, self.ui_port)):

@@ -172,6 +172,8 @@ UNTIMED = (
     "generated_tokens",
 )
 HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
+INTERVALS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf")  # headline figures measured with an interval
+ENDS = ("ci_low", "ci_high")  # an interval's metrics: `<key>_ci_low`, `<key>_ci_high`
 # What the autoregressive baseline logs of its metrics (the rest are constants for it: block efficiency 1,
 # no draft, no tree); fewer charts stand before the headline ones on a run's page.
 BASELINE_KEYS = (

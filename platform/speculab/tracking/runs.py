@@ -22,15 +22,16 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote, urlencode
 
 from hydra.core.hydra_config import HydraConfig
 from matplotlib.figure import Figure
 
 from speculab.algorithms import get_algorithm
 from speculab.config import Config, RunPlan, TrackingConfig, describe_device, tracking_uri
-from speculab.tracking.metrics import HEADLINE, mlflow_name
+from speculab.tracking.metrics import ENDS, HEADLINE, INTERVALS, mlflow_name
 from speculab.tracking.provenance import JOB_TAG, provenance_tags
-from speculab.tracking.spool import RunRef, SpooledRun, fail_fast, read_spool
+from speculab.tracking.spool import PARENT_TAG, RunRef, SpooledRun, fail_fast, read_spool
 from speculab.tracking.store import store_client
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
@@ -43,6 +44,8 @@ VIEW_NAME = "speculab: shape and headline metrics"
 VIEW_CREATED_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that rewriting the tag at every run changes nothing
 # The runs table's columns in the saved view: the point's shape, then the headline metrics.
 VIEW_PARAMS = ("algorithm.name", "algorithm.K", "algorithm.L", "sampling.temperature", "drafter.name")
+# ... and the headline metrics, the one the table is sorted by first; a measured one is followed by its interval.
+VIEW_METRICS = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s", "block_efficiency", "accepted_mean")
 SWEEP_ID = uuid.uuid4().hex[:8]  # this process's sweep: the end of its directory's name, its parent file's key
 PARENT_FILE = f"mlflow_parent.{SWEEP_ID}.json"  # in a sweep's directory: the parent run's spool id and run id
 
@@ -173,8 +176,9 @@ def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> s
 def view_state() -> str:
     """The experiment's saved runs-table view, in the envelope MLflow's "Views" menu lists (a name,
     times, and the table state as a JSON string; share links read it too): shape and headline
-    columns, the fastest over autoregressive decoding first."""
-    columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{mlflow_name(key)}`" for key in HEADLINE]
+    columns, each measured one beside its 95% interval, the fastest over autoregressive decoding first."""
+    metrics = [part for key in VIEW_METRICS for part in (key, *(f"{key}_{end}" for end in ENDS if key in INTERVALS))]
+    columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{mlflow_name(key)}`" for key in metrics]
     state = {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('speedup_vs_ar')}`", "orderByAsc": False}
     return json.dumps(
         {"name": VIEW_NAME, "createdAt": VIEW_CREATED_MS, "updatedAt": VIEW_CREATED_MS, "state": json.dumps(state)}
@@ -291,12 +295,29 @@ def finished_point(cfg: Config, point: str) -> Finished | None:
 UI_MODE = "workflowType=machine_learning"  # MLflow 3's UI opens experiments in its GenAI mode otherwise
 
 
-def ui_pages(uri: str, experiment_id: str | None, run_id: str | None, ui_port: int) -> tuple[str, str]:
-    """(the run's page, the experiment's runs table in speculab's saved view) in the MLflow UI: the
-    tracking server's own pages, or for a database store those of `mlflow ui --port ui_port`."""
-    base = uri.rstrip("/") if uri.startswith("http") else f"http://127.0.0.1:{ui_port}"
-    table = f"{base}/#/experiments/{experiment_id}/runs?{UI_MODE}&viewStateShareKey={VIEW_KEY}"
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?{UI_MODE}", table
+def ui_base(uri: str, ui_port: int) -> str:
+    """The MLflow UI serving `uri`: the tracking server itself, or for a database store `mlflow ui --port ui_port`."""
+    return uri.rstrip("/") if uri.startswith("http") else f"http://127.0.0.1:{ui_port}"
+
+
+def run_page(uri: str, experiment_id: str | None, run_id: str | None, ui_port: int) -> str:
+    """The run's page in the MLflow UI (in its model-training mode: the sidebar stays on runs)."""
+    return f"{ui_base(uri, ui_port)}/#/experiments/{experiment_id}/runs/{run_id}?{UI_MODE}"
+
+
+def runs_table(uri: str, experiment_id: str | None, search: str, ui_port: int) -> str:
+    """The experiment's runs table in speculab's saved view (shape, headline columns with their intervals,
+    the fastest first), showing only the runs `search` finds: MLflow's experiment page reads its search
+    box (`searchFilter`) from the URL, and the view's state sets the columns and the order, not the search."""
+    query = urlencode({"viewStateShareKey": VIEW_KEY, "searchFilter": search}, quote_via=quote)
+    return f"{ui_base(uri, ui_port)}/#/experiments/{experiment_id}/runs?{UI_MODE}&{query}"
+
+
+def points_search(run: SpooledRun, sweep: bool) -> str:
+    """The search that finds the points `run` belongs with: its sweep's (the run's own when it is the
+    sweep's parent, `sweep`), else the run alone; never the rest of the experiment."""
+    parent = run.run_id if sweep else run.parent_run_id
+    return f"tags.`{PARENT_TAG}` = '{parent}'" if parent else f"attributes.run_id = '{run.run_id}'"
 
 
 def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
@@ -307,7 +328,7 @@ def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
     try:
         client = store_client(parent.uri)
         query = f"tags.`{POINT_TAG}` = '{point}'"
-        child = f"{query} and tags.`mlflow.parentRunId` = '{parent.run_id}'"
+        child = f"{query} and tags.`{PARENT_TAG}` = '{parent.run_id}'"
         finished = f"{query} and attributes.status = 'FINISHED'"
         newest = ["attributes.start_time DESC"]
         runs = client.search_runs([parent.experiment_id], child, max_results=1) or client.search_runs(
@@ -315,7 +336,7 @@ def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
         )
     except Exception:  # the store went away since: the ranking above stands without the link
         return None
-    return ui_pages(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port)[0] if runs else None
+    return run_page(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port) if runs else None
 
 
 def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
@@ -325,16 +346,17 @@ def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
     experiments = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(experiments, f"tags.`{JOB_TAG}` = '{job_id}'", order_by=["attributes.start_time ASC"])
     runs.sort(key=lambda run: run.data.tags.get(KIND_TAG) != "sweep")
-    return [
-        f"{run.info.run_name}: {ui_pages(uri, run.info.experiment_id, run.info.run_id, ui_port)[0]}" for run in runs
-    ]
+    return [f"{run.info.run_name}: {run_page(uri, run.info.experiment_id, run.info.run_id, ui_port)}" for run in runs]
 
 
-def where(run: SpooledRun, ui_port: int) -> str:
-    """Which run was written and how to see it (no store call: the store may have gone since)."""
+def where(run: SpooledRun, ui_port: int, sweep: bool = False) -> str:
+    """Which run was written and how to see it: its page, and the runs table on its sweep's points (the
+    parent's own when `sweep`) or on the run alone (no store call: the store may have gone since)."""
     if run.online:
-        page, table = ui_pages(run.uri, run.experiment_id, run.run_id, ui_port)
+        page = run_page(run.uri, run.experiment_id, run.run_id, ui_port)
+        table = runs_table(run.uri, run.experiment_id, points_search(run, sweep), ui_port)
         serve = f"mlflow ui --backend-store-uri {run.uri} --port {ui_port}"
         serve = "" if run.uri.startswith("http") else f" (serve the store: `{serve}`)"
-        return f"MLflow run {run.run_id}: {page} ; all runs: {table}{serve}"
+        what = "the sweep's points" if sweep or run.parent_run_id else "this run"
+        return f"MLflow run {run.run_id}: {page} ; {what} in the runs table: {table}{serve}"
     return f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"

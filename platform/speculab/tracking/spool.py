@@ -180,6 +180,7 @@ class SpooledRun:
         self.held = RunContent()
         self.run_id: str | None = None
         self.experiment_id: str | None = None
+        self.parent_run_id = parent.run_id if parent else None  # a sweep point's parent: its link shows the sweep
         self.client: MlflowClient | None = None
         self.error: str | None = None
         start = {

@@ -12,35 +12,69 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
-from rich.console import Console
 from rich.table import Table
 
 from speculab.engine import RunResult
+from speculab.tracking.console import show
 from speculab.tracking.metrics import acceptance_histogram, depth_series, is_acceptance
+
+# The rows a summary opens with, in this order; the rest follow under a rule, as the point gives them.
+HEADLINE_ROWS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf", "block_efficiency", "accepted_mean")
+GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
+# What a speedup is over, for the sentence that says whether its interval lies above, below or around 1.
+SPEEDUP_OVER = {"speedup_vs_ar": "the autoregressive baseline", "speedup_vs_hf": "transformers' generate"}
 
 
 def summary_table(
     title: str, metrics: dict[str, float], baselines: dict[str, dict[str, float]], caption: str = ""
 ) -> Table:
-    """Every metric, beside each baseline's (column name -> its metrics) where it has one; a
-    measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in brackets;
-    ``caption``: the conditions the figures were measured under. Acceptance by depth shows as a few
-    compact rows under `accepted_mean` (`acceptance_rows`), its intervals in MLflow."""
+    """Every metric, the headline rows first, beside each baseline's (column name -> its metrics) where
+    it has one; a measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in
+    brackets; ``caption``: the conditions the figures were measured under. Acceptance by depth shows
+    as a few compact rows under `accepted_mean` (`acceptance_rows`), its intervals in MLflow."""
     table = Table(title=title, caption=caption or None)
-    table.add_column("metric")
-    table.add_column("speculative", justify="right")
+    table.add_column("metric", no_wrap=True)  # a name cut short is a name nobody can look up
+    table.add_column("speculative", justify="right", no_wrap=True)
     for name in baselines:
-        table.add_column(name, justify="right")
-    for key, value in metrics.items():
-        if key.endswith(("_ci_low", "_ci_high")) or is_acceptance(key):
-            continue
-        shown = [b.get(key) if key != "kv_peak_mb_draft" else None for b in baselines.values()]  # no draft there
-        cell = _fmt(value) + _bracket(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high"))
-        table.add_row(key, cell, *("" if v is None or math.isnan(v) else _fmt(v) for v in shown))
-        if key == "accepted_mean":
-            for name, line in acceptance_rows(metrics):
-                table.add_row(name, line)
+        table.add_column(name, justify="right", no_wrap=True)
+    head, rest = summary_rows(metrics)
+    for keys in (head, rest):
+        for key in keys:
+            shown = [b.get(key) if key != "kv_peak_mb_draft" else None for b in baselines.values()]  # no draft
+            cell = _fmt(metrics[key]) + _bracket(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high"))
+            table.add_row(key, cell, *("" if v is None or math.isnan(v) else _fmt(v) for v in shown))
+            if key == "accepted_mean":
+                for name, line in acceptance_rows(metrics):
+                    table.add_row(name, line)
+        table.add_section()
     return table
+
+
+def summary_rows(metrics: dict[str, float]) -> tuple[list[str], list[str]]:
+    """(the headline rows present, every other row in the point's order); intervals and acceptance by
+    depth (`acceptance_rows`) are not rows of their own."""
+    rows = [key for key in metrics if not (key.endswith(("_ci_low", "_ci_high")) or is_acceptance(key))]
+    head = [key for key in HEADLINE_ROWS if key in rows]
+    return head, [key for key in rows if key not in head]
+
+
+def speedup_verdicts(metrics: dict[str, float]) -> list[str]:
+    """One sentence per speedup with an interval: faster than, slower than, or not distinguishable
+    from its baseline, as the interval lies above 1, below 1 or around it."""
+    lines = []
+    for key, baseline in SPEEDUP_OVER.items():
+        low, high = metrics.get(f"{key}_ci_low", math.nan), metrics.get(f"{key}_ci_high", math.nan)
+        if math.isnan(low) or math.isnan(high):
+            continue
+        verdict = (
+            f"faster than {baseline}"
+            if low > 1
+            else f"slower than {baseline}"
+            if high < 1
+            else f"not distinguishable from {baseline} (the interval includes 1)"
+        )
+        lines.append(f"{key} {_fmt(metrics[key])}{_bracket(low, high)}: {verdict}")
+    return lines
 
 
 def acceptance_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
@@ -84,7 +118,9 @@ def print_summary(
     columns = {"autoregressive": ar} if ar else {}
     if hf:
         columns["transformers generate"] = hf
-    Console().print(summary_table(title, metrics, columns, caption))
+    show(
+        summary_table(title, metrics, columns, caption), *speedup_verdicts(metrics), f"every row explained: {GLOSSARY}"
+    )
     return metrics
 
 

@@ -28,14 +28,21 @@ from rich.table import Table
 
 from speculab.algorithms import get_algorithm
 from speculab.config import Config
-from speculab.tracking.metrics import HEADLINE, HF_PREFIX, acceptance_logged, is_acceptance, mlflow_name, read_metric
+from speculab.tracking.metrics import (
+    ENDS,
+    HEADLINE,
+    HF_PREFIX,
+    INTERVALS,
+    acceptance_logged,
+    is_acceptance,
+    mlflow_name,
+    read_metric,
+)
 from speculab.tracking.runs import run_name
 
-INTERVALS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf")  # headline figures measured with an interval
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # generate's own paired speedup over the engine's loop
-TOP = 5  # rows of the ranking the console shows
+TOP = 10  # rows of the ranking the console shows; beyond, it says how many more and where they are
 RESUMED = "resumed"  # in a point's return value: it finished in an earlier launch (`resume=true`)
-ENDS = ("ci_low", "ci_high")
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,9 @@ def ranking_table(rows: list[dict[str, Any]], title: str) -> Table:
     """The console's end of a sweep: the top points with their intervals, named by what sets them apart
     (what they share is the caption)."""
     key = rank_key(rows)
-    table = Table(title=title, caption=f"every point: {shared_name(rows)}" if shared_name(rows) else None)
+    shared = f"every point: {shared_name(rows)}" if shared_name(rows) else ""
+    rest = f"top {TOP} of {len(rows)} points; all of them: the parent run's sweep_table.md" if len(rows) > TOP else ""
+    table = Table(title=title, caption="\n".join(filter(None, (rest, shared))) or None)
     for column in ("#", "point", key, "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf", "block eff."):
         table.add_column(column, justify="left" if column == "point" else "right")
     other = "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf"
