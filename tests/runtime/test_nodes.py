@@ -26,3 +26,21 @@ def test_a_pin_no_alive_node_offers_is_refused_naming_the_field_and_the_nodes() 
     assert why is not None and why.startswith("cluster.target_resources={'node_b': 1.0}: no alive node")
     assert why.endswith("alive nodes offer: 10.0.0.1 {'CPU': 2.0}")  # implicit resources left out
     assert unoffered("cluster.target_resources", {}, [HEAD]) is None
+
+
+def test_attaching_to_no_cluster_is_one_clusters_error(monkeypatch) -> None:
+    """`cluster.address=auto` with no Ray on this machine: Ray's ConnectionError becomes a ClusterError
+    (one line from the command, the run FAILED), not a traceback."""
+    import pytest
+    import ray
+
+    from speculab.runtime.placement import ClusterError
+    from speculab.runtime.ray_actors import connect
+
+    def no_cluster(**kwargs):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    with pytest.raises(ClusterError, match=r"cluster\.address='auto': no Ray cluster to attach to \(Could not find"):
+        connect("auto", None)
