@@ -137,7 +137,7 @@ def test_groups_are_reused_not_reloaded(module_ray_pool: GroupPool) -> None:
     loads = [g.group.loads for g in first]
     again = start_models("ray", TP2, DRAFT)
     assert [g.group.members for g in again] == [g.group.members for g in first]
-    assert [g.group.loads for g in again] == loads == [1, 1]
+    assert [g.group.loads for g in again] == loads  # none again (an earlier test may have restarted them)
 
 
 class KillOnCall:
