@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
@@ -29,6 +29,7 @@ import torch
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
+from speculab.runtime.nested import mapped
 from speculab.runtime.placement import ClusterError
 
 Role = TreeTarget | DraftModel | LoopHost | PeerHost
@@ -93,17 +94,7 @@ def on_host(value: Any) -> Any:
     """`value` with every tensor in it on the CPU: a model actor hands results to the coordinator, and
     target features to the object store, there, whatever its own device (the receiver takes them to
     its own). Tensors already on the CPU are not copied."""
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple
-        return type(value)(*map(on_host, value))
-    if isinstance(value, list | tuple):
-        return type(value)(map(on_host, value))
-    if isinstance(value, dict):
-        return {key: on_host(item) for key, item in value.items()}
-    if is_dataclass(value) and not isinstance(value, type):
-        return replace(value, **{f.name: on_host(getattr(value, f.name)) for f in fields(value) if f.init})
-    return value
+    return mapped(value, lambda item: isinstance(item, torch.Tensor), lambda tensor: tensor.cpu())
 
 
 class ModelHost:

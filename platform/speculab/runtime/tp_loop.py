@@ -23,13 +23,14 @@ import math
 import pickle
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from speculab.models.roles import TreeTarget
+from speculab.runtime.nested import mapped
 
 SUMMED = frozenset({"kv_bytes", "cpu_seconds"})  # rank 0 returns the sum over ranks
 LOCAL = frozenset({"commit", "retain"})  # calls that make no collective: announced with the next one
@@ -70,31 +71,19 @@ def ref_of(index: int, tensor: torch.Tensor) -> TensorRef:
 
 
 def stripped(value: Any, tensors: list[torch.Tensor]) -> Any:
-    """`value` with each tensor in it replaced by a TensorRef and appended to `tensors` (through tuples,
-    lists, dicts and dataclasses: a call's arguments, a DraftTree)."""
-    if isinstance(value, torch.Tensor):
-        tensors.append(value)
-        return ref_of(len(tensors) - 1, value)
-    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return type(value)(stripped(item, tensors) for item in value)
-    if isinstance(value, dict):
-        return {key: stripped(item, tensors) for key, item in value.items()}
-    if is_dataclass(value) and not isinstance(value, type):
-        return replace(value, **{f.name: stripped(getattr(value, f.name), tensors) for f in fields(value) if f.init})
-    return value
+    """`value` with each tensor in it replaced by a TensorRef and appended to `tensors` (a call's
+    arguments, a DraftTree)."""
+
+    def ref(tensor: torch.Tensor) -> TensorRef:
+        tensors.append(tensor)
+        return ref_of(len(tensors) - 1, tensor)
+
+    return mapped(value, lambda item: isinstance(item, torch.Tensor), ref)
 
 
 def dressed(value: Any, tensors: list[torch.Tensor]) -> Any:
     """The inverse of `stripped`: each TensorRef replaced by its tensor."""
-    if isinstance(value, TensorRef):
-        return tensors[value.index]
-    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return type(value)(dressed(item, tensors) for item in value)
-    if isinstance(value, dict):
-        return {key: dressed(item, tensors) for key, item in value.items()}
-    if is_dataclass(value) and not isinstance(value, type):
-        return replace(value, **{f.name: dressed(getattr(value, f.name), tensors) for f in fields(value) if f.init})
-    return value
+    return mapped(value, lambda item: isinstance(item, TensorRef), lambda r: tensors[r.index])
 
 
 def _broadcast(data: bytes | None) -> bytes:
