@@ -329,10 +329,12 @@ def split_table(
     return table, block_other_ms
 
 
-def verifier_table(vocabs: tuple[int, ...], device: str, bandwidth: float, repeats: int) -> Table:
-    """(c): ms per call of every path verifier, beside reading p and q once at the measured bandwidth."""
+def verifier_table(
+    vocabs: tuple[int, ...], verifiers: tuple[str, ...], device: str, bandwidth: float, repeats: int
+) -> Table:
+    """(c): ms per call of each path verifier, beside reading p and q once at the measured bandwidth."""
     table = Table("verifier", "V", "K", "L", "ms / call", "p+q read ms", "ratio", title="(c) verification, batch 1")
-    for name in PATH_ALGORITHMS:
+    for name in verifiers:
         spec = ALGORITHMS[name]
         for vocab in vocabs:
             for k in (1, 4, 8) if spec.multi_path else (1,):
@@ -429,10 +431,11 @@ def autoregressive_table(
     def speculab_loop(target: TreeTarget) -> Callable[[int], object]:
         return lambda n: autoregressive(target, [prompt], DecodeSettings(1, 0, SamplingParams(0.0), n, 1, 0, None))
 
+    # speculab's captured loop first (the projection's baseline), the compile (minutes) last
     rows: list[tuple[str, Callable[[int], object] | None]] = [
+        *((f"speculab autoregressive loop, {passes}", speculab_loop(t)) for passes, t in reversed(targets.items())),
         ("transformers generate, eager, dynamic cache", hf(False)),
         ("transformers generate, static cache + torch.compile", hf(True) if compile_ else None),
-        *((f"speculab autoregressive loop, {passes}", speculab_loop(t)) for passes, t in targets.items()),
     ]
     table = Table(
         "loop",
@@ -441,16 +444,17 @@ def autoregressive_table(
         title=f"(a) autoregressive decoding, {len(prompt)}-token prompt, batch 1 (limit: speculab's captured loop "
         "at most generate's static + compile and 1.35x the roofline)",
     )
-    ms = 0.0
+    measured: list[float] = []
     with torch.inference_mode():
         for name, run in rows:
             if run is None:
                 table.add_row(name, "not run (--compile on the CPU)", "")
                 continue
-            ms = step_ms(run, device, max_new, repeats)
-            table.add_row(name, f"{ms:.2f}", f"{ms / roofline_ms:.2f}")
+            measured.append(step_ms(run, device, max_new, repeats))
+            table.add_row(name, f"{measured[-1]:.2f}", f"{measured[-1] / roofline_ms:.2f}")
+            print(f"(a) {name}: {measured[-1]:.2f} ms / token", flush=True)  # a row before a slow compile
     table.add_row("memory roofline (weights + mean KV per step / measured bandwidth)", f"{roofline_ms:.2f}", "1.00")
-    return table, ms  # the last row: speculab's captured loop
+    return table, measured[0]  # speculab's captured loop
 
 
 # The DDTree paper's Qwen3-8B HumanEval T = 0 points: (method, tau, speedup over its autoregressive baseline).
@@ -532,6 +536,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--compile", action="store_true", help="also time generate's static-cache compile on the CPU")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--tables", default="becdatp", help="the tables to run, by letter (default: all, becdatp)")
+    parser.add_argument("--sizes", type=ints, default=None, help="tree nodes of table (b), comma-separated")
+    parser.add_argument("--contexts", type=ints, default=None, help="context lengths of table (b), comma-separated")
+    parser.add_argument("--vocabs", type=ints, default=None, help="vocabularies of table (c), comma-separated")
+    parser.add_argument("--verifiers", type=lambda s: tuple(s.split(",")), default=PATH_ALGORITHMS, help="of (c)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     hf_logging.disable_progress_bar()
@@ -545,6 +554,8 @@ def main(argv: list[str] | None = None) -> None:
     contexts, sizes = (
         ((128, 512), (1, 4, 16, 64, 256)) if small else ((1024, 4096), (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
     )
+    contexts, sizes = args.contexts or contexts, args.sizes or sizes
+    tables = set(args.tables)
     console = Console(width=150)
 
     model = random_model(arch, target_shape, vocab, dtype, device, seed=1)
@@ -568,23 +579,35 @@ def main(argv: list[str] | None = None) -> None:
     )
     gen = torch.Generator().manual_seed(0)
     params = sum(p.numel() for p in model.parameters())
-    table, tree_ms = tree_pass_table(targets, vocab, contexts, sizes, device, args.repeats, flop_rate, params)
-    console.print(table)
-    block_ms = dflash_block_ms(small, device, dtype, contexts[0] // 2, args.repeats)
-    console.print(draft_step_table(drafts, vocab, contexts[0] // 2, device, args.repeats, block_ms))
-    prompts = [torch.randint(0, vocab, (contexts[0],), generator=gen).tolist() for _ in range(2)]
-    table, other_ms = split_table({name: (targets[name], drafts[name]) for name in passes}, prompts, max_new)
-    console.print(table)
-    console.print(verifier_table((vocab,) if small else VOCABS, device, bandwidth, args.repeats))
-    prompt = torch.randint(0, vocab, (64 if small else 512,), generator=gen).tolist()
+    if "b" in tables:
+        table, tree_ms = tree_pass_table(targets, vocab, contexts, sizes, device, args.repeats, flop_rate, params)
+        console.print(table)
+    if "e" in tables:
+        block_ms = dflash_block_ms(small, device, dtype, contexts[0] // 2, args.repeats)
+        console.print(draft_step_table(drafts, vocab, contexts[0] // 2, device, args.repeats, block_ms))
+    if "d" in tables:
+        prompts = [torch.randint(0, vocab, (contexts[0],), generator=gen).tolist() for _ in range(2)]
+        table, other_ms = split_table({name: (targets[name], drafts[name]) for name in passes}, prompts, max_new)
+        console.print(table)
+    if "c" in tables:
+        vocabs = args.vocabs or ((vocab,) if small else VOCABS)
+        console.print(verifier_table(vocabs, args.verifiers, device, bandwidth, args.repeats))
     compile_ = device == "cuda" or args.compile
-    table, ar_ms = autoregressive_table(model, targets, prompt, max_new, device, bandwidth, compile_, args.repeats)
-    console.print(table)
-    console.print(tiny_pair_table(device, compile_, args.repeats, max_new if small else 128))
-    projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
-    build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
-    console.print(projection_table(ar_ms, block_ms[-1], tree_ms, build_ms, other_ms, verify_ms))
+    if "a" in tables:
+        prompt = torch.randint(0, vocab, (64 if small else 512,), generator=gen).tolist()
+        table, ar_ms = autoregressive_table(model, targets, prompt, max_new, device, bandwidth, compile_, args.repeats)
+        console.print(table)
+    if "t" in tables:
+        console.print(tiny_pair_table(device, compile_, args.repeats, max_new if small else 128))
+    if {"b", "e", "d", "a", "p"} <= tables:  # the projection reads the other tables' figures
+        projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
+        build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
+        console.print(projection_table(ar_ms, block_ms[-1], tree_ms, build_ms, other_ms, verify_ms))
     console.print(f"done in {time.perf_counter() - start:.0f} s")
+
+
+def ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 # call of at most 10 minutes. Run from the repository root on the GPU machine, after building the
 # packages it lacks here (`bash ../shared/gpu/wheelhouse.sh .gpu --ray --mlflow`) and carrying `.gpu`:
 #
+#   bash tools/gpu_checks.sh first     # the first GPU call (8 min): tests/gpu, the CLI, the headline figures
 #   bash tools/gpu_checks.sh tests     # make test-gpu: tests/gpu (capture, decode, verifiers, trees)
 #   bash tools/gpu_checks.sh cli       # speculab on cuda: inline, Ray, capture off, a refused device
 #   bash tools/gpu_checks.sh bench     # benchmarks/gpu_systems.py (8B shapes), verify.py, ddtree.py
@@ -12,11 +13,12 @@
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh tests|cli|bench|qwen3}
+group=${1:?usage: gpu_checks.sh first|tests|cli|bench|qwen3}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
-export PYTHONPATH=platform:tests:/tmp/site MLFLOW_ALLOW_FILE_STORE=true
+# absolute: the CLI tests start `speculab` in a temporary directory
+export PYTHONPATH=$PWD/platform:$PWD/tests:/tmp/site MLFLOW_ALLOW_FILE_STORE=true PYTHONUNBUFFERED=1
 cli=(python -m speculab.cli tracking.uri=file:/tmp/mlruns dataset.num_prompts=4 sampling.max_new_tokens=32)
 
 step() {  # NAME SECONDS COMMAND...
@@ -29,6 +31,16 @@ step() {  # NAME SECONDS COMMAND...
 python -c "import torch, transformers; print(torch.__version__, 'CUDA', torch.version.cuda, 'transformers', \
 transformers.__version__, torch.cuda.get_device_name())" | tee "$out/versions.txt"
 case $group in
+first)
+    nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+    step tests 230 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 100 -rfE --durations=15
+    step ddtree_cli 80 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
+    step refused_device 40 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
+    step runs 30 env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow; print(mlflow.search_runs(search_all_experiments=True).filter(
+        regex='tags.mlflow.runName|syncs|block_efficiency|speedup_vs_ar$|tokens_per_s$').to_string())"
+    step figures 230 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
+        --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
+    ;;
 tests)
     step test_gpu 540 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider
     ;;
@@ -50,6 +62,6 @@ qwen3)
         model.draft_path=/tmp/q3/draft drafter=dflash algorithm=ddtree algorithm.budget=16,64,256,1024 runtime=inline
     ;;
 *)
-    echo "unknown group $group: tests, cli, bench or qwen3" && exit 2
+    echo "unknown group $group: first, tests, cli, bench or qwen3" && exit 2
     ;;
 esac

@@ -23,7 +23,7 @@ from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.runtime import start_models
 from speculab.runtime.placement import Placement
-from support.cli import speculab
+from support.cli import file_store, speculab
 from support.models import TINY_PAIR
 
 pytestmark = pytest.mark.gpu
@@ -122,7 +122,7 @@ def test_ray_with_both_actors_on_one_gpu_decodes_like_inline(roles, prompts) -> 
 
 
 def test_a_gpu_run_logs_its_device_and_memory_peaks(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = file_store(tmp_path)
     for runtime in ("inline", "ray"):
         args = [f"runtime={runtime}", "model.device=cuda", "dataset.num_prompts=2", "sampling.max_new_tokens=16"]
         result = speculab([*args, f"tracking.uri={uri}", "cluster=gpu1"], tmp_path)

@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache, DynamicLayer
 
 from speculab.models.hf import load_causal_lm
-from speculab.models.slots import SlotCache, SlotLayer, gather_slots
+from speculab.models.slots import CAPACITY_STEP, FixedShape, SlotCache, SlotLayer, gather_slots
 from support.engine import tiny_pair_batch
 from support.models import TINY_PAIR
 
@@ -84,3 +84,18 @@ def test_caches_sized_from_the_workload_keep_their_first_buffers(drafter_kind: s
         slots: SlotCache = lm.slots
         assert slots.capacity == 19 - 1 + room  # the widest context (a prompt but its last token) + room
         assert slots.filled() and all(buffers[0].shape[2] == slots.capacity for buffers in slots.buffers())
+
+
+def test_fixed_shape_buffers_are_kept_for_every_batch_they_hold() -> None:
+    """A point's batches differ in their longest prompt: the buffers (and the graphs over them) stay
+    while they hold the batch, and grow in steps, never per batch."""
+    cache = SlotCache(2, torch.device("cpu"), FixedShape(kv_heads=2, head_dim=4, dtype=torch.float32))
+    cache.reset(3, 100)
+    first = cache.fixed_buffers
+    assert first[0][0].shape == (3, 2, CAPACITY_STEP, 4) and cache.capacity == CAPACITY_STEP
+    cache.reset(3, CAPACITY_STEP)  # a longer batch that still fits
+    assert cache.fixed_buffers is first and cache.layers[1].buffers == first[1]
+    cache.reset(3, CAPACITY_STEP + 1)
+    assert cache.fixed_buffers[0][0].shape[2] == 2 * CAPACITY_STEP and cache.capacity == 2 * CAPACITY_STEP
+    cache.reset(2, 10)  # another batch size: new buffers
+    assert cache.fixed_buffers[0][0].shape == (2, 2, CAPACITY_STEP, 4)

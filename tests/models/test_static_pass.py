@@ -22,8 +22,8 @@ TARGET = str(TINY_PAIR / "target")
 
 
 def test_buckets_hold_the_nodes_and_stop_at_the_largest() -> None:
-    assert [static_pass.bucket(n) for n in (1, 2, 3, 5, 16, 17, 256)] == [1, 2, 4, 8, 16, 32, 256]
-    assert static_pass.bucket(257) is None  # compute bound past 256: eager
+    assert [static_pass.bucket(n) for n in (1, 2, 3, 4, 16, 17, 65, 257)] == [1, 2, 3, 5, 17, 17, 65, 257]
+    assert static_pass.bucket(258) is None  # compute bound past a root and 256 nodes: eager
 
 
 @pytest.mark.parametrize(("drafter_kind", "temperature"), [("draft", 0.0), ("draft", 1.0), ("dflash", 0.0)])
@@ -59,12 +59,12 @@ def test_compiled_static_passes_compile_once_per_shape(monkeypatch: pytest.Monke
     eager = TreeLM(lm.model)
     for model in (lm, eager):
         model.reset(2, 64)
-        model.feed([[5, 6, 7, 8], [9, 10]])  # bucket 4, last only
+        model.feed([[5, 6, 7, 8], [9, 10]])  # bucket 5, last only
     logits: dict[TreeLM, list[torch.Tensor]] = {lm: [], eager: []}
     for step in range(6):
         tree = DraftTree.from_paths(torch.tensor([11, 12]), torch.tensor([[[13 + step, 14]], [[15, 16 + step]]]))
         for model in (lm, eager):
-            logits[model].append(model.extend(tree))  # 3 nodes: bucket 4, every logit
+            logits[model].append(model.extend(tree))  # 3 nodes: bucket 3, every logit
             model.commit(torch.tensor([[0, 1], [0, -1]]))
             logits[model].append(model.feed([[20 + step], [21]]))  # bucket 1, last only
     shapes = {(2, 4, True), (2, 4, False), (2, 1, True)}
@@ -88,3 +88,16 @@ def test_capture_is_on_by_default_on_cuda_only() -> None:
     assert Config().model.capture is True
     assert [passes_on(device, True) for device in ("cuda", "cuda:1", "cpu")] == ["graphs", "graphs", "eager"]
     assert passes_on("cuda", False) == "eager"
+
+
+def test_graphs_are_dropped_when_the_cache_buffers_move() -> None:
+    """A graph replays over the addresses it was captured on: once the buffers move, every graph goes,
+    and the old first buffer is held so that a new allocation cannot return at its address meanwhile."""
+    graphs = static_pass.Graphs(enabled=False)
+    first, second = torch.zeros(2), torch.zeros(2)
+    graphs.bind(first)
+    graphs.captured["shape"] = None  # type: ignore[assignment]  # stands for a captured graph
+    graphs.bind(first)
+    assert "shape" in graphs.captured
+    graphs.bind(second)
+    assert graphs.captured == {} and graphs.anchor is second

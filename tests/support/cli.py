@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,13 @@ def speculab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
     )
+
+
+def file_store(tmp_path: Path) -> str:
+    """A file store's URI (MLflow allows one only with MLFLOW_ALLOW_FILE_STORE=true): the GPU machine's
+    packages (`../shared/gpu/wheelhouse.sh --ray --mlflow`) have no SQLAlchemy for an sqlite store."""
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # the subprocess inherits it
+    return f"file:{tmp_path / 'mlruns'}"
 
 
 def small_run(pair: tuple[Path, Path], store: Path) -> list[str]:

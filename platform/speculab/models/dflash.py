@@ -248,7 +248,8 @@ class DFlashLM:
         assert self.graphs is not None
         buffers = self.slots.buffers()
         (B, Q), C = tokens.shape, buffers[0][0].shape[2]
-        key = (B, C, length, temperature, buffers[0][0].data_ptr())  # a graph is bound to these addresses
+        key = (B, C, length, temperature)
+        self.graphs.bind(buffers[0][0])
         inputs = self.block_inputs.get(key)
         if inputs is None:
             allowed = torch.empty(B, 1, Q, C + Q, dtype=torch.bool, device=self.device)

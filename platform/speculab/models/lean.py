@@ -136,13 +136,17 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 # q [B, H, N, hd]; k, v [B, Hkv, S, hd]; mask [B, 1, N, S] additive or boolean, or None (all slots)
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """SDPA over grouped key heads, with transformers' kernel choices (so the logits agree bit for bit):
-    a masked single query is folded into the key heads, anything else uses SDPA's own grouping."""
+    """SDPA over grouped key heads. Masked, the query groups are folded into the query length, each
+    group's rows under the same mask: on CUDA a masked SDPA with enable_gqa has only the math kernel
+    (flash takes no mask, the memory-efficient kernel no grouping), which upcasts the whole
+    [B, H, N, S] to float32; folded, the memory-efficient kernel runs, and no K/V is repeated."""
     B, H, N, hd = q.shape
-    groups = H // k.shape[1]
-    if groups > 1 and N == 1 and mask is not None:
-        out = F.scaled_dot_product_attention(q.reshape(B, k.shape[1], groups, hd), k, v, attn_mask=mask, scale=hd**-0.5)
-        return out.reshape(B, H, 1, hd)
+    Hkv = k.shape[1]
+    groups = H // Hkv
+    if groups > 1 and mask is not None:
+        folded = mask if N == 1 else mask.repeat(1, 1, groups, 1)  # [B, 1, groups * N, S]: row g * N + n is n's
+        out = F.scaled_dot_product_attention(q.reshape(B, Hkv, groups * N, hd), k, v, attn_mask=folded, scale=hd**-0.5)
+        return out.reshape(B, H, N, hd)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=hd**-0.5, enable_gqa=groups > 1)
 
 

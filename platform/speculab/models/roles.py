@@ -250,11 +250,13 @@ class DraftModel:
         if isinstance(self.lm, BlockDrafterLM):
             start, absorbed = time.perf_counter(), self._absorb_pending()
             absorb_s = time.perf_counter() - start
-            q = self.lm.block_marginals(self.pending, length, temperature).cpu()
+            # q stays on the drafter's device: on a GPU the tree is built there (`best_first`), with no
+            # [B, L, V] copy to the host and back each round
+            q = self.lm.block_marginals(self.pending, length, temperature)
             return Marginals(self._root(), q, absorbed, absorb_s)
         q = greedy_marginals(self.lm, self.lm.feed(self.pending), length, temperature)
         self._drop_forest(self.lm, q.device)
-        return Marginals(self._root(), q.cpu())
+        return Marginals(self._root(), q)
 
     def _absorb_pending(self) -> int:
         """Feed the features held since the last commit to a DFlash drafter; their bytes."""

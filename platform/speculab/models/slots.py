@@ -166,15 +166,24 @@ class SlotLayer(DynamicLayer):
 Buffers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer, the cache's (keys, values) [B, Hkv, C, hd]
 
 
+# Fixed-shape caches are allocated in multiples of this many slots (`cache_buffers`).
+CAPACITY_STEP = 256
+
+
 def cache_buffers(
     kept: Buffers, layers: int, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device
 ) -> Buffers:
     """Per layer, (keys, values) buffers of `shape` [B, Hkv, C, hd] for a batch's cache under fixed-shape
-    passes: `kept` itself when its shape is the same (the graphs captured over its addresses stay
-    valid), else new zeroed ones. Zeros, not garbage: a masked slot weighs exactly 0 in attention,
-    and 0 times a NaN left in fresh memory would still be NaN."""
-    if kept and kept[0][0].shape == shape:
+    passes: `kept` itself when it has the batch size and at least C slots (the graphs captured over its
+    addresses stay valid: a point's batches differ in their longest prompt, and reallocating per batch
+    would capture every graph again inside the timed runs), else new zeroed ones whose capacity is
+    rounded up to a multiple of CAPACITY_STEP, so that a slightly longer prompt still fits them. Zeros,
+    not garbage: a masked slot weighs exactly 0 in attention, and 0 times a NaN left in fresh memory
+    would still be NaN."""
+    B, H, C, D = shape
+    if kept and kept[0][0].shape[:2] == (B, H) and kept[0][0].shape[3] == D and kept[0][0].shape[2] >= C:
         return kept
+    shape = (B, H, -(-C // CAPACITY_STEP) * CAPACITY_STEP, D)
     return [
         (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
         for _ in range(layers)
@@ -195,22 +204,25 @@ class SlotCache:
     the rest a pass's uncommitted nodes. Holes (invalid committed slots) stay until a repack."""
 
     def __init__(self, num_layers: int, device: torch.device, fixed: FixedShape | None = None) -> None:
-        """fixed: allocate each batch's buffers at reset, and keep them while (B, C) stays: graphs captured
-        over them write to their addresses. None: each layer allocates at its first write."""
+        """fixed: allocate each batch's buffers at reset, and keep them while they hold the batch: graphs
+        captured over them write to their addresses. None: each layer allocates at its first write."""
         self.num_layers, self.device, self.fixed = num_layers, device, fixed
         self.fixed_buffers: Buffers = []  # the last batch's, under fixed shapes
         self.reset(0)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
-        """No slots for batch_size rows, with room for `capacity` slots per row."""
-        self.capacity = capacity
-        self.layers = [SlotLayer(capacity) for _ in range(self.num_layers)]
-        self.cache = Cache(layers=list(self.layers))  # the same layers, as a model's own modules update them
+        """No slots for batch_size rows, with room for `capacity` slots per row (more under fixed shapes:
+        the kept buffers' capacity, `cache_buffers`)."""
         if self.fixed is not None and batch_size:
             shape = (batch_size, self.fixed.kv_heads, capacity, self.fixed.head_dim)
             self.fixed_buffers = cache_buffers(
                 self.fixed_buffers, self.num_layers, shape, self.fixed.dtype, self.device
             )
+            capacity = self.fixed_buffers[0][0].shape[2]
+        self.capacity = capacity
+        self.layers = [SlotLayer(capacity) for _ in range(self.num_layers)]
+        self.cache = Cache(layers=list(self.layers))  # the same layers, as a model's own modules update them
+        if self.fixed is not None and batch_size:
             for layer, (keys, values) in zip(self.layers, self.fixed_buffers):
                 layer.adopt(keys, values)
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)  # [B, S]

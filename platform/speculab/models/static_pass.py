@@ -47,9 +47,11 @@ def check_passes(passes: str) -> None:
         raise ValueError(f"passes must be one of {', '.join(PASSES)}; got {passes!r}")
 
 
-# Node counts a pass is padded up to: one graph per (batch size, bucket). A tree of up to 256 nodes
-# is launch bound on a GPU; past that a pass is compute bound and runs eagerly.
-BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Node counts a pass is padded up to: one graph per (batch size, bucket). A draft tree is a root plus
+# a round number of nodes (DDTree's budget B, K paths of L), so the buckets are 2^k + 1: a budget of
+# 256 fits its own bucket instead of missing 256 and running eagerly. A tree of up to 257 nodes is
+# launch bound on a GPU; past that a pass is compute bound and runs eagerly.
+BUCKETS = (1, 2, 3, 5, 9, 17, 33, 65, 129, 257)
 
 
 def bucket(n: int, buckets: tuple[int, ...] = BUCKETS) -> int | None:
@@ -148,13 +150,23 @@ class Graphs:
         self.enabled = enabled
         self.pool: Any = torch.cuda.graph_pool_handle() if enabled else None  # torch's opaque handle
         self.captured: dict[Hashable, tuple[torch.cuda.CUDAGraph, tuple[torch.Tensor | None, ...]]] = {}
+        self.anchor: torch.Tensor | None = None
+
+    def bind(self, anchor: torch.Tensor) -> None:
+        """Drop every graph when the cache buffers they write moved (a new batch's capacity, a grown
+        cache). anchor: the first layer's key buffer; all layers' buffers move together. Holding it keeps
+        its memory from returning at the same address while graphs over it exist: a graph keyed by an
+        address could otherwise replay over another batch's buffers."""
+        if anchor is not self.anchor:
+            self.captured.clear()
+            self.anchor = anchor
 
     def run(
         self, key: Hashable, forward: Callable[[], tuple[torch.Tensor | None, ...]]
     ) -> tuple[torch.Tensor | None, ...]:
         """forward(), replayed from key's graph (captured at its first run). forward must read only
         tensors that stay put between runs (its inputs' buffers, the weights, the cache's buffers)
-        and key must name every shape, address and Python value it depends on. The outputs are
+        and key must name every shape and Python value it depends on (addresses: `bind`). The outputs are
         copies: the next replay overwrites the graph's own."""
         if not self.enabled:
             return forward()
@@ -203,7 +215,8 @@ class StaticPasses:
         Nb = bucket(N)
         if Nb is None or allowed.shape[2] - N + Nb > C:
             return None
-        key = (B, Nb, C, int(last_only), buffers[0][0].data_ptr())  # a graph is bound to the buffers' addresses
+        key = (B, Nb, C, int(last_only))
+        self.graphs.bind(buffers[0][0])
         inputs = self.shapes.get(key)
         if inputs is None:
             inputs = self.shapes[key] = StaticInputs.empty(B, Nb, C, buffers[0][0].dtype, tokens.device)
