@@ -33,12 +33,12 @@ transformers.__version__, torch.cuda.get_device_name())" | tee "$out/versions.tx
 case $group in
 first)
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-    step tests 230 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 100 -rfE --durations=15
-    step ddtree_cli 80 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
-    step refused_device 40 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
-    step runs 30 env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow; print(mlflow.search_runs(search_all_experiments=True).filter(
+    step tests 200 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 100 -rfE --durations=15
+    step ddtree_cli 70 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
+    step refused_device 30 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
+    step runs 20 env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow; print(mlflow.search_runs(search_all_experiments=True).filter(
         regex='tags.mlflow.runName|syncs|block_efficiency|speedup_vs_ar$|tokens_per_s$').to_string())"
-    step figures 230 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
+    step figures 190 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
     ;;
 tests)
