@@ -5,6 +5,7 @@
 # packages it lacks here (`bash ../shared/gpu/wheelhouse.sh .gpu --ray --mlflow`) and carrying `.gpu`:
 #
 #   bash tools/gpu_checks.sh first     # the first GPU call (8 min): tests/gpu, the CLI, the headline figures
+#   bash tools/gpu_checks.sh rest      # the GPU tests `first` did not reach; top kernels and host-sync sites
 #   bash tools/gpu_checks.sh tests     # make test-gpu: tests/gpu (capture, decode, verifiers, trees)
 #   bash tools/gpu_checks.sh cli       # speculab on cuda: inline, Ray, capture off, a refused device
 #   bash tools/gpu_checks.sh bench     # benchmarks/gpu_systems.py (8B shapes), verify.py, ddtree.py
@@ -13,7 +14,7 @@
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|tests|cli|bench|qwen3}
+group=${1:?usage: gpu_checks.sh first|rest|tests|cli|bench|qwen3}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -41,6 +42,13 @@ first)
     step figures 190 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
     ;;
+rest)  # what the first call's time did not reach, then where the time goes
+    step tests_rest 220 python -m pytest -q -m gpu tests/gpu/test_paths_cuda.py tests/gpu/test_verify_cuda.py \
+        tests/gpu/test_tree_cuda.py tests/gpu/test_decode_cuda.py::test_a_gpu_run_logs_its_device_and_memory_peaks \
+        -p no:cacheprovider --timeout 100 -rfE --durations=10
+    step kernels 60 python tools/gpu_profile.py kernels
+    step syncs 45 python tools/gpu_profile.py syncs
+    ;;
 tests)
     step test_gpu 540 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider
     ;;
@@ -62,6 +70,6 @@ qwen3)
         model.draft_path=/tmp/q3/draft drafter=dflash algorithm=ddtree algorithm.budget=16,64,256,1024 runtime=inline
     ;;
 *)
-    echo "unknown group $group: first, tests, cli, bench or qwen3" && exit 2
+    echo "unknown group $group: first, rest, tests, cli, bench or qwen3" && exit 2
     ;;
 esac
