@@ -73,8 +73,8 @@ def syncs(device: str, rounds_shown: int) -> None:
         for w in caught
         if SYNC_WARNING in str(w.message)
     )
-    rounds = max(len(run.rounds), 1)
-    print(f"{sum(sites.values())} host synchronisations over {rounds} rounds ({sum(sites.values()) / rounds:.1f} a round)")
+    rounds, total = max(len(run.rounds), 1), sum(sites.values())
+    print(f"{total} host synchronisations over {rounds} rounds ({total / rounds:.1f} a round)")
     for site, count in sites.most_common(rounds_shown):
         print(f"{count / rounds:6.2f} a round  {site}")
 
