@@ -160,6 +160,8 @@ class Graphs:
         if anchor is not self.anchor:
             self.captured.clear()
             self.anchor = anchor
+            if self.enabled:  # the old pool dies with its last graph: capturing into it again fails an allocator assert
+                self.pool = torch.cuda.graph_pool_handle()
 
     def run(
         self, key: Hashable, forward: Callable[[], tuple[torch.Tensor | None, ...]]
