@@ -211,7 +211,7 @@ def tree_pass_table(
     for context in contexts:
         prompt = torch.randint(0, vocab, (context,), generator=gen).tolist()
         for target in targets.values():
-            target.prefill([prompt], room=max(sizes))
+            target.prefill([prompt], room=max(sizes) + 1)  # + 1: a pass pads its nodes to a bucket of 2^k + 1
         one_node = 0.0
         for n in sizes:
             tree = random_tree(n, vocab, gen, device)

@@ -34,12 +34,12 @@ transformers.__version__, torch.cuda.get_device_name())" | tee "$out/versions.tx
 case $group in
 first)
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-    step tests 200 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 100 -rfE --durations=15
-    step ddtree_cli 70 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
-    step refused_device 30 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
-    step runs 20 env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow; print(mlflow.search_runs(search_all_experiments=True).filter(
+    step tests 300 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 100 -rfE --durations=15
+    step ddtree_cli 40 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
+    step refused_device 25 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
+    step runs 15 env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow; print(mlflow.search_runs(search_all_experiments=True).filter(
         regex='tags.mlflow.runName|syncs|block_efficiency|speedup_vs_ar$|tokens_per_s$').to_string())"
-    step figures 190 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
+    step figures 120 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
     ;;
 rest)  # what the first call's time did not reach, then where the time goes

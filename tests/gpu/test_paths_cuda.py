@@ -1,7 +1,14 @@
 """Every decode path of the tiny pair on CUDA, eager and captured, against the CPU: at T = 0 the
-same tokens on all three; at T = 1 the same tokens eager and captured on CUDA (the same draws: the
-engine's uniforms come from a CPU generator, the drafter's from its device's, so the CPU itself
-draws other paths and is compared at the verifier level in test_verify_cuda)."""
+same tokens on all three; at T = 1 the same first tokens eager and captured on CUDA (the same draws:
+the engine's uniforms come from a CPU generator, the drafter's from its device's, so the CPU itself
+draws other paths and is compared at the verifier level in test_verify_cuda).
+
+Why only the first tokens at T = 1: a captured pass attends over the cache's whole capacity, so its
+float32 sums run in another order than the eager pass's and its probabilities differ in the last
+bits. A draw that lands in that sliver of a decision boundary flips, and the row diverges from
+there: on an H100 (2026-11-27), SpecTr's row 1 of this batch first differed at token 15 of 20, and
+three other seeds gave equal rows for spectr, specinfer, gbv, nss and token. A wrong mask, slot or
+cache write diverges at once (and breaks T = 0 too)."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ pytestmark = pytest.mark.gpu
 TARGET, DRAFT, DFLASH = (str(TINY_PAIR / name) for name in ("target", "draft", "dflash"))
 # (device, passes): the CPU reference, then CUDA eager and CUDA graphs
 PLACES = (("cpu", "eager"), ("cuda", "eager"), ("cuda", "graphs"))
+FIRST = 8  # tokens of each row that must agree at T = 1 (module docstring)
 
 
 def prompts() -> list[list[int]]:
@@ -54,6 +62,6 @@ def test_greedy_tokens_are_the_same_on_the_cpu_and_on_cuda_eager_and_captured(na
 
 
 @pytest.mark.parametrize("name", [*PATH_ALGORITHMS, "ddtree"])
-def test_sampled_tokens_are_the_same_eager_and_captured_on_cuda(name: str) -> None:
+def test_sampled_rows_start_the_same_eager_and_captured_on_cuda(name: str) -> None:
     eager, captured = (decode_path(name, "cuda", passes, 1.0) for _, passes in PLACES[1:])
-    assert captured == eager
+    assert [row[:FIRST] for row in captured] == [row[:FIRST] for row in eager]
