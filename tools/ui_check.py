@@ -49,19 +49,21 @@ SWEEP = [  # the README's sweep, shorter: which verifier and which draft length?
 ]
 
 
-def run_sweep(workdir: Path) -> str:
-    """The tracking URI of a fresh store holding one tiny sweep."""
+EARLIER = ["runtime=inline", "dataset.num_prompts=2", "sampling.max_new_tokens=8"]  # a run outside the sweep
+
+
+def run_sweep(workdir: Path) -> tuple[str, str]:
+    """The tracking URI of a fresh store holding one earlier single run, then one tiny sweep; and the
+    runs-table link the sweep printed."""
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    command = [
-        sys.executable,
-        "-m",
-        "speculab.cli",
-        *SWEEP,
-        f"tracking.uri={uri}",
-        f"hydra.sweep.dir={workdir / 'sweep'}",
-    ]
-    subprocess.run(command, cwd=workdir, check=True, capture_output=True, timeout=900)
-    return uri
+    speculab = [sys.executable, "-m", "speculab.cli", f"tracking.uri={uri}"]
+    subprocess.run([*speculab, *EARLIER], cwd=workdir, check=True, capture_output=True, timeout=600)
+    command = [*speculab, *SWEEP, f"hydra.sweep.dir={workdir / 'sweep'}"]
+    done = subprocess.run(command, cwd=workdir, check=True, capture_output=True, text=True, timeout=900)
+    links = [word for word in done.stdout.split() if "searchFilter=" in word]
+    if not links:
+        raise SystemExit(f"ui_check: the sweep printed no runs-table link:\n{done.stdout[-2000:]}")
+    return uri, links[-1]
 
 
 def run_report(uri: str, parent_run_id: str, workdir: Path) -> None:
@@ -120,6 +122,63 @@ def close_assistant(driver: WebDriver) -> None:
             return
 
 
+def above_the_fold(driver: WebDriver, words: tuple[str, ...]) -> bool:
+    """Whether an element holding one of `words` starts within the window's height (no scrolling)."""
+    script = (
+        "const words = arguments[0];"
+        "const hits = [...document.querySelectorAll('body *')].filter(e => e.children.length === 0"
+        " && words.some(w => e.textContent.includes(w)));"
+        "return hits.some(e => { const r = e.getBoundingClientRect(); return r.height > 0 && r.top < innerHeight; });"
+    )
+    return bool(driver.execute_script(script, list(words)))
+
+
+def click_text(driver: WebDriver, text: str, prefix: bool = False) -> None:
+    """Click the first visible element whose own text is `text` (or starts with it: `prefix`), a user's click."""
+    condition = f"starts-with(normalize-space(text()), '{text}')" if prefix else f"normalize-space(text())='{text}'"
+    for element in driver.find_elements(By.XPATH, f"//*[{condition}]"):
+        if element.is_displayed():
+            element.click()
+            return
+    driver.save_screenshot("ui_check_failure.png")
+    raise SystemExit(f"ui_check: no visible {text!r} to click on {driver.current_url} (see ui_check_failure.png)")
+
+
+def in_order(text: str, names: list[str]) -> bool:
+    """Whether `names` appear in `text` in this order."""
+    positions = [text.find(name) for name in names]
+    return all(p >= 0 for p in positions) and positions == sorted(positions)
+
+
+def visible(driver: WebDriver, text: str) -> bool:
+    return any(e.is_displayed() for e in driver.find_elements(By.XPATH, f"//*[normalize-space(text())='{text}']"))
+
+
+def from_the_root(driver: WebDriver, root: str, parent_name: str, shapes: list[str], out: Path) -> None:
+    """A new browser at the UI root: the clicks to the sweep's ranked points with their intervals
+    (the parent run's page, whose description ranks them), each one a user's."""
+    driver.delete_all_cookies()
+    driver.get(root)
+    driver.execute_script("window.localStorage.clear();")  # MLflow keeps the UI's mode here: a new browser
+    page_text(driver, root, "speculab")
+    clicks = []
+    if visible(driver, "Model training"):  # MLflow 3.17 opens experiments in GenAI mode in a new browser
+        click_text(driver, "Model training")
+        clicks.append("Model training")
+    click_text(driver, "speculab")
+    clicks.append("the experiment")
+    sweep_row = parent_name[:40]
+    page_text(driver, driver.current_url, sweep_row)
+    close_assistant(driver)
+    driver.save_screenshot(str(out / "root_experiment.png"))
+    click_text(driver, sweep_row, prefix=True)
+    clicks.append("the sweep's row")
+    text = page_text(driver, driver.current_url, "ranked by")
+    driver.save_screenshot(str(out / "root_parent.png"))
+    reached = all(shape in text for shape in shapes) and "[" in text
+    check(reached and len(clicks) <= 3, f"the UI root reaches the ranked points in {len(clicks)} clicks: {clicks}")
+
+
 def check(fact: bool, what: str) -> None:
     if not fact:
         raise SystemExit(f"ui_check: FAILED: {what}")
@@ -136,22 +195,30 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="speculab_ui_") as tmp:
         workdir = Path(tmp)
-        uri = run_sweep(workdir)
+        uri, printed_link = run_sweep(workdir)
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name("speculab")
-        runs = client.search_runs([experiment.experiment_id])
+        runs = list(client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"]))
+        earlier, runs = runs[0], runs[1:]  # the single run before the sweep
         parent = next(r for r in runs if r.data.tags["speculab.kind"] == "sweep")
-        point = next(r for r in runs if r.data.tags["speculab.kind"] == "point")
+        points = [r for r in runs if r.data.tags.get(PARENT_TAG) == parent.info.run_id]
+        point = points[0]
         run_report(uri, parent.info.run_id, workdir)
         point_page = run_page(uri, experiment.experiment_id, point.info.run_id, args.port)
         sweep_points = f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'"  # what the CLI's sweep link searches
         table_page = runs_table(uri, experiment.experiment_id, sweep_points, args.port)
+        check(printed_link == table_page, "the sweep printed the link to its own points' table")
         parent_page = point_page.replace(point.info.run_id, parent.info.run_id)
+        ranked = sorted(points, key=lambda r: -r.data.metrics[mlflow_name("speedup_vs_ar")])
         with serve(uri, args.port, workdir), browser() as driver:
-            shapes = [r.info.run_name.split(" · ")[0] for r in runs if r.data.tags["speculab.kind"] == "point"]
+            shapes = [r.info.run_name.split(" · ")[0] for r in ranked]
             text = page_text(driver, table_page, shapes[0])
             close_assistant(driver)
             driver.save_screenshot(str(args.out / "runs_table.png"))
+            outside = earlier.info.run_name.split(" · ")[0]
+            check(outside not in text, "the link shows the sweep's points, not the run before it")
+            check(in_order(text, shapes), f"the link ranks the {len(shapes)} points by speedup_vs_ar, fastest first")
+            check(f"{mlflow_name('speedup_vs_ar')}_ci_low" in text, "the link shows the headline's interval columns")
             driver.find_element(By.CSS_SELECTOR, "[data-testid='saved-views-trigger']").click()
             views = page_text(driver, driver.current_url, VIEW_NAME)
             driver.save_screenshot(str(args.out / "saved_views.png"))
@@ -174,6 +241,8 @@ def main() -> None:
             check("accepted" in text and "stop" in text, "the per-prompt records show as a table")
             text = page_text(driver, parent_page, "ranked by speedup_vs_ar")
             driver.save_screenshot(str(args.out / "parent_run.png"))
+            verdict = ("Best:", "No single best")
+            check(above_the_fold(driver, verdict), "the parent run's verdict shows without scrolling")
             answer = ("Best:" in text and "best/speedup_vs_ar" in text) or "No single best" in text
             check(answer and "sweep/tied_points" in text, "the parent run names its best point, or the points that tie")
             text = page_text(driver, parent_page.replace("?", "/artifacts?"), "sweep_table.md")
@@ -187,6 +256,7 @@ def main() -> None:
             driver.find_element(By.XPATH, "//*[normalize-space(text())='speedup_vs_L.png']").click()
             time.sleep(3)
             driver.save_screenshot(str(args.out / "report_artifacts.png"))
+            from_the_root(driver, point_page.split("/#/")[0] + "/", parent.info.run_name, shapes, args.out)
     print(f"ui_check: screenshots in {args.out}")
 
 

@@ -116,6 +116,19 @@ def test_a_new_point_reuses_the_loaded_actor_and_brings_its_paired_comparison(be
 
 
 @pytest.mark.slow
+def test_two_points_on_one_group_each_decode_their_own(beside) -> None:
+    """The pool's group is shared: a later point's `start_point` must not change what an earlier
+    point's proxy decodes (the proxy replays its own point first)."""
+    greedy = start_loop("target", TARGET, DRAFT, plan("token", 0.0))
+    assert greedy.group is beside.group
+    inline = start_loop("inline", TARGET, DRAFT, plan())
+    assert tokens(beside, "speculative", 1) == tokens(inline, "speculative", 1)
+    assert tokens(greedy, "speculative", 1) == tokens(
+        start_loop("inline", TARGET, DRAFT, plan("token", 0.0)), "speculative", 1
+    )
+
+
+@pytest.mark.slow
 def test_a_killed_loop_actor_is_recreated_and_the_unit_decoded_again_unchanged(beside, caplog) -> None:
     import ray
 

@@ -102,6 +102,9 @@ class ActorGroup:
         self.members: list[Any] = []
         self.nodes: list[str] = []  # the node id of each rank's bundle, once placed
         self.loads = 0  # times this driver loaded the group's models (`model_loads`)
+        # The proxy whose calls made the actors' state (a point, a batch): another proxy on the same
+        # group replays its own state first (`GroupProxy`).
+        self.holder: object | None = None
         self.open()
 
     @property

@@ -12,6 +12,11 @@ keyword, which the draft actor receives resolved. The coordinator's Python never
 tensor; Ray stores it in the object store, or, below its inline threshold (100 KiB by
 default), in the coordinator's object table, whence Ray's core worker forwards the bytes.
 
+Shared groups: the pool hands one loaded group to every proxy of the same spec (a sweep's points).
+Each proxy keeps the calls that made its state (`start_point`, or a batch since its `prefill`), and
+a call through a proxy that was not the group's last user replays them first: two proxies used in
+turn each decode their own point.
+
 Faults: when any rank of a group dies, the whole group is torn down and created again, and
 the calls since the current batch's `prefill` are replayed on it, so the interrupted
 prompts restart from their prompt while finished ones are kept and the engine never
@@ -104,6 +109,12 @@ class GroupProxy:
     def _call(self, call: Call) -> Any:
         if call.method in RESETS:
             self.batch_calls = []  # nothing before a reset matters
+        elif self.group.holder is not self:
+            # The pool's group is shared: another proxy's calls (a later point's `start_point`) made its
+            # state since this proxy's last call; replay this proxy's own first.
+            for earlier in self.batch_calls:
+                self._submit(earlier)
+        self.group.holder = self
         if call.method not in SELF_CONTAINED:
             self.batch_calls.append(call)
         value = self._submit(call)

@@ -43,7 +43,15 @@ VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=specula
 VIEW_NAME = "speculab: shape and headline metrics"
 VIEW_CREATED_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that rewriting the tag at every run changes nothing
 # The runs table's columns in the saved view: the point's shape, then the headline metrics.
-VIEW_PARAMS = ("algorithm.name", "algorithm.K", "algorithm.L", "sampling.temperature", "drafter.name")
+# dataset.num_prompts: a run name the table cuts short still shows its prompt count here.
+VIEW_PARAMS = (
+    "algorithm.name",
+    "algorithm.K",
+    "algorithm.L",
+    "sampling.temperature",
+    "drafter.name",
+    "dataset.num_prompts",
+)
 # ... and the headline metrics, the one the table is sorted by first; a measured one is followed by its interval.
 VIEW_METRICS = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s", "block_efficiency", "accepted_mean")
 SWEEP_ID = uuid.uuid4().hex[:8]  # this process's sweep: the end of its directory's name, its parent file's key
