@@ -1,32 +1,42 @@
-"""The links the CLI prints open on exactly the points of that run or sweep (MLflow's experiment page
-reads its search box from `searchFilter` and columns and order from the saved view), checked on the
-URLs themselves: CI has no browser (`make ui-check` opens them)."""
+"""The links the CLI prints open on exactly the points of that run or sweep: a shared view per sweep
+(or single run) holds the search, the columns and the order, since MLflow 3.17's experiment page
+ignores a shared view when the URL carries a search. Checked on the URLs and the stored view: CI has
+no browser (`make ui-check` opens them)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
 
-from speculab.tracking.runs import VIEW_KEY, points_search, run_page, runs_table, view_state
+from mlflow.tracking import MlflowClient
+
+from speculab.tracking.runs import VIEW_TAG, points_owner, run_page, runs_table, share_points_view, view_state
 
 
 def query(url: str) -> dict[str, list[str]]:
     return parse_qs(urlsplit(urlsplit(url).fragment).query)  # the UI routes after '#'
 
 
-def test_a_sweeps_link_searches_its_points_in_the_view_in_model_training_mode() -> None:
+def test_a_sweeps_link_opens_a_view_of_its_points_in_model_training_mode(tmp_path: Path) -> None:
     parent = SimpleNamespace(run_id="p1", parent_run_id=None)
     point = SimpleNamespace(run_id="r7", parent_run_id="p1")
-    assert points_search(parent, sweep=True) == points_search(point, sweep=False) == "tags.`mlflow.parentRunId` = 'p1'"
-    assert points_search(SimpleNamespace(run_id="r9", parent_run_id=None), sweep=False) == "attributes.run_id = 'r9'"
-    url = runs_table("sqlite:////tmp/m.db", "3", points_search(point, sweep=False), 5000)
-    assert url.startswith("http://127.0.0.1:5000/#/experiments/3/runs?")
-    assert query(url) == {
-        "workflowType": ["machine_learning"],
-        "viewStateShareKey": [VIEW_KEY],
-        "searchFilter": ["tags.`mlflow.parentRunId` = 'p1'"],
-    }
+    assert (
+        points_owner(parent, sweep=True)
+        == points_owner(point, sweep=False)
+        == ("tags.`mlflow.parentRunId` = 'p1'", "p1")
+    )
+    assert points_owner(SimpleNamespace(run_id="r9", parent_run_id=None), sweep=False)[0] == "attributes.run_id = 'r9'"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("speculab")
+    key = share_points_view(SimpleNamespace(uri=uri, experiment_id=experiment, **vars(point)), sweep=False)
+    state = json.loads(client.get_experiment(experiment).tags[f"{VIEW_TAG}{key}"])
+    assert state["searchFilter"] == "tags.`mlflow.parentRunId` = 'p1'" and state["orderByAsc"] is False
+    url = runs_table(uri, experiment, key, 5000)
+    assert url.startswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?")
+    assert query(url) == {"workflowType": ["machine_learning"], "viewStateShareKey": [key]}  # no search in the URL
     assert query(run_page("http://mlflow:8080/", "3", "r7", 5000))["workflowType"] == ["machine_learning"]
 
 

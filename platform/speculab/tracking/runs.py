@@ -41,6 +41,7 @@ LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certif
 NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page
 VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
 VIEW_NAME = "speculab: shape and headline metrics"
+VIEW_TAG = "mlflow.sharedViewState."  # an experiment tag MLflow's UI reads a shared runs-table view from
 VIEW_CREATED_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that rewriting the tag at every run changes nothing
 # The runs table's columns in the saved view: the point's shape, then the headline metrics.
 # dataset.num_prompts: a run name the table cuts short still shows its prompt count here.
@@ -181,16 +182,20 @@ def point_description(cfg: Config, metrics: dict[str, float] | None = None) -> s
     return f"{text}\n\n| {header} |\n|{'---|' * len(HEADLINE)}\n| {values} |"
 
 
-def view_state() -> str:
-    """The experiment's saved runs-table view, in the envelope MLflow's "Views" menu lists (a name,
-    times, and the table state as a JSON string; share links read it too): shape and headline
-    columns, each measured one beside its 95% interval, the fastest over autoregressive decoding first."""
+def table_state(search: str | None = None) -> dict[str, Any]:
+    """The runs table's state in speculab's view: shape and headline columns, each measured one beside
+    its 95% interval, the fastest over autoregressive decoding first; with `search`, only the runs it finds."""
     metrics = [part for key in VIEW_METRICS for part in (key, *(f"{key}_{end}" for end in ENDS if key in INTERVALS))]
     columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{mlflow_name(key)}`" for key in metrics]
     state = {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('speedup_vs_ar')}`", "orderByAsc": False}
-    return json.dumps(
-        {"name": VIEW_NAME, "createdAt": VIEW_CREATED_MS, "updatedAt": VIEW_CREATED_MS, "state": json.dumps(state)}
-    )
+    return state | ({"searchFilter": search} if search else {})
+
+
+def view_state() -> str:
+    """The experiment's saved view (`table_state`, every run), in the envelope MLflow's "Views" menu
+    lists: a name, times, and the table state as a JSON string."""
+    state = json.dumps(table_state())
+    return json.dumps({"name": VIEW_NAME, "createdAt": VIEW_CREATED_MS, "updatedAt": VIEW_CREATED_MS, "state": state})
 
 
 def experiment_tags() -> dict[str, str]:
@@ -204,7 +209,7 @@ def experiment_tags() -> dict[str, str]:
     return {
         "mlflow.experimentKind": "custom_model_development",
         NOTE_TAG: note,
-        f"mlflow.sharedViewState.{VIEW_KEY}": view_state(),
+        f"{VIEW_TAG}{VIEW_KEY}": view_state(),
     }
 
 
@@ -313,19 +318,33 @@ def run_page(uri: str, experiment_id: str | None, run_id: str | None, ui_port: i
     return f"{ui_base(uri, ui_port)}/#/experiments/{experiment_id}/runs/{run_id}?{UI_MODE}"
 
 
-def runs_table(uri: str, experiment_id: str | None, search: str, ui_port: int) -> str:
-    """The experiment's runs table in speculab's saved view (shape, headline columns with their intervals,
-    the fastest first), showing only the runs `search` finds: MLflow's experiment page reads its search
-    box (`searchFilter`) from the URL, and the view's state sets the columns and the order, not the search."""
-    query = urlencode({"viewStateShareKey": VIEW_KEY, "searchFilter": search}, quote_via=quote)
+def runs_table(uri: str, experiment_id: str | None, share_key: str, ui_port: int) -> str:
+    """The experiment's runs table in the shared view `share_key` (`share_points_view`)."""
+    query = urlencode({"viewStateShareKey": share_key}, quote_via=quote)
     return f"{ui_base(uri, ui_port)}/#/experiments/{experiment_id}/runs?{UI_MODE}&{query}"
 
 
-def points_search(run: SpooledRun, sweep: bool) -> str:
-    """The search that finds the points `run` belongs with: its sweep's (the run's own when it is the
-    sweep's parent, `sweep`), else the run alone; never the rest of the experiment."""
+def points_owner(run: SpooledRun, sweep: bool) -> tuple[str, str]:
+    """(search, run id) of the points `run` belongs with: its sweep's (the run's own when it is the
+    sweep's parent, `sweep`), found by their parent, else the run alone; never the rest of the experiment."""
     parent = run.run_id if sweep else run.parent_run_id
-    return f"tags.`{PARENT_TAG}` = '{parent}'" if parent else f"attributes.run_id = '{run.run_id}'"
+    if parent:
+        return f"tags.`{PARENT_TAG}` = '{parent}'", parent
+    return f"attributes.run_id = '{run.run_id}'", str(run.run_id)
+
+
+def share_points_view(run: SpooledRun, sweep: bool) -> str:
+    """Write the view of `run`'s points (`points_owner`) as an experiment tag, and return its share key.
+
+    MLflow 3.17's experiment page ignores a shared view whenever the URL carries a search (`searchFilter`,
+    `orderByKey`, ...), so the search travels inside the view's state. The state is stored bare, not in
+    the envelope of the Views menu (`view_state`): a share link applies it, the menu does not list one
+    per sweep."""
+    search, owner = points_owner(run, sweep)
+    key = f"{VIEW_KEY}-{owner[:12]}"
+    assert run.experiment_id is not None, "an online run knows its experiment"
+    store_client(run.uri).set_experiment_tag(run.experiment_id, f"{VIEW_TAG}{key}", json.dumps(table_state(search)))
+    return key
 
 
 def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
@@ -359,12 +378,15 @@ def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
 
 def where(run: SpooledRun, ui_port: int, sweep: bool = False) -> str:
     """Which run was written and how to see it: its page, and the runs table on its sweep's points (the
-    parent's own when `sweep`) or on the run alone (no store call: the store may have gone since)."""
+    parent's own when `sweep`) or on the run alone, in a view written for them (`share_points_view`)."""
     if run.online:
         page = run_page(run.uri, run.experiment_id, run.run_id, ui_port)
-        table = runs_table(run.uri, run.experiment_id, points_search(run, sweep), ui_port)
         serve = f"mlflow ui --backend-store-uri {run.uri} --port {ui_port}"
         serve = "" if run.uri.startswith("http") else f" (serve the store: `{serve}`)"
         what = "the sweep's points" if sweep or run.parent_run_id else "this run"
+        try:
+            table = runs_table(run.uri, run.experiment_id, share_points_view(run, sweep), ui_port)
+        except Exception:  # the store went away since the run's last write: its page stands alone
+            table = "not linked (the store did not take the view)"
         return f"MLflow run {run.run_id}: {page} ; {what} in the runs table: {table}{serve}"
     return f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"

@@ -298,9 +298,18 @@ def sweep_description(overrides: str, rows: list[dict[str, Any]]) -> str:
         if resumed
         else ""
     )
+    # The verdict and the ranking first: MLflow shows a description's first lines only, until "Show more".
     return (
-        f"Sweep `{overrides}`: {len(rows)} finished point(s), ranked by {rank_key(rows)} (medians of paired, "
-        f"interleaved measurements; 95% intervals over prompts). {answer}{shared}{earlier} Every column: "
-        f"`sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance by draft depth: "
-        f"`acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(rows)}"
+        f"{answer} {ranking_line(rows)}\n\nSweep `{overrides}`: {len(rows)} finished point(s), ranked by "
+        f"{rank_key(rows)} (medians of paired, interleaved measurements; 95% intervals over prompts).{shared}"
+        f"{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance "
+        f"by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(rows)}"
+    )
+
+
+def ranking_line(rows: list[dict[str, Any]]) -> str:
+    """Every point in ranking order on one line, each with its ranking figure and interval."""
+    key, short = rank_key(rows), labels(rows)
+    return f"Ranked by {key}: " + "; ".join(
+        f"{place}. {short[row['point']]} {_cell(row, key)}" for place, row in enumerate(ranked(rows), start=1)
     )
