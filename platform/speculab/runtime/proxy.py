@@ -112,8 +112,7 @@ class GroupProxy:
         elif self.group.holder is not self:
             # The pool's group is shared: another proxy's calls (a later point's `start_point`) made its
             # state since this proxy's last call; replay this proxy's own first.
-            for earlier in self.batch_calls:
-                self._submit(earlier)
+            self._replay()
         self.group.holder = self
         if call.method not in SELF_CONTAINED:
             self.batch_calls.append(call)
@@ -134,11 +133,16 @@ class GroupProxy:
     def _resubmit(self, call: Call) -> Any:
         """On the recreated group, the calls of the interrupted batch, then `call` if it is not among them;
         the value of the last one submitted (`_submit`)."""
+        value = self._replay()
+        if call.method in SELF_CONTAINED:
+            value = self._submit(call)
+        return value
+
+    def _replay(self) -> Any:
+        """Submit again the calls that made this proxy's state; the last one's value (`_submit`)."""
         value = None
         for c in self.batch_calls:
             value = self._submit(c)
-        if call.method in SELF_CONTAINED:
-            value = self._submit(call)
         return value
 
     def _recreate_if_torn(self, err: RayTaskError) -> None:
