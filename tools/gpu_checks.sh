@@ -4,8 +4,8 @@
 # call of at most 10 minutes. Run from the repository root on the GPU machine, after building the
 # packages it lacks here (`bash ../shared/gpu/wheelhouse.sh .gpu --ray --mlflow`) and carrying `.gpu`:
 #
-#   bash tools/gpu_checks.sh first     # the first GPU call (8 min): tests/gpu, the CLI, the headline figures
-#   bash tools/gpu_checks.sh rest      # the GPU tests `first` did not reach; top kernels and host-sync sites
+#   bash tools/gpu_checks.sh first     # the first GPU call (6 min): tests/gpu, the CLI, the headline figures
+#   bash tools/gpu_checks.sh profile   # top kernels of a pass and the host-sync sites of a round
 #   bash tools/gpu_checks.sh tests     # make test-gpu: tests/gpu (capture, decode, verifiers, trees)
 #   bash tools/gpu_checks.sh cli       # speculab on cuda: inline, Ray, capture off, a refused device
 #   bash tools/gpu_checks.sh bench     # benchmarks/gpu_systems.py (8B shapes), verify.py, ddtree.py
@@ -14,7 +14,7 @@
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|rest|tests|cli|bench|qwen3}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -29,23 +29,32 @@ step() {  # NAME SECONDS COMMAND...
   echo "$name rc=$? $((SECONDS - start)) s" | tee -a "$out/summary.txt"
 }
 
+# RUNS REGEX: the columns of every run the CLI steps wrote
+runs=(env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow, sys; print(mlflow.search_runs(
+search_all_experiments=True).filter(regex='tags.mlflow.runName|syncs|' + sys.argv[1]).to_string())")
+
 python -c "import torch, transformers; print(torch.__version__, 'CUDA', torch.version.cuda, 'transformers', \
 transformers.__version__, torch.cuda.get_device_name())" | tee "$out/versions.txt"
 case $group in
 first)
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-    step tests 300 python -m pytest -q -m gpu tests/gpu -p no:cacheprovider --timeout 100 -rfE --durations=15
+    # two pytest processes side by side: the tests that start a CLI or Ray (about 165 s one after
+    # another) beside the in-process ones (about 130 s), so that tests/gpu fits a third of the call
+    slow=(tests/gpu/test_capture_cuda.py::test_the_cli_runs_with_capture_on_and_off_and_logs_host_syncs
+        tests/gpu/test_decode_cuda.py::test_ray_with_both_actors_on_one_gpu_decodes_like_inline
+        tests/gpu/test_decode_cuda.py::test_a_gpu_run_logs_its_device_and_memory_peaks)
+    deselect=("${slow[@]/#/--deselect=}")
+    pytest=(python -m pytest -q -m gpu -p no:cacheprovider --timeout 120 -rfE --durations=10)
+    step tests_subprocess 240 "${pytest[@]}" --basetemp=/tmp/pt_subprocess "${slow[@]}" &
+    step tests_in_process 240 "${pytest[@]}" --basetemp=/tmp/pt_in_process tests/gpu "${deselect[@]}" &
+    wait
     step ddtree_cli 40 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
     step refused_device 25 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
-    step runs 15 env MLFLOW_TRACKING_URI=file:/tmp/mlruns python -c "import mlflow; print(mlflow.search_runs(search_all_experiments=True).filter(
-        regex='tags.mlflow.runName|syncs|block_efficiency|speedup_vs_ar$|tokens_per_s$').to_string())"
+    step runs 15 "${runs[@]}" 'block_efficiency|speedup_vs_ar$|tokens_per_s$'
     step figures 120 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
     ;;
-rest)  # what the first call's time did not reach, then where the time goes
-    step tests_rest 220 python -m pytest -q -m gpu tests/gpu/test_paths_cuda.py tests/gpu/test_verify_cuda.py \
-        tests/gpu/test_tree_cuda.py tests/gpu/test_decode_cuda.py::test_a_gpu_run_logs_its_device_and_memory_peaks \
-        -p no:cacheprovider --timeout 100 -rfE --durations=10
+profile)  # where the time goes: the top kernels of a pass, the host-sync sites of a round
     step kernels 60 python tools/gpu_profile.py kernels
     step syncs 45 python tools/gpu_profile.py syncs
     ;;
@@ -58,18 +67,19 @@ cli)
     step capture_off 120 "${cli[@]}" model.device=cuda runtime=inline model.capture=false
     step refused_device 60 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
     ;;
-bench)
-    step gpu_systems 420 python benchmarks/gpu_systems.py
-    step verify 90 python benchmarks/verify.py --device cuda
+bench)  # the tables `first` leaves out (draft step and DFlash block pass, the engine's loop, the tiny pair)
+    step gpu_systems 240 python benchmarks/gpu_systems.py --tables edt
     step ddtree 60 python benchmarks/ddtree.py --skip-e2e --device cuda
+    step verify 90 python benchmarks/verify.py --device cuda
     ;;
-qwen3)
-    step gpu_systems_qwen3 300 python benchmarks/gpu_systems.py --arch qwen3
+qwen3)  # real scale end to end: an 8B checkpoint in the published layout, read from disk, DDTree budgets
     step random_pair 120 python tools/random_dflash_pair.py /tmp/q3 --device cuda
-    step ddtree_budgets 170 "${cli[@]}" -m model=qwen3-8b_dflash model.target_path=/tmp/q3/target \
+    step ddtree_budgets 240 "${cli[@]}" -m model=qwen3-8b_dflash model.target_path=/tmp/q3/target \
         model.draft_path=/tmp/q3/draft drafter=dflash algorithm=ddtree algorithm.budget=16,64,256,1024 runtime=inline
+    step runs 15 "${runs[@]}" 'budget|block_efficiency|speedup_vs_ar$|tokens_per_s$|memory'
+    step gpu_systems_qwen3 200 python benchmarks/gpu_systems.py --arch qwen3 --tables bt
     ;;
 *)
-    echo "unknown group $group: first, rest, tests, cli, bench or qwen3" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench or qwen3" && exit 2
     ;;
 esac
