@@ -4,7 +4,7 @@
 # call of at most 10 minutes. Run from the repository root on the GPU machine, after building the
 # packages it lacks here (`bash ../shared/gpu/wheelhouse.sh .gpu --ray --mlflow`) and carrying `.gpu`:
 #
-#   bash tools/gpu_checks.sh first     # the first GPU call (6 min): tests/gpu, the CLI, the headline figures
+#   bash tools/gpu_checks.sh first     # the first GPU call (8 min): tests/gpu, the CLI, the headline figures
 #   bash tools/gpu_checks.sh profile   # top kernels of a pass and the host-sync sites of a round
 #   bash tools/gpu_checks.sh tests     # make test-gpu: tests/gpu (capture, decode, verifiers, trees)
 #   bash tools/gpu_checks.sh cli       # speculab on cuda: inline, Ray, capture off, a refused device
@@ -38,20 +38,21 @@ transformers.__version__, torch.cuda.get_device_name())" | tee "$out/versions.tx
 case $group in
 first)
     nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-    # two pytest processes side by side: the tests that start a CLI or Ray (about 165 s one after
-    # another) beside the in-process ones (about 130 s), so that tests/gpu fits a third of the call
+    # The tests that start a CLI or Ray (4 tests, 3 to 4 minutes: each CLI start imports for about 20 s
+    # on that machine) run in a second pytest process beside the in-process tests (2 minutes) and the
+    # CLI steps; the figures wait for both, so nothing else shares the GPU while they are measured.
     slow=(tests/gpu/test_capture_cuda.py::test_the_cli_runs_with_capture_on_and_off_and_logs_host_syncs
         tests/gpu/test_decode_cuda.py::test_ray_with_both_actors_on_one_gpu_decodes_like_inline
         tests/gpu/test_decode_cuda.py::test_a_gpu_run_logs_its_device_and_memory_peaks)
     deselect=("${slow[@]/#/--deselect=}")
-    pytest=(python -m pytest -q -m gpu -p no:cacheprovider --timeout 120 -rfE --durations=10)
-    step tests_subprocess 240 "${pytest[@]}" --basetemp=/tmp/pt_subprocess "${slow[@]}" &
-    step tests_in_process 240 "${pytest[@]}" --basetemp=/tmp/pt_in_process tests/gpu "${deselect[@]}" &
+    pytest=(python -m pytest -v -m gpu -p no:cacheprovider --timeout 150 -rfE --durations=10)
+    step tests_subprocess 330 "${pytest[@]}" --basetemp=/tmp/pt_subprocess "${slow[@]}" &
+    step tests_in_process 200 "${pytest[@]}" --basetemp=/tmp/pt_in_process tests/gpu "${deselect[@]}"
+    step ddtree_cli 60 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
+    step refused_device 60 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
+    step runs 20 "${runs[@]}" 'block_efficiency|speedup_vs_ar$|tokens_per_s$'
     wait
-    step ddtree_cli 40 "${cli[@]}" model=tiny-pycode_dflash drafter=dflash algorithm=ddtree model.device=cuda runtime=inline
-    step refused_device 25 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
-    step runs 15 "${runs[@]}" 'block_efficiency|speedup_vs_ar$|tokens_per_s$'
-    step figures 120 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
+    step figures 200 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
     ;;
 profile)  # where the time goes: the top kernels of a pass, the host-sync sites of a round
@@ -73,11 +74,11 @@ bench)  # the tables `first` leaves out (draft step and DFlash block pass, the e
     step verify 90 python benchmarks/verify.py --device cuda
     ;;
 qwen3)  # real scale end to end: an 8B checkpoint in the published layout, read from disk, DDTree budgets
-    step random_pair 120 python tools/random_dflash_pair.py /tmp/q3 --device cuda
-    step ddtree_budgets 240 "${cli[@]}" -m model=qwen3-8b_dflash model.target_path=/tmp/q3/target \
+    step random_pair 90 python tools/random_dflash_pair.py /tmp/q3 --device cuda
+    step ddtree_budgets 330 "${cli[@]}" -m model=qwen3-8b_dflash model.target_path=/tmp/q3/target \
         model.draft_path=/tmp/q3/draft drafter=dflash algorithm=ddtree algorithm.budget=16,64,256,1024 runtime=inline
-    step runs 15 "${runs[@]}" 'budget|block_efficiency|speedup_vs_ar$|tokens_per_s$|memory'
-    step gpu_systems_qwen3 200 python benchmarks/gpu_systems.py --arch qwen3 --tables bt
+    step runs 20 "${runs[@]}" 'budget|block_efficiency|speedup_vs_ar$|tokens_per_s$|memory'
+    step gpu_systems_qwen3 130 python benchmarks/gpu_systems.py --arch qwen3 --tables bt
     ;;
 *)
     echo "unknown group $group: first, profile, tests, cli, bench or qwen3" && exit 2

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -310,3 +311,15 @@ def test_rotary_buffers_of_a_meta_built_model_are_recreated_like_a_normal_build(
     torch.testing.assert_close(rotary.inv_freq, reference.inv_freq, rtol=0, atol=0)
     torch.testing.assert_close(rotary.original_inv_freq, reference.original_inv_freq, rtol=0, atol=0)
     assert rotary.attention_scaling == reference.attention_scaling
+
+
+def test_recreated_rotary_buffers_live_on_the_device_asked_for() -> None:
+    """On a GPU a CPU `inv_freq` costs a host copy every forward and fails under capture; the meta
+    device stands in for the GPU here. transformers 5.17 warns that its `device` argument goes away."""
+    model = tiny_target(tied=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        recreate_rotary_buffers(model, "meta")
+    rotary = model.model.rotary_emb
+    assert rotary.inv_freq.device.type == rotary.original_inv_freq.device.type == "meta"
+    assert rotary.inv_freq.dtype == torch.float32

@@ -26,6 +26,8 @@ def recreate_rotary_buffers(model: torch.nn.Module, device: str | torch.device) 
                 if rotary.rope_type == "default"
                 else ROPE_INIT_FUNCTIONS[rotary.rope_type]
             )
-            inv_freq, rotary.attention_scaling = init(rotary.config, device=device)
-            rotary.inv_freq = inv_freq.float()
+            # computed where transformers computes it (its `device` argument is deprecated in 5.17 and
+            # ignored by the default init of 5.24), then moved: no host copy in a forward
+            inv_freq, rotary.attention_scaling = init(rotary.config)
+            rotary.inv_freq = inv_freq.to(device=device, dtype=torch.float32)
             rotary.original_inv_freq = rotary.inv_freq.clone()
