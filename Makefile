@@ -15,6 +15,11 @@ INDEX := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 # of it (--system-site-packages) and installs every locked version but torch's.
 SYSTEM_TORCH ?=
 PYTEST_ARGS ?=
+# The suite runs in TEST_WORKERS pytest-xdist processes, one test file each at a time (`--dist loadfile`:
+# a file's module fixtures load once), 2 by default: most tests use one core (tiny models, subprocess
+# starts), so two workers halve the suite on a 2-core machine. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: demo test test-fast test-gpu test-latest lint lock bench ui-check install clean
 
@@ -37,7 +42,7 @@ demo: $(STAMP)
 	$(VENV)/bin/speculab
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The suite on the newest releases that pyproject.toml allows (torch too: TORCH_SPEC), in .venv-latest,
 # so that drift shows here before users meet it; versions.txt there lists what was tested.
@@ -49,7 +54,7 @@ test-latest:
 	.venv-latest/bin/python -m pip install $(INDEX) "$(TORCH_SPEC)"
 	.venv-latest/bin/python -m pip install $(INDEX) --upgrade --upgrade-strategy eager -e ".[test,lint,ui]"
 	.venv-latest/bin/python -m pip freeze --exclude-editable > .venv-latest/versions.txt
-	.venv-latest/bin/python -m pytest $(PYTEST_ARGS)
+	.venv-latest/bin/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Rewrites the locks from today's newest releases: a throwaway venv per Python, then `pip freeze`.
 PYTHONS ?= python3.11 python3.12
@@ -62,7 +67,7 @@ test-gpu: $(STAMP)
 
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 # ruff (lint + format check) over the code, mypy over the package; CI runs this before the tests.
 lint: $(STAMP)

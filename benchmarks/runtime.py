@@ -212,7 +212,7 @@ def summary(samples: list[float]) -> tuple[float, float, float]:
 def rounds_table(args: argparse.Namespace) -> Table:
     """The runtime's own part of a round, per path, interleaved (models that do no work)."""
     length = args.nodes - 1
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         remote_draft = ray.remote(num_cpus=0)(Draft).remote(args.vocab, length)
         remote_target = ray.remote(num_cpus=0)(Target).remote(args.vocab, args.nodes)

@@ -48,8 +48,9 @@ def weightless_pair_overrides(tmp_path: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[GroupPool]:
     """The pool of this process's model groups, on one embedded Ray cluster for the whole session
-    (started once: a few seconds each time otherwise). Only the session tears Ray down, so no test
-    depends on another to leave or to have left it; a CLI run in a subprocess starts its own."""
+    (started once: a few seconds each time otherwise; each pytest-xdist worker is a session with its
+    own). Only the session tears Ray down, so no test depends on another to leave or to have left it;
+    a CLI run in a subprocess starts its own."""
     from speculab.runtime.cleanup import teardown
     from speculab.runtime.groups import POOL
     from speculab.runtime.ray_actors import connect

@@ -44,3 +44,18 @@ def test_attaching_to_no_cluster_is_one_clusters_error(monkeypatch) -> None:
     monkeypatch.setattr(ray, "init", no_cluster)
     with pytest.raises(ClusterError, match=r"cluster\.address='auto': no Ray cluster to attach to \(Could not find"):
         connect("auto", None)
+
+
+def test_an_embedded_cluster_is_started_even_where_another_runs(monkeypatch) -> None:
+    """With no `cluster.address`, Ray's own default attaches to any `ray start` head on this machine,
+    which then refuses the embedded cluster's `num_cpus` (seen when a test's head ran beside a CLI run);
+    "local" always starts the run's own cluster."""
+    import ray
+
+    from speculab.runtime.ray_actors import connect
+
+    calls: list[dict] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    connect(None, 3)
+    assert calls[0]["address"] == "local" and calls[0]["num_cpus"] == 3

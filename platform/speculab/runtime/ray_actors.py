@@ -60,9 +60,13 @@ def connect(address: str | None, num_cpus: int | None) -> None:
                 ray.init(address=address, namespace=namespace, log_to_driver=True)
             except ConnectionError as err:  # `auto` with no cluster here, a head gone since validation
                 raise ClusterError(f"cluster.address={address!r}: no Ray cluster to attach to ({err})") from None
-        else:
+        else:  # "local": a new cluster even where a `ray start` head runs (Ray would attach to it otherwise)
             ray.init(
-                num_cpus=num_cpus or os.cpu_count(), namespace=namespace, include_dashboard=False, log_to_driver=True
+                address="local",
+                num_cpus=num_cpus or os.cpu_count(),
+                namespace=namespace,
+                include_dashboard=False,
+                log_to_driver=True,
             )
 
 
