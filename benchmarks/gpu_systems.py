@@ -36,7 +36,8 @@ speculab's default on a GPU: passes of up to 256 nodes replayed from CUDA graphs
     HumanEval T = 0 points (DFlash tau 6.61 at 4.84x, DDTree tau 9.67 at 6.90x).
 Random weights make the draft disagree with the target, so few tokens are accepted: times per
 pass and per round mean something, block efficiency does not. On a GPU every time comes from
-CUDA events around the call after a warm-up; on the CPU from the host clock.
+CUDA events around the call after a warm-up; on the CPU from the host clock. Tables (b), (c) and
+(e) print each median with the range of its repeats (`--repeats`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -110,8 +112,26 @@ def random_model(arch: str, size: Size, vocab: int, dtype: torch.dtype, device: 
     return model.eval()
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Milliseconds of one call over a run's repeats: the median and the range, printed beside it so
+    that a difference between two runs can be told from the noise inside one."""
+
+    median: float
+    low: float
+    high: float
+
+    def shown(self, digits: int) -> str:  # "11.92 (11.80-12.10)"
+        return f"{self.median:.{digits}f} ({self.low:.{digits}f}-{self.high:.{digits}f})"
+
+
 def elapsed_ms(fn: Callable[[], object], device: str, repeats: int) -> float:
     """Median milliseconds of fn over `repeats` calls after one warm-up: CUDA events on a GPU."""
+    return elapsed(fn, device, repeats).median
+
+
+def elapsed(fn: Callable[[], object], device: str, repeats: int) -> Timing:
+    """Milliseconds of fn over `repeats` calls after one warm-up: CUDA events on a GPU."""
     fn()
     times = []
     for _ in range(repeats):
@@ -126,7 +146,7 @@ def elapsed_ms(fn: Callable[[], object], device: str, repeats: int) -> float:
             tick = time.perf_counter()
             fn()
             times.append((time.perf_counter() - tick) * 1e3)
-    return statistics.median(times)
+    return Timing(statistics.median(times), min(times), max(times))
 
 
 def bandwidth_gbs(device: str, repeats: int) -> float:
@@ -169,7 +189,7 @@ def matmul_tflops(device: str, dtype: torch.dtype, repeats: int) -> float:
     return 2 * n**3 / elapsed_ms(lambda: a @ b, device, repeats) / 1e9
 
 
-def pass_ms(lm: TreeLM, nodes: DraftTree, device: str, repeats: int) -> float:
+def pass_ms(lm: TreeLM, nodes: DraftTree, device: str, repeats: int) -> Timing:
     """One pass over `nodes` after the committed context, dropped again so that every pass sees the same context."""
     none_kept = torch.empty(1, 0, dtype=torch.long, device=device)
 
@@ -177,7 +197,7 @@ def pass_ms(lm: TreeLM, nodes: DraftTree, device: str, repeats: int) -> float:
         lm.extend(nodes)
         lm.commit(none_kept)
 
-    return elapsed_ms(one_pass, device, repeats)
+    return elapsed(one_pass, device, repeats)
 
 
 STEP_LIMITS = {16: 1.1, 64: 1.25, 256: 1.8}  # issue 27: a tree pass over its 1-node pass
@@ -199,7 +219,7 @@ def tree_pass_table(
     table = Table(
         "context",
         "tree nodes",
-        *(f"{name} ms" for name in names),
+        *(f"{name} ms (range)" for name in names),
         f"{names[-1]} / 1 node",
         "limit",
         "x FLOP roofline",
@@ -215,9 +235,10 @@ def tree_pass_table(
         one_node = 0.0
         for n in sizes:
             tree = random_tree(n, vocab, gen, device)
-            ms = [pass_ms(target.lm, tree, device, repeats) for target in targets.values()]
-            one_node = one_node or ms[-1]
-            first.setdefault(n, ms[-1])
+            timings = [pass_ms(target.lm, tree, device, repeats) for target in targets.values()]
+            ms = timings[-1].median
+            one_node = one_node or ms
+            first.setdefault(n, ms)
             lm = targets[names[0]].lm
             lm.extend(tree)
             kv_mb = lm.kv_bytes() / 2**20
@@ -226,21 +247,21 @@ def tree_pass_table(
             table.add_row(
                 str(context),
                 str(n),
-                *(f"{m:.2f}" for m in ms),
-                f"{ms[-1] / one_node:.2f}",
+                *(t.shown(2) for t in timings),
+                f"{ms / one_node:.2f}",
                 f"{STEP_LIMITS[n]:.2f}" if n in STEP_LIMITS else "",
-                f"{ms[-1] / flop_ms:.2f}",
+                f"{ms / flop_ms:.2f}",
                 f"{kv_mb:.1f}",
             )
     return table, first
 
 
 def draft_step_table(
-    drafts: dict[str, DraftModel], vocab: int, context: int, device: str, repeats: int, block_ms: list[float]
+    drafts: dict[str, DraftModel], vocab: int, context: int, device: str, repeats: int, block: list[Timing]
 ) -> Table:
     """(e): one draft step (1 or 4 nodes: K = 1 or 4 paths) after `context` tokens, eager and captured,
     and one DFlash block pass."""
-    table = Table("pass", *(f"{name} ms" for name in drafts), "limit ms", title="(e) draft passes, batch 1")
+    table = Table("pass", *(f"{name} ms (range)" for name in drafts), "limit ms", title="(e) draft passes, batch 1")
     gen = torch.Generator().manual_seed(5)
     prompt = torch.randint(0, vocab, (context,), generator=gen).tolist()
     for draft in drafts.values():
@@ -252,13 +273,13 @@ def draft_step_table(
             torch.zeros(1, k, dtype=torch.long, device=device),
             torch.ones(1, k, dtype=torch.bool, device=device),
         )
-        ms = [pass_ms(draft.lm, step, device, repeats) for draft in drafts.values()]
-        table.add_row(f"draft step, {k} node(s) after {context}", *(f"{m:.3f}" for m in ms), "1.5")
-    table.add_row(f"DFlash block pass, 16 tokens after {context}", *(f"{ms:.3f}" for ms in block_ms), "1.5")
+        timings = [pass_ms(draft.lm, step, device, repeats) for draft in drafts.values()]
+        table.add_row(f"draft step, {k} node(s) after {context}", *(t.shown(3) for t in timings), "1.5")
+    table.add_row(f"DFlash block pass, 16 tokens after {context}", *(t.shown(3) for t in block), "1.5")
     return table
 
 
-def dflash_block_ms(small: bool, device: str, dtype: torch.dtype, context: int, repeats: int) -> list[float]:
+def dflash_block_ms(small: bool, device: str, dtype: torch.dtype, context: int, repeats: int) -> list[Timing]:
     """One DFlash block pass in the published Qwen3-8B drafter's shape (tools/random_dflash_pair.py), random
     weights: the drafter's layers over a 16-token block after `context` absorbed features, then the
     target's lm_head and a softmax over the 15 drafted positions; [eager ms, captured ms] (on the
@@ -285,8 +306,8 @@ def dflash_block_ms(small: bool, device: str, dtype: torch.dtype, context: int, 
 
         graphs = Graphs(device == "cuda")  # the pass reads only tensors that stay put: replayable
         return [
-            elapsed_ms(one_pass, device, repeats),
-            elapsed_ms(lambda: graphs.run("block", one_pass), device, repeats),
+            elapsed(one_pass, device, repeats),
+            elapsed(lambda: graphs.run("block", one_pass), device, repeats),
         ]
 
 
@@ -333,7 +354,9 @@ def verifier_table(
     vocabs: tuple[int, ...], verifiers: tuple[str, ...], device: str, bandwidth: float, repeats: int
 ) -> Table:
     """(c): ms per call of each path verifier, beside reading p and q once at the measured bandwidth."""
-    table = Table("verifier", "V", "K", "L", "ms / call", "p+q read ms", "ratio", title="(c) verification, batch 1")
+    table = Table(
+        "verifier", "V", "K", "L", "ms / call (range)", "p+q read ms", "ratio", title="(c) verification, batch 1"
+    )
     for name in verifiers:
         spec = ALGORITHMS[name]
         for vocab in vocabs:
@@ -342,11 +365,10 @@ def verifier_table(
                     if not spec.lossless(k):
                         continue
                     inputs = random_inputs(1, k, length, vocab, torch.device(device))
-                    ms = elapsed_ms(batched_call(name, inputs), device, repeats)
+                    timing = elapsed(batched_call(name, inputs), device, repeats)
                     read_ms = (inputs.p.nbytes + inputs.q.nbytes) / bandwidth / 1e6
-                    table.add_row(
-                        name, str(vocab), str(k), str(length), f"{ms:.3f}", f"{read_ms:.4f}", f"{ms / read_ms:.0f}x"
-                    )
+                    ratio = f"{timing.median / read_ms:.0f}x"
+                    table.add_row(name, str(vocab), str(k), str(length), timing.shown(3), f"{read_ms:.4f}", ratio)
     return table
 
 
@@ -602,7 +624,7 @@ def main(argv: list[str] | None = None) -> None:
     if {"b", "e", "d", "a", "p"} <= tables:  # the projection reads the other tables' figures
         projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
         build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
-        console.print(projection_table(ar_ms, block_ms[-1], tree_ms, build_ms, other_ms, verify_ms))
+        console.print(projection_table(ar_ms, block_ms[-1].median, tree_ms, build_ms, other_ms, verify_ms))
     console.print(f"done in {time.perf_counter() - start:.0f} s")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -40,3 +41,19 @@ def test_gpu_systems_subset_of_the_first_gpu_call(
     out = capsys.readouterr().out
     assert "(b) tree pass" in out and "(c) verification" in out and "(a) autoregressive decoding" in out
     assert "(d) time split" not in out and "spectr" not in out
+    assert "ms (range)" in out and "ms / call (range)" in out
+
+
+def test_a_timing_keeps_the_median_and_the_range_of_its_repeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two GPU sessions differed by 5-43%: each time is printed with the range of its repeats, so a
+    difference between runs can be told from the noise inside one."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import gpu_systems
+
+    ticks = iter([0.0, 0.003, 0.010, 0.011, 0.020, 0.022])  # calls of 3, 1 and 2 ms
+    monkeypatch.setattr(gpu_systems, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    calls: list[int] = []
+    timing = gpu_systems.elapsed(lambda: calls.append(1), "cpu", 3)
+    assert len(calls) == 4  # a warm-up, then the repeats
+    assert (timing.median, timing.low, timing.high) == pytest.approx((2.0, 1.0, 3.0))
+    assert timing.shown(2) == "2.00 (1.00-3.00)"

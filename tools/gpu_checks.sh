@@ -52,6 +52,9 @@ first)
     step refused_device 60 "${cli[@]}" model.device=cuda:7 runtime=inline  # must fail, naming the GPUs
     step runs 20 "${runs[@]}" 'block_efficiency|speedup_vs_ar$|tokens_per_s$'
     wait
+    # a test process stopped at its limit can leave its Ray cluster running, which would share the
+    # CPUs with the figures (an eager pass is host-bound)
+    step ray_stop 30 python -m ray.scripts.scripts stop --force
     step figures 200 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64,256 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv --max-new-tokens 64
     ;;
