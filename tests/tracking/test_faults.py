@@ -23,6 +23,10 @@ from mlflow.tracking import MlflowClient
 from support.cli import speculab
 from support.mlflow_server import mlflow_server
 
+# A signal or a killed server lands at a moment these tests choose; a busy machine moves that moment
+# (one Ctrl-C in about 25 under a second test worker left the sweep's parent RUNNING, not yet explained)
+pytestmark = pytest.mark.alone
+
 POINTS = ["algorithm=gbv", "algorithm.K=1,2,3"]
 
 
@@ -141,7 +145,7 @@ def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path, sweeps)
     _, err = sweep.communicate(timeout=300)
     assert sweep.returncode == 130, err
     kinds = runs_by_kind(uri)
-    assert [r.info.status for r in kinds["sweep"]] == ["KILLED"]
+    assert [r.info.status for r in kinds["sweep"]] == ["KILLED"], err
     done_before = {r.data.tags["speculab.point_id"] for r in kinds["point"] if r.info.status == "FINISHED"}
     assert 1 <= len(done_before) < 3 and all(r.info.status in ("FINISHED", "KILLED") for r in kinds["point"])
     resumed = speculab([*sweep_args(random_llama_pair, uri, tmp_path / "second"), "resume=true"], tmp_path)
