@@ -32,7 +32,7 @@ from speculab.config import Config, RunPlan, TrackingConfig, describe_device, tr
 from speculab.tracking.metrics import ENDS, HEADLINE, INTERVALS, mlflow_name
 from speculab.tracking.provenance import JOB_TAG, provenance_tags
 from speculab.tracking.spool import PARENT_TAG, RunRef, SpooledRun, fail_fast, read_spool
-from speculab.tracking.store import store_client
+from speculab.tracking.store import retrying_busy, store_client
 from speculab.tracking.sync import DEFAULT_ROOTS, spool_files
 
 POINT_TAG = "speculab.point_id"
@@ -342,8 +342,11 @@ def share_points_view(run: SpooledRun, sweep: bool) -> str:
     per sweep."""
     search, owner = points_owner(run, sweep)
     key = f"{VIEW_KEY}-{owner[:12]}"
-    assert run.experiment_id is not None, "an online run knows its experiment"
-    store_client(run.uri).set_experiment_tag(run.experiment_id, f"{VIEW_TAG}{key}", json.dumps(table_state(search)))
+    experiment = run.experiment_id
+    assert experiment is not None, "an online run knows its experiment"
+    tag, state = f"{VIEW_TAG}{key}", json.dumps(table_state(search))
+    # a store busy with another writer is waited for, as every run write is (`retrying_busy`)
+    retrying_busy(lambda: store_client(run.uri).set_experiment_tag(experiment, tag, state))
     return key
 
 
