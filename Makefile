@@ -19,11 +19,13 @@ PYTEST_ARGS ?=
 # a file's module fixtures load once), 2 by default: most tests use one core (tiny models, subprocess
 # starts), so two workers halve the suite on a 2-core machine. TEST_WORKERS=0 runs it in this process.
 # Tests marked `alone` (fault injection: a signal or a killed server at a chosen moment) run after the
-# others, with nothing beside them. PYTEST runs one part; "no tests collected" (5) is not a failure.
+# others, with nothing beside them. SUITE PYTHON[,MARKERS] runs both parts (of the tests MARKERS
+# selects); a part with "no tests collected" (exit 5) is not a failure.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-define PYTEST
-	$(1) -m pytest $(2) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+define SUITE
+	$(1) -m pytest $(XDIST) -m "not alone$(if $(2), and $(2))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(1) -m pytest -m "alone$(if $(2), and $(2))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 endef
 
 .PHONY: demo test test-fast test-gpu test-latest lint lock bench ui-check install clean
@@ -47,8 +49,7 @@ demo: $(STAMP)
 	$(VENV)/bin/speculab
 
 test: $(STAMP)
-	$(call PYTEST,$(PY),$(XDIST) -m "not alone")
-	$(call PYTEST,$(PY),-m alone)
+	$(call SUITE,$(PY))
 
 # The suite on the newest releases that pyproject.toml allows (torch too: TORCH_SPEC), in .venv-latest,
 # so that drift shows here before users meet it; versions.txt there lists what was tested.
@@ -60,8 +61,7 @@ test-latest:
 	.venv-latest/bin/python -m pip install $(INDEX) "$(TORCH_SPEC)"
 	.venv-latest/bin/python -m pip install $(INDEX) --upgrade --upgrade-strategy eager -e ".[test,lint,ui]"
 	.venv-latest/bin/python -m pip freeze --exclude-editable > .venv-latest/versions.txt
-	$(call PYTEST,.venv-latest/bin/python,$(XDIST) -m "not alone")
-	$(call PYTEST,.venv-latest/bin/python,-m alone)
+	$(call SUITE,.venv-latest/bin/python)
 
 # Rewrites the locks from today's newest releases: a throwaway venv per Python, then `pip freeze`.
 PYTHONS ?= python3.11 python3.12
@@ -74,8 +74,7 @@ test-gpu: $(STAMP)
 
 # Skips the slow end-to-end tests (CI runs everything).
 test-fast: $(STAMP)
-	$(call PYTEST,$(PY),$(XDIST) -m "not slow and not alone")
-	$(call PYTEST,$(PY),-m "alone and not slow")
+	$(call SUITE,$(PY),not slow)
 
 # ruff (lint + format check) over the code, mypy over the package; CI runs this before the tests.
 lint: $(STAMP)

@@ -189,7 +189,7 @@ def matmul_tflops(device: str, dtype: torch.dtype, repeats: int) -> float:
     return 2 * n**3 / elapsed_ms(lambda: a @ b, device, repeats) / 1e9
 
 
-def pass_ms(lm: TreeLM, nodes: DraftTree, device: str, repeats: int) -> Timing:
+def pass_time(lm: TreeLM, nodes: DraftTree, device: str, repeats: int) -> Timing:
     """One pass over `nodes` after the committed context, dropped again so that every pass sees the same context."""
     none_kept = torch.empty(1, 0, dtype=torch.long, device=device)
 
@@ -235,7 +235,7 @@ def tree_pass_table(
         one_node = 0.0
         for n in sizes:
             tree = random_tree(n, vocab, gen, device)
-            timings = [pass_ms(target.lm, tree, device, repeats) for target in targets.values()]
+            timings = [pass_time(target.lm, tree, device, repeats) for target in targets.values()]
             ms = timings[-1].median
             one_node = one_node or ms
             first.setdefault(n, ms)
@@ -273,13 +273,13 @@ def draft_step_table(
             torch.zeros(1, k, dtype=torch.long, device=device),
             torch.ones(1, k, dtype=torch.bool, device=device),
         )
-        timings = [pass_ms(draft.lm, step, device, repeats) for draft in drafts.values()]
+        timings = [pass_time(draft.lm, step, device, repeats) for draft in drafts.values()]
         table.add_row(f"draft step, {k} node(s) after {context}", *(t.shown(3) for t in timings), "1.5")
     table.add_row(f"DFlash block pass, 16 tokens after {context}", *(t.shown(3) for t in block), "1.5")
     return table
 
 
-def dflash_block_ms(small: bool, device: str, dtype: torch.dtype, context: int, repeats: int) -> list[Timing]:
+def dflash_block_times(small: bool, device: str, dtype: torch.dtype, context: int, repeats: int) -> list[Timing]:
     """One DFlash block pass in the published Qwen3-8B drafter's shape (tools/random_dflash_pair.py), random
     weights: the drafter's layers over a 16-token block after `context` absorbed features, then the
     target's lm_head and a softmax over the 15 drafted positions; [eager ms, captured ms] (on the
@@ -605,8 +605,8 @@ def main(argv: list[str] | None = None) -> None:
         table, tree_ms = tree_pass_table(targets, vocab, contexts, sizes, device, args.repeats, flop_rate, params)
         console.print(table)
     if "e" in tables:
-        block_ms = dflash_block_ms(small, device, dtype, contexts[0] // 2, args.repeats)
-        console.print(draft_step_table(drafts, vocab, contexts[0] // 2, device, args.repeats, block_ms))
+        block = dflash_block_times(small, device, dtype, contexts[0] // 2, args.repeats)
+        console.print(draft_step_table(drafts, vocab, contexts[0] // 2, device, args.repeats, block))
     if "d" in tables:
         prompts = [torch.randint(0, vocab, (contexts[0],), generator=gen).tolist() for _ in range(2)]
         table, other_ms = split_table({name: (targets[name], drafts[name]) for name in passes}, prompts, max_new)
@@ -624,7 +624,7 @@ def main(argv: list[str] | None = None) -> None:
     if {"b", "e", "d", "a", "p"} <= tables:  # the projection reads the other tables' figures
         projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
         build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
-        console.print(projection_table(ar_ms, block_ms[-1].median, tree_ms, build_ms, other_ms, verify_ms))
+        console.print(projection_table(ar_ms, block[-1].median, tree_ms, build_ms, other_ms, verify_ms))
     console.print(f"done in {time.perf_counter() - start:.0f} s")
 
 
