@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.algorithms import get_verifier
+from speculab.autoregressive import autoregressive
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, autoregressive, decode
+from speculab.engine import DecodeSettings, decode
 from speculab.tracking.metrics import summarize
 
 

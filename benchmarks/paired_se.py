@@ -22,8 +22,9 @@ from rich.table import Table
 
 from speculab.algorithms import get_verifier
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, RunResult, decode
+from speculab.engine import DecodeSettings, decode
 from speculab.paired import PairedComparison, mean_and_se
+from speculab.records import RunResult
 
 
 def round_taus(run: RunResult) -> torch.Tensor:

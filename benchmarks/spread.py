@@ -39,9 +39,10 @@ from rich.table import Table
 
 import speculab.cli  # noqa: F401  registers the structured schema
 from speculab.algorithms import get_verifier
+from speculab.autoregressive import autoregressive
 from speculab.config import PROJECT_ROOT, Config, resolve
 from speculab.data import encode_prompt, load_prompts
-from speculab.engine import autoregressive, decode
+from speculab.engine import decode
 from speculab.experiment import decode_point, model_specs, settings_of
 from speculab.models import DraftModel, TreeTarget
 from speculab.tracking.metrics import tokens_per_second

@@ -10,10 +10,11 @@ import pytest
 from transformers import AutoTokenizer
 
 from speculab.algorithms import get_verifier
+from speculab.autoregressive import autoregressive
 from speculab.baselines import check_assisted_widths, cut_at_eos, generate, left_padded
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, autoregressive, decode
+from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from support.models import REPO, TINY_PAIR
 

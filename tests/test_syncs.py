@@ -10,7 +10,8 @@ import warnings
 import pytest
 import torch
 
-from speculab.engine import PhaseClock, RoundRecord
+from speculab.clock import PhaseClock
+from speculab.records import RoundRecord
 from speculab.syncs import SYNC_WARNING, counting_host_syncs
 
 

@@ -2,23 +2,25 @@
 
 `decode` runs speculative decoding over prompts in batches, with any target and drafter
 that follow the model protocols (in-process or Ray actor proxies) and any verifier that
-follows the verifier contract. The autoregressive baseline is the same loop with a
-drafter that proposes nothing (L = 0) and a verifier that samples the target's next token,
-so both are timed and truncated by the same code. This module does no I/O and no logging.
+follows the verifier contract; it returns the run's records (`speculab.records`), its phases
+timed by a `speculab.clock.PhaseClock`. The autoregressive baseline is this loop with a
+root-only drafter (`speculab.autoregressive`). This module does no I/O and no logging.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
-from speculab.drafting.sampling import SamplingParams, sample
+from speculab.clock import PhaseClock
+from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree, Proposal
+from speculab.evidence import Drafts, along_path, depth_evidence
+from speculab.records import PromptRecord, RoundRecord, RunResult
 from speculab.verify.verdict import Verdict
 
 # Target features (DFlash): what `TargetModel.prefill`/`commit` return and `Drafter.prefill`/`commit`
@@ -68,158 +70,6 @@ class DecodeSettings:
         return self.max_new_tokens + self.tree_nodes if self.tree_nodes else 0
 
 
-@dataclass
-class RoundRecord:
-    """One round of one batch; per-row lists follow the batch rows of that round. The phase times
-    are filled in when the run is over (`PhaseClock.settle`)."""
-
-    rows: int
-    tree_nodes: list[int]
-    accepted: list[int]  # tau per row
-    kept: list[int]  # tokens kept per row after eos / max-new-tokens truncation
-    time_tree_build_s: float  # part of time_draft_s: building a deterministic tree (DDTree)
-    kv_target_bytes: int  # peak since this batch's prefill
-    kv_draft_bytes: int
-    time_draft_s: float = 0.0
-    time_target_s: float = 0.0
-    time_verify_s: float = 0.0
-    time_other_s: float = 0.0
-    time_paired_s: float = 0.0  # the paired check, outside the four phases and the run's wall time
-    cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
-    feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
-    time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
-    # The first drafted position, per row (`depth_evidence`; empty when nothing is drafted): to
-    # tell a drafter that predicts badly from a verification that accepts badly.
-    first_overlap: list[float] = field(default_factory=list)
-    first_entropy_target: list[float] = field(default_factory=list)
-    first_entropy_draft: list[float] = field(default_factory=list)
-
-
-@dataclass
-class PromptRecord:
-    index: int
-    prompt_tokens: int
-    tokens: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)  # tau per round
-    stop: str = ""  # "eos" or "max_new_tokens"
-    # Per round, sum_x min(p_j, q_j) at each depth j the verification reached (1..min(tau + 1, L)) along
-    # the accepted path (`depth_evidence`); empty lists when nothing is drafted.
-    overlap: list[list[float]] = field(default_factory=list)
-    left_chain: list[bool] = field(default_factory=list)  # per round, deterministic trees only: off the chain
-
-
-@dataclass
-class RunResult:
-    prompts: list[PromptRecord]
-    rounds: list[RoundRecord]
-    wall_s: float  # decoding only: the paired check's time is not in it
-    prefill_target_s: float
-    prefill_draft_s: float
-    paired_s: float = 0.0  # spent in the paired check (extra verifications on the same drafts)
-    paired_cpu_s: float = 0.0  # its CPU seconds
-    length: int = 0  # L: draft tokens per round (0: nothing drafted, the autoregressive baseline)
-
-
-def concat_runs(runs: list[RunResult]) -> RunResult:
-    """One run of consecutive parts (the units of a point, each decoded by its own `decode` call):
-    prompts renumbered in order, rounds concatenated, times summed."""
-    prompts = [replace(p, index=i) for i, p in enumerate(p for run in runs for p in run.prompts)]
-    return RunResult(
-        prompts,
-        [r for run in runs for r in run.rounds],
-        sum(run.wall_s for run in runs),
-        sum(run.prefill_target_s for run in runs),
-        sum(run.prefill_draft_s for run in runs),
-        sum(run.paired_s for run in runs),
-        sum(run.paired_cpu_s for run in runs),
-        max((run.length for run in runs), default=0),
-    )
-
-
-Mark = float | torch.cuda.Event  # a point in time: the host clock's seconds, or an event on the stream
-Span = tuple[str, Mark, Mark]  # (phase, start, end)
-
-
-@dataclass
-class RoundMarks:
-    """A round's marks, turned into its record's phase times once the run is over (`PhaseClock.settle`)."""
-
-    record: RoundRecord
-    start: Mark
-    end: Mark
-    phases: list[Span]
-
-
-class PhaseClock:
-    """Time per phase without stalling the device. Where this process runs CUDA work, each phase
-    boundary is an event recorded on the current stream and read when the run is over: the phases
-    are intervals of the device's own timeline, and no phase waits for the GPU to drain (a
-    synchronise per phase would stall the launch queue 5 times a round). Elsewhere, the host clock.
-    The events are on the current device's stream: with the draft on another GPU in-process
-    (`model.draft_device`), its phase shows the launch time on the host, not its kernels."""
-
-    def __init__(self) -> None:
-        self.cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.spans: list[Span] = []  # phases not yet claimed by a round (or the prefill)
-        self.rounds: list[RoundMarks] = []
-        self.last: Mark | None = None
-
-    def mark(self) -> Mark:
-        if not self.cuda:
-            self.last = time.perf_counter()
-            return self.last
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        self.last = event
-        return event
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = self.mark()
-        yield
-        self.spans.append((name, start, self.mark()))
-
-    def begin_round(self) -> tuple[Mark, int]:
-        """The round's start: its mark, and where its phases begin among the unclaimed ones."""
-        return self.mark(), len(self.spans)
-
-    def close_round(self, record: RoundRecord, begun: tuple[Mark, int]) -> None:
-        """The phases since `begun` (`begin_round`) belong to `record`, whose times `settle` fills in."""
-        start, first = begun
-        self.rounds.append(RoundMarks(record, start, self.mark(), self.spans[first:]))
-        del self.spans[first:]
-
-    def settle(self) -> dict[str, float]:
-        """Wait for the last mark (once per run), fill every closed round's phase times (the rest of
-        the round is `time_other_s`), and return the seconds of the phases no round claimed (prefill)."""
-        if isinstance(self.last, torch.cuda.Event):
-            self.last.synchronize()
-        for marks in self.rounds:
-            spent = _sums(marks.phases)
-            r = marks.record
-            r.time_draft_s, r.time_target_s = spent.get("draft", 0.0), spent.get("target", 0.0)
-            r.time_verify_s, r.time_paired_s = spent.get("verify", 0.0), spent.get("paired", 0.0)
-            r.time_other_s = max(0.0, _seconds(marks.start, marks.end) - sum(spent.values()))
-        self.rounds = []
-        rest, self.spans = _sums(self.spans), []
-        return rest
-
-
-def _seconds(start: Mark, end: Mark) -> float:
-    if isinstance(start, torch.cuda.Event) and isinstance(end, torch.cuda.Event):
-        return start.elapsed_time(end) / 1e3
-    assert isinstance(start, float) and isinstance(end, float)
-    return end - start
-
-
-def _sums(spans: list[Span]) -> dict[str, float]:
-    """Seconds per phase name."""
-    spent: dict[str, float] = {}
-    for name, start, end in spans:
-        spent[name] = spent.get(name, 0.0) + _seconds(start, end)
-    return spent
-
-
 def accepted_nodes(tree: DraftTree, verdict: Verdict) -> torch.Tensor:
     """[B, L+1] tree nodes of the root and the accepted tokens, -1 padded."""
     assert tree.path_nodes is not None  # every proposed tree records its paths
@@ -234,57 +84,6 @@ def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tenso
     B, K, M = path_nodes.shape
     flat = path_nodes.reshape(B, K * M).to(p_nodes.device)
     return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
-
-
-# tokens [B, L+1] a verdict's (accepted, then the extra token); tau [B]; q [B, L, V] a tree's marginals
-def left_chain(tokens: torch.Tensor, tau: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """[B] bool: the accepted path left the tree's first-ranked chain (the most probable token at
-    every depth, ties to the lower token id as the tree builders rank them): the round was won by a
-    side branch, which a single chain (vanilla DFlash) would have lost."""
-    L = q.shape[1]
-    off = tokens[:, :L] != q.argmax(dim=-1).to(tokens.device)  # [B, L]
-    return (off & (torch.arange(L, device=tokens.device) < tau[:, None])).any(dim=1)
-
-
-Drafts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # i.i.d. paths [B, K, L], p [B, K, L+1, V], q [B, K, L, V]
-
-
-# p_nodes [B, N, V]; path [B]
-def along_path(
-    p_nodes: torch.Tensor, proposal: Proposal, tree: DraftTree, path: torch.Tensor, drafts: Drafts | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, L, V] target, [B, L, V] draft) distributions of the token at each depth j = 1..L of path
-    `path`: the i.i.d. paths' (``drafts``, on p's device for their verifier), or a deterministic
-    tree's p at the path's node of depth j - 1 (``tree`` on p's device, where it was walked) and its
-    marginals. Nothing is copied to the device but a tree's marginals where the draft is elsewhere."""
-    rows = torch.arange(len(path), device=p_nodes.device)
-    if drafts is not None:
-        return drafts[1][rows, path, :-1], drafts[2][rows, path]
-    assert tree.path_nodes is not None and proposal.marginals is not None  # a deterministic tree records both
-    nodes = tree.path_nodes[rows, path, :-1].clamp(min=0)  # [B, L]; -1 past the end of a tree's shorter path
-    p = p_nodes.gather(1, nodes[..., None].expand(-1, -1, p_nodes.shape[-1]))
-    return p, proposal.marginals.to(p_nodes.device)
-
-
-# p, q [B, L, V] along `verdict.path` (`along_path`)
-def depth_evidence(p: torch.Tensor, q: torch.Tensor, verdict: Verdict, tree_marginals: bool = False) -> torch.Tensor:
-    """Why a round accepted what it did, from what the round already computed (no model pass), on p's
-    device so that the caller reads it in one host read; [B, L + 2], [B, L + 3] with ``tree_marginals``
-    (q is the marginals a deterministic tree was built from).
-    Columns: at each depth j = 1..L along the accepted path, sum_x min(p_j(x), q_j(x)), the chance
-    that one token drawn from q_j is accepted against p_j by token verification (at the depths
-    reached, j <= tau + 1, every path through the accepted prefix has the same p_j and q_j, so which
-    one `verdict.path` names does not matter); then the entropies of p_1 and q_1 in nats; for a
-    tree, then 1 where the accepted path left its first-ranked chain (`left_chain`)."""
-    device = p.device
-    # ranked in the dtype the tree was built from, before q meets p's
-    off = left_chain(verdict.tokens.to(device), verdict.tau.to(device), q) if tree_marginals else None
-    q = q.to(device, p.dtype)
-    entropies = [torch.special.entr(d[:, 0]).sum(-1, keepdim=True) for d in (p, q)]
-    columns = [torch.minimum(p, q).sum(-1), *entropies]
-    if off is not None:
-        columns.append(off[:, None].to(p.dtype))
-    return torch.cat(columns, dim=1)
 
 
 def _record(
@@ -440,51 +239,3 @@ def _round(
     rounds.append(round_record)
     clock.close_round(round_record, begun)
     return [batch[i] for i in live], carry
-
-
-class RootOnlyDrafter:
-    """The autoregressive baseline's drafter: every round proposes the root alone (L = 0)."""
-
-    def __init__(self) -> None:
-        self.roots: list[int] = []
-
-    def prefill(
-        self, contexts: list[list[int]], roots: list[int], seed: int, features: Features = None, room: int = 0
-    ) -> None:
-        self.roots = list(roots)
-
-    def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
-        paths = torch.empty(len(self.roots), 1, 0, dtype=torch.long)
-        return Proposal(
-            DraftTree.from_paths(torch.tensor(self.roots), paths), paths, torch.empty(len(self.roots), 1, 0, 0)
-        )
-
-    def commit(self, emitted: list[list[int]], features: Features = None) -> None:
-        self.roots = [row[-1] for row in emitted]
-
-    def retain(self, rows: torch.Tensor) -> None:
-        self.roots = [self.roots[r] for r in rows.tolist()]
-
-    def kv_bytes(self) -> int:
-        return 0
-
-
-# paths [B, 1, 0]; p [B, 1, 1, V]; q [B, 1, 0, 0]
-def sample_target(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
-) -> Verdict:
-    """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
-    token = sample(p[:, 0, 0], 1, rng)  # [B, 1]
-    zeros = torch.zeros(len(token), dtype=torch.long, device=token.device)
-    return Verdict(token, zeros + 1, zeros)
-
-
-def autoregressive(
-    target: TargetModel,
-    prompts: list[list[int]],
-    settings: DecodeSettings,
-    on_prompt_done: Callable[[PromptRecord], None] | None = None,
-) -> RunResult:
-    """The baseline: one target call per token, same prompts, batching and truncation."""
-    settings = replace(settings, num_paths=1, length=0, tree_nodes=1)  # a round's tree is its root
-    return decode(target, RootOnlyDrafter(), sample_target, prompts, settings, on_prompt_done)

@@ -25,13 +25,14 @@ from speculab.algorithms import DRAFTERS
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
 from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, PromptRecord, RunResult, concat_runs
+from speculab.engine import DecodeSettings
 from speculab.loop import METHODS, PointPlan, Unit, UnitResult
 from speculab.measure import Sample, Timings, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
 from speculab.paired import paired_metrics, paired_table
+from speculab.records import PromptRecord, RunResult, concat_runs
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure

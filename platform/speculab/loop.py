@@ -28,12 +28,14 @@ from typing import Any
 import torch
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
+from speculab.autoregressive import autoregressive
 from speculab.baselines import BaselineResult
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
-from speculab.engine import DecodeSettings, Drafter, RunResult, autoregressive, decode
+from speculab.engine import DecodeSettings, Drafter, decode
 from speculab.measure import Sample, timed
 from speculab.models.roles import Conditions, process_conditions
 from speculab.paired import PairedComparison
+from speculab.records import RunResult
 from speculab.syncs import counting_host_syncs
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)

@@ -16,9 +16,10 @@ from transformers import AutoTokenizer
 from speculab.config import ConfigError, loop_host, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, RunResult
+from speculab.engine import DecodeSettings
 from speculab.loop import PointPlan
 from speculab.models import LMSpec
+from speculab.records import RunResult
 from speculab.runtime import loop_groups, start_loop
 from speculab.runtime.groups import GroupPool, group_name, loop_bundles
 from speculab.runtime.loop_host import LoopSpec

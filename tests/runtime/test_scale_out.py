@@ -21,10 +21,11 @@ import torch
 from transformers import AutoTokenizer
 
 from speculab.algorithms import get_verifier
+from speculab.autoregressive import autoregressive
 from speculab.config import Config, ConfigError, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, autoregressive, decode
+from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.tp import checkpoint_files
 from speculab.runtime import start_models

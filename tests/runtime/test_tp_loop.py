@@ -19,10 +19,11 @@ from transformers import AutoTokenizer
 from speculab.config import resolve
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, RunResult
+from speculab.engine import DecodeSettings
 from speculab.experiment import decode_point
 from speculab.loop import PointPlan
 from speculab.models import LMSpec
+from speculab.records import RunResult
 from speculab.runtime import start_loop
 from speculab.runtime.groups import GroupPool
 from speculab.runtime.proxy import GroupProxy

@@ -7,9 +7,10 @@ from typing import Any
 import torch
 
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, RunResult
+from speculab.engine import DecodeSettings
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.toy import random_bigram
+from speculab.records import RunResult
 
 PROMPTS = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]
 TOY_PROMPTS = [[1, 2, 3], [4], [0, 5], [2]]  # vocabulary of 6

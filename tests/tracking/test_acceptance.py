@@ -12,9 +12,11 @@ import torch
 from speculab.algorithms import get_verifier
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, RunResult, decode, left_chain
+from speculab.engine import DecodeSettings, decode
+from speculab.evidence import left_chain
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
+from speculab.records import RunResult
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown, depth_rows, length_figure
 from speculab.tracking.callbacks import MlflowSweepCallback
 from speculab.tracking.metrics import acceptance_logged, is_acceptance, mlflow_metrics, mlflow_name, summarize

@@ -16,8 +16,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from speculab.engine import PromptRecord, RunResult
 from speculab.measure import ratio_interval
+from speculab.records import PromptRecord, RunResult
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from rich.table import Table
 
-from speculab.engine import RunResult
+from speculab.records import RunResult
 from speculab.tracking.console import show
 from speculab.tracking.metrics import acceptance_histogram, depth_series, is_acceptance
 

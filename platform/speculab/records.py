@@ -1,0 +1,76 @@
+"""What a decode records: one `RoundRecord` per batch round, one `PromptRecord` per prompt, and the
+`RunResult` that holds them with the run's times. Plain values, built by `speculab.engine` and
+read by the metrics (`speculab.tracking.metrics`); no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass
+class RoundRecord:
+    """One round of one batch; per-row lists follow the batch rows of that round. The phase times
+    are filled in when the run is over (`PhaseClock.settle`)."""
+
+    rows: int
+    tree_nodes: list[int]
+    accepted: list[int]  # tau per row
+    kept: list[int]  # tokens kept per row after eos / max-new-tokens truncation
+    time_tree_build_s: float  # part of time_draft_s: building a deterministic tree (DDTree)
+    kv_target_bytes: int  # peak since this batch's prefill
+    kv_draft_bytes: int
+    time_draft_s: float = 0.0
+    time_target_s: float = 0.0
+    time_verify_s: float = 0.0
+    time_other_s: float = 0.0
+    time_paired_s: float = 0.0  # the paired check, outside the four phases and the run's wall time
+    cpu_paired_s: float = 0.0  # its CPU seconds (this process's), kept out of the run's CPU time likewise
+    feature_bytes: int = 0  # target features the drafter absorbed for this round's draft (DFlash)
+    time_feature_s: float = 0.0  # part of time_draft_s: absorbing them
+    # The first drafted position, per row (`depth_evidence`; empty when nothing is drafted): to
+    # tell a drafter that predicts badly from a verification that accepts badly.
+    first_overlap: list[float] = field(default_factory=list)
+    first_entropy_target: list[float] = field(default_factory=list)
+    first_entropy_draft: list[float] = field(default_factory=list)
+
+
+@dataclass
+class PromptRecord:
+    index: int
+    prompt_tokens: int
+    tokens: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)  # tau per round
+    stop: str = ""  # "eos" or "max_new_tokens"
+    # Per round, sum_x min(p_j, q_j) at each depth j the verification reached (1..min(tau + 1, L)) along
+    # the accepted path (`depth_evidence`); empty lists when nothing is drafted.
+    overlap: list[list[float]] = field(default_factory=list)
+    left_chain: list[bool] = field(default_factory=list)  # per round, deterministic trees only: off the chain
+
+
+@dataclass
+class RunResult:
+    prompts: list[PromptRecord]
+    rounds: list[RoundRecord]
+    wall_s: float  # decoding only: the paired check's time is not in it
+    prefill_target_s: float
+    prefill_draft_s: float
+    paired_s: float = 0.0  # spent in the paired check (extra verifications on the same drafts)
+    paired_cpu_s: float = 0.0  # its CPU seconds
+    length: int = 0  # L: draft tokens per round (0: nothing drafted, the autoregressive baseline)
+
+
+def concat_runs(runs: list[RunResult]) -> RunResult:
+    """One run of consecutive parts (the units of a point, each decoded by its own `decode` call):
+    prompts renumbered in order, rounds concatenated, times summed."""
+    prompts = [replace(p, index=i) for i, p in enumerate(p for run in runs for p in run.prompts)]
+    return RunResult(
+        prompts,
+        [r for run in runs for r in run.rounds],
+        sum(run.wall_s for run in runs),
+        sum(run.prefill_target_s for run in runs),
+        sum(run.prefill_draft_s for run in runs),
+        sum(run.paired_s for run in runs),
+        sum(run.paired_cpu_s for run in runs),
+        max((run.length for run in runs), default=0),
+    )
