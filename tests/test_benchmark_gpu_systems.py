@@ -1,47 +1,184 @@
-"""benchmarks/gpu_systems.py, the command the GPU runs await, runs end to end at its CPU-sized shapes.
+"""benchmarks/gpu_systems.py, the command the GPU runs await, runs end to end at its CPU-sized shapes
+and prints what its tables promise: a row for every requested size, context, verifier and loop,
+positive times whose ranges hold their medians, and ratios that agree with the times printed
+beside them (in other tables too: the projection's baseline is table (a)'s first row).
 
 A GPU session is rare and short: a benchmark that breaks when the engine's API moves must break
 here, on the CPU, not on the GPU."""
 
 from __future__ import annotations
 
+import itertools
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.table import Table
+
+from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS
 
 REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--small", "--repeats", "1", "--max-new-tokens", "4"]
+Row = dict[str, str]
 
 
-def test_gpu_systems_small(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def printed_tables(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> dict[str, list[Row]]:
+    """Each table `gpu_systems.main(argv)` prints, by its letter ("b" for "(b) tree pass ..."), as rows
+    of cells by column header; on the CPU whatever the machine has (the rows name CPU passes)."""
     monkeypatch.chdir(REPO)
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     sys.modules.pop("gpu_systems", None)
     import gpu_systems
 
-    gpu_systems.main(["--small", "--repeats", "1", "--max-new-tokens", "4"])
-    out = capsys.readouterr().out
-    for title in ("(b) tree pass", "(d) time split", "(c) verification", "(a) autoregressive decoding"):
-        assert title in out
-    assert "speculab autoregressive loop" in out
+    monkeypatch.setattr(gpu_systems.torch.cuda, "is_available", lambda: False)
+    printed: list[object] = []
+    monkeypatch.setattr(gpu_systems, "Console", lambda **_: SimpleNamespace(print=printed.append))
+    gpu_systems.main(argv)
+    tables = [t for t in printed if isinstance(t, Table)]
+    return {str(t.title)[1]: rows(t) for t in tables}
 
 
-def test_gpu_systems_subset_of_the_first_gpu_call(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def rows(table: Table) -> list[Row]:
+    columns = {str(c.header): [str(cell) for cell in c.cells] for c in table.columns}
+    return [dict(zip(columns, cells)) for cells in zip(*columns.values())]
+
+
+def timing(cell: str) -> float:
+    """The median of a "median (low-high)" cell, checked to lie in its positive range."""
+    match = re.fullmatch(r"([\d.]+) \(([\d.]+)-([\d.]+)\)", cell)
+    assert match, cell
+    median, low, high = map(float, match.groups())
+    assert 0 < low <= median <= high, cell
+    return median
+
+
+def number(cell: str) -> float:
+    """A positive figure, with its unit ("x", "%") dropped."""
+    value = float(cell.rstrip("x%"))
+    assert value > 0, cell
+    return value
+
+
+def agrees(ratio: str, numerator: float, denominator: float) -> bool:
+    """A printed ratio against that of the printed figures it comes from: within half a unit of its
+    last digit, plus 3% for the rounding of those figures."""
+    decimals = len(ratio.rstrip("x%").partition(".")[2])
+    expected = numerator / denominator
+    return abs(number(ratio) - expected) <= 0.5 * 10**-decimals + 0.03 * expected
+
+
+def check_tree_passes(table: list[Row], contexts: tuple[int, ...], sizes: tuple[int, ...]) -> None:
+    assert [(r["context"], r["tree nodes"]) for r in table] == [
+        (str(c), str(n)) for c, n in itertools.product(contexts, sizes)
+    ]
+    limits = {"16": "1.10", "64": "1.25", "256": "1.80"}  # the issue's, for the sizes it names
+    for context in map(str, contexts):
+        mine = [r for r in table if r["context"] == context]
+        one_node = timing(mine[0]["fixed shapes ms (range)"])
+        for r in mine:
+            timing(r["eager ms (range)"])
+            assert agrees(r["fixed shapes / 1 node"], timing(r["fixed shapes ms (range)"]), one_node)
+            assert r["limit"] == limits.get(r["tree nodes"], "")
+            number(r["x FLOP roofline"])
+            number(r["KV MB (context + tree)"])
+
+
+def check_draft_passes(table: list[Row], context: int) -> None:
+    assert [r["pass"] for r in table] == [
+        f"draft step, 1 node(s) after {context}",
+        f"draft step, 4 node(s) after {context}",
+        f"DFlash block pass, 16 tokens after {context}",
+    ]
+    for r in table:
+        timing(r["eager ms (range)"])
+        timing(r["fixed shapes ms (range)"])
+
+
+def check_time_split(table: list[Row]) -> None:
+    verifiers = (("block", "1"), ("gbv", "2"), ("gbv", "4"))
+    assert [(r["passes"], r["verifier"], r["K"]) for r in table] == [
+        (p, *v) for p in ("eager", "fixed shapes") for v in verifiers
+    ]
+    for r in table:
+        number(r["ms / token"])
+        shares = [float(r[phase].rstrip("%")) for phase in ("draft", "target", "verify", "other")]
+        assert min(shares) >= 0 and sum(shares) == pytest.approx(100, abs=2)  # each rounded to 1%
+
+
+def check_verifiers(table: list[Row], verifiers: tuple[str, ...], vocab: int) -> None:
+    expected = [
+        (name, str(vocab), str(k), str(length))
+        for name in verifiers
+        for k in ((1, 4, 8) if ALGORITHMS[name].multi_path else (1,))
+        for length in (4, 16)
+        if ALGORITHMS[name].lossless(k)
+    ]
+    assert [(r["verifier"], r["V"], r["K"], r["L"]) for r in table] == expected
+    for r in table:
+        assert agrees(r["ratio"], timing(r["ms / call (range)"]), number(r["p+q read ms"]))
+
+
+def check_autoregressive(table: list[Row]) -> float:
+    """Every loop over the roofline of the last row; speculab's fixed-shape loop's ms a token."""
+    *loops, roofline = table
+    assert roofline["loop"].startswith("memory roofline") and roofline["x roofline"] == "1.00"
+    assert [r["loop"] for r in loops] == [
+        "speculab autoregressive loop, fixed shapes",
+        "speculab autoregressive loop, eager",
+        "transformers generate, eager, dynamic cache",
+        "transformers generate, static cache + torch.compile",
+    ]
+    assert loops[-1]["ms / token"] == "not run (--compile on the CPU)"  # no --compile: not timed on the CPU
+    for r in loops[:-1]:
+        assert agrees(r["x roofline"], number(r["ms / token"]), number(roofline["ms / token"]))
+    return number(loops[0]["ms / token"])
+
+
+def check_tiny_pair(table: list[Row]) -> None:
+    loops = {r["loop"]: r for r in table}
+    fastest = loops.pop("transformers generate, eager")  # the only generate the CPU times without --compile
+    assert fastest["x fastest generate"] == "1.00"
+    assert loops.pop("transformers generate, static cache + torch.compile")["ms / token"] == "not run"
+    assert sorted(loops) == ["speculab DDTree, B = 64, on DFlash (eager)", "speculab autoregressive (eager)"]
+    for r in loops.values():
+        assert agrees(r["x fastest generate"], number(r["ms / token"]), number(fastest["ms / token"]))
+
+
+def check_projection(table: list[Row], ar_ms: float) -> None:
+    """tau x (ms a token of speculab's fixed-shape loop, table (a)) / (ms a round), per tau."""
+    assert [r["method"] for r in table] == ["DFlash (chain of 16)", "DDTree, B = 256"]  # 512: past the CPU's sizes
+    paper = {"DFlash (chain of 16)": ("6.61", "4.84x"), "DDTree, B = 256": ("9.67", "6.90x")}
+    for r in table:
+        round_ms = number(r["round ms"])
+        for tau in (2, 4, 6, 8, 10):
+            assert agrees(r[f"tau {tau}"], tau * ar_ms, round_ms)
+        assert (r["paper tau"], r["paper"]) == paper[r["method"]]
+        assert agrees(r["projected"], number(r["paper tau"]) * ar_ms, round_ms)
+        assert agrees(r["projected / paper"], 100 * number(r["projected"]), number(r["paper"]))
+
+
+def test_gpu_systems_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    tables = printed_tables(monkeypatch, SMALL)
+    assert sorted(tables) == sorted("becdatp")
+    check_tree_passes(tables["b"], (128, 512), (1, 4, 16, 64, 256))
+    check_draft_passes(tables["e"], 64)  # after half the first context
+    check_time_split(tables["d"])
+    check_verifiers(tables["c"], PATH_ALGORITHMS, 8192)
+    ar_ms = check_autoregressive(tables["a"])
+    check_tiny_pair(tables["t"])
+    check_projection(tables["p"], ar_ms)
+
+
+def test_gpu_systems_subset_of_the_first_gpu_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tables and shapes `tools/gpu_checks.sh first` asks for, at CPU-sized shapes."""
-    monkeypatch.chdir(REPO)
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    sys.modules.pop("gpu_systems", None)
-    import gpu_systems
-
-    args = ["--small", "--repeats", "1", "--max-new-tokens", "4", "--tables", "bca", "--sizes", "1,16"]
-    gpu_systems.main([*args, "--contexts", "128", "--vocabs", "8192", "--verifiers", "token,block,gbv"])
-    out = capsys.readouterr().out
-    assert "(b) tree pass" in out and "(c) verification" in out and "(a) autoregressive decoding" in out
-    assert "(d) time split" not in out and "spectr" not in out
-    assert "ms (range)" in out and "ms / call (range)" in out
+    options = ["--tables", "bca", "--sizes", "1,16", "--contexts", "128", "--vocabs", "8192"]
+    tables = printed_tables(monkeypatch, [*SMALL, *options, "--verifiers", "token,block,gbv"])
+    assert sorted(tables) == ["a", "b", "c"]
+    check_tree_passes(tables["b"], (128,), (1, 16))
+    check_verifiers(tables["c"], ("token", "block", "gbv"), 8192)
+    check_autoregressive(tables["a"])
 
 
 def test_a_timing_keeps_the_median_and_the_range_of_its_repeats(monkeypatch: pytest.MonkeyPatch) -> None:

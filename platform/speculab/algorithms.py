@@ -265,12 +265,6 @@ def drafter_name_error(name: str) -> str | None:
     return f"drafter.name={name!r}: must be one of {', '.join(DRAFTERS)}"
 
 
-def get_drafter(name: str) -> DrafterSpec:
-    if (error := drafter_name_error(name)) is not None:
-        raise ValueError(error)
-    return DRAFTERS[name]
-
-
 def node_rule_error(spec: AlgorithmSpec, node_rule: str) -> str | None:
     """Why ``node_rule`` does not fit ``spec`` (None: it does). `kseq` stands for "the algorithm's own"."""
     if not spec.node_rules:

@@ -111,14 +111,42 @@ def test_readme_and_stats_present():
     assert "jobs/train_tiny.py" in (PAIR / "README.md").read_text()
 
 
+@torch.inference_mode()
+def heldout_figures(out: Path, stats: dict) -> dict[str, float]:
+    """The held-out figures `train_stats.json` reports, recomputed from the saved pair along another
+    path than the script's: each file tokenized on its own, alpha as 1 - the total variation
+    (not E[sum_x min(p, q)]), the perplexity from gathered log-probabilities (not cross_entropy)."""
+    models = {r: AutoModelForCausalLM.from_pretrained(out / r, dtype=torch.float32).eval() for r in ROLES}
+    tok = AutoTokenizer.from_pretrained(out / "target")
+    root = Path(stats["corpus"]["stdlib"])
+    texts = [
+        (root / name).read_text(encoding="utf-8").replace("\r\n", "\n") for name in stats["corpus"]["heldout_files"]
+    ]
+    stream = [token for text in texts for token in tok(text)["input_ids"]]  # each file after its <|endoftext|>
+    seq_len, tokens = stats["seq_len"], stats["metrics"]["eval_tokens"]
+    windows = torch.tensor(stream[: tokens // seq_len * (seq_len + 1)]).view(-1, seq_len + 1)
+    inputs, labels = windows[:, :-1], windows[:, 1:]
+    logp = {r: m(inputs).logits.float().log_softmax(-1) for r, m in models.items()}
+    p, q = logp["target"].exp(), logp["draft"].exp()
+    return {
+        "alpha_t1": (1 - 0.5 * (p - q).abs().sum(-1)).mean().item(),
+        **{f"{r}_ppl": math.exp(-lp.gather(-1, labels[..., None]).mean().item()) for r, lp in logp.items()},
+        "greedy_agreement": (p.argmax(-1) == q.argmax(-1)).double().mean().item(),
+        "eval_tokens": labels.numel(),
+    }
+
+
 @pytest.mark.slow
 def test_smoke_training_run(tmp_path):
-    """`--smoke` trains, saves and reloads a throwaway pair end to end."""
+    """`--smoke` trains, saves and reloads a throwaway pair end to end, and the held-out figures it
+    reports are those of the pair it saved."""
     out = tmp_path / "pair"
     cmd = [sys.executable, str(REPO / "jobs" / "train_tiny.py"), "--smoke", "--out", str(out)]
     subprocess.run(cmd, check=True, cwd=REPO, timeout=120, capture_output=True)
     stats = json.loads((out / "train_stats.json").read_text())
-    assert 0.0 <= stats["metrics"]["alpha_t1"] <= 1.0
-    for role in ROLES:
-        AutoModelForCausalLM.from_pretrained(out / role, dtype=torch.float32)
-        AutoTokenizer.from_pretrained(out / role)
+    assert stats["metrics"]["eval_tokens"] % stats["seq_len"] == 0  # whole windows
+    vocabularies = [AutoTokenizer.from_pretrained(out / role).get_vocab() for role in ROLES]
+    assert vocabularies[0] == vocabularies[1] and len(vocabularies[0]) == stats["tokenizer"]["vocab_size"]
+    recomputed = heldout_figures(out, stats)
+    for name, value in recomputed.items():
+        assert stats["metrics"][name] == pytest.approx(value, rel=1e-4), name

@@ -1,4 +1,4 @@
-"""DFlash over Ray: the target actor's features reach the draft actor as an ObjectRef the coordinator
+"""DFlash over Ray: the target actor's features reach the draft actor as an ObjectRef the driver
 passes on unread, and the run equals the inline one token for token."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_dflash_features_cross_from_the_target_actor_to_the_draft_actor(random_l
         inline_target, TreeDrafter(DraftModel(draft_spec), tree_builder("best_first", 16)), ddtree_walk, PROMPTS, s
     )
     target, source = start_models("ray", target_spec, draft_spec)
-    assert isinstance(target.prefill([[1, 2, 3]]), ray.ObjectRef)  # the coordinator holds a reference only
+    assert isinstance(target.prefill([[1, 2, 3]]), ray.ObjectRef)  # the driver holds a reference only
     run = decode(target, TreeDrafter(source, tree_builder("best_first", 16)), ddtree_walk, PROMPTS, s)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in inline.prompts]
     assert [p.tokens for p in run.prompts] == [p.tokens for p in autoregressive(inline_target, PROMPTS, s).prompts]

@@ -99,7 +99,7 @@ def test_without_carry_the_output_is_biased() -> None:
         return verdict
 
     exact = decode_distribution(forgetful, target, draft, 1, 2, 2)
-    assert exact[(1, 0)] == pytest.approx(1 / 3, abs=1e-12)  # instead of 2/9
+    assert exact[(1, 0)] == pytest.approx(1 / 3, abs=1e-12)  # the target's is 2/3 x 1/3 = 2/9
 
 
 @pytest.mark.parametrize("zeros,one_hot", [(False, False), (True, False), (False, True)])

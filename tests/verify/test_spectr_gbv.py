@@ -1,5 +1,7 @@
 """SpecTr-GBV (its Alg. 1-3, eq. 2-4): certificates over rounds, Lemma 5.1 / Thm 5.3, the
-batched verifier against the reference, and the measured loss at K >= 2.
+batched verifier against the reference, and the loss at K >= 2, measured by `verify.exact`'s
+enumeration of the reference and checked against a second derivation (worked by hand, or Alg. 1
+enumerated in fractions apart from the code).
 
 K = 1: the reference (``verify.spectr_gbv``) is certified over several rounds with its carry.
 K >= 2: the paper's sequential scan (Alg. 1 read literally) is not lossless, because its
@@ -16,7 +18,11 @@ is known to us, so ``spectr_gbv`` is registered as written and lossy for K >= 2.
 from __future__ import annotations
 
 import itertools
+import math
+from collections import defaultdict
 from collections.abc import Callable
+from fractions import Fraction
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -37,6 +43,8 @@ from speculab.verify.exact import (
 )
 from speculab.verify.spectr_gbv import spectr_gbv_verify, spectr_gbv_verify_reference
 from support.toy_instances import instance_pair, replay_reference, sample_batch, toy_pair
+
+T = TypeVar("T", float, Fraction)
 
 INSTANCES = [  # (vocab, length, paths, context, zeros, one_hot); K = 1 certifies the reference
     (2, 2, 1, "full", False, False),
@@ -72,17 +80,30 @@ def test_certificate_several_rounds(instance: tuple) -> None:
 
 
 def test_literal_scan_loses_sibling_mass() -> None:
-    """L = 1, K = 2, target (1/2, 1/2), draft (0.9, 0.1): Lemma A.1 promises accepted masses
-    A = (0.5, 0.18); the scan accepts token 1 only when token 0 was not accepted first."""
+    """L = 1, K = 2, target (1/2, 1/2), draft (0.9, 0.1), worked by hand from Alg. 1: Lemma A.1
+    promises accepted masses A = (0.5, 0.18); the scan accepts token 1 only when token 0 was not
+    accepted first.
+
+    Eq. 3's coins: h(0) = (1/2) / (1 - 0.1^2) = 50/99, h(1) = (1/2) (1 - 0.8^2) / (1 - 0.9^2) = 18/19.
+    Drafts (0, 0): one coin h(0) (the second path's prefix is in H); (0, 1): h(0), then h(1);
+    (1, 0): h(1), then h(0); (1, 1): h(1). Nothing accepted emits eq. 4's residual, all on token 1
+    ((1/2 - 0.9)_+ = 0), so token 0 comes first only when accepted."""
+    h0, h1 = Fraction(50, 99), Fraction(18, 19)
+    q0, q1 = Fraction(9, 10), Fraction(1, 10)
+    either = h0 + (1 - h0) * h1  # two different tokens drafted, in either order
+    accepted = q0 * q0 * h0 + 2 * q0 * q1 * either + q1 * q1 * h1
+    first_is_0 = q0 * q0 * h0 + q0 * q1 * h0 + q1 * q0 * (1 - h1) * h0
+    assert (accepted, first_is_0) == (Fraction(3103, 5225), Fraction(191, 418))
+
     target = ToyModel(2, 0, "free", table=(0.5, 0.5))
     draft = ToyModel(2, 1, "free", table=(0.9, 0.1))
     outcomes = round_outcomes(spectr_gbv_verify_reference, target, draft, 2, 1)
-    assert expected_accepted(outcomes) == pytest.approx(0.5938755980861243, abs=1e-12)
+    assert expected_accepted(outcomes) == pytest.approx(float(accepted), abs=1e-12)
     assert acceptance_bound(target, draft, 1, 2) == pytest.approx(0.68, abs=1e-12)
-    first = {o.tokens[0]: 0.0 for o in outcomes}
-    for o in outcomes:
-        first[o.tokens[0]] += o.prob
-    assert first[0] == pytest.approx(0.4569377990430623, abs=1e-12)  # target: 0.5, total variation 0.0431
+    assert sum(o.prob for o in outcomes if o.tokens[0] == 0) == pytest.approx(float(first_is_0), abs=1e-12)
+    enumerated = paper_round(lambda _: [Fraction(1, 2)] * 2, lambda _: [q0, q1], (), 1, 2)  # checks `paper_round`
+    assert sum(prob for tokens, prob in enumerated.items() if len(tokens) == 2) == accepted
+    assert sum(prob for tokens, prob in enumerated.items() if tokens[0] == 0) == first_is_0
 
 
 @pytest.mark.parametrize(("paths", "length", "zeros"), [(1, 4, False), (2, 3, True), (3, 2, False), (4, 1, True)])
@@ -102,20 +123,152 @@ def test_batched_equals_reference_over_rounds(paths: int, length: int, zeros: bo
         batched_carry, reference_carry = verdict.carry, [v.carry for v in expected]
 
 
-def total_variation(a: dict[Context, float], b: dict[Context, float]) -> float:
-    return 0.5 * sum(abs(a.get(x, 0.0) - b.get(x, 0.0)) for x in set(a) | set(b))
+# ---------------------------------------------------------------- Alg. 1 enumerated apart from the code
+# A second derivation of the scan's law, written from the paper's Alg. 1 and eq. 2-4 in exact
+# fractions over plain token tuples (no tensors, no `Decisions`, nothing of `verify`): what the
+# code's figures are checked against.
+
+Rows = Callable[[Context], list[Fraction]]
 
 
-@pytest.mark.parametrize(
-    ("instance", "distance"),
-    [((2, 1, 2, "full", False, False), 0.0930198), ((2, 2, 3, "full", False, False), 0.1521038)],
-)
-def test_exact_distance_from_the_target_at_k_ge_2(instance: tuple, distance: float) -> None:
-    """The figures docs/algorithms.md gives: exact total variation of the first L + 2 tokens."""
+def exact_rows(model: ToyModel) -> Rows:
+    """The model's next-token rows as fractions (every float64 is one), normalised to sum to 1."""
+
+    def rows(prefix: Context) -> list[Fraction]:
+        row = [Fraction(float(x)) for x in model(prefix)]
+        return [x / sum(row) for x in row]
+
+    return rows
+
+
+def joint(rows: Rows, context: Context, tokens: Context) -> Fraction:
+    return math.prod((rows(context + tokens[:i])[x] for i, x in enumerate(tokens)), start=Fraction(1))
+
+
+def target_law(target: Rows, tokens: int) -> dict[Context, Fraction]:
+    vocab = len(target(()))
+    return {x: joint(target, (), x) for x in itertools.product(range(vocab), repeat=tokens)}
+
+
+def paper_round(target: Rows, draft: Rows, context: Context, length: int, paths: int) -> dict[Context, Fraction]:
+    """The law of what one round of Alg. 1 emits after ``context`` with no carried modification:
+    ``paths`` i.i.d. drafts of ``length`` tokens, one coin per distinct sub-block in scan order
+    (eq. 2 below L, eq. 3 at L; a sub-block rejected on one path is skipped on the others, the set
+    H), the longest accepted kept, then eq. 4's token (the target's after a whole block)."""
+    vocab = len(target(context))
+
+    def residual(v: Context) -> Fraction:  # R(v) = T (1 - min(D / T, 1))^K
+        t, d = joint(target, context, v), joint(draft, context, v)
+        return t * (1 - min(d / t, Fraction(1))) ** paths if t else Fraction(0)
+
+    def coin(v: Context) -> Fraction:
+        t, d = joint(target, context, v), joint(draft, context, v)
+        some = 1 - (1 - d) ** paths
+        if len(v) == length:  # eq. 3
+            return (t - residual(v)) / some
+        children = sum((residual(v + (x,)) for x in range(vocab)), start=Fraction(0))
+        below = some - t + children  # eq. 2's denominator
+        return (children - residual(v)) / below if below > 0 else Fraction(1)
+
+    def emitted(head: Context) -> list[Fraction]:  # eq. 4, or the target after a whole block
+        weights = [residual(head + (y,)) for y in range(vocab)] if len(head) < length else []
+        return [w / sum(weights) for w in weights] if any(weights) else target(context + head)
+
+    law: dict[Context, Fraction] = defaultdict(Fraction)
+    for drafts in itertools.product(itertools.product(range(vocab), repeat=length), repeat=paths):
+        states = {(0, 0, frozenset()): math.prod((joint(draft, context, x) for x in drafts), start=Fraction(1))}
+        for k, i in itertools.product(range(paths), range(1, length + 1)):
+            states = scan_step(states, drafts[k][:i], k, coin)
+        for (tau, f, _), prob in states.items():
+            head = drafts[f][:tau]
+            for y, w in enumerate(emitted(head)):
+                if w:
+                    law[head + (y,)] += prob * w
+    return dict(law)
+
+
+ScanState = tuple[int, int, frozenset]  # (tau, f: the path accepted, H: sub-blocks rejected)
+
+
+def scan_step(
+    states: dict[ScanState, Fraction], v: Context, k: int, coin: Callable[[Context], Fraction]
+) -> dict[ScanState, Fraction]:
+    """Sub-block v of path k: tossed unless no longer than tau or already rejected."""
+    after: dict[ScanState, Fraction] = defaultdict(Fraction)
+    for (tau, f, rejected), prob in states.items():
+        if len(v) <= tau or v in rejected:
+            after[tau, f, rejected] += prob
+            continue
+        h = coin(v)
+        after[len(v), k, rejected] += prob * h
+        after[tau, f, rejected | {v}] += prob * (1 - h)
+    return {state: prob for state, prob in after.items() if prob}
+
+
+def paper_decode(target: Rows, draft: Rows, paths: int, tokens: int) -> dict[Context, Fraction]:
+    """The first ``tokens`` tokens of rounds of Alg. 1 at L = 1, where Alg. 2 carries nothing (it
+    modifies the next L - tau - 1 <= 0 positions)."""
+    law: dict[Context, Fraction] = defaultdict(Fraction)
+    frontier: dict[Context, Fraction] = {(): Fraction(1)}
+    while frontier:
+        context, prob = frontier.popitem()
+        if len(context) >= tokens:
+            law[context[:tokens]] += prob
+            continue
+        for emitted, w in paper_round(target, draft, context, 1, paths).items():
+            frontier[context + emitted] = frontier.get(context + emitted, Fraction(0)) + prob * w
+    return dict(law)
+
+
+def total_variation(a: dict[Context, T], b: dict[Context, T]) -> T:
+    """Exact for fractions, float for floats."""
+    return sum(abs(a.get(x, 0) - b.get(x, 0)) for x in set(a) | set(b)) / 2
+
+
+def first_tokens(law: dict[Context, T]) -> dict[Context, T]:
+    marginal: dict[Context, T] = defaultdict(int)
+    for tokens, prob in law.items():
+        marginal[tokens[:1]] += prob
+    return dict(marginal)
+
+
+@pytest.mark.parametrize("instance", MULTI_PATH)
+def test_one_round_equals_alg_1_enumerated_apart(instance: tuple) -> None:
     length, paths = instance[1:3]
     target, draft = instance_pair(instance, seed=61)
-    exact = decode_distribution(spectr_gbv_verify_reference, target, draft, paths, length, length + 2)
-    assert total_variation(exact, target_distribution(target, length + 2)) == pytest.approx(distance, abs=1e-6)
+    code: dict[Context, float] = defaultdict(float)
+    for outcome in round_outcomes(spectr_gbv_verify_reference, target, draft, paths, length):
+        code[outcome.tokens] += outcome.prob
+    paper = paper_round(exact_rows(target), exact_rows(draft), (), length, paths)
+    assert max_difference(code, {tokens: float(prob) for tokens, prob in paper.items()}) < 1e-12
+
+
+def test_exact_distance_from_the_target_at_l_1() -> None:
+    """docs/algorithms.md's 0.093: the total variation of the first L + 2 tokens at V = 2, L = 1,
+    K = 2, the code's enumeration (carry included) against Alg. 1 enumerated apart."""
+    instance = (2, 1, 2, "full", False, False)
+    target, draft = instance_pair(instance, seed=61)
+    code = decode_distribution(spectr_gbv_verify_reference, target, draft, 2, 1, 3)
+    paper = paper_decode(exact_rows(target), exact_rows(draft), 2, 3)
+    assert max_difference(code, {tokens: float(prob) for tokens, prob in paper.items()}) < 1e-12
+    distance = total_variation(paper, target_law(exact_rows(target), 3))
+    assert total_variation(code, target_distribution(target, 3)) == pytest.approx(float(distance), abs=1e-12)
+    assert round(float(distance), 3) == 0.093
+
+
+def test_exact_distance_from_the_target_at_l_2() -> None:
+    """docs/algorithms.md's 0.152 (V = 2, L = 2, K = 3, first L + 2 tokens) is the code's own
+    enumeration with Alg. 2's carry, which the enumeration apart does not model; what pins it: its
+    first token, decided in the first round, has the law of Alg. 1 enumerated apart, and that
+    token's distance from the target bounds the whole prefix's from below."""
+    instance = (2, 2, 3, "full", False, False)
+    target, draft = instance_pair(instance, seed=61)
+    code = decode_distribution(spectr_gbv_verify_reference, target, draft, 3, 2, 4)
+    paper = first_tokens(paper_round(exact_rows(target), exact_rows(draft), (), 2, 3))
+    assert max_difference(first_tokens(code), {x: float(p) for x, p in paper.items()}) < 1e-12
+    first = total_variation(paper, target_law(exact_rows(target), 1))
+    assert round(float(first), 3) == 0.115  # lossy from the first token on
+    assert total_variation(code, target_distribution(target, 4)) >= float(first) - 1e-12
 
 
 # ---------------------------------------------------------------- the corrected selection step

@@ -1,6 +1,6 @@
 """Prompt datasets: load evaluation prompts by name and encode them for a tokenizer.
 
-Loading (``prompts``) and encoding (``encoding``) are separate so that the coordinator can
+Loading (``prompts``) and encoding (``encoding``) are separate so that the driver can
 load and validate prompts without any model or tokenizer. This package does not batch,
 pad or truncate prompts; the model backends do that.
 """

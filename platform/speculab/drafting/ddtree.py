@@ -1,4 +1,4 @@
-"""DDTree drafting: per-depth marginals from a drafter, turned into a tree by the coordinator.
+"""DDTree drafting: per-depth marginals from a drafter, turned into a tree by the loop.
 
 `TreeDrafter` follows the engine's `Drafter` protocol around any source of marginals (the
 draft role of `speculab.models`, in-process or a Ray actor proxy): the source returns q

@@ -27,7 +27,7 @@ class DraftTree:
 
     def to(self, device: torch.device | str) -> DraftTree:
         """The same tree on `device` (itself where it is there already): a model takes a tree its
-        caller built elsewhere (the coordinator, or a drafter on another device) to its own."""
+        caller built elsewhere (the loop, or a drafter on another device) to its own."""
         if self.tokens.device == torch.device(device):
             return self
         paths = None if self.path_nodes is None else self.path_nodes.to(device)

@@ -1,4 +1,4 @@
-"""DFlash: a block drafter conditioned on the target's hidden features (DDTree paper, Sec. 2 and 5).
+"""DFlash: a one-pass block drafter conditioned on the target's hidden features (DDTree paper, Sec. 2 and 5).
 
 The drafter drafts a whole block in one forward pass. Its queries are the block positions
 [bonus, mask x (S - 1)] (embedded with the *target's* input embeddings); in every draft layer
@@ -7,7 +7,7 @@ are the hidden states of a few target layers at every token the target has proce
 concatenated, projected by `fc` and normalised by `hidden_norm`; each layer turns them into
 its own context keys and values, which `DFlashLM` keeps as the draft's KV cache (a `SlotCache`,
 `models.slots`, as the target's; the block's entries are never cached). The layers run as the
-target's do, through `models.lean` (norms, rotary, attention), and the block's mask is the block
+target's do, through `models.lean` (norms, rotary, attention), and the block's mask is the parallel
 drafter's (`models.parallel.block_allowed`). The block attends to every context slot and to itself
 (bidirectional); the target's lm_head turns block position j into the marginal q_j of the
 token j steps after the bonus.

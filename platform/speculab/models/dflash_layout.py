@@ -100,10 +100,6 @@ def _number(config: dict[str, Any], name: str, default: float | None, errors: li
     return default
 
 
-def _or_one(value: float | None) -> float:
-    return 1.0 if value is None else value
-
-
 def dflash_layout(config: dict[str, Any]) -> tuple[DFlashLayout | None, list[str]]:
     """The drafting settings of a DFlash config.json, or None and one message per key at fault."""
     errors: list[str] = []

@@ -2,9 +2,10 @@
 
 The roles tell them apart with isinstance. Every kind resets, retains rows and reports its KV
 cache's peak (`SlotLM`); a `DecoderLM` (`models.hf.TreeLM`, `models.toy.BigramLM`) is fed tokens
-and extends forests of draft nodes; a `BlockDrafterLM` (`models.parallel.ParallelDraftLM`) drafts a whole
-block's marginals in one pass, and a `FeatureConditionedLM` (`models.dflash.DFlashLM`) is one that
-reads its context as the target's hidden features (`FeatureSource`) instead of tokens.
+and extends forests of draft nodes; a `OnePassDrafterLM` (`models.parallel.ParallelDraftLM`) drafts
+the marginals of every position of a block in one pass, and a `FeatureConditionedLM`
+(`models.dflash.DFlashLM`) is one that reads its context as the target's hidden features
+(`FeatureSource`) instead of tokens.
 An isinstance against one of them looks up every member by name (~10 us in Python 3.11).
 """
 
@@ -42,14 +43,14 @@ class DecoderLM(TokenLM, Protocol):
 
 
 @runtime_checkable
-class BlockDrafterLM(SlotLM, Protocol):
+class OnePassDrafterLM(SlotLM, Protocol):
     """Drafts the marginals of a block after the bonus in one pass (`models.parallel`, `models.dflash`)."""
 
     def block_marginals(self, pending: list[list[int]], length: int, temperature: float) -> torch.Tensor: ...
 
 
 @runtime_checkable
-class FeatureConditionedLM(BlockDrafterLM, Protocol):
+class FeatureConditionedLM(OnePassDrafterLM, Protocol):
     """Reads its context as the target's hidden features of it (DFlash), not as tokens."""
 
     def absorb(self, features: torch.Tensor, valid: torch.Tensor) -> None: ...  # [B, T, n * hidden], [B, T]

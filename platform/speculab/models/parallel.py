@@ -1,6 +1,6 @@
 """The parallel drafter: a one-pass block drafter (DFlash-style) conditioned on the context only.
 
-Weights are a small transformers causal LM; what makes it a block drafter is how it is run.
+Weights are a small transformers causal LM; what makes it a one-pass drafter is how it is run.
 Committed tokens go through its own KV cache causally, like any draft model; then one
 forward pass over the block [bonus, mask x S] (S = the trained block size) with
 bidirectional attention inside the block and full attention to the context gives, at mask
@@ -38,7 +38,7 @@ def block_allowed(context_valid: torch.Tensor, Q: int) -> torch.Tensor:
 
 
 class ParallelDraftLM:
-    """A block drafter (`models.kinds.BlockDrafterLM`) that reads its context as tokens, through a `TreeLM`,
+    """A one-pass drafter (`models.kinds.OnePassDrafterLM`) that reads its context as tokens, through a `TreeLM`,
     then drafts with `block_marginals`, the one-pass draft."""
 
     def __init__(self, path: str | Path, dtype: str = "float32", device: str = "cpu") -> None:

@@ -23,10 +23,10 @@ from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.models.kinds import (
-    BlockDrafterLM,
     DecoderLM,
     FeatureConditionedLM,
     FeatureSource,
+    OnePassDrafterLM,
     TokenLM,
     TransformersLM,
 )
@@ -97,20 +97,20 @@ def _toy_lm(spec: LMSpec) -> DecoderLM:
     return BigramLM(spec.table)
 
 
-def _parallel_lm(spec: LMSpec) -> BlockDrafterLM:
+def _parallel_lm(spec: LMSpec) -> OnePassDrafterLM:
     from speculab.models.parallel import ParallelDraftLM
 
     return ParallelDraftLM(spec.path, spec.dtype, spec.device)
 
 
-def _dflash_lm(spec: LMSpec) -> BlockDrafterLM:
+def _dflash_lm(spec: LMSpec) -> OnePassDrafterLM:
     from speculab.models.dflash import DFlashLM
 
     return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes)
 
 
 # `LMSpec.backend` -> its loader (each imports its backend only when asked: a toy run loads no transformers)
-BACKENDS: dict[str, Callable[[LMSpec], DecoderLM | BlockDrafterLM]] = {
+BACKENDS: dict[str, Callable[[LMSpec], DecoderLM | OnePassDrafterLM]] = {
     "hf": _transformers_lm,
     "toy": _toy_lm,
     "parallel": _parallel_lm,
@@ -118,7 +118,7 @@ BACKENDS: dict[str, Callable[[LMSpec], DecoderLM | BlockDrafterLM]] = {
 }
 
 
-def build_lm(spec: LMSpec) -> DecoderLM | BlockDrafterLM:
+def build_lm(spec: LMSpec) -> DecoderLM | OnePassDrafterLM:
     load = BACKENDS.get(spec.backend)
     if load is None:
         raise ValueError(f"model backend must be one of {', '.join(BACKENDS)}; got {spec.backend!r}")
@@ -134,7 +134,7 @@ class TreeTarget:
 
     def __init__(self, spec: LMSpec) -> None:
         lm = build_lm(spec)
-        assert not isinstance(lm, BlockDrafterLM), "a block drafter cannot score trees"
+        assert not isinstance(lm, OnePassDrafterLM), "a one-pass drafter cannot score trees"
         self.lm = lm
         self.source = lm if isinstance(lm, FeatureSource) else None  # told once, not at every commit
 
@@ -236,7 +236,7 @@ class DraftModel:
             self.lm.feed(contexts)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
-        assert not isinstance(self.lm, BlockDrafterLM), "a block drafter drafts marginals, not paths"
+        assert not isinstance(self.lm, OnePassDrafterLM), "a one-pass drafter drafts marginals, not paths"
         root_logits = self.lm.feed(self.pending)
         root = self._root().to(root_logits.device)
         proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)
@@ -244,10 +244,10 @@ class DraftModel:
         return proposal
 
     def marginals(self, length: int, temperature: float) -> Marginals:
-        """Root [B] and q [B, L, V] for DDTree: a block drafter's one pass (a DFlash one first
+        """Root [B] and q [B, L, V] for DDTree: a one-pass drafter's pass (a DFlash one first
         absorbs the features committed since), or the greedy rollout of an autoregressive draft
         (`ar_marginals`, L passes)."""
-        if isinstance(self.lm, BlockDrafterLM):
+        if isinstance(self.lm, OnePassDrafterLM):
             start, absorbed = time.perf_counter(), self._absorb_pending()
             absorb_s = time.perf_counter() - start
             # q stays on the drafter's device: on a GPU the tree is built there (`best_first`), with no

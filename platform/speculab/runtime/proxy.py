@@ -8,9 +8,9 @@ waiting call also waits on them, so their errors still surface.
 Target features (DFlash): a target group whose spec names `feature_layers` runs `prefill`
 and `commit` as split calls; the proxy returns the ObjectRef of rank 0's features without
 fetching them (`commit` stays unwaited), and the engine passes it as the draft's `features`
-keyword, which the draft actor receives resolved. The coordinator's Python never holds the
-tensor; Ray stores it in the object store, or, below its inline threshold (100 KiB by
-default), in the coordinator's object table, whence Ray's core worker forwards the bytes.
+keyword, which the draft actor receives resolved. The driver's Python never holds the tensor;
+Ray stores it in the object store, or, below its inline threshold (100 KiB by default), in
+the driver's object table, whence Ray's core worker forwards the bytes.
 
 Shared groups: the pool hands one loaded group to every proxy of the same spec (a sweep's points).
 Each proxy keeps the calls that made its state (`start_point`, or a batch since its `prefill`), and
@@ -25,7 +25,7 @@ a restart produces the same tokens as one without. A loop group (the loop beside
 replays its point's `start_point` and decodes the interrupted unit again (`decode_unit` is
 self-contained and seeded by its unit). Each restart is logged and counted.
 
-Time split: the coordinator's time blocked in a group's calls, less the ranks' own compute
+Time split: the driver's time blocked in a group's calls, less the ranks' own compute
 time for the calls it waited on (clamped at zero per wait), is Ray's share (scheduling,
 serialisation, transfer): `ProxyStats.ray_s`.
 """

@@ -3,12 +3,12 @@
 A `ModelHost` is a thin shell around the in-process roles (`TreeTarget`, `DraftModel`): it
 joins its group's torch.distributed world when the group has several ranks, builds the role
 from an `LMSpec` on its own side, and runs calls on it, returning the result (rank 0 only;
-the ranks of a TP group compute the same thing) with its own compute time, so the
-coordinator can tell Ray's transfer time from model time. `call_split` returns the value as
-a second object instead (the target's features for a DFlash drafter): the coordinator hands
-its ObjectRef to the draft actor without fetching it, and keyword arguments that are
-ObjectRefs arrive as top-level arguments, which Ray resolves in the callee. Groups,
-placement and restarts are `speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
+the ranks of a TP group compute the same thing) with its own compute time, so the driver
+can tell Ray's transfer time from model time. `call_split` returns the value as a second
+object instead (the target's features for a DFlash drafter): the driver hands its ObjectRef to
+the draft actor without fetching it, and keyword arguments that are ObjectRefs arrive as
+top-level arguments, which Ray resolves in the callee. Groups, placement and restarts are
+`speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ ROLES: dict[str, Callable[[Any, int, int], Role]] = {
     "loop": loop_role,
 }
 NAMESPACE_PREFIX = "speculab-"
-# Results every rank reports (summed by the coordinator): each rank holds a slice of the KV heads.
+# Results every rank reports (summed by the driver): each rank holds a slice of the KV heads.
 PER_RANK = frozenset({"kv_bytes"})
 
 
@@ -95,7 +95,7 @@ class Reply:
 
 
 def on_host(value: Any) -> Any:
-    """`value` with every tensor in it on the CPU: a model actor hands results to the coordinator, and
+    """`value` with every tensor in it on the CPU: a model actor hands results to the driver, and
     target features to the object store, there, whatever its own device (the receiver takes them to
     its own). Tensors already on the CPU are not copied."""
     return mapped(value, lambda item: isinstance(item, torch.Tensor), lambda tensor: tensor.cpu())
