@@ -251,17 +251,10 @@ def method_label(algorithm: str, node_rule: str, drafter: str, tree: str) -> str
     return spec.label
 
 
-# Former drafter names, refused with the name that replaced them (conf/drafter/ keeps a file for each,
-# so that `drafter=block` reaches this message rather than Hydra's list of options).
-RENAMED_DRAFTERS = {"block": "parallel"}
-
-
 def drafter_name_error(name: str) -> str | None:
-    """Why ``name`` is not a registered drafter (None: it is); a former name gets the new one."""
+    """Why ``name`` is not a registered drafter (None: it is)."""
     if name in DRAFTERS:
         return None
-    if (new := RENAMED_DRAFTERS.get(name)) is not None:
-        return f"drafter.name={name!r}: renamed drafter={new} ({DRAFTERS[new].summary})"
     return f"drafter.name={name!r}: must be one of {', '.join(DRAFTERS)}"
 
 
