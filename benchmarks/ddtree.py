@@ -35,7 +35,7 @@ from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.tracking.metrics import summarize
+from speculab.results.figures import run_figures, tokens_per_second
 from speculab.verify.ddtree_walk import ddtree_walk
 
 BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
@@ -133,7 +133,7 @@ def e2e_table(args: argparse.Namespace) -> Table:
             "1.00",
             "1",
             "-",
-            f"{summarize(ar)['tokens_per_s']:.1f}",
+            f"{tokens_per_second(ar):.1f}",
             "1.00x",
             "-",
         )
@@ -142,19 +142,19 @@ def e2e_table(args: argparse.Namespace) -> Table:
             for budget in (0, *args.budgets):
                 drafter = TreeDrafter(source, tree_builder("chain" if budget == 0 else "best_first", budget))
                 run = decode(target, drafter, ddtree_walk, prompts, s)
-                m = summarize(run, ar)
+                m = run_figures(run)
                 chain = chain or m
-                build_ms = 1000 * m["time_tree_build_s"] / m["target_calls"]
+                build_ms = 1000 * m.value("time_tree_build_s") / m.value("target_calls")
                 table.add_row(
                     f"{temperature:g}",
                     name,
                     "chain" if budget == 0 else f"B={budget}",
-                    f"{m['accepted_mean'] + 1:.2f}",
-                    f"{m['tree_nodes_mean']:.0f}",
+                    f"{m.value('accepted_mean') + 1:.2f}",
+                    f"{m.value('tree_nodes_mean'):.0f}",
                     f"{build_ms:.2f}",
-                    f"{m['tokens_per_s']:.1f}",
-                    f"{m['speedup_vs_ar']:.2f}x",
-                    f"{m['tokens_per_s'] / chain['tokens_per_s']:.2f}x",
+                    f"{m.value('tokens_per_s'):.1f}",
+                    f"{tokens_per_second(run) / tokens_per_second(ar):.2f}x",
+                    f"{m.value('tokens_per_s') / chain.value('tokens_per_s'):.2f}x",
                 )
     return table
 

@@ -20,7 +20,7 @@ from speculab.algorithms import get_verifier
 from speculab.autoregressive import autoregressive
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, decode
-from speculab.tracking.metrics import summarize
+from speculab.results.figures import run_figures, tokens_per_second
 
 
 def main() -> None:
@@ -44,28 +44,29 @@ def main() -> None:
     for temperature in (0.0, 1.0):
         settings = DecodeSettings(1, 0, SamplingParams(temperature), args.max_new_tokens, 1, 0, pair.eos_token_id)
         ar = autoregressive(target, prompts, settings)
-        m = summarize(ar)
+        m = run_figures(ar)
         table.add_row(
             f"{temperature:g}",
             "autoregressive",
             "-",
-            f"{m['tokens_per_s']:.1f}",
-            f"{m['ms_per_token']:.2f}",
+            f"{m.value('tokens_per_s'):.1f}",
+            f"{m.value('ms_per_token'):.2f}",
             "1.00",
             "1.00",
         )
         for method in ("token", "block"):
             for length in (2, 4, 8):
                 s = DecodeSettings(1, length, SamplingParams(temperature), args.max_new_tokens, 1, 0, pair.eos_token_id)
-                m = summarize(decode(target, drafter, get_verifier(method), prompts, s), ar)
+                run = decode(target, drafter, get_verifier(method), prompts, s)
+                m = run_figures(run)
                 table.add_row(
                     f"{temperature:g}",
                     f"{method} SD",
                     str(length),
-                    f"{m['tokens_per_s']:.1f}",
-                    f"{m['ms_per_token']:.2f}",
-                    f"{m['block_efficiency']:.2f}",
-                    f"{m['speedup_vs_ar']:.2f}x",
+                    f"{m.value('tokens_per_s'):.1f}",
+                    f"{m.value('ms_per_token'):.2f}",
+                    f"{m.value('block_efficiency'):.2f}",
+                    f"{tokens_per_second(run) / tokens_per_second(ar):.2f}x",
                 )
     Console().print(table)
 

@@ -72,7 +72,7 @@ from speculab.models.dflash_layout import read_layout
 from speculab.models.hf import TreeLM
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.static_pass import BUCKETS, Graphs
-from speculab.tracking.metrics import summarize
+from speculab.results.figures import run_figures
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_PAIR = REPO / "assets" / "tiny-pycode"
@@ -335,18 +335,18 @@ def split_table(
             settings = DecodeSettings(k, 8, SamplingParams(1.0), max_new, 1, 0, None, tree_nodes=8 * k + 1)
             decode(target, drafter, get_verifier(name), prompts[:1], settings)  # warm-up (and capture)
             run = decode(target, drafter, get_verifier(name), prompts, settings)
-            m = summarize(run)
+            m = run_figures(run)
             other_ms = 1e3 * sum(r.time_other_s for r in run.rounds) / len(run.rounds)
             block_other_ms = other_ms if name == "block" else block_other_ms
-            shares = (f"{m[f'share_{p}']:.0%}" for p in ("draft", "target", "verify", "other"))
+            shares = (f"{m.value(f'share_{p}'):.0%}" for p in ("draft", "target", "verify", "other"))
             table.add_row(
                 passes,
                 name,
                 str(k),
-                f"{m['ms_per_token']:.2f}",
+                f"{m.value('ms_per_token'):.2f}",
                 *shares,
                 f"{other_ms:.3f}",
-                f"{m['tree_nodes_mean']:.1f}",
+                f"{m.value('tree_nodes_mean'):.1f}",
             )
     return table, block_other_ms
 

@@ -232,7 +232,7 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: 
     from speculab.drafting.sampling import SamplingParams
     from speculab.engine import DecodeSettings, decode
     from speculab.models import DraftModel, LMSpec, TreeTarget
-    from speculab.tracking.metrics import summarize
+    from speculab.results.figures import run_figures
 
     torch.set_num_threads(1)
     root = resolve_path("assets/tiny-pycode")
@@ -247,9 +247,9 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: 
                 paths, 4, SamplingParams(1.0, top_k), max_new_tokens, 1, seed, tokenizer.eos_token_id
             )
             run = decode(target, drafter, get_verifier("spectr", rule), encoded, settings)
-            metrics = summarize(run)
+            m = run_figures(run)
             row.append(
-                f"{metrics['block_efficiency']:.2f} ({1e3 * metrics['time_verify_s'] / metrics['target_calls']:.1f} ms)"
+                f"{m.value('block_efficiency'):.2f} ({1e3 * m.value('time_verify_s') / m.value('target_calls'):.1f} ms)"
             )
             print(rule, paths, row[-1], flush=True)
         lines.append("| " + " | ".join(row) + " |")

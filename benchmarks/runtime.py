@@ -4,7 +4,7 @@ the loop beside the target; and the default demo on Ray against inline.
     PYTHONPATH=platform python benchmarks/runtime.py [--rounds 300] [--vocab 4096] [--nodes 5]
         [--round-ms 10.3] [--gpu-round-ms 6.0] [--unit-rounds 40] [--demo-runs 2]
 
-A round of speculative decoding makes four calls between the coordinator and the models, each
+A round of speculative decoding makes four calls between the loop and the models, each
 with the tensors it really carries (B = 1): the draft proposes (paths [1, 1, L] and q
 [1, 1, L, V]), the target scores the tree (p [1, N, V]), the target commits the kept nodes, the
 draft commits the emitted tokens. Here the models do no work, so what is timed is only the
@@ -152,16 +152,16 @@ def points_table(title: str, rows: dict[str, list[str]], keys: tuple[str, ...], 
     from spread import point
 
     from speculab.config import resolve
-    from speculab.experiment import decode_point
+    from speculab.experiment import decode_point, logged_figures
     from speculab.runtime.groups import POOL
-    from speculab.tracking.runs import NoopTracker
+    from speculab.tracking.tracker import NoopTracker
 
     found: dict[str, dict[str, list[float]]] = {row: {key: [] for key in keys} for row in rows}
     labels = list(rows)
     for index in range(runs):
         for row in labels[index % len(labels) :] + labels[: index % len(labels)]:
             with contextlib.redirect_stdout(io.StringIO()):  # each point prints its own summary
-                metrics = decode_point(resolve(point(["tracking=none", *rows[row]])), NoopTracker())
+                metrics = logged_figures(decode_point(resolve(point(["tracking=none", *rows[row]])), NoopTracker()))
             POOL.close_all()
             for key in keys:
                 found[row][key].append(metrics.get(key, math.nan))

@@ -45,8 +45,8 @@ from speculab.data import encode_prompt, load_prompts
 from speculab.engine import decode
 from speculab.experiment import decode_point, model_specs, settings_of
 from speculab.models import DraftModel, TreeTarget
-from speculab.tracking.metrics import tokens_per_second
-from speculab.tracking.runs import NoopTracker
+from speculab.results.figures import tokens_per_second
+from speculab.tracking.tracker import NoopTracker
 
 HOG = """
 import random, time
@@ -125,8 +125,9 @@ def main() -> None:
                 found = (sequential(point(point_args)), math.nan, math.nan)
                 results.setdefault(f"{prompts} prompts, sequential", []).append(found)
                 for repeats in args.repeats:
-                    m = decode_point(resolve(point([*point_args, f"measure.repeats={repeats}"])), NoopTracker())
-                    found = (m["speedup_vs_ar"], m["speedup_vs_ar_ci_low"], m["speedup_vs_ar_ci_high"])
+                    result = decode_point(resolve(point([*point_args, f"measure.repeats={repeats}"])), NoopTracker())
+                    speedup = result.figures["speedup_vs_ar"]
+                    found = (speedup.value, speedup.low, speedup.high)
                     results.setdefault(f"{prompts} prompts, interleaved R={repeats}", []).append(found)
             print(f"run {run + 1}/{args.runs} done after {time.time() - start:.0f} s", flush=True)
     table = Table(title=f"speedup_vs_ar of one point ({' '.join(args.overrides)}), {args.runs} runs")

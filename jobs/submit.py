@@ -7,7 +7,7 @@ The job runs `<python> -m speculab.cli <overrides>` on the cluster with this che
 working dir (stores, virtualenvs, git history and weight files left out) and
 `PYTHONPATH=platform`, so the driver and the model actors import the uploaded speculab. `-m`
 may stand anywhere among the overrides (it is moved first, as Hydra needs). Added unless given:
-- `cluster.address=auto`: the coordinator attaches to the job's own cluster;
+- `cluster.address=auto`: the driver attaches to the job's own cluster;
 - `tracking.uri`: the job's cwd is Ray's temporary copy, so a relative store would vanish; for a
   cluster on this machine the absolute `<repo>/mlflow.db`, else `--tracking-uri` is required;
 - `hydra.run.dir`, `hydra.sweep.dir` and `tracking.spool_dir` under `<output dir>/<job id>`:
@@ -43,7 +43,7 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 from speculab.cli_args import multirun_first
 from speculab.config import TrackingConfig
 from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
-from speculab.tracking.runs import job_links
+from speculab.tracking.ui import job_links
 
 REPO = Path(__file__).resolve().parents[1]
 # gitignore-style patterns left out of the upload (Ray caps a working dir at 500 MiB).

@@ -75,7 +75,7 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
     from speculab import cli
     from speculab.runtime.placement import ClusterError
 
-    def lost(cfg):
+    def lost(cfg, plan=None):
         raise ClusterError("loop group: node 10.0.0.2 was lost; no alive node can hold ...")
 
     monkeypatch.setattr("speculab.experiment.run", lost)  # what `cli.hydra_main` imports when it runs a point

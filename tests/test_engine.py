@@ -86,14 +86,14 @@ def test_records_and_timings_are_consistent() -> None:
 def test_first_position_acceptance_agrees_with_the_overlap_of_p_and_q() -> None:
     """One sampled path: the first token is accepted with probability sum_x min(p, q), so over
     many rounds the observed rate sits within sampling error of the logged overlap."""
-    from speculab.tracking.metrics import first_position_metrics
+    from speculab.results.figures import first_position
 
     target, drafter = toy_roles(3)
     run = decode(target, drafter, get_verifier("token"), TOY_PROMPTS * 10, settings(T=1.0, K=1, L=3, max_new=40))
-    metrics = first_position_metrics(run)
+    metrics = first_position(run)
     rounds = sum(r.rows for r in run.rounds)
     overlap = metrics["first_overlap_mean"]
     assert rounds > 500 and 0.05 < overlap < 0.95
     assert abs(metrics["first_accept_rate"] - overlap) < 4 * (overlap * (1 - overlap) / rounds) ** 0.5
     assert 0 < metrics["first_entropy_target"] <= math.log(6) and 0 < metrics["first_entropy_draft"] <= math.log(6)
-    assert first_position_metrics(autoregressive(target, TOY_PROMPTS, settings(T=1.0))) == {}
+    assert first_position(autoregressive(target, TOY_PROMPTS, settings(T=1.0))) == {}

@@ -13,7 +13,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from speculab.config import validate
-from speculab.report import LAYOUTS, main, preset_experiment, presets
+from speculab.report.cli import main, preset_experiment, presets
+from speculab.report.tables import LAYOUTS
 from support.cli import speculab
 from support.configs import CONF, compose_config, load
 

@@ -1,12 +1,11 @@
-"""`speculab.measure`: interleaved order, paired ratios and their intervals, on made-up clocks."""
+"""`speculab.measure`: interleaved order and paired ratios, on made-up clocks."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from speculab.measure import Sample, interleave, median_interval, paired_ratios, rotation, speed_metrics, throughputs
+from speculab.measure import Sample, interleave, paired_ratios, rotation, throughputs
+from speculab.results.figures import speed_figures
 
 
 def test_every_method_leads_equally_often() -> None:
@@ -51,9 +50,10 @@ def test_pairing_cancels_load_that_changes_between_turns() -> None:
     assert all(r == pytest.approx(2.0) for unit in paired_ratios(timings["fast"], timings["slow"]) for r in unit)
     spread = [t for unit in throughputs(timings["fast"]) for t in unit]
     assert max(spread) / min(spread) == pytest.approx(5.0)
-    metrics = speed_metrics(timings, "fast", "slow", None)
-    assert metrics["speedup_vs_ar"] == metrics["speedup_vs_ar_ci_low"] == metrics["speedup_vs_ar_ci_high"]
-    assert metrics["speedup_vs_ar"] == pytest.approx(2.0) and metrics["speedup_vs_ar_cpu"] == pytest.approx(2.0)
+    figures = speed_figures(timings, "fast", "slow", None)
+    speedup = figures["speedup_vs_ar"]
+    assert speedup.value == speedup.low == speedup.high == pytest.approx(2.0)
+    assert figures["speedup_vs_ar_cpu"].value == pytest.approx(2.0)
 
 
 def test_cpu_ratios_use_cpu_seconds() -> None:
@@ -61,24 +61,9 @@ def test_cpu_ratios_use_cpu_seconds() -> None:
     assert paired_ratios(fast, slow) == [[1.0]] and paired_ratios(fast, slow, cpu=True) == [[0.5]]
 
 
-def test_the_median_of_unit_medians_with_a_bootstrap_interval_over_units() -> None:
-    values = [[1.0, 1.2, 5.0], [2.0, 2.1, 1.9], [3.0, 3.0, 3.3], [4.0, 0.1, 4.1], [5.0, 5.0, 5.0]]
-    found = median_interval(values)
-    assert found.value == 3.0  # unit medians 1.2, 2.0, 3.0, 4.0, 5.0
-    assert 1.2 <= found.low < found.value < found.high <= 5.0
-    assert median_interval(values) == found  # seeded: the same interval every time
-
-
-def test_one_unit_resamples_its_repetitions_and_one_sample_has_no_interval() -> None:
-    found = median_interval([[1.0, 2.0, 3.0, 4.0, 9.0]])
-    assert found.value == 3.0 and 1.0 <= found.low < 3.0 < found.high <= 9.0
-    single = median_interval([[1.5]])
-    assert single.value == 1.5 and math.isnan(single.low) and math.isnan(single.high)
-    assert median_interval([[2.0], [2.0]]) == median_interval([[2.0, 2.0]])
-
-
-def test_speed_metrics_without_baselines_have_no_speedups() -> None:
+def test_speed_figures_without_baselines_have_no_speedups() -> None:
     timings = {"s": [[Sample(10, 0.5, 0.5), Sample(10, 0.25, 0.25)]]}
-    metrics = speed_metrics(timings, "s", None, None)
-    assert set(metrics) == {"tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high", "ms_per_token"}
-    assert metrics["tokens_per_s"] == 30.0 and metrics["ms_per_token"] == pytest.approx(1000 / 30)
+    figures = speed_figures(timings, "s", None, None)
+    assert list(figures) == ["tokens_per_s", "ms_per_token"]
+    assert figures["tokens_per_s"].value == 30.0 and figures["ms_per_token"].value == pytest.approx(1000 / 30)
+    assert figures["tokens_per_s"].has_interval  # one unit: its repetitions are resampled

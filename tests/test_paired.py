@@ -8,7 +8,10 @@ import torch
 
 from speculab.algorithms import get_reference, get_verifier
 from speculab.engine import decode
-from speculab.paired import PairedComparison, mean_and_se, paired_metrics, paired_table
+from speculab.paired import PairedComparison
+from speculab.results.figures import paired_figures
+from speculab.stats import mean_estimate
+from speculab.tracking.summary import paired_table
 from speculab.verify.exact import ToyModel, expected_accepted, round_outcomes
 from support.engine import TOY_PROMPTS, settings, toy_roles
 
@@ -41,16 +44,16 @@ def test_mean_accepted_converges_to_the_exact_expectation(name: str) -> None:
     q = q_row.expand(units, paths_k, length, -1)
     comparison = PairedComparison({name: get_verifier(name)}, repeats=4, seed=2)
     comparison(paths, p, q)
-    mean, se = mean_and_se(comparison.units()[name])
-    assert abs(mean - exact) < 4 * se
+    found = mean_estimate(comparison.units()[name].tolist())
+    assert abs(found.value - exact) < 4 * found.se
 
 
-def test_paired_metrics_are_differences_unit_by_unit() -> None:
+def test_paired_figures_are_differences_unit_by_unit() -> None:
     units = {"block": torch.tensor([1.0, 2.0, 3.0, 4.0]), "token": torch.tensor([0.5, 2.0, 2.5, 4.0])}
-    metrics = paired_metrics(units, "block")
-    assert metrics["compare/block/block_efficiency"] == pytest.approx(3.5)
-    assert metrics["compare/token/diff_block_efficiency"] == pytest.approx(-0.25)
+    figures = paired_figures(units, "block")
+    assert figures["compare/block/block_efficiency"].value == pytest.approx(3.5)
+    diff = figures["compare/token/diff_block_efficiency"]
     diffs = torch.tensor([-0.5, 0.0, -0.5, 0.0])
-    assert metrics["compare/token/diff_block_efficiency_se"] == pytest.approx(float(diffs.std() / 2))
-    assert "compare/block/diff_block_efficiency" not in metrics
-    assert [str(c.header) for c in paired_table(metrics, "block", 4).columns][-1] == "minus block"
+    assert diff.value == pytest.approx(-0.25) and diff.se == pytest.approx(float(diffs.std() / 2))
+    assert "compare/block/diff_block_efficiency" not in figures
+    assert [str(c.header) for c in paired_table(figures, "block", 4).columns][-1] == "minus block"

@@ -8,7 +8,7 @@ import shlex
 
 from speculab import experiment
 from speculab.config import PROJECT_ROOT, resolve
-from speculab.tracking.runs import NoopTracker
+from speculab.tracking.tracker import NoopTracker
 from support.configs import load
 
 SHORT = ["runtime=inline", "dataset.num_prompts=2", "sampling.max_new_tokens=16", "measure.repeats=1"]
@@ -22,7 +22,8 @@ def tour_commands(marker: str) -> list[list[str]]:
 
 
 def block_efficiency(overrides: list[str]) -> float:
-    return experiment.decode_point(resolve(load([*overrides, *SHORT, *UNTIMED])), NoopTracker())["block_efficiency"]
+    result = experiment.decode_point(resolve(load([*overrides, *SHORT, *UNTIMED])), NoopTracker())
+    return result.figures["block_efficiency"].value
 
 
 def test_the_dflash_tour_prints_what_the_readme_says_in_direction() -> None:

@@ -1,8 +1,9 @@
 """`speculab-report`: runs read back through MLflow's client, laid out as the papers' tables.
 
 Fast tests log hand-made point runs into a temporary SQLite store (MLflow's own client, the
-metric names speculab logs); the slow one runs a real tiny sweep and checks every table cell
-against the runs' metrics and per-prompt histories.
+metric names speculab logs, written by `results.names.flatten`); the slow one runs a real tiny
+sweep and checks every table cell against the runs' metrics and, independently, their per-prompt
+histories.
 """
 
 from __future__ import annotations
@@ -18,22 +19,16 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from speculab.measure import ratio_interval
-from speculab.report import main
-from speculab.tracking.points import Estimate, Point
-from speculab.tracking.runs import KIND_TAG, POINT_TAG
-from speculab.tracking.spool import PARENT_TAG
-from speculab.tracking.sweep_figures import plot_lines
+from speculab.report.cli import main
+from speculab.report.figures import plot_lines
+from speculab.report.points import Point
+from speculab.results.names import Figures, flatten
+from speculab.results.point import PointShape
+from speculab.stats import Estimate, ratio_estimate
+from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
 from support.cli import small_run, speculab
 
 Prompt = tuple[float, float]  # (kept tokens, sequence-rounds) of one prompt
-
-
-def test_ratio_interval_by_hand() -> None:
-    # R = 18/8; residuals -0.5, 1.5, -1; se = sqrt(3.5 / 6) / (8/3); t(0.975, 2) = 4.3027
-    assert ratio_interval([4, 6, 8], [2, 2, 4]) == pytest.approx(4.3027 * math.sqrt(3.5 / 6) / (8 / 3), rel=1e-4)
-    assert ratio_interval([3, 6], [1, 2]) == pytest.approx(0.0)  # one ratio everywhere: no spread
-    assert ratio_interval([3], [1]) is None
 
 
 def log_point(
@@ -42,19 +37,20 @@ def log_point(
     """A finished point run as speculab logs one: params, final metrics, per-prompt histories."""
     tags = {KIND_TAG: "point", POINT_TAG: str(sorted(params.items()))} | ({PARENT_TAG: parent} if parent else {})
     run = client.create_run(experiment, run_name=str(params), tags=tags).info.run_id
-    tokens, rounds = sum(g for g, _ in prompts), sum(r for _, r in prompts)
+    tokens, rounds = [g for g, _ in prompts], [r for _, r in prompts]
     k = float(params.get("algorithm.K", 1))  # type: ignore[arg-type]
-    final = {
-        "block_efficiency": tokens / rounds,
-        "accepted_mean": tokens / rounds - 1,
+    figures = {
+        "block_efficiency": ratio_estimate(tokens, rounds),
+        "accepted_mean": ratio_estimate([g - r for g, r in prompts], rounds),
         "tokens_per_s": 100.0 * k,
         "ms_per_token": 10.0 / k,
         "speedup_vs_ar": 1.5 * k,
-        "tree/nodes_mean": 1 + 4 * k,
-        "memory/kv_peak_mb_target": 2.0 + k,
-        "memory/kv_peak_mb_draft": 1.0,
-        **{f"time/share_{phase}": 0.25 for phase in ("draft", "target", "verify", "other")},
+        "tree_nodes_mean": 1 + 4 * k,
+        "kv_peak_mb_target": 2.0 + k,
+        "kv_peak_mb_draft": 1.0,
+        **{f"share_{phase}": 0.25 for phase in ("draft", "target", "verify", "other")},
     }
+    final = flatten(Figures(figures))
     now = int(time.time() * 1000)
     metrics = [Metric(key, value, now, 0) for key, value in final.items()]
     for step, (g, r) in enumerate(prompts, start=1):
@@ -78,6 +74,10 @@ def shape(K: int, L: int) -> dict[str, object]:
         "model.name": "tiny-pycode",
         "dataset.name": "humaneval",
         "dataset.num_prompts": 3,
+        "sampling.top_k": 0,
+        "sampling.max_new_tokens": 8,
+        "sampling.batch_size": 1,
+        "sampling.seed": 0,
     }
 
 
@@ -116,17 +116,22 @@ def test_a_sweep_becomes_the_gbv_tables_with_intervals(sweep: tuple[str, str], t
         for K in (1, 2):
             prompts = PROMPTS[(K, int(row["L"]))]
             tokens, rounds = [g for g, _ in prompts], [r for _, r in prompts]
-            assert float(row[f"K={K}"]) == pytest.approx(sum(tokens) / sum(rounds))
-            assert float(row[f"K={K} ±"]) == pytest.approx(ratio_interval(tokens, rounds))
+            by_hand = sum(tokens) / sum(rounds)  # the ratio of sums, and the ratio estimator's t interval by hand
+            n, mean_x = len(tokens), sum(rounds) / len(rounds)
+            se = math.sqrt(sum((y - by_hand * x) ** 2 for y, x in zip(tokens, rounds)) / ((n - 1) * n)) / mean_x
+            half = 4.302653 * se  # t(0.975, 2)
+            assert float(row[f"K={K}"]) == pytest.approx(by_hand, rel=1e-4)
+            assert float(row[f"K={K} low"]) == pytest.approx(by_hand - half, rel=1e-4)
+            assert float(row[f"K={K} high"]) == pytest.approx(by_hand + half, rel=1e-4)
     table2 = read_csv(tmp_path / "out" / "table2.csv")
     assert [float(table2[0][f"K={K}"]) for K in (1, 2)] == [10.0, 5.0]
-    assert "K=1 ±" not in table2[0]  # walltime is one whole-run measurement
+    assert "K=1 low" not in table2[0]  # walltime is one whole-run measurement
     tables = (tmp_path / "out" / "tables.md").read_text()
     assert "| Model pair | Dataset | L | K=1 | K=2 |" in tables  # as the paper's Table 1
-    assert "| tiny-pycode | humaneval | 4 | 2.000 ± 1.242 | **2.667 ± " in tables  # the best of a row in bold
+    assert "| tiny-pycode | humaneval | 4 | 2.000 [0.758, 3.242] | **2.667 [" in tables  # the best of a row in bold
     assert "| tiny-pycode | humaneval | 4 | 10.000 | **5.000** |" in tables  # walltime: lower is better
-    assert "| 4 | 1 | 2.000 ± 1.242 | 10.000 |" in tables and "| 4 | 2 | **2.667 ± " in tables  # Table 6: per L
-    assert "Model pair tiny-pycode, Dataset humaneval, Method GBV, T 1.0, Prompts 3." in tables  # Table 6's caption
+    assert "| 4 | 1 | 2.000 [0.758, 3.242] | 10.000 |" in tables and "| 4 | 2 | **2.667 [" in tables  # Table 6: per L
+    assert "Model pair tiny-pycode, Dataset humaneval, Method GBV, T 1.0, Prompts 3, New tokens 8" in tables
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "report")}
     expected = {"tables.md", "table1.csv", "table2.csv", "table6.csv", "block_efficiency_vs_K.png", "speedup_vs_L.png"}
     assert {f"report/{name}" for name in expected | {"time_split.png", "kv_vs_tree_size.png"}} <= logged
@@ -138,16 +143,16 @@ def test_runs_with_compare_metrics_get_the_paired_comparison(tmp_path: Path) -> 
     experiment = client.create_experiment("paired")
     run = log_point(client, experiment, None, shape(1, 4), PROMPTS[(1, 4)])
     log_point(client, experiment, None, shape(2, 4), PROMPTS[(2, 4)])  # no compare/ metrics: its cells are empty
-    compare = {"block_efficiency": 2.4, "block_efficiency_se": 0.1, "accepted_mean": 1.4, "accepted_se": 0.05}
-    compare |= {"diff_block_efficiency": -0.3, "diff_block_efficiency_se": 0.02}
-    for verifier in ("token", "block"):
-        for stat, value in compare.items():
-            client.log_metric(run, f"compare/{verifier}/{stat}", value)
+    compare = {"block_efficiency": Estimate(2.4, se=0.1), "accepted_mean": Estimate(1.4, se=0.05)}
+    compare |= {"diff_block_efficiency": Estimate(-0.3, se=0.02)}
+    logged = flatten(Figures({f"compare/{v}/{key}": e for v in ("token", "block") for key, e in compare.items()}))
+    for name, value in logged.items():
+        client.log_metric(run, name, value)
     main(["--experiment", "paired", "--uri", uri, "--out", str(tmp_path / "out")])
     (row_k1, row_k2) = read_csv(tmp_path / "out" / "paired_comparison.csv")
     for verifier in ("block", "token"):
         assert float(row_k1[f"{verifier} · block efficiency"]) == 2.4
-        assert float(row_k1[f"{verifier} · block efficiency ±"]) == 0.1
+        assert float(row_k1[f"{verifier} · block efficiency se"]) == 0.1
         assert float(row_k1[f"{verifier} · Δ block efficiency"]) == -0.3
         assert row_k2[f"{verifier} · block efficiency"] == ""
     assert "Paired comparison" in (tmp_path / "out" / "tables.md").read_text()
@@ -156,24 +161,24 @@ def test_runs_with_compare_metrics_get_the_paired_comparison(tmp_path: Path) -> 
 
 
 def test_the_ddtree_preset_reports_acceptance_by_depth_beside_what_the_paper_gives(tmp_path: Path) -> None:
-    """`--preset ddtree_table1`: alpha_j (± its interval's wider side), the overlap and the
-    accepted-length histogram per point, their plots, and what DDTree shows of them (Fig. 4, no numbers)."""
+    """`--preset ddtree_table1`: alpha_j with its interval, the overlap and the accepted-length
+    histogram per point, their plots, and what DDTree shows of them (Fig. 4, no numbers)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.create_experiment("ddtree_table1")
     for budget, alpha in ((16, 0.5), (64, 0.7)):
         params = shape(1, 2) | {"algorithm.name": "ddtree", "algorithm.budget": budget}
         run = log_point(client, experiment, None, params, PROMPTS[(1, 4)])
-        accept = {"alpha_1": alpha, "alpha_1_ci_low": alpha - 0.1, "alpha_1_ci_high": alpha + 0.05, "alpha_2": 0.4}
-        accept |= {"overlap_1": 0.45, "overlap_2": 0.3, "hist_0": 0.5, "hist_1": 0.3, "hist_2": 0.2, "left_chain": 0.1}
-        for key, value in accept.items():
-            client.log_metric(run, f"accept/{key}", value)
+        accept = {"alpha_1": Estimate(alpha, alpha - 0.1, alpha + 0.05), "alpha_2": 0.4, "overlap_1": 0.45}
+        accept |= {"overlap_2": 0.3, "hist_0": 0.5, "hist_1": 0.3, "hist_2": 0.2, "left_chain": 0.1}
+        for name, value in flatten(Figures(accept)).items():
+            client.log_metric(run, name, value)
     main(["--preset", "ddtree_table1", "--uri", uri, "--out", str(tmp_path / "out"), "--no-log"])
     out = tmp_path / "out"
     alpha = read_csv(out / "acceptance_alpha.csv")
     assert [row["B"] for row in alpha] == ["16", "64"]
-    figures = [[float(row[column]) for column in ("α_1", "α_1 ±", "α_2")] for row in alpha]
-    assert figures == [pytest.approx([0.5, 0.1, 0.4]), pytest.approx([0.7, 0.1, 0.4])]  # ± the wider side
+    figures = [[float(row[column]) for column in ("α_1", "α_1 low", "α_1 high", "α_2")] for row in alpha]
+    assert figures == [pytest.approx([0.5, 0.4, 0.55, 0.4]), pytest.approx([0.7, 0.6, 0.75, 0.4])]
     assert [row["n=2"] for row in read_csv(out / "accepted_length.csv")] == ["0.2", "0.2"]
     assert read_csv(out / "acceptance_overlap.csv")[0]["overlap_1"] == "0.45"
     tables = (out / "tables.md").read_text()
@@ -240,21 +245,28 @@ def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path
         K = run.data.params["algorithm.K"]
         assert float(row[f"K={K}"]) == run.data.metrics["block_efficiency"]
         assert float(walltime[f"K={K}"]) == run.data.metrics["ms_per_token"]
-        history = {
+        assert (float(row[f"K={K} low"]), float(row[f"K={K} high"])) == (
+            run.data.metrics["block_efficiency_ci_low"],
+            run.data.metrics["block_efficiency_ci_high"],
+        )
+        history = {  # each prompt's figures, logged live: a second way to the same interval
             key: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
             for key in ("prompt/generated_tokens", "prompt/block_efficiency")
         }
         rounds = [g / b for g, b in zip(history["prompt/generated_tokens"], history["prompt/block_efficiency"])]
-        assert float(row[f"K={K} ±"]) == pytest.approx(ratio_interval(history["prompt/generated_tokens"], rounds))
-        assert sum(history["prompt/generated_tokens"]) / sum(rounds) == pytest.approx(float(row[f"K={K}"]), rel=1e-4)
+        again = ratio_estimate(history["prompt/generated_tokens"], rounds)
+        assert (again.value, again.low, again.high) == pytest.approx(
+            (float(row[f"K={K}"]), float(row[f"K={K} low"]), float(row[f"K={K} high"])), rel=1e-3
+        )
 
 
 def test_error_bars_stop_at_the_metrics_least_value() -> None:
     """Two prompts make a wide t interval; block efficiency's bar is cut at 1, not drawn below it."""
-    points = [Point(str(k), f"K={k}", 0, {"algorithm.name": "gbv", "algorithm.K": str(k)}, {}) for k in (1, 2)]
+    shapes = [PointShape.from_params({"algorithm.name": "gbv", "algorithm.K": str(k)}) for k in (1, 2)]
+    points = [Point(str(k), f"K={k}", 0, shape, Figures(), Figures()) for k, shape in zip((1, 2), shapes)]
     figure, axes = plt.subplots()
-    plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(1.5 + int(p.run_id), 10.0), floor=1.0)
+    plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(1.5 + int(p.run_id), -8.5, 12.5), floor=1.0)
     bars = axes.containers[0].lines[2][0]  # the errorbar's vertical segments
-    low, high = bars.get_segments()[0][:, 1]  # K=1: value 2.5, half-width 10
+    low, high = bars.get_segments()[0][:, 1]  # K=1: value 2.5, interval [-8.5, 12.5]
     plt.close(figure)
     assert (low, high) == (1.0, 12.5)

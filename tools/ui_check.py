@@ -33,8 +33,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.runs import PARENT_TAG, VIEW_KEY, VIEW_NAME, run_page
+from speculab.results.names import HEADLINE, mlflow_name
+from speculab.tracking.spool import PARENT_TAG
+from speculab.tracking.ui import VIEW_KEY, VIEW_NAME, run_page
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.servers import free_port, serving  # the test suite's helpers

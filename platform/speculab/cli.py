@@ -42,15 +42,20 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 
 @hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
 def hydra_main(cfg: DictConfig) -> PointOutcome:
-    """One point; its plan and metrics are the job's return value (a sweep's parent run summarises them)."""
+    """One point; its plan and result are the job's return value (a sweep's parent run summarises them)."""
+    from hydra.core.hydra_config import HydraConfig
+
     from speculab.experiment import run
     from speculab.runtime.placement import ClusterError
+    from speculab.tracking.callbacks import planned
 
     raise_if_interrupted()
     try:
         if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
             raise ConfigError.listing(unknown)
-        outcome = run(cast(Config, OmegaConf.to_object(cfg)))  # a structured config converts to its dataclass
+        # a sweep resolved its points as it started
+        plan = planned(list(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else None
+        outcome = run(cast(Config, OmegaConf.to_object(cfg)), plan)  # a structured config converts to its dataclass
     except ConfigError as err:
         refuse(err)
     except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing

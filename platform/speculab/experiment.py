@@ -27,48 +27,40 @@ from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
 from speculab.loop import METHODS, PointPlan, Unit, UnitResult
-from speculab.measure import Sample, Timings, baseline_speed, interleave, median_interval, paired_ratios, speed_metrics
+from speculab.measure import Sample, Timings, interleave
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
-from speculab.paired import paired_metrics, paired_table
 from speculab.records import PromptRecord, RunResult, concat_runs
+from speculab.results.figures import (
+    autoregressive_figures,
+    generate_figures,
+    paired_figures,
+    prompt_figures,
+    run_figures,
+    speed_figures,
+)
+from speculab.results.names import AR_PREFIX, HF_PREFIX, UNTIMED, Figures, flatten, is_acceptance, parse
+from speculab.results.point import PointResult, PointShape
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.console import console, say, show
-from speculab.tracking.metrics import (
-    BASELINE_KEYS,
-    HF_PREFIX,
-    UNTIMED,
-    acceptance_metrics,
-    baseline_metrics,
-    hf_metrics,
-    mlflow_metrics,
-    prompt_metrics,
-    summarize,
-)
-from speculab.tracking.runs import (
-    NOTE_TAG,
-    NoopTracker,
-    Tracker,
-    finished_point,
-    point_description,
-    point_id,
-    run_name,
-    start_point_run,
-    where,
-)
+from speculab.tracking.resume import finished_point, point_id
+from speculab.tracking.runs import NOTE_TAG, start_point_run
 from speculab.tracking.spool import tracked
 from speculab.tracking.summary import (
     acceptance_figure,
+    paired_table,
+    point_description,
     print_summary,
     prompt_records,
     records_jsonl,
     records_table,
     time_split_figure,
 )
-from speculab.tracking.sweep import acceptance_curve, resumed_metrics
+from speculab.tracking.tracker import NoopTracker, Tracker
+from speculab.tracking.ui import where
 
 if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
@@ -79,10 +71,10 @@ MODEL_ROLES = ("target", "draft")  # the groups a loop in this process calls eve
 
 @dataclass(frozen=True)
 class PointOutcome:
-    """What a point returns to the Hydra entry point (and a sweep's callback): its plan and metrics."""
+    """What a point returns to the Hydra entry point (and a sweep's callback): its plan and result."""
 
     plan: RunPlan
-    metrics: dict[str, float]
+    result: PointResult
 
 
 def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
@@ -150,26 +142,33 @@ def point_plan(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) 
     )
 
 
-def run(cfg: Config) -> PointOutcome:
+def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     """Decode the dataset speculatively (and autoregressively), track it live, print a summary.
 
-    The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or KILLED; with
-    `resume=true` a point that already finished in the same store and experiment is skipped, and
-    returns what its run logged (so that a resumed sweep's parent reports it too)."""
-    plan = resolve(cfg)
+    ``plan``: the point's, where a sweep resolved it before its first point started; else the config
+    is resolved here. The MLflow run exists from the start (RUNNING) and ends FINISHED, FAILED or
+    KILLED; with `resume=true` a point that already finished in the same store and experiment is
+    skipped, and returns what its run logged (so that a resumed sweep's parent reports it too)."""
+    plan = plan or resolve(cfg)
     for note in config_warnings(plan.cfg):
         say(f"speculab: warning: {note}")
-    point = point_id(plan.cfg)
+    point, shape = point_id(plan.cfg), PointShape.of(plan.cfg)
     if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
-        say(f"speculab: resume: {run_name(plan.cfg)} (point {point}) already finished: {found.where}; skipped")
-        return PointOutcome(plan, resumed_metrics(found.metrics))
+        say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
+        return PointOutcome(plan, resumed(shape, found.metrics))
     if not plan.cfg.tracking.enabled:
         return PointOutcome(plan, decode_point(plan, NoopTracker()))
     tracked_run = start_point_run(plan, point)
     with tracked(tracked_run):
-        metrics = decode_point(plan, tracked_run)
+        result = decode_point(plan, tracked_run)
     say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
-    return PointOutcome(plan, metrics)
+    return PointOutcome(plan, result)
+
+
+def resumed(shape: PointShape, logged: dict[str, float]) -> PointResult:
+    """A point finished in an earlier launch, from what its run logged (MLflow names)."""
+    ar, hf = parse(logged, AR_PREFIX), parse(logged, HF_PREFIX)
+    return PointResult(shape, parse(logged), ar or None, hf or None, resumed=True)
 
 
 @dataclass
@@ -280,13 +279,13 @@ def measure(plan: RunPlan, point: Prepared, tracker: Tracker, decoders: Decoders
         # restart during the warm-up counts in runtime/restarts like any other.
         for method in methods.values():
             method(0, -1)
-        label = f"{run_name(cfg)} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
+        label = f"{PointShape.of(cfg).name} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
         task = progress.add_task(label, total=point.units * repeats * len(methods))
 
         def log_prompt(record: PromptRecord) -> None:
             nonlocal finished
             finished += 1
-            tracker.log_metrics(prompt_metrics(record), step=finished)
+            tracker.log_metrics(flatten(prompt_figures(record)), step=finished)
 
         def advancing(method: Callable[[int, int], Sample]) -> Callable[[int, int], Sample]:
             def run(unit: int, repeat: int) -> Sample:
@@ -306,61 +305,59 @@ def measure(plan: RunPlan, point: Prepared, tracker: Tracker, decoders: Decoders
     return Measured(timings, decoders, runtime, measured_under(point.loop.conditions()))
 
 
-def baseline_figures(cfg: Config, measured: Measured) -> tuple[dict[str, float] | None, dict[str, float] | None]:
+def baseline_figures(cfg: Config, measured: Measured) -> tuple[Figures | None, Figures | None]:
     """(the engine's autoregressive loop's figures, transformers' generate's), None where not run."""
     timings, runs = measured.timings, measured.decoders.runs
-    ar = hf = None
-    if cfg.baseline:
-        ar_summary = summarize(concat_runs(runs["autoregressive"]))
-        ar = {key: ar_summary[key] for key in BASELINE_KEYS} | baseline_speed(timings["autoregressive"])
+    ar = autoregressive_figures(runs["autoregressive"], timings["autoregressive"]) if cfg.baseline else None
+    hf = None
     if cfg.baseline_hf:
-        hf = hf_metrics([t for result in runs["generate"] for t in result.tokens])
-        hf |= baseline_speed(timings["generate"])
-        if cfg.baseline:  # generate's own paired speedup over the engine's loop: the sweep plot's reference
-            hf["speedup_vs_ar"] = median_interval(paired_ratios(timings["generate"], timings["autoregressive"])).value
+        hf = generate_figures([t for result in runs["generate"] for t in result.tokens], timings, cfg.baseline)
     return ar, hf
 
 
-def summarise(plan: RunPlan, measured: Measured) -> tuple[dict[str, float], dict[str, float]]:
-    """(the point's metrics, its baselines' under their MLflow prefixes); prints the summary table and,
-    with a paired comparison, its table."""
+def summarise(plan: RunPlan, measured: Measured) -> PointResult:
+    """The point's result; prints the summary table and, with a paired comparison, its table."""
     cfg, decoders = plan.cfg, measured.decoders
     spec = concat_runs(decoders.runs["speculative"])
-    speed = speed_metrics(
+    speed = speed_figures(
         measured.timings,
         "speculative",
         "autoregressive" if cfg.baseline else None,
         "generate" if cfg.baseline_hf else None,
     )
-    ar, hf = baseline_figures(cfg, measured)
-    title = f"{run_name(cfg)} · medians of {cfg.measure.repeats} interleaved repetition(s), 95% intervals over prompts"
-    metrics = print_summary(title, summarize(spec) | speed, ar, hf, measured.conditions) | measured.runtime
+    figures = run_figures(spec) | speed | Figures(measured.runtime)
     if decoders.paired:
-        compared = paired_metrics(decoders.paired_units(), cfg.algorithm.name)
-        show(paired_table(compared, cfg.algorithm.name, cfg.algorithm.compare_repeats))
-        metrics |= compared | {"time_paired_s": spec.paired_s}
-    baselines = (baseline_metrics(ar) if ar else {}) | (baseline_metrics(hf, HF_PREFIX) if hf else {})
-    return metrics, baselines
+        compared = paired_figures(decoders.paired_units(), cfg.algorithm.name)
+        figures |= compared | {"time_paired_s": spec.paired_s}
+    ar, hf = baseline_figures(cfg, measured)
+    result = PointResult(PointShape.of(cfg), figures, ar, hf)
+    title = (
+        f"{result.shape.name} · medians of {cfg.measure.repeats} interleaved repetition(s), 95% intervals over prompts"
+    )
+    print_summary(title, result, measured.conditions)
+    if decoders.paired:
+        show(paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats))
+    return result
 
 
-def log_point(
-    plan: RunPlan,
-    point: Prepared,
-    measured: Measured,
-    metrics: dict[str, float],
-    baselines: dict[str, float],
-    tracker: Tracker,
-) -> None:
-    """The point's final metrics (and its baselines'), its description and where it was measured, its
+def logged_figures(result: PointResult) -> dict[str, float]:
+    """What a point logs as MLflow metrics: its figures, and its baselines' under their prefixes."""
+    ar = flatten(result.autoregressive, AR_PREFIX) if result.autoregressive is not None else {}
+    hf = flatten(result.generate, HF_PREFIX) if result.generate is not None else {}
+    return flatten(result.figures) | ar | hf
+
+
+def log_point(plan: RunPlan, point: Prepared, measured: Measured, result: PointResult, tracker: Tracker) -> None:
+    """The point's final figures (and its baselines'), its description and where it was measured, its
     per-prompt records and plots."""
     spec = concat_runs(measured.decoders.runs["speculative"])
     tracker.set_tags({CONDITIONS_TAG: measured.conditions})
-    tracker.log_metrics(mlflow_metrics(metrics) | baselines)
-    tracker.set_tags({NOTE_TAG: point_description(plan.cfg, metrics)})
+    tracker.log_metrics(logged_figures(result))
+    tracker.set_tags({NOTE_TAG: point_description(plan.cfg, result)})
     log_records(point, spec, tracker)
-    if (by_depth := depth_figure({run_name(plan.cfg): acceptance_curve(metrics)})) is not None:
+    if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
         tracker.log_figure(by_depth, "acceptance_by_depth.png")
-    tracker.log_figure(time_split_figure(metrics), "time_split.png")
+    tracker.log_figure(time_split_figure(result.figures), "time_split.png")
     plt.close("all")  # a sweep runs many points in this process
 
 
@@ -375,22 +372,22 @@ def log_records(point: Prepared, spec: RunResult, tracker: Tracker) -> None:
 
 def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
     """What a point that failed had finished: the speculative decode of its first units (their records
-    and the figures that need no timing: block efficiency, acceptance by depth, tree and KV sizes) and how many
-    units that is; the number of units logged."""
+    and the figures that need no timing: block efficiency, acceptance by depth, tree and KV sizes); the
+    number of units logged."""
     finished = decoders.runs["speculative"]
-    tracker.log_metrics(mlflow_metrics({"units_finished": float(len(finished))}))
+    tracker.log_metrics(flatten(Figures({"units_finished": float(len(finished))})))
     if finished:
         spec = concat_runs(finished)
-        untimed = {k: v for k, v in summarize(spec).items() if k in UNTIMED} | acceptance_metrics(spec)
-        tracker.log_metrics(mlflow_metrics(untimed))
+        figures = run_figures(spec)
+        tracker.log_metrics(flatten(figures.only(UNTIMED) | {k: v for k, v in figures.items() if is_acceptance(k)}))
         log_records(point, spec, tracker)
         plt.close("all")
     return len(finished)
 
 
-def decode_point(plan: RunPlan, tracker: Tracker) -> dict[str, float]:
-    """Prepare, measure, summarise and log one point; its metrics and its baselines' (MLflow names). A
-    cluster failure (`ClusterError`) keeps what the point finished, logged, and is raised again, saying so."""
+def decode_point(plan: RunPlan, tracker: Tracker) -> PointResult:
+    """Prepare, measure, summarise and log one point. A cluster failure (`ClusterError`) keeps what the
+    point finished, logged, and is raised again, saying so."""
     point = prepare(plan)
     decoders = Decoders(point.loop, loop_groups(point.loop))
     try:
@@ -398,6 +395,6 @@ def decode_point(plan: RunPlan, tracker: Tracker) -> dict[str, float]:
     except ClusterError as err:
         units = log_finished(point, decoders, tracker)
         raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
-    metrics, baselines = summarise(plan, measured)
-    log_point(plan, point, measured, metrics, baselines, tracker)
-    return metrics | baselines
+    result = summarise(plan, measured)
+    log_point(plan, point, measured, result, tracker)
+    return result

@@ -18,10 +18,7 @@ small differences measurable (docs/algorithms.md, "Paired comparison").
 
 from __future__ import annotations
 
-import math
-
 import torch
-from rich.table import Table
 
 from speculab.engine import Verifier
 
@@ -50,54 +47,3 @@ class PairedComparison:
     def units(self) -> dict[str, torch.Tensor]:
         """Per verifier, [U] the mean accepted length of every sequence-round so far."""
         return {name: torch.cat(rounds) if rounds else torch.empty(0) for name, rounds in self.accepted.items()}
-
-
-# values [U]
-def mean_and_se(values: torch.Tensor) -> tuple[float, float]:
-    """The mean and its standard error (NaN with fewer than two units)."""
-    count = values.numel()
-    mean = float(values.mean()) if count else math.nan
-    return mean, float(values.std() / math.sqrt(count)) if count > 1 else math.nan
-
-
-def paired_metrics(units: dict[str, torch.Tensor], configured: str) -> dict[str, float]:
-    """`compare/<verifier>/...` metrics: accepted length and block efficiency (1 + accepted, the
-    untruncated tokens per round) with standard errors, and the paired difference from ``configured``."""
-    metrics: dict[str, float] = {}
-    for name, values in units.items():
-        mean, se = mean_and_se(values)
-        metrics |= {
-            f"{PREFIX}{name}/accepted_mean": mean,
-            f"{PREFIX}{name}/accepted_se": se,
-            f"{PREFIX}{name}/block_efficiency": 1.0 + mean,
-            f"{PREFIX}{name}/block_efficiency_se": se,
-        }
-        if name != configured:
-            diff, diff_se = mean_and_se(values - units[configured])
-            metrics |= {
-                f"{PREFIX}{name}/diff_block_efficiency": diff,
-                f"{PREFIX}{name}/diff_block_efficiency_se": diff_se,
-            }
-    return metrics
-
-
-def paired_table(metrics: dict[str, float], configured: str, repeats: int) -> Table:
-    """The console's side-by-side table of `paired_metrics`."""
-    names = dict.fromkeys(key.removeprefix(PREFIX).split("/")[0] for key in metrics if key.startswith(PREFIX))
-    table = Table(title=f"paired comparison on the same drafts ({repeats} verifications each, ± standard error)")
-    for column in ("verifier", "block efficiency", "accepted", f"minus {configured}"):
-        table.add_column(column, justify="left" if column == "verifier" else "right")
-    for name in names:
-        m = {
-            key.removeprefix(f"{PREFIX}{name}/"): value
-            for key, value in metrics.items()
-            if key.startswith(f"{PREFIX}{name}/")
-        }
-        diff = "-" if name == configured else f"{m['diff_block_efficiency']:+.4f} ± {m['diff_block_efficiency_se']:.4f}"
-        table.add_row(
-            name,
-            f"{m['block_efficiency']:.4f} ± {m['block_efficiency_se']:.4f}",
-            f"{m['accepted_mean']:.4f} ± {m['accepted_se']:.4f}",
-            diff,
-        )
-    return table

@@ -112,7 +112,7 @@ def test_ddtree_on_the_parallel_drafter_and_dflash_keep_greedy_output(roles, pro
 @pytest.mark.usefixtures("ray_pool")
 def test_ray_with_both_actors_on_one_gpu_decodes_like_inline(roles, prompts) -> None:
     """At T = 1: the engine draws on the CPU and each drafter on its GPU in both runtimes, so a seed
-    gives the same tokens (the coordinator verifies on the GPU inline, on the CPU on Ray)."""
+    gives the same tokens (the loop verifies on the GPU inline, on the CPU on Ray)."""
     inline_target, inline_drafter = roles
     s = settings(1.0)
     reference = tokens(decode(inline_target, inline_drafter, get_verifier("gbv"), prompts, s))

@@ -19,7 +19,7 @@ from speculab.config import resolve
 from speculab.experiment import decode_point
 from speculab.runtime import start_loop
 from speculab.runtime.placement import ClusterError
-from speculab.tracking.runs import NoopTracker
+from speculab.tracking.tracker import NoopTracker
 from support.configs import load
 
 pytestmark = pytest.mark.slow
@@ -108,8 +108,8 @@ def test_groups_run_on_the_nodes_their_resources_name(pool: TwoNodes, loop: str)
     if loop == "driver":
         extra.append("cluster.draft_resources={head: 1}")
     plan = resolve(load(overrides(pool, *extra)))
-    metrics = decode_point(plan, NoopTracker())
-    assert metrics["restarts"] == 0
+    figures = decode_point(plan, NoopTracker()).figures
+    assert figures.value("restarts") == 0
     from speculab.runtime.groups import POOL
 
     where = {g.role: set(g.nodes) for g in POOL.groups.values()}

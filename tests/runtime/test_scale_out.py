@@ -28,9 +28,9 @@ from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.tp import checkpoint_files
+from speculab.results.names import mlflow_name
 from speculab.runtime import start_models
 from speculab.runtime.groups import GroupPool, draft_bundles, group_name, target_bundles
-from speculab.tracking.metrics import mlflow_name
 from support.models import TINY_PAIR
 
 TARGET = LMSpec("hf", str(TINY_PAIR / "target"), threads=1)

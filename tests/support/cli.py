@@ -12,7 +12,7 @@ import mlflow
 
 def speculab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=240
     )
 
 

@@ -4,6 +4,7 @@ per run from the engine's records, and per sweep as one plot and a table."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,11 +18,13 @@ from speculab.evidence import left_chain
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
 from speculab.records import RunResult
+from speculab.results.figures import run_figures
+from speculab.results.names import Figures, flatten, is_acceptance, mlflow_name, parse
+from speculab.results.point import PointResult, PointShape
+from speculab.stats import Estimate
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown, depth_rows, length_figure
 from speculab.tracking.callbacks import MlflowSweepCallback
-from speculab.tracking.metrics import acceptance_logged, is_acceptance, mlflow_metrics, mlflow_name, summarize
 from speculab.tracking.summary import acceptance_rows
-from speculab.tracking.sweep import resumed_metrics
 from support.engine import TOY_PROMPTS, settings, toy_roles
 from support.models import TINY_PAIR
 
@@ -56,23 +59,28 @@ def test_alpha_and_the_histogram_are_logged_and_match_a_count_of_the_round_recor
     algorithm: str, tiny_prompts: list[list[int]]
 ) -> None:
     run = tiny_run(algorithm, tiny_prompts)
-    metrics = summarize(run)
-    logged = mlflow_metrics(metrics)
+    figures = run_figures(run)
+    logged = flatten(figures)
     taus = [tau for r in run.rounds for tau in r.accepted]  # per round record, not per prompt as logged
     assert 0 < sum(taus) < L * len(taus)  # neither nothing nor everything accepted: the test has teeth
     for j in range(1, L + 1):
         reached, accepted = sum(t >= j - 1 for t in taus), sum(t >= j for t in taus)
         assert logged[f"accept/alpha_{j}"] == pytest.approx(accepted / reached, rel=1e-4) if reached else True
-        low, high = metrics[f"alpha_{j}_ci_low"], metrics[f"alpha_{j}_ci_high"]
-        assert 0.0 <= low <= metrics[f"alpha_{j}"] <= high <= 1.0 or math.isnan(metrics[f"alpha_{j}"])
+        alpha = figures[f"alpha_{j}"]
+        assert 0.0 <= alpha.low <= alpha.value <= alpha.high <= 1.0 or math.isnan(alpha.value)
     for n in range(L + 1):
         assert logged[f"accept/hist_{n}"] == pytest.approx(sum(t == n for t in taus) / len(taus), rel=1e-4)
     assert f"accept/alpha_{L + 1}" not in logged and f"accept/hist_{L + 1}" not in logged
     # overlap_1 comes from the prompts' records, first/overlap_mean from the rounds': every round reaches depth 1
-    assert metrics["overlap_1"] == pytest.approx(metrics["first_overlap_mean"])
-    if algorithm.startswith("ddtree"):
-        assert 0.0 <= logged["accept/left_chain"] <= 1.0
-        assert algorithm != "ddtree_chain" or logged["accept/left_chain"] == 0.0  # a chain has no side branch
+    assert figures["overlap_1"].value == pytest.approx(figures["first_overlap_mean"].value)
+    if algorithm == "ddtree":  # a round that accepted nothing cannot have left the chain; some side branch won
+        assert (
+            0.0
+            < logged["accept/left_chain"]
+            <= logged["accept/hist_1"] + sum(logged[f"accept/hist_{n}"] for n in range(2, L + 1))
+        )
+    elif algorithm == "ddtree_chain":
+        assert logged["accept/left_chain"] == 0.0  # a chain has no side branch
     else:
         assert "accept/left_chain" not in logged
 
@@ -84,13 +92,13 @@ def test_token_verification_of_one_path_accepts_each_depth_with_its_overlap() ->
     target, drafter = toy_roles(3)
     prompts = TOY_PROMPTS * 12
     run = decode(target, drafter, get_verifier("token"), prompts, settings(T=1.0, K=1, L=L, max_new=60, batch=12))
-    metrics = summarize(run)
+    figures = run_figures(run)
     for j in range(1, L + 1):
-        alpha, overlap = metrics[f"alpha_{j}"], metrics[f"overlap_{j}"]
-        widths = [(metrics[f"{key}_ci_high"] - metrics[f"{key}_ci_low"]) / 2 for key in (f"alpha_{j}", f"overlap_{j}")]
+        alpha, overlap = figures[f"alpha_{j}"], figures[f"overlap_{j}"]
+        widths = [(e.high - e.low) / 2 for e in (alpha, overlap)]
         assert max(widths) < 0.12, (j, widths)  # enough rounds reach every depth for the check to mean something
-        assert abs(alpha - overlap) <= sum(widths), (j, alpha, overlap, widths)
-    assert 0.2 < metrics["overlap_1"] < 0.9
+        assert abs(alpha.value - overlap.value) <= sum(widths), (j, alpha, overlap, widths)
+    assert 0.2 < figures["overlap_1"].value < 0.9
 
 
 def test_left_chain_is_a_side_branch_among_the_accepted_tokens_only() -> None:
@@ -102,21 +110,41 @@ def test_left_chain_is_a_side_branch_among_the_accepted_tokens_only() -> None:
 
 
 def test_acceptance_names_follow_the_depth() -> None:
-    assert [mlflow_name(k) for k in ("alpha_12", "alpha_3_ci_low", "overlap_2_ci_high", "hist_0", "left_chain")] == [
+    keys = ("alpha_12", "overlap_2", "hist_0", "left_chain")
+    assert [mlflow_name(k) for k in keys] == [
         "accept/alpha_12",
-        "accept/alpha_3_ci_low",
-        "accept/overlap_2_ci_high",
+        "accept/overlap_2",
         "accept/hist_0",
         "accept/left_chain",
     ]
     assert not any(is_acceptance(k) for k in ("alpha_", "alpha_x", "hist_0_ci_low", "accepted_mean"))
-    logged = {"accept/alpha_1": 0.8, "accept/hist_0": 0.2, "block_efficiency": 2.0}
-    assert acceptance_logged(logged) == {"alpha_1": 0.8, "hist_0": 0.2}
-    assert resumed_metrics(logged | {"accepted_mean": 1.0})["alpha_1"] == 0.8  # a resumed point keeps its curve
+    logged = flatten(Figures({"alpha_1": Estimate(0.8, 0.7, 0.9), "hist_0": 0.2, "block_efficiency": 2.0}))
+    assert logged == {
+        "block_efficiency": 2.0,
+        "accept/alpha_1": 0.8,
+        "accept/alpha_1_ci_low": 0.7,
+        "accept/alpha_1_ci_high": 0.9,
+        "accept/hist_0": 0.2,
+    }
+    back = parse(logged)  # a resumed point keeps its curve, intervals included
+    assert (back["alpha_1"].low, back["alpha_1"].high, back["hist_0"].value) == (0.7, 0.9, 0.2)
 
 
-CURVE = {"alpha_1": 0.8, "alpha_1_ci_low": 0.75, "alpha_1_ci_high": 0.85, "alpha_2": 0.6, "overlap_1": 0.78}
-CURVE |= {"alpha_2_ci_low": 0.5, "alpha_2_ci_high": 0.7, "overlap_2": 0.55, "hist_0": 0.2, "hist_1": 0.3, "hist_2": 0.5}
+CURVE = Figures(
+    {
+        "alpha_1": Estimate(0.8, 0.75, 0.85),
+        "alpha_2": Estimate(0.6, 0.5, 0.7),
+        "overlap_1": 0.78,
+        "overlap_2": 0.55,
+        "hist_0": 0.2,
+        "hist_1": 0.3,
+        "hist_2": 0.5,
+    }
+)
+
+
+def scaled(figures: Figures, factor: float) -> Figures:
+    return Figures({k: Estimate(e.value * factor, e.low * factor, e.high * factor) for k, e in figures.items()})
 
 
 def test_the_summary_shows_alpha_in_one_compact_line() -> None:
@@ -127,30 +155,31 @@ def test_the_summary_shows_alpha_in_one_compact_line() -> None:
         "tau share (0..2)": "0.20 0.30 0.50",
         "left_chain": "0.25",
     }
-    assert acceptance_rows({"accepted_mean": 0.0}) == []  # the baseline drafts nothing
-    shallow = {"alpha_1": 0.3, "alpha_2": 0.0, "alpha_3": math.nan, "hist_0": 0.7, "hist_1": 0.3, "hist_2": 0.0}
-    assert dict(acceptance_rows(shallow | {"hist_3": 0.0})) == {  # a line stops where no round reached
+    assert acceptance_rows(Figures({"accepted_mean": 0.0})) == []  # the baseline drafts nothing
+    shallow = Figures({"alpha_1": 0.3, "alpha_2": 0.0, "alpha_3": math.nan, "hist_0": 0.7, "hist_1": 0.3})
+    assert dict(acceptance_rows(shallow | {"hist_2": 0.0, "hist_3": 0.0})) == {  # a line stops where no round reached
         "alpha (depth 1..2 of 3)": "0.30 0.00",
         "tau share (0..1 of 3)": "0.70 0.30",
     }
 
 
 def test_the_sweep_table_lines_up_points_of_different_lengths() -> None:
-    short = {"alpha_1": 0.9, "hist_0": 0.1, "hist_1": 0.9}
+    short = Figures({"alpha_1": 0.9, "hist_0": 0.1, "hist_1": 0.9})
     rows = depth_rows({"L=2": CURVE, "L=1": short})
     assert [(r["point"], r["figure"]) for r in rows][:3] == [
         ("L=2", "alpha"),
-        ("L=2", "alpha_ci_low"),
-        ("L=2", "alpha_ci_high"),
+        ("L=2", "alpha low"),
+        ("L=2", "alpha high"),
     ]
     assert list(rows[0]) == ["point", "figure", "0", "1", "2"]
     assert rows[0]["1"] == 0.8 and rows[0]["0"] == "" and next(r for r in rows if r["point"] == "L=1")["2"] == ""
+    assert rows[1]["2"] == 0.5 and rows[2]["2"] == 0.7  # the interval's ends of alpha_2
     assert depth_csv({"L=2": CURVE}).splitlines()[0] == "point,figure,0,1,2"
-    text = depth_markdown({"L=2": CURVE, "baseline": {}})
-    assert "| L=2 | alpha | 0.800 [0.75, 0.85] | 0.600 [0.50, 0.70] |" in text and "baseline" not in text
-    assert depth_figure({"baseline": {}}) is None and length_figure({}) is None
-    unreached = depth_markdown({"L=3": CURVE | {"alpha_3": math.nan, "overlap_3": math.nan, "hist_3": 0.0}})
-    assert "| point | figure | j=1 | j=2 |" in unreached  # no column past the deepest depth any round reached
+    text = depth_markdown({"L=2": CURVE, "baseline": Figures()})
+    assert "| L=2 | alpha | 0.800 [0.750, 0.850] | 0.600 [0.500, 0.700] |" in text and "baseline" not in text
+    assert depth_figure({"baseline": Figures()}) is None and length_figure({}) is None
+    unreached = CURVE | {"alpha_3": math.nan, "overlap_3": math.nan, "hist_3": 0.0}
+    assert "| point | figure | j=1 | j=2 |" in depth_markdown({"L=3": unreached})  # nothing past the deepest reached
 
 
 class Recorder:
@@ -169,12 +198,14 @@ class Recorder:
 def test_the_sweep_parent_gets_every_points_curve_as_one_plot_and_a_table() -> None:
     callback = MlflowSweepCallback()
     callback.parent = Recorder()  # type: ignore[assignment]
-    callback.rows = [{"point": f"gbv K={k} L=2 · iid · humaneval×3 · tiny-pycode"} for k in (1, 2)]
-    callback.curves = [CURVE, {k: v * 0.9 for k, v in CURVE.items()}]
+    shape = PointShape("gbv", None, 1, 2, None, None, 1.0, "iid", "humaneval", 3, "tiny-pycode", 0, 64, 1, 0)
+    callback.points = [
+        PointResult(replace(shape, K=k), figures) for k, figures in ((1, CURVE), (2, scaled(CURVE, 0.9)))
+    ]
     callback.log_acceptance()
     logged = callback.parent.artifacts  # type: ignore[attr-defined]
     assert set(logged) == {"acceptance_by_depth.png", "acceptance_by_depth.md", "acceptance_by_depth.csv"}
     axes = logged["acceptance_by_depth.png"].axes[0]
-    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gbv K=1 L=2", "gbv K=2 L=2"]
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gbv K=1 L=2 T=1.0", "gbv K=2 L=2 T=1.0"]
     assert len(axes.collections) == 2  # one interval band per point
-    assert "| gbv K=2 L=2 | alpha | 0.720 [0.68, 0.77] |" in logged["acceptance_by_depth.md"]
+    assert "| gbv K=2 L=2 T=1.0 | alpha | 0.720 [0.675, 0.765] |" in logged["acceptance_by_depth.md"]

@@ -113,7 +113,7 @@ def test_server_killed_mid_sweep_then_sync(random_llama_pair, tmp_path: Path, sw
     with mlflow_server(store, tmp_path) as uri:
         sweep = sweeps(sweep_args(random_llama_pair, uri, tmp_path / "sweep"), tmp_path)
         wait_for_finished_child(uri, sweep)
-    _, err = sweep.communicate(timeout=600)
+    _, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 0, err
     assert "speculab: MLflow at" in err and "speculab-sync" in err
     with mlflow_server(store, tmp_path) as uri:
@@ -121,7 +121,7 @@ def test_server_killed_mid_sweep_then_sync(random_llama_pair, tmp_path: Path, sw
             [sys.executable, "-m", "speculab.tracking.sync", str(tmp_path / "sweep"), "--uri", uri],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=240,
         )
         assert synced.returncode == 0, synced.stderr
         assert_each_point_once(uri, parents=1)
@@ -129,7 +129,7 @@ def test_server_killed_mid_sweep_then_sync(random_llama_pair, tmp_path: Path, sw
             [sys.executable, "-m", "speculab.tracking.sync", str(tmp_path / "sweep"), "--uri", uri],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=240,
         )
         assert again.returncode == 0
         assert_each_point_once(uri, parents=1)
@@ -142,7 +142,7 @@ def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path, sweeps)
     sweep = sweeps(sweep_args(random_llama_pair, uri, tmp_path / "first"), tmp_path)
     wait_for_finished_child(uri, sweep)
     sweep.send_signal(signal.SIGINT)
-    _, err = sweep.communicate(timeout=300)
+    _, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 130, err
     kinds = runs_by_kind(uri)
     assert [r.info.status for r in kinds["sweep"]] == ["KILLED"], err
@@ -215,7 +215,7 @@ def test_two_sweeps_at_once_in_one_directory_keep_their_own_parents(random_llama
         for seed in (1, 2)
     ]
     for sweep in started:
-        _, err = sweep.communicate(timeout=600)
+        _, err = sweep.communicate(timeout=240)
         assert sweep.returncode == 0, err
     kinds = runs_by_kind(uri)
     assert len(kinds["sweep"]) == 2 and len(kinds["point"]) == 4
@@ -250,7 +250,7 @@ def test_a_store_down_from_the_start_keeps_the_run(random_llama_pair, tmp_path: 
         [sys.executable, "-m", "speculab.tracking.sync", str(tmp_path / "run"), "--uri", uri],
         check=True,
         capture_output=True,
-        timeout=300,
+        timeout=240,
     )
     (point,) = runs_by_kind(uri)["point"]
     assert point.info.status == "FINISHED" and "block_efficiency" in point.data.metrics

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from mlflow.tracking import MlflowClient
 
-from speculab.tracking.runs import VIEW_TAG, points_owner, run_page, runs_table, share_points_view, view_state
+from speculab.tracking.ui import VIEW_TAG, points_owner, run_page, runs_table, share_points_view, view_state
 
 
 def query(url: str) -> dict[str, list[str]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from speculab.tracking.metrics import METRIC_KEYS, mlflow_name
+from speculab.results.names import METRICS
 from support.cli import runs, small_run, speculab
 
 
@@ -18,7 +18,10 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
     assert result.returncode == 0, result.stderr
     assert "block_efficiency" in result.stdout and "autoregressive" in result.stdout
     (run,) = runs(store)
-    assert {mlflow_name(key) for key in METRIC_KEYS} <= set(run.data.metrics)
+    assert {m.mlflow for m in METRICS} <= set(run.data.metrics)  # every figure of a point, nothing left out
+    assert {f"{name}_ci_{end}" for name in ("tokens_per_s", "block_efficiency") for end in ("low", "high")} <= set(
+        run.data.metrics
+    )
     assert run.data.params["algorithm.name"] == "block" and run.data.tags["lossless"] == "true"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "records_table.json", "acceptance_histogram.png", "time_split.png"} <= artifacts

@@ -16,11 +16,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
-from speculab.config import Config, TrackingConfig
+from speculab.config import Config, ModelConfig, TrackingConfig
+from speculab.experiment import resumed
+from speculab.results.point import PointShape
 from speculab.tracking import runs
-from speculab.tracking.runs import POINT_TAG, finished_point, point_id, store_key, write_parent_file
-from speculab.tracking.spool import RunRef, SpooledRun
-from speculab.tracking.sweep import RESUMED, point_row, resumed_metrics
+from speculab.tracking.resume import finished_point, point_id, store_key
+from speculab.tracking.runs import write_parent_file
+from speculab.tracking.spool import POINT_TAG, RunRef, SpooledRun
+from speculab.tracking.sweep import RESUMED, point_row
 from speculab.tracking.sync import main as sync_main
 from support.configs import CONF
 
@@ -84,13 +87,17 @@ def test_a_skipped_point_gives_its_row_from_the_run_it_logged() -> None:
         "speedup_vs_ar": 1.4,
         "speedup_vs_ar_ci_low": 1.2,
         "speedup_vs_ar_ci_high": 1.6,
-        "prompt/x": 3.0,
+        "prompt/block_efficiency": 3.0,
+        "baseline_hf/speedup_vs_ar": 0.9,
     }
-    metrics = resumed_metrics(logged)
-    assert metrics[RESUMED] == 1.0 and metrics["speedup_vs_ar_ci_low"] == 1.2 and "prompt/x" not in metrics
-    row = point_row(Config(), metrics)
-    assert row[RESUMED] == "yes" and row["block_efficiency"] == 2.5 and row["speedup_vs_ar"] == 1.4
-    assert RESUMED not in point_row(Config(), {"block_efficiency": 2.5})
+    cfg = Config(model=ModelConfig(name="tiny-pycode"))
+    cfg.algorithm.L = 4
+    point = resumed(PointShape.of(cfg), logged)
+    assert point.resumed and point.figures["speedup_vs_ar"].low == 1.2 and point.generate_vs_ar == 0.9
+    assert list(point.figures) == ["block_efficiency", "speedup_vs_ar"]  # a live figure's last step is not the point's
+    row = point_row(point)
+    assert row[RESUMED] == "yes" and row["block_efficiency"] == 2.5 and row["speedup_vs_ar_ci_high"] == 1.6
+    assert RESUMED not in point_row(replace(point, resumed=False))
 
 
 def test_each_sweep_process_has_its_own_directory_and_parent_file(tmp_path: Path) -> None:

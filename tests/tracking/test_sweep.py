@@ -4,13 +4,15 @@ named only when its interval clears the runner-up's, and the tables and plot tha
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import matplotlib.pyplot as plt
 
-from speculab.config import Config, ModelConfig
+from speculab.results.names import Figures
+from speculab.results.point import PointResult, PointShape
+from speculab.stats import Estimate
 from speculab.tracking.console import plain
 from speculab.tracking.sweep import (
-    HF_SPEEDUP,
     TOP,
     best_metrics,
     labels,
@@ -20,28 +22,30 @@ from speculab.tracking.sweep import (
     sweep_csv,
     sweep_description,
     sweep_figure,
+    sweep_markdown,
     sweep_name,
     table_rows,
     verdict,
 )
 
 SHARED = "iid · humaneval×4 · tiny-pycode"
+SHAPE = PointShape("gbv", None, 2, 4, None, None, 1.0, "iid", "humaneval", 4, "tiny-pycode", 0, 64, 1, 0)
 
 
-def row(name: str, speedup: float, low: float, high: float, **extra: object) -> dict:
-    return {
-        "point": f"{name} T=1.0 · {SHARED}",
-        "algorithm": name.split()[0],
+def row(name: str, speedup: float, low: float, high: float) -> PointResult:
+    """A point named `<algorithm> K=<K> L=<L>` (or a DDTree `ddtree best_first B=<B> L=<L>`) with its speeds."""
+    algorithm, *draft, length = name.split()
+    shape = replace(SHAPE, algorithm=algorithm, L=int(length.removeprefix("L=")))
+    if algorithm == "ddtree":
+        shape = replace(shape, tree=draft[0], budget=int(draft[1].removeprefix("B=")))
+    else:
+        shape = replace(shape, K=int(draft[0].removeprefix("K=")))
+    figures = {
         "block_efficiency": 2.0,
-        "tokens_per_s": 100 * speedup,
-        "tokens_per_s_ci_low": 100 * low,
-        "tokens_per_s_ci_high": 100 * high,
-        "speedup_vs_ar": speedup,
-        "speedup_vs_ar_ci_low": low,
-        "speedup_vs_ar_ci_high": high,
-        HF_SPEEDUP: 0.9,
-        **extra,
+        "tokens_per_s": Estimate(100 * speedup, 100 * low, 100 * high),
+        "speedup_vs_ar": Estimate(speedup, low, high),
     }
+    return PointResult(shape, Figures(figures), generate=Figures({"speedup_vs_ar": 0.9}))
 
 
 def test_a_leader_clear_of_the_runner_up_is_the_best() -> None:
@@ -50,7 +54,7 @@ def test_a_leader_clear_of_the_runner_up_is_the_best() -> None:
     assert found.key == "speedup_vs_ar" and found.best is rows[1] and found.tied == [rows[1]]
     assert best_metrics(found) == {
         "sweep/tied_points": 1.0,
-        **{f"best/{k}": rows[1][k] for k in ("block_efficiency", "tokens_per_s", "speedup_vs_ar")},
+        **{f"best/{k}": rows[1].figures[k].value for k in ("block_efficiency", "tokens_per_s", "speedup_vs_ar")},
     }
     assert "Best: **block K=1 L=8" in sweep_description("algorithm=gbv,block", rows)
 
@@ -71,24 +75,25 @@ def test_points_without_an_interval_cannot_be_told_apart() -> None:
 
 def test_without_the_autoregressive_baseline_points_rank_by_tokens_per_s() -> None:
     rows = [row("gbv K=2 L=4", 1.5, 1.4, 1.6), row("block K=1 L=8", 1.1, 1.0, 1.2)]
-    for r, speed in zip(rows, (50.0, 80.0)):
-        r["speedup_vs_ar"] = math.nan
-        r["tokens_per_s"] = speed
+    rows = [replace(r, figures=Figures({"tokens_per_s": speed})) for r, speed in zip(rows, (50.0, 80.0))]
     assert rank_key(rows) == "tokens_per_s" and ranked(rows)[0] is rows[1]
 
 
 def test_tables_are_ranked_and_leave_out_columns_no_point_has() -> None:
-    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("ddtree best_first B=64 L=4", 1.4, 1.3, 1.5, budget=64)]
+    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("ddtree best_first B=64 L=4", 1.4, 1.3, 1.5)]
     shown = table_rows(rows)
-    assert [r["speedup_vs_ar"] for r in shown] == [1.4, 1.2] and shown[1]["budget"] == ""
-    assert "budget" not in table_rows(rows[:1])[0]
+    assert [r["speedup_vs_ar"] for r in shown] == [1.4, 1.2] and shown[1]["budget"] == "" and shown[0]["K"] == ""
+    assert shown[0]["budget"] == 64 and "budget" not in table_rows(rows[:1])[0]
     header = sweep_csv(rows).splitlines()[0].split(",")
-    assert {"speedup_vs_ar_ci_low", "speedup_vs_ar_ci_high", "tokens_per_s_ci_low"} <= set(header)
+    assert {"speedup_vs_ar_ci_low", "speedup_vs_ar_ci_high", "tokens_per_s_ci_low", "baseline_hf/speedup_vs_ar"} <= set(
+        header
+    )
+    assert "1.4 [1.3, 1.5]" in sweep_markdown(rows)
 
 
 def test_labels_keep_what_tells_points_apart() -> None:
     rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("gbv K=2 L=8", 1.4, 1.3, 1.5)]
-    assert labels(rows) == {r["point"]: r["point"].split(" · ")[0] for r in rows}
+    assert labels(rows) == {r.shape.name: r.shape.name.split(" · ")[0] for r in rows}
 
 
 def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
@@ -105,15 +110,15 @@ def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
 
 
 def test_the_parent_is_named_by_what_is_swept_and_what_every_point_shares() -> None:
-    cfg = Config(model=ModelConfig(name="tiny-pycode"))
-    cfg.dataset.num_prompts = 4
     swept = ["algorithm=gbv,spectr,specinfer", "algorithm.L=4,8", "dataset.num_prompts=4"]
-    assert sweep_name(cfg, swept) == (
+    assert sweep_name(SHAPE, swept) == (
         "sweep algorithm=gbv,spectr,specinfer algorithm.L=4,8 · T=1.0 · iid · humaneval×4 · tiny-pycode"
     )
-    assert sweep_name(cfg, ["sampling.temperature=0,1", "model=tiny-pycode"]) == (
-        "sweep sampling.temperature=0,1 · block K=1 L=4 · iid · humaneval×4 · tiny-pycode"
+    assert sweep_name(SHAPE, ["sampling.temperature=0,1", "model=tiny-pycode"]) == (
+        "sweep sampling.temperature=0,1 · gbv K=2 L=4 · iid · humaneval×4 · tiny-pycode"
     )
+    tree = replace(SHAPE, algorithm="ddtree", tree="best_first", budget=64)
+    assert sweep_name(tree, ["algorithm.budget=16,64"]).startswith("sweep algorithm.budget=16,64 · ddtree L=4 T=1.0")
 
 
 def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_are() -> None:

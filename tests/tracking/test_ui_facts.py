@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from speculab.tracking.metrics import HEADLINE, mlflow_name
-from speculab.tracking.runs import NOTE_TAG, VIEW_KEY, VIEW_NAME
+from speculab.results.names import HEADLINE, mlflow_name
+from speculab.tracking.spool import NOTE_TAG
+from speculab.tracking.ui import VIEW_KEY, VIEW_NAME
 from support.cli import speculab
 from support.mlflow_server import mlflow_server
 
@@ -79,7 +80,9 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             assert {c for c in view["selectedColumns"] if c.startswith("params.")} <= {f"params.`{p}`" for p in params}
             unprefixed = {m for m in metrics if "/" not in m}
             intervals = {
-                f"{k}_ci_{end}" for k in ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf") for end in ("low", "high")
+                f"{k}_ci_{end}"
+                for k in ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf", "block_efficiency", "accepted_mean")
+                for end in ("low", "high")
             }
             assert unprefixed == {*HEADLINE, "ms_per_token", "speedup_vs_ar_cpu", *intervals}, unprefixed
             assert {"baseline_ar/tokens_per_s", "baseline_hf/tokens_per_s", "baseline_hf/speedup_vs_ar"} <= metrics

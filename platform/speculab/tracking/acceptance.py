@@ -1,7 +1,7 @@
 """Acceptance by depth across points: where each point's drafts stop being accepted.
 
 A sweep's parent run and `speculab-report` show every point's conditional acceptance alpha_j
-(`tracking.metrics.ACCEPTANCE_METRICS`) as one curve over the draft depth j, its 95% interval
+(`results.names.ACCEPTANCE_METRICS`) as one curve over the draft depth j, its 95% interval
 over prompts as a band, with the overlap sum_x min(p_j, q_j) beside it dashed (what token
 verification accepts with: a verifier that gains over it shows above it), and the same figures
 and the accepted-length histogram as a table. Points of different L share the plot: a curve
@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib
@@ -22,44 +23,48 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from speculab.tracking.metrics import depth_series
+from speculab.results.names import Figures
+from speculab.stats import Estimate
 
-Curves = dict[str, dict[str, float]]  # point label -> its metrics by key (alpha_1, alpha_1_ci_low, ..., hist_0)
-# The table's figures: (stem, first depth or length, key ending); alpha and overlap from depth 1, the
-# histogram's accepted lengths from 0.
-FIGURES = (
-    ("alpha", 1, ""),
-    ("alpha", 1, "_ci_low"),
-    ("alpha", 1, "_ci_high"),
-    ("overlap", 1, ""),
-    ("overlap", 1, "_ci_low"),
-    ("overlap", 1, "_ci_high"),
-    ("hist", 0, ""),
+Curves = dict[str, Figures]  # point label -> its figures (acceptance by depth among them)
+# The table's rows per point: (label, stem, first depth or length, what of each estimate); alpha and
+# overlap from depth 1 with their intervals' ends, the histogram's accepted lengths from 0.
+FIGURES: tuple[tuple[str, str, int, Callable[[Estimate], float]], ...] = (
+    ("alpha", "alpha", 1, lambda e: e.value),
+    ("alpha low", "alpha", 1, lambda e: e.low),
+    ("alpha high", "alpha", 1, lambda e: e.high),
+    ("overlap", "overlap", 1, lambda e: e.value),
+    ("overlap low", "overlap", 1, lambda e: e.low),
+    ("overlap high", "overlap", 1, lambda e: e.high),
+    ("hist", "hist", 0, lambda e: e.value),
 )
+DIGITS = ".3f"  # acceptance figures are shares: three decimals
 
 
-def reached_depth(metrics: dict[str, float]) -> int:
+def reached_depth(figures: Figures) -> int:
     """The deepest depth some round of the point reached: alpha_j is NaN past it (no round to count)."""
-    alpha = depth_series(metrics, "alpha")
-    return next((j for j, value in enumerate(alpha) if math.isnan(value)), len(alpha))
+    alpha = figures.series("alpha")
+    return next((j for j, e in enumerate(alpha) if math.isnan(e.value)), len(alpha))
 
 
 def depth_figure(curves: Curves, note: str = "") -> Figure | None:
     """alpha_j against j, one line per point with its interval as a band and its overlap dashed in
     the same colour; None when no point drafted. ``note``: what every point shares."""
-    drawn = {label: metrics for label, metrics in curves.items() if depth_series(metrics, "alpha")}
+    drawn = {label: figures for label, figures in curves.items() if figures.series("alpha")}
     if not drawn:
         return None
     figure, axes = plt.subplots(figsize=(9, 5))
-    for label, metrics in drawn.items():
-        alpha = depth_series(metrics, "alpha")
+    for label, figures in drawn.items():
+        alpha = figures.series("alpha")
         depths = list(range(1, len(alpha) + 1))
-        (line,) = axes.plot(depths, alpha, marker="o", label=label)
-        low, high = (depth_series(metrics, "alpha", end=end) for end in ("_ci_low", "_ci_high"))
-        if len(low) == len(high) == len(alpha):
+        (line,) = axes.plot(depths, [e.value for e in alpha], marker="o", label=label)
+        if all(e.has_interval for e in alpha):
+            low, high = [e.low for e in alpha], [e.high for e in alpha]
             axes.fill_between(depths, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
-        if overlap := depth_series(metrics, "overlap"):
-            axes.plot(depths, overlap, linestyle="--", marker="x", color=line.get_color(), linewidth=1)
+        if overlap := figures.series("overlap"):
+            axes.plot(
+                depths, [e.value for e in overlap], linestyle="--", marker="x", color=line.get_color(), linewidth=1
+            )
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set(xlabel="draft depth j", ylabel="α_j: P(depth j accepted | depths 1..j-1 accepted)", ylim=(0, 1.02))
     axes.legend(fontsize=8)
@@ -73,13 +78,14 @@ def depth_figure(curves: Curves, note: str = "") -> Figure | None:
 def length_figure(curves: Curves, note: str = "") -> Figure | None:
     """The accepted-length histogram (DDTree Fig. 4's form), bars side by side per point; None when
     no point drafted."""
-    drawn = {label: hist for label, metrics in curves.items() if (hist := depth_series(metrics, "hist", first=0))}
+    drawn = {label: [e.value for e in figures.series("hist", 0)] for label, figures in curves.items()}
+    drawn = {label: shares for label, shares in drawn.items() if shares}
     if not drawn:
         return None
     figure, axes = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(drawn)
-    for i, (label, hist) in enumerate(drawn.items()):
-        axes.bar([n - 0.4 + (i + 0.5) * width for n in range(len(hist))], hist, width=width, label=label)
+    for i, (label, shares) in enumerate(drawn.items()):
+        axes.bar([n - 0.4 + (i + 0.5) * width for n in range(len(shares))], shares, width=width, label=label)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set(xlabel="accepted draft tokens per round n (τ with the bonus token: n + 1)", ylabel="share of rounds")
     axes.legend(fontsize=8)
@@ -90,14 +96,14 @@ def length_figure(curves: Curves, note: str = "") -> Figure | None:
 
 
 def depth_rows(curves: Curves) -> list[dict[str, Any]]:
-    """One row per point and figure (`alpha`, `alpha_ci_low`, ..., `hist`), one column per depth
-    (the histogram's per accepted length), the same columns in every row (empty where a point has none)."""
+    """One row per point and figure (`alpha`, `alpha low`, ..., `hist`), one column per depth (the
+    histogram's per accepted length), the same columns in every row (empty where a point has none)."""
     rows: list[dict[str, Any]] = []
-    for label, metrics in curves.items():
-        for stem, first, end in FIGURES:
-            if values := depth_series(metrics, stem, first, end):
-                cells = {str(first + i): round(v, 4) for i, v in enumerate(values)}
-                rows.append({"point": label, "figure": stem + end, **cells})
+    for label, figures in curves.items():
+        for name, stem, first, part in FIGURES:
+            if estimates := figures.series(stem, first):
+                cells = {str(first + i): round(part(e), 4) for i, e in enumerate(estimates)}
+                rows.append({"point": label, "figure": name, **cells})
     depths = sorted({int(c) for row in rows for c in row if c not in ("point", "figure")})
     return [{c: row.get(c, "") for c in ("point", "figure", *map(str, depths))} for row in rows]
 
@@ -112,17 +118,14 @@ def depth_csv(curves: Curves) -> str:
     return out.getvalue()
 
 
-def _cell(metrics: dict[str, float], key: str) -> str:
-    if key not in metrics or math.isnan(metrics[key]):
-        return ""
-    low, high = metrics.get(f"{key}_ci_low", math.nan), metrics.get(f"{key}_ci_high", math.nan)
-    return f"{metrics[key]:.3f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+def _cell(figures: Figures, key: str) -> str:
+    return "" if key not in figures or math.isnan(figures[key].value) else f"{figures[key]:{DIGITS}}"
 
 
 def depth_markdown(curves: Curves) -> str:
     """alpha_j and the overlap per depth (with their intervals), and the share of rounds per accepted
     length, a row per point and figure, up to the deepest depth a point's rounds reached."""
-    drafted = {label: m for label, m in curves.items() if depth_series(m, "alpha")}
+    drafted = {label: figures for label, figures in curves.items() if figures.series("alpha")}
     if not drafted:
         return ""
     L = max(map(reached_depth, drafted.values()))
@@ -130,13 +133,13 @@ def depth_markdown(curves: Curves) -> str:
         "| point | figure | " + " | ".join(f"j={j}" for j in range(1, L + 1)) + " |",
         "|" + "---|" * (L + 2),
     ]
-    for label, metrics in drafted.items():
+    for label, figures in drafted.items():
         for stem in ("alpha", "overlap"):
-            cells = " | ".join(_cell(metrics, f"{stem}_{j}") for j in range(1, L + 1))
+            cells = " | ".join(_cell(figures, f"{stem}_{j}") for j in range(1, L + 1))
             lines.append(f"| {label} | {stem} | {cells} |")
     lines += ["", "| point | " + " | ".join(f"n={n}" for n in range(L + 1)) + " |", "|" + "---|" * (L + 2)]
-    for label, metrics in drafted.items():
-        lines.append(f"| {label} | " + " | ".join(_cell(metrics, f"hist_{n}") for n in range(L + 1)) + " |")
+    for label, figures in drafted.items():
+        lines.append(f"| {label} | " + " | ".join(_cell(figures, f"hist_{n}") for n in range(L + 1)) + " |")
     return (
         "alpha_j: rounds that accepted depth j over those that reached it (95% CI over prompts); overlap: the "
         "mean of sum_x min(p_j, q_j) over the same rounds. n: share of rounds that accepted n draft tokens.\n\n"

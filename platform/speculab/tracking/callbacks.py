@@ -10,8 +10,8 @@ finds it and nests its own run under it; a second sweep, even one in the same di
 own file and parent. `on_multirun_end` ends it FINISHED. A sweep that stops early (a failed
 point, Ctrl-C, SIGTERM) never reaches `on_multirun_end`: the `speculab` entry point ends the
 parent FAILED or KILLED instead.
-`on_job_end` collects each finished point's row (with `resume=true`, also the rows of the points
-skipped as finished earlier, from their runs' metrics); `on_multirun_end` gives the parent the
+`on_job_end` collects each finished point's result (with `resume=true`, also those of the points
+skipped as finished earlier, read back from their runs); `on_multirun_end` gives the parent the
 sweep's table (markdown, CSV, an MLflow table), a chart, the best point's metrics and a description.
 """
 
@@ -27,27 +27,17 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
+from speculab.results.point import PointResult, PointShape
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
 from speculab.tracking.provenance import launch_label, provenance_tags
-from speculab.tracking.runs import (
-    KIND_TAG,
-    NOTE_TAG,
-    SWEEP_ID,
-    experiment_tags,
-    point_id,
-    point_link,
-    spool_dir,
-    where,
-    write_parent_file,
-)
-from speculab.tracking.spool import SpooledRun
+from speculab.tracking.resume import point_id
+from speculab.tracking.runs import SWEEP_ID, spool_dir, write_parent_file
+from speculab.tracking.spool import KIND_TAG, NOTE_TAG, SpooledRun
 from speculab.tracking.sweep import (
     SweepVerdict,
-    acceptance_curve,
     best_metrics,
     labels,
-    point_row,
     ranking_table,
     shared_name,
     sweep_csv,
@@ -59,6 +49,17 @@ from speculab.tracking.sweep import (
     verdict,
     verdict_line,
 )
+from speculab.tracking.ui import experiment_tags, point_link, where
+
+# This process's sweep points, resolved when the sweep starts, by their overrides: a point's job reads its
+# plan here (`planned`) rather than resolving its config a second time.
+PLANS: dict[tuple[str, ...], RunPlan] = {}
+
+
+def planned(overrides: list[str]) -> RunPlan | None:
+    """The plan of the sweep point with these overrides (Hydra's `overrides.task`), if this process's sweep
+    resolved it."""
+    return PLANS.get(tuple(overrides))
 
 
 def job_config(config: DictConfig) -> Config:
@@ -100,6 +101,7 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
             if unknown := unknown_keys(job):
                 raise ConfigError.listing(unknown)
             plans.append(resolve(job_config(job)))
+            PLANS[tuple(overrides)] = plans[-1]
         except ConfigError as err:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
@@ -109,9 +111,8 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
 class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.parent: SpooledRun | None = None
-        self.rows: list[dict[str, Any]] = []  # one per finished point, for the parent's summary
+        self.points: list[PointResult] = []  # one per finished point, for the parent's summary
         self.point_ids: list[str] = []  # the same points' ids
-        self.curves: list[dict[str, float]] = []  # the same points' acceptance by depth
         self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -126,7 +127,7 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         overrides = " ".join(config.hydra.overrides.task)
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running.", **provenance_tags(sweep_dir)}
-        name = sweep_name(plans[0].cfg, list(config.hydra.overrides.task))
+        name = sweep_name(PointShape.of(plans[0].cfg), list(config.hydra.overrides.task))
         self.parent = SpooledRun(
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
@@ -140,25 +141,24 @@ class MlflowSweepCallback(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         outcome = job_return.return_value  # `experiment.PointOutcome` of a finished point
-        if self.parent is not None and job_return.status == JobStatus.COMPLETED and outcome and outcome.metrics:
-            self.rows.append(point_row(outcome.plan.cfg, outcome.metrics))
+        if self.parent is not None and job_return.status == JobStatus.COMPLETED and outcome:
+            self.points.append(outcome.result)
             self.point_ids.append(point_id(outcome.plan.cfg))
-            self.curves.append(acceptance_curve(outcome.metrics))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.parent is None:
             return
         found = None
-        if self.rows:
+        if self.points:
             overrides = " ".join(config.hydra.overrides.task)
-            found = verdict(self.rows)
-            self.parent.log_table(table_rows(self.rows), "sweep_points.json")
-            self.parent.log_text(sweep_markdown(self.rows), "sweep_table.md")
-            self.parent.log_text(sweep_csv(self.rows), "sweep_table.csv")
-            self.parent.log_figure(sweep_figure(self.rows), "sweep_points.png")
+            found = verdict(self.points)
+            self.parent.log_table(table_rows(self.points), "sweep_points.json")
+            self.parent.log_text(sweep_markdown(self.points), "sweep_table.md")
+            self.parent.log_text(sweep_csv(self.points), "sweep_table.csv")
+            self.parent.log_figure(sweep_figure(self.points), "sweep_points.png")
             self.log_acceptance()
             self.parent.log_metrics(best_metrics(found))
-            self.parent.set_tags({NOTE_TAG: sweep_description(overrides, self.rows)})
+            self.parent.set_tags({NOTE_TAG: sweep_description(overrides, self.points)})
         self.parent.end("FINISHED")
         if found is not None:
             self.print_ranking(found)
@@ -167,9 +167,9 @@ class MlflowSweepCallback(Callback):
     def log_acceptance(self) -> None:
         """Every point's alpha_j as one plot and a table (`tracking.acceptance`), named by what sets them apart."""
         assert self.parent is not None
-        short = labels(self.rows)
-        curves = {short[row["point"]]: curve for row, curve in zip(self.rows, self.curves) if curve}
-        shared = shared_name(self.rows)
+        short = labels(self.points)
+        curves = {short[p.shape.name]: p.figures for p in self.points if p.figures.series("alpha")}
+        shared = shared_name(self.points)
         if (figure := depth_figure(curves, f"every point: {shared}" if shared else "")) is not None:
             self.parent.log_figure(figure, "acceptance_by_depth.png")
             self.parent.log_text(depth_markdown(curves), "acceptance_by_depth.md")
@@ -178,8 +178,8 @@ class MlflowSweepCallback(Callback):
     def print_ranking(self, found: SweepVerdict) -> None:
         """The top points with their intervals, and the best point's run (or the tie) in one line."""
         title = f"sweep ranking by {found.key} (median, 95% interval over prompts)"
-        console().print(ranking_table(self.rows, title))
-        print(f"speculab: {verdict_line(found, labels(self.rows)).replace('**', '')}")
-        best = self.point_ids[self.rows.index(found.best)] if found.best is not None else None
+        console().print(ranking_table(self.points, title))
+        print(f"speculab: {verdict_line(found, labels(self.points)).replace('**', '')}")
+        best = self.point_ids[self.points.index(found.best)] if found.best is not None else None
         if self.parent is not None and best is not None and (link := point_link(self.parent, best, self.ui_port)):
             print(f"speculab: best point's run: {link}")

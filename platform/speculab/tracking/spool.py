@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,11 @@ from speculab.tracking.store import retrying_busy, store_client
 
 SPOOL_TAG = "speculab.spool_id"
 PARENT_TAG = "mlflow.parentRunId"
+POINT_TAG = "speculab.point_id"  # a point's identity (`tracking.resume.point_id`)
+KIND_TAG = "speculab.kind"  # point, sweep (a sweep's parent) or report (`speculab-report`'s files)
+LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certified lossless (spectr_gbv, K >= 2)
+NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page
+DEFAULT_ROOTS = ("outputs", "multirun")  # where Hydra writes, so where spools are looked for by default
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 # One retry per call: an unreachable server must not hold a run for minutes of retries (MLflow's
 # defaults: 7 retries with exponential backoff, 120 s timeout); a slow but live one still answers.
@@ -47,6 +52,19 @@ def fail_fast() -> None:
     """MLflow clients of this process give up quickly (unless the user set these variables)."""
     for key, value in FAST_FAIL_ENV.items():
         os.environ.setdefault(key, value)
+
+
+def spool_files(paths: Iterable[Path]) -> list[Path]:
+    """Spool files named directly, in a named directory (a `tracking.spool_dir`), or in ``spool/``
+    directories below it (Hydra's output dirs)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            below = {p for p in path.rglob("*.jsonl") if p.parent.name == "spool"}
+            found += sorted(below | set(path.glob("*.jsonl")))
+    return found
 
 
 def read_spool(path: Path) -> list[dict[str, Any]]:

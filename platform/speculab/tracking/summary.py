@@ -14,77 +14,81 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from rich.table import Table
 
+from speculab.algorithms import get_algorithm
+from speculab.config import Config
+from speculab.paired import PREFIX as COMPARE
 from speculab.records import RunResult
+from speculab.results.figures import PHASES, acceptance_histogram
+from speculab.results.names import HEADLINE, Figures, is_acceptance
+from speculab.results.point import PointResult, PointShape
+from speculab.stats import Estimate
 from speculab.tracking.console import show
-from speculab.tracking.metrics import acceptance_histogram, depth_series, is_acceptance
 
 # The rows a summary opens with, in this order; the rest follow under a rule, as the point gives them.
 HEADLINE_ROWS = ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf", "block_efficiency", "accepted_mean")
 GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
 # What a speedup is over, for the sentence that says whether its interval lies above, below or around 1.
 SPEEDUP_OVER = {"speedup_vs_ar": "the autoregressive baseline", "speedup_vs_hf": "transformers' generate"}
+NO_DRAFT = ("kv_peak_mb_draft",)  # a baseline has no draft: its column stays empty there
 
 
-def summary_table(
-    title: str, metrics: dict[str, float], baselines: dict[str, dict[str, float]], caption: str = ""
-) -> Table:
-    """Every metric, the headline rows first, beside each baseline's (column name -> its metrics) where
-    it has one; a measured figure with its interval (`<key>_ci_low`, `<key>_ci_high`) shows it in
-    brackets; ``caption``: the conditions the figures were measured under. Acceptance by depth shows
-    as a few compact rows under `accepted_mean` (`acceptance_rows`), its intervals in MLflow."""
+def summary_table(title: str, figures: Figures, baselines: dict[str, Figures], caption: str = "") -> Table:
+    """Every figure, the headline rows first, beside each baseline's (column name -> its figures) where
+    it has one, each with its interval where it has one; ``caption``: the conditions the figures were
+    measured under. Acceptance by depth shows as a few compact rows under `accepted_mean`
+    (`acceptance_rows`), its intervals in MLflow."""
     table = Table(title=title, caption=caption or None)
     table.add_column("metric", no_wrap=True)  # a name cut short is a name nobody can look up
     table.add_column("speculative", justify="right", no_wrap=True)
     for name in baselines:
         table.add_column(name, justify="right", no_wrap=True)
-    head, rest = summary_rows(metrics)
+    head, rest = summary_rows(figures)
     for keys in (head, rest):
         for key in keys:
-            shown = [b.get(key) if key != "kv_peak_mb_draft" else None for b in baselines.values()]  # no draft
-            cell = _fmt(metrics[key]) + _bracket(metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high"))
-            table.add_row(key, cell, *("" if v is None or math.isnan(v) else _fmt(v) for v in shown))
+            shown = [b.get(key) if key not in NO_DRAFT else None for b in baselines.values()]
+            table.add_row(key, f"{figures[key]}", *("" if e is None or math.isnan(e.value) else f"{e}" for e in shown))
             if key == "accepted_mean":
-                for name, line in acceptance_rows(metrics):
+                for name, line in acceptance_rows(figures):
                     table.add_row(name, line)
         table.add_section()
     return table
 
 
-def summary_rows(metrics: dict[str, float]) -> tuple[list[str], list[str]]:
-    """(the headline rows present, every other row in the point's order); intervals and acceptance by
-    depth (`acceptance_rows`) are not rows of their own."""
-    rows = [key for key in metrics if not (key.endswith(("_ci_low", "_ci_high")) or is_acceptance(key))]
+def summary_rows(figures: Figures) -> tuple[list[str], list[str]]:
+    """(the headline rows present, every other row in the table's order); acceptance by depth
+    (`acceptance_rows`) has no rows of its own."""
+    rows = [key for key in figures if not is_acceptance(key)]
     head = [key for key in HEADLINE_ROWS if key in rows]
     return head, [key for key in rows if key not in head]
 
 
-def speedup_verdicts(metrics: dict[str, float]) -> list[str]:
+def speedup_verdicts(figures: Figures) -> list[str]:
     """One sentence per speedup with an interval: faster than, slower than, or not distinguishable
     from its baseline, as the interval lies above 1, below 1 or around it."""
     lines = []
     for key, baseline in SPEEDUP_OVER.items():
-        low, high = metrics.get(f"{key}_ci_low", math.nan), metrics.get(f"{key}_ci_high", math.nan)
-        if math.isnan(low) or math.isnan(high):
+        speedup = figures.get(key)
+        if speedup is None or not speedup.has_interval:
             continue
         verdict = (
             f"faster than {baseline}"
-            if low > 1
+            if speedup.low > 1
             else f"slower than {baseline}"
-            if high < 1
+            if speedup.high < 1
             else f"not distinguishable from {baseline} (the interval includes 1)"
         )
-        lines.append(f"{key} {_fmt(metrics[key])}{_bracket(low, high)}: {verdict}")
+        lines.append(f"{key} {speedup}: {verdict}")
     return lines
 
 
-def acceptance_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
+def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
     """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the overlap beside it, the
     accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft.
     A line stops where no round reached (alpha NaN) or none accepted (share 0): `of L` says so."""
     lines = (("alpha (depth ", "alpha", 1), ("overlap (depth ", "overlap", 1), ("tau share (", "hist", 0))
     rows = []
     for name, stem, first in lines:
-        values = depth_series(metrics, stem, first)
+        values = [e.value for e in figures.series(stem, first)]
         shown = len(values)
         while shown and (math.isnan(values[shown - 1]) or (first == 0 and values[shown - 1] == 0)):
             shown -= 1
@@ -92,36 +96,41 @@ def acceptance_rows(metrics: dict[str, float]) -> list[tuple[str, str]]:
         span = f"{first}..{first + shown - 1}" + (f" of {last}" if shown < len(values) else "")
         if values:
             rows.append((f"{name}{span})", " ".join(f"{v:.2f}" for v in values[:shown])))
-    if "left_chain" in metrics:
-        rows.append(("left_chain", _fmt(metrics["left_chain"])))
+    if "left_chain" in figures:
+        rows.append(("left_chain", f"{figures['left_chain']}"))
     return rows
 
 
-def _fmt(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.4g}"
+def print_summary(title: str, result: PointResult, caption: str = "") -> None:
+    """Print the point's figures beside the engine's autoregressive loop's and transformers' generate's."""
+    columns = {"autoregressive": result.autoregressive} if result.autoregressive is not None else {}
+    if result.generate is not None:
+        columns["transformers generate"] = result.generate
+    table = summary_table(title, result.figures, columns, caption)
+    show(table, *speedup_verdicts(result.figures), f"every row explained: {GLOSSARY}")
 
 
-def _bracket(low: float | None, high: float | None) -> str:
-    if low is None or high is None or math.isnan(low) or math.isnan(high):
-        return ""
-    return f" [{low:.4g}, {high:.4g}]"
-
-
-def print_summary(
-    title: str,
-    metrics: dict[str, float],
-    ar: dict[str, float] | None,
-    hf: dict[str, float] | None,
-    caption: str = "",
-) -> dict[str, float]:
-    """Print the point's metrics beside the engine's autoregressive loop's and transformers' generate's."""
-    columns = {"autoregressive": ar} if ar else {}
-    if hf:
-        columns["transformers generate"] = hf
-    show(
-        summary_table(title, metrics, columns, caption), *speedup_verdicts(metrics), f"every row explained: {GLOSSARY}"
+def point_description(cfg: Config, result: PointResult | None = None) -> str:
+    """A run's markdown description: its configuration in words, then (when done) its headline figures
+    (`cfg` resolved: `RunPlan.cfg`)."""
+    a, s, spec, shape = cfg.algorithm, cfg.sampling, get_algorithm(cfg.algorithm.name), PointShape.of(cfg)
+    drafted = (
+        f"a {a.tree} tree of {a.budget} nodes, depth {a.L}"
+        if spec.tree_builder
+        else f"K={a.K} i.i.d. path{'s' if a.K > 1 else ''} of L={a.L} tokens"
     )
-    return metrics
+    rule = f", node rule `{a.node_rule}`" if spec.node_rules else ""
+    lossy = "" if spec.lossless(a.K) else f" **Not lossless** at K={a.K} (`algorithm.allow_lossy=true`)."
+    text = (
+        f"**{a.name}** verification ({spec.paper}{rule}) of {drafted} from drafter `{cfg.drafter.name}`, "
+        f"temperature {s.temperature}, on {shape.prompt_count} `{cfg.dataset.name}` prompts × {s.max_new_tokens} "
+        f"new tokens (batch {s.batch_size}), model pair `{cfg.model.name}`, runtime `{cfg.runtime.kind}`.{lossy}"
+    )
+    if result is None:
+        return text + "\n\nDecoding…"
+    header = " | ".join(key.replace("_", " ") for key in HEADLINE)
+    values = " | ".join(f"{result.figures.get(key, Estimate(math.nan)).value:.4g}" for key in HEADLINE)
+    return f"{text}\n\n| {header} |\n|{'---|' * len(HEADLINE)}\n| {values} |"
 
 
 def acceptance_figure(run: RunResult) -> Figure:
@@ -136,14 +145,14 @@ def acceptance_figure(run: RunResult) -> Figure:
     return figure
 
 
-PHASE_COLORS = {"draft": "#4477aa", "target": "#ee6677", "verify": "#228833", "other": "#bbbbbb"}  # share_<phase>
+PHASE_COLORS = dict(zip(PHASES, ("#4477aa", "#ee6677", "#228833", "#bbbbbb")))  # share_<phase>
 
 
-def time_split_figure(metrics: dict[str, float]) -> Figure:
+def time_split_figure(figures: Figures) -> Figure:
     figure, axes = plt.subplots(figsize=(8, 2.6))
     left = 0.0
     for phase, color in PHASE_COLORS.items():
-        share = metrics[f"share_{phase}"]
+        share = figures.value(f"share_{phase}")
         axes.barh([0], [share], left=left, color=color, label=f"{phase} {share:.0%}")
         left += share
     axes.set_xlim(0, 1)
@@ -185,3 +194,20 @@ def records_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {key: " ".join(map(str, r[key])) if key == "accepted" else r[key] for key in TABLE_COLUMNS} for r in records
     ]
+
+
+def paired_table(figures: Figures, configured: str, repeats: int) -> Table:
+    """The console's side-by-side table of `paired_figures`."""
+    names = dict.fromkeys(key.removeprefix(COMPARE).split("/")[0] for key in figures if key.startswith(COMPARE))
+    table = Table(title=f"paired comparison on the same drafts ({repeats} verifications each, ± standard error)")
+    for column in ("verifier", "block efficiency", "accepted", f"minus {configured}"):
+        table.add_column(column, justify="left" if column == "verifier" else "right")
+    for name in names:
+        diff = "-" if name == configured else f"{figures[f'{COMPARE}{name}/diff_block_efficiency']:+.4f}"
+        table.add_row(
+            name,
+            f"{figures[f'{COMPARE}{name}/block_efficiency']:.4f}",
+            f"{figures[f'{COMPARE}{name}/accepted_mean']:.4f}",
+            diff,
+        )
+    return table

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from speculab.tracking.spool import (
+    DEFAULT_ROOTS,
     PARENT_TAG,
     TERMINAL,
     apply_record,
@@ -37,23 +38,9 @@ from speculab.tracking.spool import (
     now_ms,
     read_spool,
     run_content,
+    spool_files,
 )
 from speculab.tracking.store import store_client
-
-DEFAULT_ROOTS = ("outputs", "multirun")
-
-
-def spool_files(paths: Iterable[Path]) -> list[Path]:
-    """Spool files named directly, in a named directory (a `tracking.spool_dir`), or in ``spool/``
-    directories below it (Hydra's output dirs)."""
-    found: list[Path] = []
-    for path in paths:
-        if path.is_file():
-            found.append(path)
-        elif path.is_dir():
-            below = {p for p in path.rglob("*.jsonl") if p.parent.name == "spool"}
-            found += sorted(below | set(path.glob("*.jsonl")))
-    return found
 
 
 def writer_alive(start: dict[str, Any]) -> bool:

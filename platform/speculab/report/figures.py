@@ -20,10 +20,18 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
+from speculab.results.names import is_acceptance
+from speculab.stats import Estimate
 from speculab.tracking.acceptance import Curves, depth_figure, length_figure
-from speculab.tracking.metrics import acceptance_logged, mlflow_name
-from speculab.tracking.points import Estimate, Point, Value, constants, dimensions, logged, per_round, sort_key, varying
 from speculab.tracking.summary import PHASE_COLORS
+
+Figure_ = Callable[[Point], Estimate | None]  # a point's figure to plot (None: the point has none)
+
+
+def of(key: str) -> Figure_:
+    """A point's figure ``key`` as it logged it."""
+    return lambda point: point.figures.get(key)
 
 
 def point_label(point: Point, among: list[str]) -> str:
@@ -48,10 +56,8 @@ def series(points: list[Point], x: str) -> dict[str, list[Point]]:
     }
 
 
-def plot_lines(
-    axes: Axes, lines: dict[str, list[Point]], x: str, y: Callable[[Point], Estimate | None], floor: float = 0.0
-) -> dict[str, str]:
-    """One line per series, error bars where there are intervals, cut at `floor`, the metric's least
+def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Figure_, floor: float = 0.0) -> dict[str, str]:
+    """One line per series, error bars where there are intervals, cut at `floor`, the figure's least
     possible value (a t interval over few prompts can reach below it); lines are nudged apart along
     a linear x axis so that their bars do not hide each other. Returns each line's colour."""
     colors: dict[str, str] = {}
@@ -65,8 +71,10 @@ def plot_lines(
         if len(xs) != len(shown):
             continue  # a line without this coordinate (the DDTree chain has no budget B)
         nudge = 0.0 if axes.get_xscale() == "log" else (i - (len(lines) - 1) / 2) * 0.03 * step
-        upper = [e.half_width or 0.0 for _, e in shown]
-        errors = [[min(h, max(e.value - floor, 0.0)) for h, (_, e) in zip(upper, shown)], upper]
+        errors = [
+            [max(min(e.value - e.low, e.value - floor), 0.0) if e.has_interval else 0.0 for _, e in shown],
+            [max(e.high - e.value, 0.0) if e.has_interval else 0.0 for _, e in shown],
+        ]
         drawn = axes.errorbar(
             [v + nudge for v in xs], [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label
         )
@@ -94,7 +102,7 @@ def efficiency_vs_k(points: list[Point]) -> Figure | None:
     if len(values(points, "K")) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
-    plot_lines(axes, series(points, "K"), "K", per_round("block_efficiency"), floor=1.0)
+    plot_lines(axes, series(points, "K"), "K", of("block_efficiency"), floor=1.0)
     axes.set(xlabel="draft paths K", ylabel="block efficiency (tokens per target call)")
     return titled(figure, "block efficiency vs K", points, intervals=True)
 
@@ -104,7 +112,7 @@ def speedup_vs_l(points: list[Point]) -> Figure | None:
     if len(values(points, "L")) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
-    plot_lines(axes, series(points, "L"), "L", logged("speedup_vs_ar"))
+    plot_lines(axes, series(points, "L"), "L", of("speedup_vs_ar"))
     axes.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     axes.set(xlabel="draft length L", ylabel="speedup over autoregressive")
     return titled(figure, "speedup vs L", points)
@@ -116,11 +124,11 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
     trees = [p for p in points if dimensions(p)["B"] is not None]
     if len(values(trees, "B")) < 2:
         return None
-    chains = [p for p in points if p.params.get("algorithm.tree") == "chain"]
+    chains = [p for p in points if p.shape.tree == "chain"]
     figure, (tau_axes, speed_axes) = plt.subplots(1, 2, figsize=(12, 5))
     for axes, y, name, floor in (
-        (tau_axes, per_round("block_efficiency"), "τ (tokens per round, bonus included)", 1.0),
-        (speed_axes, logged("speedup_vs_ar"), "speedup over autoregressive", 0.0),
+        (tau_axes, of("block_efficiency"), "τ (tokens per round, bonus included)", 1.0),
+        (speed_axes, of("speedup_vs_ar"), "speedup over autoregressive", 0.0),
     ):
         axes.set_xscale("log", base=2)
         colors = plot_lines(axes, series(trees, "B"), "B", y, floor)
@@ -140,8 +148,8 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
 
 def time_split(points: list[Point]) -> Figure | None:
     """GBV App. I, Table 6: each point's wall time split into draft, target, verify and other."""
-    shares = {phase: mlflow_name(f"share_{phase}") for phase in PHASE_COLORS}
-    timed = [p for p in points if all(name in p.metrics for name in shares.values())]
+    shares = {phase: f"share_{phase}" for phase in PHASE_COLORS}
+    timed = [p for p in points if all(key in p.figures for key in shares.values())]
     if not timed:
         return None
     among = varying(timed)
@@ -149,7 +157,7 @@ def time_split(points: list[Point]) -> Figure | None:
     figure, axes = plt.subplots(figsize=(9, 1.4 + 0.35 * len(ordered)))
     left = [0.0] * len(ordered)
     for phase, color in PHASE_COLORS.items():
-        widths = [p.metrics[shares[phase]] for p in ordered]
+        widths = [p.figures.value(shares[phase]) for p in ordered]
         axes.barh(range(len(ordered)), widths, left=left, color=color, label=phase)
         left = [a + b for a, b in zip(left, widths)]
     axes.set_yticks(range(len(ordered)), [point_label(p, among) or p.name for p in ordered], fontsize=8)
@@ -161,15 +169,18 @@ def time_split(points: list[Point]) -> Figure | None:
 
 def kv_vs_tree_size(points: list[Point]) -> Figure | None:
     """GBV App. I: peak KV cache of target and draft against the scored tree's size."""
-    nodes, target, draft = (mlflow_name(k) for k in ("tree_nodes_mean", "kv_peak_mb_target", "kv_peak_mb_draft"))
-    sized = [p for p in points if nodes in p.metrics and target in p.metrics]
+    nodes, target, draft = "tree_nodes_mean", "kv_peak_mb_target", "kv_peak_mb_draft"
+    sized = [p for p in points if nodes in p.figures and target in p.figures]
     if len(sized) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
     for role, key, marker in (("target", target, "o"), ("draft", draft, "s")):
-        shown = [p for p in sized if key in p.metrics]
+        shown = [p for p in sized if key in p.figures]
         axes.scatter(
-            [p.metrics[nodes] for p in shown], [p.metrics[key] for p in shown], marker=marker, label=f"{role} KV peak"
+            [p.figures.value(nodes) for p in shown],
+            [p.figures.value(key) for p in shown],
+            marker=marker,
+            label=f"{role} KV peak",
         )
     axes.set(xlabel="tree size (nodes per scored tree, root included)", ylabel="peak KV cache (MiB)")
     axes.legend(fontsize=9)
@@ -178,9 +189,9 @@ def kv_vs_tree_size(points: list[Point]) -> Figure | None:
 
 
 def acceptance_curves(points: list[Point]) -> Curves:
-    """Each point's acceptance by depth (keys), labelled by its coordinates that vary across the points."""
+    """Each point's figures, labelled by its coordinates that vary across the points (those that drafted)."""
     among = varying(points)
-    return {point_label(p, among) or p.name: curve for p in points if (curve := acceptance_logged(p.metrics))}
+    return {point_label(p, among) or p.name: p.figures for p in points if any(map(is_acceptance, p.figures))}
 
 
 def acceptance_by_depth(points: list[Point]) -> Figure | None:

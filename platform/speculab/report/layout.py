@@ -1,0 +1,128 @@
+"""A report's tables: which figures a paper's table shows and how its rows and columns run
+(`Table`), laid out over the points as a grid of cells (`lay_out` -> `Grid`).
+
+A table names its row dimensions, optionally one dimension spread over the columns (GBV Table 1's
+K), and its figure columns; dimensions it does not name become rows where they vary across the
+points and the caption where they do not. Every cell is a dimension's value or the point's
+`Estimate`, as it was measured (`speculab.results`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
+from speculab.stats import Estimate
+
+
+@dataclass(frozen=True)
+class Column:
+    """A figure column: its header, the figure's key (the autoregressive baseline's with `baseline`),
+    a factor for its unit (a share as a percentage) and which way is better (+1 higher, -1 lower, 0
+    neither: the best of a row is set in bold)."""
+
+    label: str
+    key: str
+    better: int = 0
+    scale: float = 1.0
+    baseline: bool = False
+
+    def estimate(self, point: Point) -> Estimate | None:
+        figures = point.autoregressive if self.baseline else point.figures
+        found = figures.get(self.key)
+        if found is None or self.scale == 1.0:
+            return found
+        return replace(found, value=found.value * self.scale, low=found.low * self.scale, high=found.high * self.scale)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A paper table: `rows` name its row dimensions, `across` a dimension spread over the columns,
+    `columns` its figures."""
+
+    name: str  # file stem
+    title: str
+    rows: tuple[str, ...]
+    columns: tuple[Column, ...]
+    across: str | None = None
+
+
+Cell = Value | Estimate
+At = tuple[int, int]  # (row, column) of a grid
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A laid-out table: header, rows of cells, caption, and the cells set in bold."""
+
+    name: str
+    title: str
+    caption: str
+    header: list[str]
+    rows: list[list[Cell]]
+    bold: set[At]  # the best values, as the papers bold them
+
+
+def lay_out(table: Table, points: list[Point], note: str) -> Grid:
+    """The table's grid over ``points``; of points sharing every coordinate the newest is shown.
+    ``note`` (what the intervals are) joins the caption where a cell has one."""
+    row_dims = [*table.rows, *(d for d in varying(points) if d not in table.rows and d != table.across)]
+    across: list[Value] = [None]
+    if table.across:
+        across = sorted({dimensions(p)[table.across] for p in points}, key=lambda v: sort_key(table.across or "", v))
+    cells: dict[tuple[Value, ...], dict[Value, Point]] = {}
+    for point in sorted(points, key=lambda p: p.start_time):  # newest last: it wins
+        coordinate = dimensions(point)
+        cells.setdefault(tuple(coordinate[d] for d in row_dims), {})[coordinate.get(table.across or "")] = point
+    keys = sorted(cells, key=lambda key: [sort_key(d, v) for d, v in zip(row_dims, key)])
+    header = [*row_dims, *(_header(table, column, value) for value in across for column in table.columns)]
+    rows: list[list[Cell]] = [
+        [*key, *(_cell(column, cells[key].get(value)) for value in across for column in table.columns)] for key in keys
+    ]
+    measured = any(isinstance(c, Estimate) and (c.has_interval or c.has_se) for row in rows for c in row)
+    shown = {*row_dims, table.across or ""}
+    caption = ". ".join(part for part in (constants(points, shown), note if measured else "") if part)
+    return Grid(table.name, table.title, caption, header, rows, bold_cells(table, row_dims, rows))
+
+
+def bold_cells(table: Table, row_dims: list[str], rows: list[list[Cell]]) -> set[At]:
+    """The cells the papers set in bold: of one figure across a dimension (GBV Table 1), each row's
+    best; otherwise each figure's best among rows that differ only in the table's last row
+    dimension (GBV Table 7: the best method per T and K)."""
+    first = len(row_dims)
+    contests: list[tuple[list[At], int]] = []  # (competing cells, +1 higher or -1 lower is better)
+    if table.across is not None:
+        (column, *others) = table.columns
+        if column.better and not others:
+            contests = [([(r, c) for c in range(first, len(row))], column.better) for r, row in enumerate(rows)]
+    else:
+        last = row_dims.index(table.rows[-1])
+        groups: dict[tuple[Cell, ...], list[int]] = {}
+        for r, row in enumerate(rows):
+            groups.setdefault(tuple(v for j, v in enumerate(row[:first]) if j != last), []).append(r)
+        contests = [
+            ([(r, first + i) for r in members], column.better)
+            for members in groups.values()
+            for i, column in enumerate(table.columns)
+            if column.better
+        ]
+    return {cell for cells, better in contests for cell in best_of(rows, cells, better)}
+
+
+def best_of(rows: list[list[Cell]], cells: list[At], better: int) -> set[At]:
+    """The best estimates among ``cells`` (all of a tie; none when every one is equal)."""
+    scored = {(r, c): better * cell.value for r, c in cells if isinstance(cell := rows[r][c], Estimate)}
+    top = max(scored.values(), default=0.0)
+    return {at for at, score in scored.items() if score == top} if len(set(scored.values())) > 1 else set()
+
+
+def _header(table: Table, column: Column, value: Value) -> str:
+    """`K=2` (or the method's name) for a table of one figure across K; `<figure> · K=2` for several."""
+    if table.across is None:
+        return column.label
+    where = value if isinstance(value, str) else f"{table.across}={value}"  # a method is its own name
+    return where if len(table.columns) == 1 else f"{column.label} · {where}"
+
+
+def _cell(column: Column, point: Point | None) -> Estimate | None:
+    return None if point is None else column.estimate(point)

@@ -1,0 +1,164 @@
+"""The finished point runs of an experiment or a sweep, read back from MLflow for the report.
+
+Everything comes through MLflow's client (`MlflowClient.search_runs`), never from the store's
+files. A point keeps its shape (`PointShape.from_params`, from its flattened config) and its
+figures as it logged them (`results.names.parse`: each with the interval it was measured with),
+its autoregressive baseline's beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
+from speculab.results.names import AR_PREFIX, Figures, parse
+from speculab.results.point import PointShape
+from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
+
+REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")  # every finished point logs these
+
+
+@dataclass(frozen=True)
+class Point:
+    """One finished point run: its shape, its figures and its autoregressive baseline's."""
+
+    run_id: str
+    name: str
+    start_time: int
+    shape: PointShape
+    figures: Figures
+    autoregressive: Figures
+
+
+class ReportError(ValueError):
+    """Bad input to the report: names what was given and what is allowed."""
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        known = ", ".join(sorted(e.name for e in client.search_experiments())) or "none"
+        raise ReportError(f"no MLflow experiment named {name!r} in this store; experiments there: {known}")
+    return experiment.experiment_id
+
+
+def point_runs(client: MlflowClient, experiment_ids: list[str], query: str = "") -> list[Run]:
+    """FINISHED point runs (tag speculab.kind=point) matching ``query``, oldest first."""
+    finished = f"tags.`{KIND_TAG}` = 'point' and attributes.status = 'FINISHED'"
+    runs = client.search_runs(experiment_ids, f"{finished} and {query}" if query else finished, max_results=50_000)
+    return sorted(runs, key=lambda run: run.info.start_time)
+
+
+def newest_per_point(runs: list[Run]) -> list[Run]:
+    """One run per point id (the newest): an experiment holds reruns of the same point."""
+    newest: dict[str, Run] = {}
+    for run in runs:  # oldest first, so later ones win
+        newest[run.data.tags.get(POINT_TAG, run.info.run_id)] = run
+    return sorted(newest.values(), key=lambda run: run.info.start_time)
+
+
+def sweep_children(client: MlflowClient, parent_id: str) -> list[Run]:
+    """The finished points of a sweep's parent run; ReportError if it is not one."""
+    try:
+        parent = client.get_run(parent_id)
+    except Exception as err:  # MlflowException: RESOURCE_DOES_NOT_EXIST
+        raise ReportError(f"no MLflow run {parent_id!r} in this store ({err})") from None
+    children = point_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")
+    if not children:
+        kind = parent.data.tags.get(KIND_TAG, "unknown")
+        raise ReportError(
+            f"run {parent_id!r} ({parent.info.run_name}, speculab.kind={kind}) has no FINISHED point runs under it; "
+            "give a sweep's parent run (`sweep ...`), --experiment NAME or --preset NAME"
+        )
+    return children
+
+
+def read_point(run: Run) -> Point:
+    """A run's shape and figures, as it logged them."""
+    metrics = dict(run.data.metrics)
+    return Point(
+        run.info.run_id,
+        run.info.run_name or run.info.run_id,
+        run.info.start_time,
+        PointShape.from_params(run.data.params),
+        parse(metrics),
+        parse(metrics, AR_PREFIX),
+    )
+
+
+def read_points(runs: list[Run]) -> list[Point]:
+    """The runs' points; ReportError naming every run that lacks a figure the tables need."""
+    points = [read_point(run) for run in runs]
+    missing = [
+        f"{p.run_id} ({p.name}): no {', '.join(absent)}"
+        for p in points
+        if (absent := [key for key in REQUIRED if key not in p.figures])
+    ]
+    if missing:
+        raise ReportError(
+            "runs without the metrics the report needs (a speculab point run logs "
+            f"{', '.join(REQUIRED)} when it finishes):\n  " + "\n  ".join(missing)
+        )
+    return points
+
+
+# A point's coordinates, in the order tables list them; a dimension a table does not lay out
+# becomes a row column when it varies across the points, or the caption when it does not.
+DIMENSIONS = ("Model pair", "Dataset", "Method", "K", "L", "B", "T", "Top-k", "Prompts", "New tokens", "Batch", "Seed")
+Value = str | int | float | None
+
+
+def dimensions(point: Point) -> dict[str, Value]:
+    """The point's coordinates (DIMENSIONS), from its shape."""
+    s = point.shape
+    return {
+        "Model pair": s.model,
+        "Dataset": s.dataset,
+        "Method": s.method,
+        "K": s.K,
+        "L": s.L,
+        "B": s.budget,
+        "T": s.temperature,
+        "Top-k": s.top_k or None,  # the draft's truncation; 0: none
+        "Prompts": s.prompts,
+        "New tokens": s.max_new_tokens,
+        "Batch": s.batch_size,
+        "Seed": s.seed,
+    }
+
+
+def method_order(label: str) -> tuple[int, int, str]:
+    """Methods sort as the papers list them: single-path, multi-path (SpecTr's node rules in the
+    Global Resolution paper's order), then DDTree; ties by name."""
+    names = [spec.label for spec in ALGORITHMS.values() if not spec.tree_builder]
+    rules = list(NODE_RULE_LABELS.values())
+    first = next((i for i, name in enumerate(names) if label == name or label.startswith(f"{name} (")), len(names))
+    rule = next((i for i, r in enumerate(rules) if label.endswith(f"({r})")), len(rules))
+    return first, rule, label
+
+
+def sort_key(dimension: str, value: Value) -> tuple[int, float, tuple[int, int, str]]:
+    if value is None:
+        return (0, 0.0, (0, 0, ""))
+    if isinstance(value, int | float):
+        return (1, float(value), (0, 0, ""))
+    return (2, 0.0, method_order(value) if dimension == "Method" else (0, 0, value))
+
+
+def varying(points: list[Point]) -> list[str]:
+    """Dimensions that take more than one value across the points."""
+    coordinates = [dimensions(p) for p in points]
+    return [d for d in DIMENSIONS if len({c[d] for c in coordinates}) > 1]
+
+
+def constants(points: list[Point], shown: Collection[str] = ()) -> str:
+    """The dimensions with one value across the points, but those ``shown`` elsewhere
+    (`Model pair tiny-pycode, Dataset humaneval, T 1.0`)."""
+    first, spread = dimensions(points[0]), varying(points)
+    return ", ".join(
+        f"{d} {first[d]}" for d in DIMENSIONS if d not in shown and d not in spread and first[d] is not None
+    )

@@ -1,0 +1,175 @@
+"""A point's figures, computed once from what it measured: the records of a decode
+(`speculab.records`) and the interleaved timings of its methods (`speculab.measure`).
+
+Acceptance figures come from the speculative decode's first repetition (every repetition decodes
+the same tokens); speed figures from every repetition, paired turn by turn. Nothing here reads a
+clock or a model: the same records give the same figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+
+from speculab.measure import Sample, Timings, paired_ratios, throughputs
+from speculab.paired import PREFIX
+from speculab.records import PromptRecord, RunResult, concat_runs
+from speculab.results.names import BASELINE_AR, Figures
+from speculab.stats import Estimate, mean_estimate, median_estimate, ratio_estimate
+
+PHASES = ("draft", "target", "verify", "other")  # the wall time's split: `time_<phase>_s`, `share_<phase>`
+
+
+def tokens_per_second(run: RunResult) -> float:
+    return sum(len(p.tokens) for p in run.prompts) / run.wall_s
+
+
+def run_figures(run: RunResult) -> Figures:
+    """What one decode shows by itself: acceptance, costs and its own tokens per second (a point's
+    speed figures are `speed_figures`', from repeated interleaved decodes, and replace these)."""
+    generated = sum(len(p.tokens) for p in run.prompts)
+    sequence_rounds = sum(r.rows for r in run.rounds)
+    spent = {
+        "draft": run.prefill_draft_s + sum(r.time_draft_s for r in run.rounds),
+        "target": run.prefill_target_s + sum(r.time_target_s for r in run.rounds),
+        "verify": sum(r.time_verify_s for r in run.rounds),
+    }
+    spent["other"] = max(0.0, run.wall_s - sum(spent.values()))
+    rate = tokens_per_second(run)
+    figures: dict[str, Estimate | float] = {
+        "block_efficiency": per_round(run, lambda p: len(p.tokens)),
+        "tokens_per_s": rate,
+        "ms_per_token": 1000.0 / rate,
+        "accepted_mean": per_round(run, lambda p: sum(p.accepted)),
+        **first_position(run),
+        **{f"time_{phase}_s": spent[phase] for phase in PHASES},
+        **{f"share_{phase}": spent[phase] / run.wall_s for phase in PHASES},
+        "time_tree_build_s": sum(r.time_tree_build_s for r in run.rounds),
+        "time_feature_s": sum(r.time_feature_s for r in run.rounds),
+        "feature_bytes_per_round": sum(r.feature_bytes for r in run.rounds) / len(run.rounds),
+        "kv_peak_mb_target": max(r.kv_target_bytes for r in run.rounds) / 2**20,
+        "kv_peak_mb_draft": max(r.kv_draft_bytes for r in run.rounds) / 2**20,
+        "tree_nodes_mean": sum(sum(r.tree_nodes) for r in run.rounds) / sequence_rounds,
+        "target_calls": float(len(run.rounds)),
+        "generated_tokens": float(generated),
+    }
+    return Figures(figures) | acceptance_by_depth(run)
+
+
+def per_round(run: RunResult, count: Callable[[PromptRecord], int]) -> Estimate:
+    """A count per sequence-round (kept tokens: block efficiency; accepted tokens), as a ratio of sums
+    over prompts with the ratio estimator's interval. ``count``: a prompt's total of the count."""
+    prompts = [p for p in run.prompts if p.accepted]
+    return ratio_estimate([float(count(p)) for p in prompts], [float(len(p.accepted)) for p in prompts])
+
+
+def first_position(run: RunResult) -> dict[str, float]:
+    """Means over the sequence-rounds that drafted (the `first_*` figures; none for a baseline)."""
+    rounds = [r for r in run.rounds if r.first_overlap]
+    if not rounds:
+        return {}
+    count = sum(len(r.first_overlap) for r in rounds)
+
+    def mean(values: list[list[float]]) -> float:
+        return sum(map(sum, values)) / count
+
+    return {
+        "first_accept_rate": sum(tau >= 1 for r in rounds for tau in r.accepted) / count,
+        "first_overlap_mean": mean([r.first_overlap for r in rounds]),
+        "first_entropy_target": mean([r.first_entropy_target for r in rounds]),
+        "first_entropy_draft": mean([r.first_entropy_draft for r in rounds]),
+    }
+
+
+def acceptance_by_depth(run: RunResult) -> Figures:
+    """alpha_j and overlap_j (j = 1..L) with their intervals over prompts, the accepted-length histogram
+    and, for a deterministic tree, the share of rounds off its chain; none when nothing was drafted.
+    From each prompt's taus and overlaps per round: no model pass."""
+    L, prompts = run.length, [p for p in run.prompts if p.accepted]
+    if not L or not prompts:
+        return Figures()
+    # reached[j][i]: prompt i's sequence-rounds that accepted at least j draft tokens, j = 0..L+1
+    reached = [[float(sum(tau >= j for tau in p.accepted)) for p in prompts] for j in range(L + 2)]
+    rounds = sum(reached[0])
+    figures: dict[str, Estimate | float] = {}
+    for j in range(1, L + 1):
+        # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
+        overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
+        figures[f"alpha_{j}"] = ratio_estimate(reached[j], reached[j - 1], share=True)
+        figures[f"overlap_{j}"] = ratio_estimate(overlap, reached[j - 1], share=True)
+    figures |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
+    if any(p.left_chain for p in prompts):
+        figures["left_chain"] = sum(sum(p.left_chain) for p in prompts) / rounds
+    return Figures(figures)
+
+
+def speed_figures(timings: Timings, spec: str, ar: str | None, hf: str | None) -> Figures:
+    """The point's speed from interleaved timings of the speculative method `spec` and its baselines
+    (None: not run): tokens_per_s and the speedups with their intervals, and the CPU-time speedup."""
+    rate = median_estimate(throughputs(timings[spec]))
+    figures: dict[str, Estimate | float] = {"tokens_per_s": rate, "ms_per_token": 1000.0 / rate.value}
+    if ar is not None:
+        figures["speedup_vs_ar"] = median_estimate(paired_ratios(timings[spec], timings[ar]))
+        figures["speedup_vs_ar_cpu"] = median_estimate(paired_ratios(timings[spec], timings[ar], cpu=True)).value
+    if hf is not None:
+        figures["speedup_vs_hf"] = median_estimate(paired_ratios(timings[spec], timings[hf]))
+    return Figures(figures)
+
+
+def baseline_speed(samples: list[list[Sample]]) -> Figures:
+    """A baseline's tokens_per_s (the median over units, as the point's own) and ms_per_token; its
+    interval is the point's speedup's, which pairs it with the point's own decodes."""
+    rate = median_estimate(throughputs(samples)).value
+    return Figures({"tokens_per_s": rate, "ms_per_token": 1000.0 / rate})
+
+
+def autoregressive_figures(runs: list[RunResult], samples: list[list[Sample]]) -> Figures:
+    """The engine's autoregressive loop as a baseline: its costs from its records, its speed from its timings."""
+    return run_figures(concat_runs(runs)).only(BASELINE_AR) | baseline_speed(samples)
+
+
+def generate_figures(tokens: list[list[int]], timings: Timings, paired_with_ar: bool) -> Figures:
+    """transformers' generate as a baseline: what it generated, its speed and, beside the engine's loop,
+    its own paired speedup over it (the sweep plot's reference line)."""
+    figures = Figures({"generated_tokens": float(sum(map(len, tokens)))}) | baseline_speed(timings["generate"])
+    if paired_with_ar:
+        ratio = median_estimate(paired_ratios(timings["generate"], timings["autoregressive"])).value
+        figures |= {"speedup_vs_ar": ratio}
+    return figures
+
+
+def prompt_figures(record: PromptRecord) -> Figures:
+    """Live figures of one finished prompt (logged while the point decodes, step = prompts done)."""
+    rounds = max(len(record.accepted), 1)
+    return Figures(
+        {
+            "prompt/generated_tokens": float(len(record.tokens)),
+            "prompt/block_efficiency": len(record.tokens) / rounds,
+            "prompt/accepted_mean": sum(record.accepted) / rounds,
+        }
+    )
+
+
+def acceptance_histogram(run: RunResult) -> dict[int, int]:
+    """tau -> number of sequence-rounds that accepted exactly tau draft tokens."""
+    counts: dict[int, int] = {}
+    for record in run.rounds:
+        for tau in record.accepted:
+            counts[tau] = counts.get(tau, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def paired_figures(units: dict[str, torch.Tensor], configured: str) -> Figures:
+    """`compare/<verifier>/...` figures, each with its standard error over sequence-rounds: accepted
+    length, block efficiency (1 + accepted, the untruncated tokens per round) and the paired
+    difference from ``configured``."""
+    figures: dict[str, Estimate] = {}
+    for name, values in units.items():
+        accepted = mean_estimate(values.tolist())
+        figures[f"{PREFIX}{name}/accepted_mean"] = accepted
+        figures[f"{PREFIX}{name}/block_efficiency"] = replace(accepted, value=1.0 + accepted.value)
+        if name != configured:
+            figures[f"{PREFIX}{name}/diff_block_efficiency"] = mean_estimate((values - units[configured]).tolist())
+    return Figures(figures)

@@ -1,0 +1,361 @@
+"""The one table of a point's figures: each figure's key, its MLflow name and what it means, and
+the two crossings between them (`flatten` writes `Figures` as MLflow metrics, `parse` reads them
+back), the only place that knows how an interval or a standard error is spelled in MLflow.
+
+A key is what the code and the console use (`tokens_per_s`, `alpha_3`); the MLflow name groups
+figures in MLflow's chart view by the prefix before "/": the headline figures carry none and come
+first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/` and
+`accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
+number or a name fills. A baseline's figures are logged under `baseline_ar/<key>` and
+`baseline_hf/<key>`. `python -m speculab.results.names` prints the table of docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import cache
+
+from speculab.stats import BOOTSTRAP, RATIO, STANDARD_ERROR, Estimate
+
+LOW, HIGH = "_ci_low", "_ci_high"  # an interval's ends, after the figure's MLflow name
+CLIPPED = f"{RATIO}, clipped to [0, 1]"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the code's and the console's name; `<j>`, `<n>`, `<verifier>`, `<what>`: a family
+    mlflow: str  # the name logged to MLflow
+    meaning: str
+    interval: str = ""  # how its interval is found (`speculab.stats`): logged as `<mlflow>_ci_low`, `_ci_high`
+    se: str = ""  # the MLflow name of its standard error, where it carries one
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        "block_efficiency", "block_efficiency", "kept tokens per sequence-round (per target call per sequence)", RATIO
+    ),
+    Metric(
+        "tokens_per_s",
+        "tokens_per_s",
+        "kept tokens per wall second, prefill included: the median over prompts (units of a batch) of each one's "
+        "median over measure.repeats interleaved repetitions",
+        BOOTSTRAP,
+    ),
+    Metric(
+        "speedup_vs_ar",
+        "speedup_vs_ar",
+        "over the engine's own autoregressive loop: the median over prompts of paired throughput ratios, each "
+        "of two decodes run back to back (docs/measuring.md)",
+        BOOTSTRAP,
+    ),
+    Metric(
+        "speedup_vs_ar_cpu",
+        "speedup_vs_ar_cpu",
+        "the same paired ratio in tokens per CPU second (this process and the model actors): robust to a busy machine",
+    ),
+    Metric(
+        "speedup_vs_hf",
+        "speedup_vs_hf",
+        "over transformers' generate on the same target: paired like speedup_vs_ar",
+        BOOTSTRAP,
+    ),
+    Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round", RATIO),
+    Metric(
+        "first_accept_rate",
+        "first/accept_rate",
+        "share of sequence-rounds that accepted the first drafted token (tau >= 1)",
+    ),
+    Metric(
+        "first_overlap_mean",
+        "first/overlap_mean",
+        "mean over sequence-rounds of sum_x min(p, q) at the first drafted position: what one token drawn from "
+        "q is accepted with (equals first_accept_rate in expectation for one sampled path; below it means the "
+        "verification loses, not the drafter)",
+    ),
+    Metric("first_entropy_target", "first/entropy_target", "mean entropy of p at the first drafted position, nats"),
+    Metric("first_entropy_draft", "first/entropy_draft", "mean entropy of q at the first drafted position, nats"),
+    Metric("ms_per_token", "ms_per_token", "1000 / tokens_per_s"),
+    Metric("time_draft_s", "time/draft_s", "wall time drafting (draft prefill included)"),
+    Metric("time_target_s", "time/target_s", "wall time in the target (prefill, tree scoring, commits)"),
+    Metric("time_verify_s", "time/verify_s", "wall time verifying"),
+    Metric("time_other_s", "time/other_s", "the rest of the wall time (the loop's bookkeeping)"),
+    *(
+        Metric(f"share_{phase}", f"time/share_{phase}", f"time_{phase}_s over the wall time (the four add up to 1)")
+        for phase in ("draft", "target", "verify", "other")
+    ),
+    Metric("time_tree_build_s", "time/tree_build_s", "building DDTree trees from marginals (part of time_draft_s)"),
+    Metric(
+        "time_feature_s",
+        "time/feature_s",
+        "DFlash: the drafter absorbing the target's features (part of time_draft_s; on Ray the transfer is in "
+        "time_ray_s)",
+    ),
+    Metric(
+        "feature_bytes_per_round",
+        "runtime/feature_bytes_per_round",
+        "DFlash: bytes of target features handed to the drafter per round (prefill's excluded)",
+    ),
+    Metric("kv_peak_mb_target", "memory/kv_peak_mb_target", "largest target KV cache held, MiB (trees included)"),
+    Metric("kv_peak_mb_draft", "memory/kv_peak_mb_draft", "largest draft KV cache held, MiB (drafted paths included)"),
+    Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),
+    Metric("target_calls", "count/target_calls", "batched target forward passes (prefill excluded)"),
+    Metric("generated_tokens", "count/generated_tokens", "kept tokens over all prompts"),
+)
+# Acceptance by depth (docs/measuring.md): one figure per draft depth j = 1..L or accepted length n = 0..L.
+ACCEPTANCE_METRICS: tuple[Metric, ...] = (
+    Metric(
+        "alpha_<j>",
+        "accept/alpha_<j>",
+        "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
+        "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
+        CLIPPED,
+    ),
+    Metric(
+        "overlap_<j>",
+        "accept/overlap_<j>",
+        "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
+        "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
+        "one sampled path; a DDTree's q_j is its depth-j marginal)",
+        CLIPPED,
+    ),
+    Metric("hist_<n>", "accept/hist_<n>", "share of sequence-rounds that accepted exactly n draft tokens, n = 0..L"),
+    Metric(
+        "left_chain",
+        "accept/left_chain",
+        "deterministic trees (DDTree): share of sequence-rounds whose accepted path left the tree's "
+        "first-ranked chain (the drafter's most probable token at every depth)",
+    ),
+)
+RUNTIME_METRICS: tuple[Metric, ...] = (
+    Metric("time_ray_s", "time/ray_s", "Ray: the driver's time in Ray calls beyond the actors' own compute"),
+    Metric("restarts", "runtime/restarts", "Ray: model groups recreated after losing an actor"),
+    Metric(
+        "ray_calls_per_round",
+        "runtime/ray_calls_per_round",
+        "Ray: calls the decode loop makes to model actors per round (one per rank and model step with "
+        "runtime.loop=driver; 0 with the loop on the target's rank 0, whose driver calls once per rank and unit)",
+    ),
+    Metric(
+        "host_syncs_per_round",
+        "runtime/host_syncs_per_round",
+        "CUDA: host synchronisations per round (reads of device values), counted on the speculative warm-up "
+        "with torch's sync debug mode; absent on the CPU and when the loop runs in the driver",
+    ),
+    Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
+    Metric(
+        "units_finished",
+        "runtime/units_finished",
+        "a point that failed (a lost node, restarts used up): units whose speculative decode finished and is "
+        "logged with the point; absent when the point finished",
+    ),
+    Metric("mem_peak_mb_<what>", "memory/peak_mb_<what>", "CUDA only: peak memory per role and call kind"),
+)
+PAIRED_METRICS: tuple[Metric, ...] = (
+    Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
+    Metric(
+        "compare/<verifier>/block_efficiency",
+        "compare/<verifier>/block_efficiency",
+        "algorithm.compare: the verifier's block efficiency on the run's own drafts (1 + its accepted_mean)",
+        se="compare/<verifier>/block_efficiency_se",
+    ),
+    Metric(
+        "compare/<verifier>/accepted_mean",
+        "compare/<verifier>/accepted_mean",
+        "algorithm.compare: the verifier's mean accepted length on the run's own drafts",
+        se="compare/<verifier>/accepted_se",
+    ),
+    Metric(
+        "compare/<verifier>/diff_block_efficiency",
+        "compare/<verifier>/diff_block_efficiency",
+        "algorithm.compare: its block efficiency minus the configured verifier's, paired round by round",
+        se="compare/<verifier>/diff_block_efficiency_se",
+    ),
+)
+LIVE_METRICS: tuple[Metric, ...] = tuple(
+    Metric(f"prompt/{key}", f"prompt/{key}", f"each finished prompt's {key}, step = prompts done")
+    for key in ("generated_tokens", "block_efficiency", "accepted_mean")
+)
+EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
+
+HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
+# What a pass shows without timing it: a failed point logs these for the units it finished.
+UNTIMED = (
+    "block_efficiency",
+    "accepted_mean",
+    "tree_nodes_mean",
+    "kv_peak_mb_target",
+    "kv_peak_mb_draft",
+    "target_calls",
+    "generated_tokens",
+)
+# What a baseline logs (`baseline_ar/<key>`, `baseline_hf/<key>`): the rest are constants for it (block
+# efficiency 1, no draft, no tree); fewer charts stand before the headline ones on a run's page.
+BASELINE_AR = ("tokens_per_s", "ms_per_token", "time_target_s", "kv_peak_mb_target", "target_calls", "generated_tokens")
+BASELINE_HF = ("tokens_per_s", "ms_per_token", "generated_tokens", "speedup_vs_ar")
+AR_PREFIX, HF_PREFIX = "baseline_ar/", "baseline_hf/"
+_HOLE = re.compile(r"<(j|n|verifier|what)>")
+_FILL = {"j": r"\d+", "n": r"\d+", "verifier": r"[A-Za-z0-9_]+", "what": r"[A-Za-z0-9_]+"}
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    """A table name with its placeholder as a capturing group (`alpha_<j>` matches `alpha_3`)."""
+    parts = _HOLE.split(pattern)  # text, hole, text, ...
+    return re.compile("".join(re.escape(p) if i % 2 == 0 else f"({_FILL[p]})" for i, p in enumerate(parts)))
+
+
+def _fill(pattern: str, value: str) -> str:
+    return _HOLE.sub(value, pattern)
+
+
+@cache
+def lookup(key: str) -> tuple[Metric, str]:
+    """The table's row of a key and what fills its placeholder (`alpha_3` -> (alpha_<j>, "3")); KeyError
+    for a key no row names."""
+    for metric in EVERY:
+        if found := _regex(metric.key).fullmatch(key):
+            return metric, found.group(1) if found.groups() else ""
+    raise KeyError(f"{key!r} is not a figure of speculab.results.names")
+
+
+@cache
+def key_of(name: str) -> str | None:
+    """The key of an MLflow name (None: not a figure of the table, or an interval's end)."""
+    for metric in EVERY:
+        if found := _regex(metric.mlflow).fullmatch(name):
+            return _fill(metric.key, found.group(1)) if found.groups() else metric.key
+    return None
+
+
+def mlflow_name(key: str) -> str:
+    metric, hole = lookup(key)
+    return _fill(metric.mlflow, hole)
+
+
+def interval_names(key: str) -> tuple[str, str]:
+    """The MLflow names of the ends of a figure's interval (the figure's row must have one)."""
+    name = mlflow_name(key)
+    return name + LOW, name + HIGH
+
+
+def is_acceptance(key: str) -> bool:
+    """A key of ACCEPTANCE_METRICS with its number filled in (`alpha_3`)."""
+    try:
+        return lookup(key)[0] in ACCEPTANCE_METRICS
+    except KeyError:
+        return False
+
+
+def _place(key: str) -> tuple[int, int, str]:
+    """Where a key stands in the table (KeyError for a key no row names): its row, then its number."""
+    metric, hole = lookup(key)
+    return EVERY.index(metric), int(hole) if hole.isdigit() else 0, hole
+
+
+class Figures(Mapping[str, Estimate]):
+    """A point's (or a baseline's) figures by key, in the table's order (a family by its number); every
+    key is the table's, so a misspelt one fails where it is built, not where it is read."""
+
+    def __init__(self, figures: Mapping[str, Estimate | float] | None = None) -> None:
+        given = {key: v if isinstance(v, Estimate) else Estimate(float(v)) for key, v in (figures or {}).items()}
+        self._figures = dict(sorted(given.items(), key=lambda item: _place(item[0])))
+
+    def __getitem__(self, key: str) -> Estimate:
+        return self._figures[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._figures)
+
+    def __len__(self) -> int:
+        return len(self._figures)
+
+    def __or__(self, other: Mapping[str, Estimate | float]) -> Figures:
+        return Figures({**self._figures, **other})
+
+    def __repr__(self) -> str:
+        return f"Figures({self._figures!r})"
+
+    def value(self, key: str) -> float:
+        """The figure's value, NaN where the point has none."""
+        return self._figures[key].value if key in self._figures else math.nan
+
+    def only(self, keys: tuple[str, ...]) -> Figures:
+        return Figures({key: self._figures[key] for key in keys if key in self._figures})
+
+    def series(self, stem: str, first: int = 1) -> list[Estimate]:
+        """`<stem>_<first>`, `<stem>_<first + 1>`, ... as long as the point has them (`alpha`: depths 1..L)."""
+        found: list[Estimate] = []
+        while (key := f"{stem}_{first + len(found)}") in self._figures:
+            found.append(self._figures[key])
+        return found
+
+
+def _logged(value: float) -> float:
+    return float(f"{value:.5g}")  # what MLflow's runs table shows
+
+
+def flatten(figures: Mapping[str, Estimate], prefix: str = "") -> dict[str, float]:
+    """Figures as MLflow metrics, at 5 significant digits: each under its MLflow name (a baseline's
+    under `prefix` + its key), its interval's ends and its standard error beside it where it has them;
+    a baseline's NaN figures (a speedup over itself) are left out."""
+    metrics: dict[str, float] = {}
+    for key, estimate in figures.items():
+        if prefix and math.isnan(estimate.value):
+            continue
+        name = prefix + key if prefix else mlflow_name(key)
+        metrics[name] = _logged(estimate.value)
+        if estimate.has_interval:
+            metrics |= {name + LOW: _logged(estimate.low), name + HIGH: _logged(estimate.high)}
+        if estimate.has_se:
+            metric, hole = lookup(key)
+            metrics[_fill(metric.se, hole)] = _logged(estimate.se)
+    return metrics
+
+
+def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
+    """What `flatten` wrote, read back from a run's metrics: the figures under their MLflow names
+    (with ``prefix``, a baseline's under `prefix` + key), with their intervals and standard errors."""
+    figures: dict[str, Estimate] = {}
+    for name, value in logged.items():
+        if prefix:
+            key = name.removeprefix(prefix) if name.startswith(prefix) else None
+            key = key if key is not None and not key.endswith((LOW, HIGH)) and _known(key) else None
+        else:
+            key = key_of(name)
+        if key is None or lookup(key)[0] in LIVE_METRICS:  # a live figure's last step is not the point's
+            continue
+        metric, hole = lookup(key)
+        low, high = logged.get(name + LOW, math.nan), logged.get(name + HIGH, math.nan)
+        se = logged.get(_fill(metric.se, hole), math.nan) if metric.se else math.nan
+        method = metric.interval if not math.isnan(low + high) else STANDARD_ERROR if not math.isnan(se) else ""
+        figures[key] = replace(Estimate(value, low, high, method=method), se=se)
+    return Figures(figures)
+
+
+def _known(key: str) -> bool:
+    try:
+        lookup(key)
+    except KeyError:
+        return False
+    return True
+
+
+def names_markdown() -> str:
+    """The table of docs/architecture.md: every figure, its MLflow name, what it means and its interval."""
+    lines = ["| key | MLflow name | meaning |", "|---|---|---|"]
+    for m in EVERY:
+        beside = f" ± `{m.mlflow}{LOW}`, `{HIGH}`: 95% {m.interval}" if m.interval else ""
+        beside += f" ± `{m.se}`: its standard error" if m.se else ""
+        lines.append(f"| `{m.key}` | `{m.mlflow}` | {m.meaning}{beside} |")
+    lines += [
+        f"| (baseline) | `{AR_PREFIX}<key>` | the engine's autoregressive loop's {', '.join(BASELINE_AR)} |",
+        f"| (baseline) | `{HF_PREFIX}<key>` | transformers' `generate` on the same target and prompts: "
+        f"{', '.join(BASELINE_HF)} (its own paired speedup over the engine's loop) |",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(names_markdown())

@@ -1,0 +1,128 @@
+"""A point's shape (what it decodes: algorithm, draft shape, temperature, drafter, dataset, model)
+and its whole result, built once and read by every renderer.
+
+`PointShape` comes from a resolved config (`PointShape.of`, as the point runs) or from a logged
+run's params (`PointShape.from_params`, as the report reads it back); either way the same fields
+decide its name and which of K, a tree and a budget it shows: K for i.i.d. paths, the tree for a
+tree algorithm, and the budget for a best-first tree only (a chain has none).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from speculab.algorithms import ALGORITHMS, method_label
+from speculab.config import Config
+from speculab.results.names import Figures
+
+BEST_FIRST = "best_first"
+
+
+@dataclass(frozen=True)
+class PointShape:
+    """What a point decodes, with None for what its algorithm does not have."""
+
+    algorithm: str
+    node_rule: str | None  # a walk's node rule where the algorithm has several (its own first)
+    K: int | None  # i.i.d. paths; None for a tree algorithm
+    L: int
+    tree: str | None  # a tree algorithm's tree (`best_first`, `chain`); None for i.i.d. paths
+    budget: int | None  # a best-first tree's node budget
+    temperature: float
+    drafter: str
+    dataset: str
+    prompts: int | None  # None: every prompt of the dataset
+    model: str
+    top_k: int  # the draft's truncation (0: none)
+    max_new_tokens: int
+    batch_size: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
+        budget) for a tree algorithm, a node rule where the algorithm has several."""
+        spec = ALGORITHMS.get(self.algorithm)
+        is_tree = spec is not None and spec.tree_builder
+        shown = {
+            "node_rule": self.node_rule if spec is not None and spec.node_rules else None,
+            "K": None if is_tree else self.K,
+            "tree": self.tree if is_tree else None,
+            "budget": self.budget if is_tree and self.tree == BEST_FIRST else None,
+        }
+        for name, value in shown.items():
+            object.__setattr__(self, name, value)  # a frozen dataclass sets its own fields this way
+
+    @classmethod
+    def of(cls, cfg: Config) -> PointShape:
+        """The shape of a resolved config (`RunPlan.cfg`: L set)."""
+        a, s = cfg.algorithm, cfg.sampling
+        assert a.L is not None  # resolved
+        return cls(
+            a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, cfg.drafter.name, cfg.dataset.name,
+            cfg.dataset.num_prompts, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
+        )  # fmt: skip
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> PointShape:
+        """The shape of a logged point run, from its params (the flattened config, as strings)."""
+
+        def number(key: str, default: int = 0) -> int:
+            text = params.get(key)
+            return default if text in (None, "None") else int(float(text))
+
+        prompts = params.get("dataset.num_prompts")
+        return cls(
+            params.get("algorithm.name", "?"), params.get("algorithm.node_rule"), number("algorithm.K", 1),
+            number("algorithm.L"), params.get("algorithm.tree"), number("algorithm.budget"),
+            float(params.get("sampling.temperature", "nan")), params.get("drafter.name", "?"),
+            params.get("dataset.name", "?"), None if prompts in (None, "None") else number("dataset.num_prompts"),
+            params.get("model.name", "?"), number("sampling.top_k"), number("sampling.max_new_tokens"),
+            number("sampling.batch_size", 1), number("sampling.seed"),
+        )  # fmt: skip
+
+    @property
+    def method(self) -> str:
+        """The method as the papers name it (`speculab.algorithms.method_label`)."""
+        return method_label(self.algorithm, self.node_rule or "", self.drafter, self.tree or "")
+
+    @property
+    def draft(self) -> str:
+        """The draft shape: `K=4`, `best_first B=64` or `chain`."""
+        if self.tree is None:
+            return f"K={self.K}"
+        return f"{self.tree} B={self.budget}" if self.budget is not None else self.tree
+
+    @property
+    def prompt_count(self) -> str:
+        return "all" if self.prompts is None else str(self.prompts)
+
+    @property
+    def name(self) -> str:
+        """The point's name: algorithm (and a node rule other than its own), draft shape, L and T,
+        drafter, dataset and prompt count, model."""
+        spec = ALGORITHMS.get(self.algorithm)
+        own = spec.node_rules[0] if spec is not None and spec.node_rules else None
+        rule = f"/{self.node_rule}" if self.node_rule is not None and self.node_rule != own else ""
+        return (
+            f"{self.algorithm}{rule} {self.draft} L={self.L} T={self.temperature} · {self.drafter} · "
+            f"{self.dataset}×{self.prompt_count} · {self.model}"
+        )
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """A finished point: its shape, its own figures and its baselines' (None: not run), and whether it
+    finished in an earlier launch of a resumed sweep (its figures then read back from its run)."""
+
+    shape: PointShape
+    figures: Figures
+    autoregressive: Figures | None = None
+    generate: Figures | None = None
+    resumed: bool = False
+
+    @property
+    def generate_vs_ar(self) -> float:
+        """transformers' generate's own paired speedup over the engine's loop (NaN: not both run)."""
+        return self.generate.value("speedup_vs_ar") if self.generate is not None else math.nan

@@ -1,0 +1,91 @@
+"""Which points a resumed sweep (`resume=true`) skips: a point's identity, and where it already
+finished.
+
+A point's identity (``speculab.point_id``) is a hash of its resolved config without the tracking
+settings and `resume`, so the same point gets the same id in every sweep. A point is skipped when a
+FINISHED run with its id exists in the configured store and experiment (MLflow), or in a spool
+under the Hydra output roots that was written for that same store and experiment (a run finished
+while MLflow was down); a run of the same point in another store or experiment does not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from speculab.config import Config, tracking_uri
+from speculab.tracking.spool import DEFAULT_ROOTS, POINT_TAG, fail_fast, read_spool, spool_files
+from speculab.tracking.store import store_client
+
+
+def point_id(cfg: Config) -> str:
+    """Stable identity of an experiment point: its resolved config minus tracking and resume."""
+    fields = {key: value for key, value in asdict(cfg).items() if key not in ("tracking", "resume")}
+    return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Where a point already finished, and that run's final metrics (MLflow names)."""
+
+    where: str  # an MLflow run id, or the path of a spool
+    metrics: dict[str, float]
+
+
+def store_key(uri: str) -> str:
+    """A tracking URI in a form two spellings of one store share: database and file paths made
+    absolute (relative ones against the current directory), no trailing slash."""
+    for scheme in ("sqlite:///", "file://"):
+        if uri.startswith(scheme):
+            return scheme + str(Path(uri.removeprefix(scheme)).resolve())
+    if "://" not in uri:  # a bare path: MLflow's file store
+        return "file://" + str(Path(uri).resolve())
+    return uri.rstrip("/")
+
+
+def finished_in_store(cfg: Config, point: str) -> Finished | None:
+    """A FINISHED run of this point in the configured store and experiment (None if none or unreachable)."""
+    fail_fast()
+    try:
+        client = store_client(tracking_uri(cfg.tracking))
+        experiment = client.get_experiment_by_name(cfg.tracking.experiment)
+        if experiment is None:
+            return None
+        query = f"tags.`{POINT_TAG}` = '{point}' and attributes.status = 'FINISHED'"
+        runs = client.search_runs([experiment.experiment_id], query, max_results=1)
+    except Exception:  # store down: the spools still answer
+        return None
+    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics)) if runs else None
+
+
+def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str) -> Finished | None:
+    """A spool under ``roots``, written for the store ``uri`` and ``experiment``, whose run of this
+    point ended FINISHED; its metrics are the last value of each."""
+    store = store_key(uri)
+    for path in spool_files(roots):
+        records = read_spool(path)
+        if not records or records[-1].get("status") != "FINISHED":
+            continue
+        start = records[0]
+        if start.get("tags", {}).get(POINT_TAG) != point or start.get("experiment") != experiment:
+            continue
+        if store_key(str(start.get("uri", ""))) != store:
+            continue
+        metrics: dict[str, float] = {}
+        for record in records:
+            if record.get("op") == "metrics":
+                metrics |= record["metrics"]
+        return Finished(str(path), metrics)
+    return None
+
+
+def finished_point(cfg: Config, point: str) -> Finished | None:
+    """Where this point (same id: same resolved config) already finished in the configured store and
+    experiment, for `resume=true`: a run there, or a spool meant for it."""
+    roots = [Path(root).resolve() for root in DEFAULT_ROOTS]
+    if cfg.tracking.spool_dir:
+        roots.append(Path(cfg.tracking.spool_dir).resolve())
+    uri, experiment = tracking_uri(cfg.tracking), cfg.tracking.experiment
+    return finished_in_store(cfg, point) or finished_in_spools(point, roots, uri, experiment)

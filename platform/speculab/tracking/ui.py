@@ -1,0 +1,161 @@
+"""Where a person sees the runs in MLflow's UI: the experiment's saved runs-table view (the point's
+shape and headline figures, each measured one beside its interval), a view per sweep that finds
+just its points, and the links the console prints.
+
+MLflow 3's UI reads a shared runs-table view from an experiment tag (`mlflow.sharedViewState.<key>`)
+and opens it from `?viewStateShareKey=<key>` (docs/mlflow-ui.md).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from speculab.results.names import HEADLINE, interval_names, mlflow_name
+from speculab.tracking.provenance import JOB_TAG
+from speculab.tracking.spool import KIND_TAG, NOTE_TAG, PARENT_TAG, POINT_TAG, SpooledRun
+from speculab.tracking.store import retrying_busy, store_client
+
+VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
+VIEW_NAME = "speculab: shape and headline metrics"
+VIEW_TAG = "mlflow.sharedViewState."  # an experiment tag MLflow's UI reads a shared runs-table view from
+VIEW_CREATED_MS = 1_767_225_600_000  # 2026-01-01: fixed, so that rewriting the tag at every run changes nothing
+# The runs table's columns in the saved view: the point's shape, then the headline metrics.
+# dataset.num_prompts: a run name the table cuts short still shows its prompt count here.
+VIEW_PARAMS = (
+    "algorithm.name",
+    "algorithm.K",
+    "algorithm.L",
+    "sampling.temperature",
+    "drafter.name",
+    "dataset.num_prompts",
+)
+# ... and the headline metrics, the one the table is sorted by first; a speed figure is followed by its interval.
+VIEW_METRICS = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s", "block_efficiency", "accepted_mean")
+VIEW_INTERVALS = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s")
+
+
+def table_state(search: str | None = None) -> dict[str, Any]:
+    """The runs table's state in speculab's view: shape and headline columns, each measured one beside
+    its 95% interval, the fastest over autoregressive decoding first; with `search`, only the runs it finds."""
+    metrics = [
+        name
+        for key in VIEW_METRICS
+        for name in (mlflow_name(key), *(interval_names(key) if key in VIEW_INTERVALS else ()))
+    ]
+    columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{name}`" for name in metrics]
+    state = {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('speedup_vs_ar')}`", "orderByAsc": False}
+    return state | ({"searchFilter": search} if search else {})
+
+
+def view_state() -> str:
+    """The experiment's saved view (`table_state`, every run), in the envelope MLflow's "Views" menu
+    lists: a name, times, and the table state as a JSON string."""
+    state = json.dumps(table_state())
+    return json.dumps({"name": VIEW_NAME, "createdAt": VIEW_CREATED_MS, "updatedAt": VIEW_CREATED_MS, "state": state})
+
+
+def experiment_tags() -> dict[str, str]:
+    """Model-training kind (the UI opens on the runs table), a description and the saved view."""
+    headline = ", ".join(f"`{mlflow_name(key)}`" for key in HEADLINE)
+    note = (
+        f"speculab runs: one per experiment point, nested under a parent run per sweep. Headline metrics: "
+        f"{headline}; phase times under `time/`, memory under `memory/`, the autoregressive baseline under "
+        f"`baseline_ar/`. The view `?viewStateShareKey={VIEW_KEY}` shows the point's shape and headline columns."
+    )
+    return {
+        "mlflow.experimentKind": "custom_model_development",
+        NOTE_TAG: note,
+        f"{VIEW_TAG}{VIEW_KEY}": view_state(),
+    }
+
+
+UI_MODE = "workflowType=machine_learning"  # MLflow 3's UI opens experiments in its GenAI mode otherwise
+
+
+def ui_base(uri: str, ui_port: int) -> str:
+    """The MLflow UI serving `uri`: the tracking server itself, or for a database store `mlflow ui --port ui_port`."""
+    return uri.rstrip("/") if uri.startswith("http") else f"http://127.0.0.1:{ui_port}"
+
+
+def run_page(uri: str, experiment_id: str | None, run_id: str | None, ui_port: int) -> str:
+    """The run's page in the MLflow UI (in its model-training mode: the sidebar stays on runs)."""
+    return f"{ui_base(uri, ui_port)}/#/experiments/{experiment_id}/runs/{run_id}?{UI_MODE}"
+
+
+def runs_table(uri: str, experiment_id: str | None, share_key: str, ui_port: int) -> str:
+    """The experiment's runs table in the shared view `share_key` (`share_points_view`)."""
+    query = urlencode({"viewStateShareKey": share_key}, quote_via=quote)
+    return f"{ui_base(uri, ui_port)}/#/experiments/{experiment_id}/runs?{UI_MODE}&{query}"
+
+
+def points_owner(run: SpooledRun, sweep: bool) -> tuple[str, str]:
+    """(search, run id) of the points `run` belongs with: its sweep's (the run's own when it is the
+    sweep's parent, `sweep`), found by their parent, else the run alone; never the rest of the experiment."""
+    parent = run.run_id if sweep else run.parent_run_id
+    if parent:
+        return f"tags.`{PARENT_TAG}` = '{parent}'", parent
+    return f"attributes.run_id = '{run.run_id}'", str(run.run_id)
+
+
+def share_points_view(run: SpooledRun, sweep: bool) -> str:
+    """Write the view of `run`'s points (`points_owner`) as an experiment tag, and return its share key.
+
+    MLflow 3.17's experiment page ignores a shared view whenever the URL carries a search (`searchFilter`,
+    `orderByKey`, ...), so the search travels inside the view's state. The state is stored bare, not in
+    the envelope of the Views menu (`view_state`): a share link applies it, the menu does not list one
+    per sweep."""
+    search, owner = points_owner(run, sweep)
+    key = f"{VIEW_KEY}-{owner[:12]}"
+    experiment = run.experiment_id
+    assert experiment is not None, "an online run knows its experiment"
+    tag, state = f"{VIEW_TAG}{key}", json.dumps(table_state(search))
+    # a store busy with another writer is waited for, as every run write is (`retrying_busy`)
+    retrying_busy(lambda: store_client(run.uri).set_experiment_tag(experiment, tag, state))
+    return key
+
+
+def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
+    """The MLflow page of the sweep point `point`: its run under `parent`, else (a point a resumed
+    sweep skipped) its newest FINISHED run in the experiment; None: the store is unreachable."""
+    if not parent.online or parent.experiment_id is None:
+        return None
+    try:
+        client = store_client(parent.uri)
+        query = f"tags.`{POINT_TAG}` = '{point}'"
+        child = f"{query} and tags.`{PARENT_TAG}` = '{parent.run_id}'"
+        finished = f"{query} and attributes.status = 'FINISHED'"
+        newest = ["attributes.start_time DESC"]
+        runs = client.search_runs([parent.experiment_id], child, max_results=1) or client.search_runs(
+            [parent.experiment_id], finished, max_results=1, order_by=newest
+        )
+    except Exception:  # the store went away since: the ranking above stands without the link
+        return None
+    return run_page(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port) if runs else None
+
+
+def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
+    """ "<run name>: <its MLflow page>" for each run the Ray job ``job_id`` recorded, sweep parents
+    first (raises what MLflow raises when the store is unreachable)."""
+    client = store_client(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, f"tags.`{JOB_TAG}` = '{job_id}'", order_by=["attributes.start_time ASC"])
+    runs.sort(key=lambda run: run.data.tags.get(KIND_TAG) != "sweep")
+    return [f"{run.info.run_name}: {run_page(uri, run.info.experiment_id, run.info.run_id, ui_port)}" for run in runs]
+
+
+def where(run: SpooledRun, ui_port: int, sweep: bool = False) -> str:
+    """Which run was written and how to see it: its page, and the runs table on its sweep's points (the
+    parent's own when `sweep`) or on the run alone, in a view written for them (`share_points_view`)."""
+    if run.online:
+        page = run_page(run.uri, run.experiment_id, run.run_id, ui_port)
+        serve = f"mlflow ui --backend-store-uri {run.uri} --port {ui_port}"
+        serve = "" if run.uri.startswith("http") else f" (serve the store: `{serve}`)"
+        what = "the sweep's points" if sweep or run.parent_run_id else "this run"
+        try:
+            table = runs_table(run.uri, run.experiment_id, share_points_view(run, sweep), ui_port)
+        except Exception:  # the store went away since the run's last write: its page stands alone
+            table = "not linked (the store did not take the view)"
+        return f"MLflow run {run.run_id}: {page} ; {what} in the runs table: {table}{serve}"
+    return f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"
