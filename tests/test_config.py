@@ -12,15 +12,19 @@ from omegaconf import OmegaConf
 from safetensors.numpy import save_file
 
 from speculab import experiment
-from speculab.config import Config, ConfigError, config_warnings, resolve, resolve_device, unknown_keys, validate
+from speculab.config import ConfigError, config_warnings, resolve, resolve_device, unknown_keys, validate
 from support.configs import CONF, compose_config, fake_checkpoint, load
 
 
-def test_every_config_group_option_composes(weightless_pair_overrides: list[str]) -> None:
-    for group in ("model", "algorithm", "dataset", "runtime", "cluster", "tracking"):
-        for option in sorted((CONF / group).glob("*.yaml")):
-            cfg = load([f"{group}={option.stem}", *weightless_pair_overrides])
-            assert isinstance(cfg, Config)
+@pytest.mark.parametrize("group", ["model", "algorithm", "drafter", "dataset", "runtime", "cluster", "tracking"])
+def test_every_group_option_composes_to_the_values_its_file_sets(group: str) -> None:
+    """Each option's YAML over its group's dataclass: every key the file sets reaches the config as
+    written, not a dataclass default nor another file's value."""
+    for option in sorted((CONF / group).glob("*.yaml")):
+        written = OmegaConf.to_container(OmegaConf.load(option))
+        composed = OmegaConf.to_container(OmegaConf.structured(getattr(load([f"{group}={option.stem}"]), group)))
+        assert isinstance(written, dict) and isinstance(composed, dict)
+        assert {key: composed[key] for key in written} == written, option.name
 
 
 def test_default_config_is_valid_with_a_model_pair(weightless_pair_overrides: list[str]) -> None:
@@ -360,13 +364,22 @@ def test_drafter_dflash_on_a_pair_without_one_names_the_presets_that_have_one() 
 
 
 def test_ddtree_on_a_dflash_drafter_drafts_its_whole_block_unless_L_is_set() -> None:
-    from speculab.config import with_draft_length
+    dflash = ["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree", "runtime=inline"]
+    assert resolve(load(dflash)).cfg.algorithm.L == 7
+    assert resolve(load(["drafter=ar_marginals", "algorithm=ddtree", "runtime=inline"])).cfg.algorithm.L == 8
+    assert resolve(load([*dflash, "algorithm.L=3"])).cfg.algorithm.L == 3
 
-    assert with_draft_length(load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree"])).algorithm.L == 7
-    assert with_draft_length(load(["model=tiny-pycode", "drafter=ar_marginals", "algorithm=ddtree"])).algorithm.L == 8
-    explicit = load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree", "algorithm.L=3"])
-    assert with_draft_length(explicit).algorithm.L == 3
-    validate(load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree"]))
+
+def test_resolve_looks_up_each_checkpoint_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The draft length (read from the draft's block), the checks and the plan share one lookup a role."""
+    from speculab.config import model as model_config
+
+    lookups: list[str] = []
+    lookup = model_config.locate
+    monkeypatch.setattr(model_config, "locate", lambda cfg, role: lookups.append(role) or lookup(cfg, role))
+    plan = resolve(load(["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree", "runtime=inline"]))
+    assert sorted(lookups) == ["draft", "target"]
+    assert plan.cfg.algorithm.L == 7 and plan.draft_dir == lookup(plan.cfg, "draft")[1]
 
 
 # One per class of bad input (issue 30): (overrides, a file to create, what the message must name)
@@ -420,12 +433,6 @@ def test_every_class_of_bad_setting_is_refused_naming_it(
         validate(load([o.format(tmp=tmp_path) for o in overrides]))
     assert message.format(tmp=tmp_path) in str(err.value)
     assert time.perf_counter() - start < 10
-
-
-def test_a_former_drafter_name_is_refused_naming_the_new_one() -> None:
-    """`drafter=block` was the parallel drafter's name ("block" is block verification's)."""
-    with pytest.raises(ConfigError, match=r"drafter.name='block': renamed drafter=parallel \(a one-pass block drafter"):
-        validate(load(["algorithm=ddtree", "drafter=block"]))
 
 
 def test_a_checkpoint_whose_index_names_a_missing_shard_is_refused(tmp_path: Path) -> None:

@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from omegaconf import OmegaConf
 
 from speculab import experiment
-from speculab.config import ConfigError, validate
+from speculab.config import ConfigError, resolve, resolve_path, validate
+from speculab.results.names import Figures
 from support.configs import CONF, load
+from support.models import TINY_PAIR
+
+# Each drafter option beside algorithm=ddtree on the tiny pair: None where it resolves, else what its refusal says
+BESIDE_DDTREE = {
+    "ar_marginals": None,
+    "parallel": None,
+    "dflash": "has no dflash_config, so model=tiny-pycode's draft is not a DFlash drafter",
+    "iid": "drafter.name='iid': algorithm=ddtree needs drafter one of ar_marginals",
+}
 
 
-def test_every_drafter_option_composes(weightless_pair_overrides: list[str]) -> None:
-    for option in sorted((CONF / "drafter").glob("*.yaml")):
-        load([f"drafter={option.stem}", "algorithm=ddtree", *weightless_pair_overrides])
+@pytest.mark.parametrize("option", sorted(path.stem for path in (CONF / "drafter").glob("*.yaml")))
+def test_every_drafter_option_composes_to_its_file_and_resolves_or_is_refused(option: str) -> None:
+    """The option's name and path reach the config, and beside algorithm=ddtree it resolves (its draft
+    checkpoint `drafter.path`, else the pair's draft) or is refused saying why."""
+    written = OmegaConf.load(CONF / "drafter" / f"{option}.yaml")
+    cfg = load([f"drafter={option}", "algorithm=ddtree", "runtime=inline"])
+    assert (cfg.drafter.name, cfg.drafter.path) == (written.name, written.get("path"))
+    assert option in BESIDE_DDTREE, f"conf/drafter/{option}.yaml: add what it does beside algorithm=ddtree"
+    if (refusal := BESIDE_DDTREE[option]) is not None:
+        with pytest.raises(ConfigError, match=re.escape(refusal)):
+            resolve(cfg)
+        return
+    plan = resolve(cfg)
+    assert plan.draft_dir == (resolve_path(written.path) if written.get("path") else TINY_PAIR / "draft")
 
 
 @pytest.mark.parametrize(
@@ -39,24 +63,24 @@ def test_bad_ddtree_configs_name_field_and_allowed_values(
     assert allowed in line
 
 
-def tiny_point(*overrides: str) -> dict[str, float]:
+def tiny_point(*overrides: str) -> Figures:
     """experiment.run inline on the tiny pair: 2 prompts x 16 tokens at T = 0, untracked, 1 thread, L = 4."""
     fixed = ["algorithm.L=4", "runtime=inline", "tracking=none", "dataset.num_prompts=2"]
     fixed += ["sampling.max_new_tokens=16", "sampling.temperature=0", "runtime.torch_threads=1"]
-    return experiment.run(load([*overrides, *fixed])).metrics
+    return experiment.run(load([*overrides, *fixed])).result.figures
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tree", ["best_first", "chain"])
 def test_ddtree_experiment_runs_inline_on_the_tiny_pair(tree: str) -> None:
-    metrics = tiny_point("algorithm=ddtree", "drafter=ar_marginals", f"algorithm.tree={tree}", "algorithm.budget=32")
-    assert metrics["time_tree_build_s"] > 0 and 1 <= metrics["block_efficiency"] <= 5
-    assert metrics["tree_nodes_mean"] <= (33 if tree == "best_first" else 5)
+    figures = tiny_point("algorithm=ddtree", "drafter=ar_marginals", f"algorithm.tree={tree}", "algorithm.budget=32")
+    assert figures.value("time_tree_build_s") > 0 and 1 <= figures.value("block_efficiency") <= 5
+    assert figures.value("tree_nodes_mean") <= (33 if tree == "best_first" else 5)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ddtree", "token"])
 def test_dflash_experiment_runs_inline_on_the_tiny_pair(algorithm: str) -> None:
-    metrics = tiny_point("model=tiny-pycode_dflash", "drafter=dflash", f"algorithm={algorithm}", "baseline_hf=false")
-    assert metrics["feature_bytes_per_round"] > 0 and metrics["time_feature_s"] > 0
-    assert metrics["accepted_mean"] > 0
+    figures = tiny_point("model=tiny-pycode_dflash", "drafter=dflash", f"algorithm={algorithm}", "baseline_hf=false")
+    assert figures.value("feature_bytes_per_round") > 0 and figures.value("time_feature_s") > 0
+    assert figures.value("accepted_mean") > 0

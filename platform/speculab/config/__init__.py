@@ -1,86 +1,40 @@
-"""The run's configuration, one concern a module (as vLLM keeps `vllm/config/`):
+"""The run's configuration, one concern a module (as vLLM keeps `vllm/config/`): each module holds its
+concern's dataclass, the values its fields take and its checks, which return one line per bad field.
 
-- `schema`: the dataclasses behind conf/ and the values their fields take;
-- `checkpoints`: where the checkpoints are and the draft length a drafter's block implies;
-- checks per concern, each returning one line per bad field: `model`, `device`, `cluster`,
-  `algorithm`, `tracking`; `validate` runs them all and raises one `ConfigError`;
-- `plan`: `resolve(cfg) -> RunPlan`, the validated config with everything derived from it fixed once.
+- `model`: the model pair and where its checkpoints are (`locate`), the draft length a drafter's block
+  implies, and the checks of those checkpoints;
+- `algorithm`: the algorithm and the drafter, against the registry; `sampling`: sampling and
+  measurement; `dataset`: the prompts; `runtime`: in-process or Ray, and where the loop runs
+  (`loop_host`); `cluster`: where the models run (the cluster, the `Placement` of the model groups,
+  each model's device, the memory plan); `tracking`: the MLflow store;
+- `checkpoints`: the checkout's root and a checkpoint's files; `errors`: `ConfigError` and the
+  small checks the concerns share;
+- `schema`: the root `Config` over the concerns' dataclasses, and the refusal of unknown keys;
+- `checks`: `validate`, every concern's checks at once; `plan`: `resolve(cfg) -> RunPlan`, the
+  validated config with everything derived from it fixed once.
 
-This package reads files (config.json, safetensors headers, the Hugging Face cache) and may probe a
-cluster address, but loads no weight and starts nothing. The schema, the errors and the tracking
-URI import only OmegaConf; the names of the other modules are imported when first used (PEP 562),
-because they import torch and transformers, which `speculab --help` and a refused key do not need.
+A concern's checks read the sections of the config they need through a `Protocol` (`ModelView`,
+`ClusterView`...), which `Config` satisfies: the root is built from the concerns' dataclasses, so a
+concern's module cannot import it. This package reads files (config.json, safetensors headers, the
+Hugging Face cache) and may probe a cluster address, but loads no weight and starts nothing. It
+imports torch, transformers and the algorithm registry only inside the functions that use them, so
+that `speculab --help` and a refused key answer without them.
 """
 
 from __future__ import annotations
 
-import sys
-from importlib import import_module
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
-
+from speculab.config.algorithm import AlgorithmConfig, DrafterConfig
+from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, read_json, resolve_path
+from speculab.config.checks import config_warnings, validate
+from speculab.config.cluster import ClusterConfig, describe_device, local_gpus, resolve_device
+from speculab.config.dataset import DatasetConfig
 from speculab.config.errors import ConfigError
-from speculab.config.schema import (
-    PROJECT_ROOT,
-    AlgorithmConfig,
-    ClusterConfig,
-    Config,
-    DatasetConfig,
-    DrafterConfig,
-    MeasureConfig,
-    ModelConfig,
-    RuntimeConfig,
-    SamplingConfig,
-    TrackingConfig,
-    loop_host,
-    override_errors,
-    unknown_keys,
-)
-from speculab.config.tracking import tracking_uri
-
-if TYPE_CHECKING:
-    from speculab.config.checkpoints import (
-        Checkpoint,
-        checkpoint_dir,
-        locate,
-        read_json,
-        resolve_path,
-        with_draft_length,
-    )
-    from speculab.config.device import describe_device, local_gpus, resolve_device
-    from speculab.config.model import prompt_length_errors
-    from speculab.config.plan import RunPlan, passes_on, resolve
-    from speculab.config.validate import config_warnings, validate
-
-LAZY = {  # name -> the module of this package that defines it, imported on first use
-    **dict.fromkeys(
-        ("Checkpoint", "checkpoint_dir", "locate", "read_json", "resolve_path", "with_draft_length"), "checkpoints"
-    ),
-    **dict.fromkeys(("describe_device", "local_gpus", "resolve_device"), "device"),
-    **dict.fromkeys(("prompt_length_errors",), "model"),
-    **dict.fromkeys(("RunPlan", "passes_on", "resolve"), "plan"),
-    **dict.fromkeys(("config_warnings", "validate"), "validate"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = globals()[name] = getattr(import_module(f"{__name__}.{LAZY[name]}"), name)
-    return value
-
-
-class Package(ModuleType):
-    """This package, keeping `validate` the function: Python binds a submodule on its package once it
-    loads, and the module `config.validate` now loads after this file (which used to rebind the name)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if not (name in LAZY and isinstance(value, ModuleType)):
-            super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = Package
-
+from speculab.config.model import ModelConfig, checkpoint_dir, locate, prompt_length_errors
+from speculab.config.plan import RunPlan, passes_on, resolve
+from speculab.config.runtime import RuntimeConfig, loop_host
+from speculab.config.sampling import MeasureConfig, SamplingConfig
+from speculab.config.schema import Config, override_errors, unknown_keys
+from speculab.config.tracking import TrackingConfig, tracking_uri
 
 __all__ = [
     "PROJECT_ROOT",
@@ -113,5 +67,4 @@ __all__ = [
     "tracking_uri",
     "unknown_keys",
     "validate",
-    "with_draft_length",
 ]

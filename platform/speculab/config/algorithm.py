@@ -1,24 +1,24 @@
-"""Checks of the algorithm and drafter against the registry (`speculab.algorithms`): K, losslessness,
-node rules (and the size of an optimal-transport rule's problem), the paired comparison, the tree
-keys, and the drafter an algorithm takes; and `largest_tree`, the most nodes a round drafts."""
+"""`algorithm.*` and `drafter.*`: the verification algorithm and the drafter that proposes to it, with
+their checks against the registry (`speculab.algorithms`): K and L, losslessness, node rules (and the
+size of an optimal-transport rule's problem), the paired comparison, the tree keys, and the drafter an
+algorithm takes; and `largest_tree`, the most nodes a round drafts. The registry imports torch, so the
+checks import it when they run: the dataclasses load with `speculab --help`, which needs none of it."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from speculab.algorithms import (
-    ALGORITHMS,
-    DRAFTERS,
-    OT_RULES,
-    PATH_ALGORITHMS,
-    drafter_name_error,
-    get_algorithm,
-    node_rule_error,
-)
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.errors import choice, within
-from speculab.config.schema import BUDGET_RANGE, REPEATS_RANGE, AlgorithmConfig, Config
-from speculab.drafting.ddtree import TREES
+from speculab.config.sampling import SamplingConfig
+
+K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
+L_RANGE = (1, 128)  # algorithm.L: draft length
+DEFAULT_L = 8  # algorithm.L where neither the algorithm preset nor the drafter's block sets it
+BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
+REPEATS_RANGE = (1, 1024)  # algorithm.compare_repeats
 
 # Draft columns an optimal-transport node rule may solve over per node. Measured on this project's
 # CPU (RESULTS.md, "Optimal-transport node rules"): the LP takes about 0.05 ms per column (230 ms at
@@ -27,19 +27,56 @@ from speculab.drafting.ddtree import TREES
 OT_MAX_COLUMNS = 200_000
 
 
-def largest_tree(cfg: Config) -> int:
+@dataclass
+class AlgorithmConfig:
+    name: str = "block"
+    K: int = 1  # i.i.d. draft paths per round
+    L: int | None = 4  # draft length; null: the drafter's block (DFlash: block_size - 1; parallel: block_size), else 8
+    node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
+    budget: int = 64  # ddtree only: node budget B (16..1024)
+    tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
+    allow_lossy: bool = False  # run an algorithm at a K its exact certificates do not cover (spectr_gbv, K >= 2)
+    compare: list[str] = field(default_factory=list)  # path verifiers also run on every round's drafts (paired)
+    compare_repeats: int = 8  # verifications per compared verifier and round (batched)
+
+
+@dataclass
+class DrafterConfig:
+    name: str = (
+        "iid"  # iid: K sampled paths; ar_marginals, parallel, dflash: per-depth marginals (ddtree, token, block)
+    )
+    path: str | None = None  # parallel, dflash: the drafter's own checkpoint dir (dflash, null: the model's draft)
+
+
+class DraftView(Protocol):
+    """The parts of a config the algorithm's checks read (`Config` is one; a shape, not the class,
+    because `Config` is built from these dataclasses)."""
+
+    algorithm: AlgorithmConfig
+    drafter: DrafterConfig
+    sampling: SamplingConfig
+
+
+def largest_tree(a: AlgorithmConfig) -> int:
     """The most nodes a round's draft tree has, root included: a tree algorithm's budget, else K paths
-    of L tokens under one root (`cfg` resolved: algorithm.L set). It sizes the KV caches (and the
-    memory plan) up front."""
-    a = cfg.algorithm
-    assert a.L is not None  # resolved by `with_draft_length`
+    of L tokens under one root (algorithm.L set). It sizes the KV caches (and the memory plan) up front."""
+    from speculab.algorithms import ALGORITHMS
+
+    assert a.L is not None  # set by `config.checks.with_draft_length`
     return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
 
 
-def algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
-    """Algorithm, K, node rule, drafter and tree settings against the registry."""
+def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
+    """K and L in their ranges; algorithm, K, node rule, drafter and tree settings against the registry."""
+    from speculab.algorithms import ALGORITHMS, OT_RULES, drafter_name_error, get_algorithm, node_rule_error
+
     algorithm, drafter = cfg.algorithm, cfg.drafter
-    errors = [error] if (error := drafter_name_error(drafter.name)) is not None else []
+    assert algorithm.L is not None  # set by `config.checks.with_draft_length`
+    errors: list[str] = []
+    within(errors, "algorithm.K", algorithm.K, K_RANGE)
+    within(errors, "algorithm.L", algorithm.L, L_RANGE)
+    if (error := drafter_name_error(drafter.name)) is not None:
+        errors.append(error)
     try:
         spec = get_algorithm(algorithm.name)
     except ValueError as err:
@@ -65,8 +102,10 @@ def algorithm_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
     return errors + _drafter_errors(cfg) + _tree_errors(algorithm)
 
 
-def _drafter_errors(cfg: Config) -> list[str]:
+def _drafter_errors(cfg: DraftView) -> list[str]:
     """A drafter the algorithm takes, and `drafter.path` only for a drafter that reads one."""
+    from speculab.algorithms import ALGORITHMS, DRAFTERS
+
     algorithm, drafter = cfg.algorithm, cfg.drafter
     errors = []
     if drafter.path is not None and drafter.name in DRAFTERS and DRAFTERS[drafter.name].weights == "model.draft":
@@ -86,6 +125,9 @@ def _drafter_errors(cfg: Config) -> list[str]:
 def _tree_errors(algorithm: AlgorithmConfig) -> list[str]:
     """A tree algorithm's budget and builder; `algorithm.tree` and `algorithm.budget` away from their
     defaults for an algorithm that builds no tree."""
+    from speculab.algorithms import ALGORITHMS
+    from speculab.drafting.ddtree import TREES
+
     errors: list[str] = []
     if ALGORITHMS[algorithm.name].tree_builder:
         low, high = BUDGET_RANGE
@@ -126,6 +168,8 @@ def _transport_size_errors(algorithm: AlgorithmConfig, top_k: int, target: Check
 
 def _compare_errors(algorithm: AlgorithmConfig) -> list[str]:
     """`algorithm.compare`: path verifiers, beside a path algorithm, lossless at K unless allowed."""
+    from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS
+
     errors: list[str] = []
     if ALGORITHMS[algorithm.name].tree_builder:
         return [

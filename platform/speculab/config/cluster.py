@@ -1,36 +1,225 @@
-"""Checks of where the models run on Ray: the cluster's CPUs and GPUs against the model actors, the
-target's tensor-parallel split, the memory plan (`speculab.models.memory`, from config.json alone),
-and a cluster address that answers; and `loop_host`, where the decode loop runs."""
+"""`cluster.*`: where the models run. The cluster a point's models are placed on (`ClusterConfig`, and
+the `Placement` of its model groups it gives the runtime), each model's device (`model.device`,
+`model.draft_device`) resolved and checked against the GPUs of that place (this machine, an embedded
+Ray cluster on it, or a remote cluster's declared GPUs) and described for the run's tags; the
+cluster's CPUs and GPUs against the model actors, the target's tensor-parallel split, the memory plan
+(`speculab.models.memory`, from config.json alone) and a cluster address that answers.
+
+torch and `speculab.models` are imported by the functions that need them: the dataclasses load with
+`speculab --help`, which needs neither."""
 
 from __future__ import annotations
 
 import os
+import re
 import socket
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.device import host_memory_bytes, own_draft_gpu, resolve_device
 from speculab.config.errors import at_least, choice
-from speculab.config.schema import Config, loop_host
-from speculab.models.memory import (
-    DTYPE_BYTES,
-    Workload,
-    architecture,
-    fit_errors,
-    host_fit_errors,
-    plan_memory,
-    tp_errors,
-)
-from speculab.models.tp import TP_BACKENDS
+from speculab.config.model import ModelView
+from speculab.config.runtime import RuntimeView, loop_host
 
+DEVICES = ("cpu", "cuda", "cuda:N", "auto")  # auto: cuda where the models run has a GPU, else cpu
+CUDA_INDEX = re.compile(r"cuda:(\d+)")
+OWN_DRAFT_GPU = "cuda:1"  # model.draft_device on Ray: rank 0's bundle asks for a second GPU, the draft's
 ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
+ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
+CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")  # cgroup v2: a container's memory limit, or "max"
 
 
-def cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
-    """CPU and GPU counts, TP divisibility and the memory plan (speculab.models.memory), from config.json."""
+@dataclass
+class ClusterConfig:
+    name: str = "local"
+    address: str | None = None  # None: embedded local Ray; "auto" or ray://host:port: existing cluster
+    num_cpus: int | None = None  # embedded cluster size; None = every core
+    actor_cpus: float = 1.0  # CPUs each model actor reserves
+    tp_size: int = 1  # target tensor-parallel ranks (one GPU each; CPU processes when num_gpus = 0)
+    tp_backend: str = "deepspeed"  # how a rank loads its shard: deepspeed (AutoTP) or transformers (its tp_plan)
+    num_gpus: int = 0  # GPUs the cluster offers (0: CPU only)
+    gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
+    draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
+    plan_prompt_tokens: int = 2048  # prompt length the memory plan reserves KV cache for (not enforced)
+    # Ray custom resources each rank's bundle also asks for, so that a group runs only on the nodes started
+    # with them (`ray start --resources`); the loop group (runtime.loop=target) takes target_resources.
+    # Typed Any (a {name: amount} mapping or null, checked by validation): OmegaConf cannot merge
+    # `cluster.target_resources={gpu_a: 1}` into a typed empty dict under Hydra's struct mode.
+    target_resources: Any = None
+    draft_resources: Any = None  # runtime.loop=driver only
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a point's model groups are placed on Ray, as one value (from the `cluster.*` and
+    `runtime.*` keys), so that starting a loop takes one argument, not a row of them."""
+
+    address: str | None = None  # None: an embedded local Ray; "auto" or ray://host:port: a running cluster
+    num_cpus: int | None = None  # the embedded cluster's CPUs (None: every core)
+    actor_cpus: float = 1.0  # CPUs each model actor reserves
+    draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
+    max_restarts: int = 3  # times a model group is recreated after losing an actor
+    collective_timeout_s: float = 300.0  # how long a rank waits in a collective (a TP group's world) for its peers
+    placement_timeout_s: float = 30.0  # how long a group waits for its bundles, also after a lost node
+    # Ray custom resources every bundle of a group asks for, to pin it to the nodes that offer them;
+    # the loop group (runtime.loop=target) takes the target's
+    target_resources: dict[str, float] = field(default_factory=dict)
+    draft_resources: dict[str, float] = field(default_factory=dict)
+
+
+class ClusterView(ModelView, RuntimeView, Protocol):
+    """The parts of a config the cluster's and the devices' checks read (`Config` is one; a shape, not
+    the class, because `Config` is built from these dataclasses)."""
+
+    cluster: ClusterConfig
+
+
+def placement(cfg: ClusterView) -> Placement:
+    """The Ray placement of the point's model groups, from its `cluster.*` and `runtime.*` keys."""
+    c, r = cfg.cluster, cfg.runtime
+    return Placement(
+        c.address,
+        c.num_cpus,
+        c.actor_cpus,
+        c.draft_gpu,
+        r.max_restarts,
+        r.collective_timeout_s,
+        r.placement_timeout_s,
+        dict(c.target_resources or {}),
+        dict(c.draft_resources or {}),
+    )
+
+
+def device_fields(cfg: ClusterView) -> dict[str, str]:
+    """The config keys that place a model, and their values (the draft's only where it is set)."""
+    fields = {"model.device": cfg.model.device}
+    if cfg.model.draft_device is not None:
+        fields["model.draft_device"] = cfg.model.draft_device
+    return fields
+
+
+def remote_cluster(cfg: ClusterView) -> bool:
+    """The models run on a Ray cluster elsewhere, whose GPUs this machine cannot see."""
+    return cfg.runtime.kind == "ray" and cfg.cluster.address is not None
+
+
+def local_gpus() -> list[str]:
+    """This machine's CUDA devices as `cuda:i (name)`."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())]
+
+
+def resolve_device(cfg: ClusterView, device: str) -> str:
+    """A configured device as torch names it where the models run: `auto` becomes cuda when that
+    place has a GPU (this machine's CUDA, or cluster.num_gpus > 0 on a remote cluster), else cpu."""
+    if device != "auto":
+        return device
+    has_gpu = cfg.cluster.num_gpus > 0 if remote_cluster(cfg) else bool(local_gpus())
+    return "cuda" if has_gpu else "cpu"
+
+
+def describe_device(cfg: ClusterView, device: str) -> str:
+    """What a configured device is where the models run: `cpu`, `cuda:0 (NVIDIA H100 80GB HBM3)`, or
+    for a remote cluster `cuda (cluster)` (this machine cannot see its GPUs)."""
+    device = resolve_device(cfg, device)
+    if not device.startswith("cuda"):
+        return device
+    if remote_cluster(cfg):
+        return f"{device} (cluster)"
+    gpus = local_gpus()
+    index = int(match.group(1)) if (match := CUDA_INDEX.fullmatch(device)) else 0
+    return gpus[index] if index < len(gpus) else device
+
+
+def own_draft_gpu(cfg: ClusterView) -> bool:
+    """The draft has a GPU of its own in rank 0's bundle (`runtime.loop=target` on Ray, OWN_DRAFT_GPU)."""
+    return cfg.runtime.kind == "ray" and loop_host(cfg) == "target" and cfg.model.draft_device == OWN_DRAFT_GPU
+
+
+def device_errors(cfg: ClusterView) -> list[str]:
+    """Each model device is one of DEVICES and exists where the models run: this machine's CUDA
+    (runtime=inline, or an embedded local Ray cluster: cluster.address null), or the GPUs a remote
+    cluster declares. On Ray an actor sees only the GPU Ray gives it, so cuda:N is inline only."""
+    errors: list[str] = []
+    for key, device in device_fields(cfg).items():
+        if device not in ("cpu", "cuda", "auto") and not CUDA_INDEX.fullmatch(device):
+            errors.append(f"{key}={device!r}: must be one of {', '.join(DEVICES)}")
+        elif device.startswith("cuda"):
+            errors += _cuda_errors(cfg, key, device)
+    return errors
+
+
+def _cuda_errors(cfg: ClusterView, key: str, device: str) -> list[str]:
+    if cfg.runtime.kind == "ray" and device != "cuda" and not (key == "model.draft_device" and own_draft_gpu(cfg)):
+        return [
+            f"{key}={device!r}: on runtime=ray each model actor sees only the GPUs Ray assigns it; use cuda "
+            f"(model.draft_device={OWN_DRAFT_GPU} with runtime.loop=target: a GPU of the draft's own beside rank 0)"
+        ]
+    if remote_cluster(cfg):
+        if cfg.cluster.num_gpus > 0:
+            return []
+        return [
+            f"{key}={device!r}: cluster.num_gpus={cfg.cluster.num_gpus} on the cluster at "
+            f"cluster.address={cfg.cluster.address!r}; set cluster.num_gpus (and cluster.gpu_memory_gib) to the "
+            f"GPUs it offers, or {key}=cpu"
+        ]
+    gpus = local_gpus()
+    where = "runtime=inline" if cfg.runtime.kind == "inline" else "cluster.address=null (an embedded local Ray)"
+    if not gpus:
+        return [
+            f"{key}={device!r}: torch finds no CUDA GPU on this machine, where {where} runs the models; "
+            f"set {key}=cpu (or auto), or runtime=ray with cluster.address=auto or ray://host:10001 (a GPU cluster)"
+        ]
+    if (index := CUDA_INDEX.fullmatch(device)) and int(index.group(1)) >= len(gpus):
+        return [f"{key}={device!r}: this machine has {len(gpus)} CUDA device(s): {', '.join(gpus)}"]
+    return []
+
+
+def host_memory_bytes() -> int:
+    """The memory this machine lets this process's models use: its physical memory, or its cgroup's
+    limit when lower (a container's, which is what the kernel enforces with the OOM killer)."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = CGROUP_LIMIT.read_text().strip()
+    except OSError:
+        return physical
+    return min(physical, int(limit)) if limit.isdigit() else physical
+
+
+def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
+    """The cluster's fields, its GPUs against the model actors, TP divisibility and the memory plan
+    (speculab.models.memory, from config.json)."""
+    from speculab.models.memory import DTYPE_BYTES
+
     c = cfg.cluster
+    split: list[str] = []
+    at_least(split, "cluster.tp_size", c.tp_size, 1)
+    if cfg.runtime.kind == "inline" and c.tp_size > 1:
+        split.append(f"cluster.tp_size={c.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
+    errors = _field_errors(c)
+    # the draft shares a target GPU: in the loop's actor (unless it has a GPU of its own there), or a share
+    beside = not own_draft_gpu(cfg) if loop_host(cfg) == "target" else c.draft_gpu < 1
+    if c.num_gpus > 0 and c.tp_size + (0 if beside else 1) > c.num_gpus:
+        errors.append(
+            f"cluster.tp_size={c.tp_size} target GPUs + {0 if beside else 1} draft GPU > cluster.num_gpus="
+            f"{c.num_gpus}; lower cluster.tp_size, set cluster.draft_gpu < 1 (draft beside a target shard), "
+            "or use a cluster with more GPUs"
+        )
+    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
+        return split + errors
+    return split + errors + _plan_errors(cfg, found, beside, memory=not errors)
+
+
+def _field_errors(c: ClusterConfig) -> list[str]:
+    """Each of the cluster's counts and sizes within what it allows."""
+    from speculab.models.tp import TP_BACKENDS
+
     errors: list[str] = []
     if c.num_cpus is not None and c.num_cpus < 1:
         errors.append(f"cluster.num_cpus={c.num_cpus}: must be an integer >= 1, or null (every core)")
@@ -45,22 +234,22 @@ def cluster_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
         errors.append(f"cluster.draft_gpu={c.draft_gpu}: must be in (0, 1] (1: own GPU; < 1: beside a target shard)")
     if c.num_gpus > 0 and c.gpu_memory_gib <= 0:
         errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be > 0 when cluster.num_gpus > 0")
-    # the draft shares a target GPU: in the loop's actor (unless it has a GPU of its own there), or a share
-    beside = not own_draft_gpu(cfg) if loop_host(cfg) == "target" else c.draft_gpu < 1
-    if c.num_gpus > 0 and c.tp_size + (0 if beside else 1) > c.num_gpus:
-        errors.append(
-            f"cluster.tp_size={c.tp_size} target GPUs + {0 if beside else 1} draft GPU > cluster.num_gpus="
-            f"{c.num_gpus}; lower cluster.tp_size, set cluster.draft_gpu < 1 (draft beside a target shard), "
-            "or use a cluster with more GPUs"
-        )
-    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
-        return errors
-    return errors + _plan_errors(cfg, found, beside, memory=not errors)
+    return errors
 
 
-def _plan_errors(cfg: Config, found: dict[str, Checkpoint], beside: bool, memory: bool) -> list[str]:
+def _plan_errors(cfg: ClusterView, found: dict[str, Checkpoint], beside: bool, memory: bool) -> list[str]:
     """The target's split over cluster.tp_size ranks, and on GPUs (with `memory`: the cluster's other
     fields are valid) the memory plan of the point."""
+    from speculab.models.memory import (
+        DTYPE_BYTES,
+        Workload,
+        architecture,
+        fit_errors,
+        host_fit_errors,
+        plan_memory,
+        tp_errors,
+    )
+
     c = cfg.cluster
     try:
         target, draft = architecture(found["target"].config), architecture(found["draft"].config)
@@ -73,7 +262,7 @@ def _plan_errors(cfg: Config, found: dict[str, Checkpoint], beside: bool, memory
         return errors
     s = cfg.sampling
     work = Workload(
-        s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg), DTYPE_BYTES[cfg.model.dtype]
+        s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg.algorithm), DTYPE_BYTES[cfg.model.dtype]
     )
     plan = plan_memory(target, draft, work, c.tp_size, beside)
     if resolve_device(cfg, cfg.model.device).startswith("cuda"):
@@ -82,7 +271,7 @@ def _plan_errors(cfg: Config, found: dict[str, Checkpoint], beside: bool, memory
     return host_fit_errors(plan, host_memory_bytes()) if local else []
 
 
-def local_cluster_errors(cfg: Config) -> list[str]:
+def local_cluster_errors(cfg: ClusterView) -> list[str]:
     """The embedded Ray cluster (no cluster.address) must hold every model actor at once: the
     target's tp_size ranks and, with runtime.loop=driver, the draft's own actor, cluster.actor_cpus
     each (Ray would wait for them forever)."""
@@ -102,10 +291,7 @@ def local_cluster_errors(cfg: Config) -> list[str]:
     return []
 
 
-ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
-
-
-def address_errors(cfg: Config) -> list[str]:
+def address_errors(cfg: ClusterView) -> list[str]:
     """A cluster address in a form Ray accepts, which (but for `auto`) accepts a TCP connection within a few
     seconds, before anything starts: Ray's own connect loop would retry for minutes, deaf to Ctrl-C."""
     address = cfg.cluster.address
@@ -128,7 +314,7 @@ def address_errors(cfg: Config) -> list[str]:
     return []
 
 
-def resource_errors(cfg: Config) -> list[str]:
+def resource_errors(cfg: ClusterView) -> list[str]:
     """Custom resources a group is pinned with: positive amounts, a cluster that can have them (an embedded
     one offers none), and draft_resources only where the draft has an actor of its own. Whether a node
     offers them is checked once attached, before any actor starts (`runtime.refuse_unoffered`)."""

@@ -1,40 +1,167 @@
-"""Checks of the model pair and the drafter's checkpoint: the files a run needs (config.json,
-tokenizer.json, block.json, the safetensors headers, never tensor data), one vocabulary for both
-roles, a context long enough for the run, and a drafter checkpoint that fits the draft length and,
-for DFlash, its target."""
+"""`model.*`: the target/draft pair a run loads and where each role's checkpoint is (a local path, or
+a snapshot in the Hugging Face cache, never downloaded; the draft role's may be the drafter's own,
+`drafter.path`), the draft length a drafter's block implies, and the checks of those checkpoints: the
+files a run needs (config.json, tokenizer.json, block.json, the safetensors headers, never tensor
+data), one vocabulary for both roles, a context long enough for the run, and a drafter checkpoint that
+fits the draft length and, for DFlash, its target.
+
+The registry and `speculab.models` import torch and transformers, and the Hub client takes a while to
+import, so the functions that need them import them when they run: the dataclass loads with
+`speculab --help`, which needs none of them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from omegaconf import MISSING
 from safetensors import SafetensorError, safe_open
 
-from speculab.algorithms import DRAFTERS
-from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, locate, read_json
+from speculab.config.algorithm import DrafterConfig, DraftView
+from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, read_json, resolve_path
 from speculab.config.errors import choice
-from speculab.config.schema import BACKENDS, DTYPES, Config
-from speculab.models.dflash_layout import dflash_layout, draft_value, is_dflash
 
+DTYPES = ("float32", "float16", "bfloat16")
+ROLES = ("target", "draft")
 # config.json keys holding a model's context length, the first one present wins
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
 
 
-def model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
-    """(errors, checkpoint per role found). The draft role's weights are the pair's draft model
-    (`model.draft_*`) or, for a drafter with its own checkpoint, `drafter.path`."""
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    target_path: str | None = None  # local checkpoint dir (relative: from the project root); wins over target_id
+    draft_path: str | None = None
+    target_id: str | None = None  # Hugging Face hub id, found in the local HF cache (never downloaded)
+    draft_id: str | None = None
+    backend: str = "hf"
+    dtype: str = "float32"
+    device: str = "cpu"  # cpu, cuda, cuda:N (inline), auto
+    # the draft's, where it differs (null: model.device); on Ray with the loop on the target's rank 0,
+    # cuda:1 is a GPU of the draft's own in rank 0's bundle (config.cluster.OWN_DRAFT_GPU)
+    draft_device: str | None = None
+    capture: bool = True  # on CUDA: the models' passes replayed from CUDA graphs (models.static_pass); false: eager
+
+
+class ModelView(DraftView, Protocol):
+    """The parts of a config the model's checks read (`Config` is one; a shape, not the class,
+    because `Config` is built from these dataclasses)."""
+
+    model: ModelConfig
+
+
+def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
+    """The local directory of the `role` ("target" or "draft") checkpoint, without downloading.
+
+    `model.<role>_path` if set, else the snapshot of `model.<role>_id` in the Hugging Face
+    cache (HF_HOME / HF_HUB_CACHE). ValueError naming the keys and how to download when absent.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    path, hub_id = getattr(cfg, f"{role}_path"), getattr(cfg, f"{role}_id")
+    if path is not None:
+        local = resolve_path(path)
+        if not (local / "config.json").is_file():
+            raise ValueError(
+                f"model.{role}_path={str(local)!r}: no checkpoint there (expected a directory with config.json)"
+            )
+        return local
+    if hub_id is None:
+        raise ValueError(f"model.{role}_path and model.{role}_id are both null: set a local checkpoint dir or a hub id")
+    cached = try_to_load_from_cache(hub_id, "config.json")
+    if not isinstance(cached, str):
+        raise ValueError(
+            f"model.{role}_id={hub_id!r}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}) and "
+            f"model.{role}_path is null; download it with `hf download {hub_id}` (gated models need "
+            f"`hf auth login` first), or `hf download {hub_id} --local-dir DIR` and set model.{role}_path=DIR"
+        )
+    return Path(cached).parent
+
+
+def own_weights(drafter: DrafterConfig) -> bool:
+    """The draft role loads `drafter.path` (a drafter with its own checkpoint), not the pair's draft."""
+    from speculab.algorithms import DRAFTERS
+
+    spec = DRAFTERS.get(drafter.name)
+    if spec is None or spec.weights == "model.draft":
+        return False
+    return spec.weights == "drafter.path" or drafter.path is not None
+
+
+def drafter_dir(cfg: DrafterConfig) -> Path:
+    """The checkpoint dir of a drafter with its own weights (`drafter.path`, holding its marker file:
+    block.json for `parallel`, config.json for `dflash`)."""
+    from speculab.algorithms import DRAFTERS
+
+    marker = DRAFTERS[cfg.name].marker
+    if not (cfg.path and (resolve_path(cfg.path) / marker).is_file()):
+        raise ValueError(f"drafter.path={cfg.path!r}: no {cfg.name} drafter there (expected a directory with {marker})")
+    return resolve_path(cfg.path)
+
+
+def locate(cfg: ModelView, role: str) -> tuple[str, Path]:
+    """(config key, dir) of the `role` ("target" or "draft") checkpoint a run loads; ValueError
+    naming the key when there is none."""
+    if role == "draft" and own_weights(cfg.drafter):
+        return "drafter.path", drafter_dir(cfg.drafter)
+    key = f"model.{role}_path" if getattr(cfg.model, f"{role}_path") is not None else f"model.{role}_id"
+    return key, checkpoint_dir(cfg.model, role)
+
+
+def locate_roles(cfg: ModelView) -> tuple[list[str], dict[str, tuple[str, Path]]]:
+    """(errors, (config key, dir) per role found): each role's checkpoint looked up once, for the
+    draft length, the checks and the run's plan to share."""
+    errors: list[str] = []
+    located: dict[str, tuple[str, Path]] = {}
+    for role in ROLES:
+        try:
+            located[role] = locate(cfg, role)
+        except ValueError as err:
+            errors.append(str(err))
+    return errors, located
+
+
+def _block_of(path: Path, block_file: str) -> int | None:
+    """The drafts one pass of the drafter saved at `path` makes, from `block_file` there: a DFlash
+    config.json's block_size - 1 (its block holds the bonus), a parallel drafter's block.json's
+    block_size; None when it cannot be read (validation then names the problem)."""
+    from speculab.models.dflash_layout import dflash_layout
+
+    try:
+        found = read_json(path / block_file)
+    except ValueError:
+        return None
+    if block_file == "block.json":
+        size = found.get("block_size")
+        return size if isinstance(size, int) else None
+    layout = dflash_layout(found)[0]
+    return None if layout is None else layout.block_size - 1
+
+
+def block_length(drafter: DrafterConfig, draft_dir: Path | None) -> int | None:
+    """The longest draft the configured drafter makes in one pass (`DrafterSpec.block_file` in
+    `draft_dir`, the draft role's checkpoint), or None for a drafter without a block or a checkpoint
+    that was not found."""
+    from speculab.algorithms import DRAFTERS
+
+    spec = DRAFTERS.get(drafter.name)
+    if spec is None or not spec.block_file or draft_dir is None:
+        return None
+    return _block_of(draft_dir, spec.block_file)
+
+
+def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[list[str], dict[str, Checkpoint]]:
+    """(errors, checkpoint per role read) for the checkpoints `locate_roles` found. The draft role's
+    weights are the pair's draft model (`model.draft_*`) or, for a drafter with its own checkpoint,
+    `drafter.path`."""
     model = cfg.model
     errors: list[str] = []
-    choice(errors, "model.backend", model.backend, BACKENDS)
+    choice(errors, "model.backend", model.backend, pair_backends())
     choice(errors, "model.dtype", model.dtype, DTYPES)
     found: dict[str, Checkpoint] = {}
     vocab: dict[str, tuple[int, Any]] = {}
-    for role in ("target", "draft"):
-        try:
-            key, path = locate(cfg, role)
-        except ValueError as err:
-            errors.append(str(err))
-            continue
+    for role, (key, path) in located.items():
         try:
             found[role] = Checkpoint(key, path, read_json(path / "config.json"))
             vocab[role] = _vocabulary(found[role])
@@ -48,6 +175,16 @@ def model_errors(cfg: Config) -> tuple[list[str], dict[str, Checkpoint]]:
             "speculative decoding needs one shared tokenizer"
         )
     return errors, found
+
+
+def pair_backends() -> tuple[str, ...]:
+    """The loaders (`models.roles.BACKENDS`) that `model.backend` may name: all but the drafters' own
+    (`DrafterSpec.backend`), which load a drafter's checkpoint and come with `drafter=`."""
+    from speculab.algorithms import DRAFTERS
+    from speculab.models.roles import BACKENDS
+
+    owned = {spec.backend for spec in DRAFTERS.values()}
+    return tuple(name for name in BACKENDS if name not in owned)
 
 
 def _weight_errors(key: str, path: Path) -> list[str]:
@@ -105,16 +242,20 @@ def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
     return size, vocab
 
 
-def prompt_length_errors(cfg: Config, target_dir: Path, lengths: dict[str, int]) -> list[str]:
+def context_length(config: dict[str, Any]) -> tuple[str, int] | None:
+    """(key, value) of a model's context length in its config.json: the first of CONTEXT_KEYS it holds."""
+    key = next((k for k in CONTEXT_KEYS if isinstance(config.get(k), int)), None)
+    return None if key is None else (key, config[key])
+
+
+def prompt_length_errors(cfg: ModelView, target_dir: Path, lengths: dict[str, int]) -> list[str]:
     """Each prompt (id -> tokens) plus sampling.max_new_tokens + algorithm.L + 1 positions must fit the
     target's context (checked once the prompts are tokenised, before any model loads): a prompt that does not
     would fail deep in a forward pass, or fill the machine's memory first."""
-    config = read_json(target_dir / "config.json")
-    key = next((k for k in CONTEXT_KEYS if isinstance(config.get(k), int)), None)
-    if key is None:
+    if (limit := context_length(read_json(target_dir / "config.json"))) is None:
         return []
-    context, s, L = config[key], cfg.sampling, cfg.algorithm.L
-    assert L is not None  # resolved by `resolve`
+    (key, context), s, L = limit, cfg.sampling, cfg.algorithm.L
+    assert L is not None  # set by `resolve`
     room = context - s.max_new_tokens - L - 1
     long = {pid: n for pid, n in lengths.items() if n > room}
     return [
@@ -125,15 +266,14 @@ def prompt_length_errors(cfg: Config, target_dir: Path, lengths: dict[str, int])
     ]
 
 
-def context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:
+def context_errors(cfg: ModelView, target: Checkpoint | None) -> list[str]:
     """sampling.max_new_tokens + algorithm.L + 1 positions must fit the target's context length
     (the first of CONTEXT_KEYS in its config.json; no check when it has none)."""
-    if target is None:
+    if target is None or (limit := context_length(target.config)) is None:
         return []
-    key = next((k for k in CONTEXT_KEYS if isinstance(target.config.get(k), int)), None)
-    s, L = cfg.sampling, cfg.algorithm.L
-    assert L is not None  # validate resolves it first
-    if key is None or (needed := s.max_new_tokens + L + 1) <= (context := target.config[key]):
+    (key, context), s, L = limit, cfg.sampling, cfg.algorithm.L
+    assert L is not None  # set by `config.checks.with_draft_length`
+    if (needed := s.max_new_tokens + L + 1) <= context:
         return []
     return [
         f"sampling.max_new_tokens={s.max_new_tokens} + algorithm.L={L} + 1 = {needed} positions: more than the "
@@ -142,13 +282,16 @@ def context_errors(cfg: Config, target: Checkpoint | None) -> list[str]:
     ]
 
 
-def drafter_checkpoint_errors(cfg: Config, found: dict[str, Checkpoint]) -> list[str]:
+def drafter_checkpoint_errors(cfg: ModelView, found: dict[str, Checkpoint]) -> list[str]:
     """The draft role's checkpoint against the drafter and the draft length: a parallel drafter's block
     size, a DFlash drafter's layout and target, and a DFlash checkpoint named as another drafter."""
+    from speculab.algorithms import DRAFTERS
+    from speculab.models.dflash_layout import is_dflash
+
     if "draft" not in found:
         return []
     L, drafter = cfg.algorithm.L, cfg.drafter.name
-    assert L is not None  # validate resolves it first
+    assert L is not None  # set by `config.checks.with_draft_length`
     errors = _block_size_errors(L, found["draft"])
     conditioned = drafter in DRAFTERS and DRAFTERS[drafter].target_features
     if "target" in found and conditioned:
@@ -182,6 +325,8 @@ def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint, model: str) -> 
     """A DFlash drafter's config.json against its target's: its drafting settings in any published
     layout (models/dflash_layout.py), layer ids below the target's layer count, one hidden size, and
     algorithm.L below the block size (the block holds the bonus and block_size - 1 drafts)."""
+    from speculab.models.dflash_layout import dflash_layout, draft_value, is_dflash
+
     where = f"{draft.key}: {draft.path / 'config.json'}"
     if not is_dflash(draft.config):
         presets = ", ".join(f"model={p.stem}" for p in sorted((PROJECT_ROOT / "conf" / "model").glob("*_dflash.yaml")))

@@ -1,8 +1,8 @@
 """`resolve`: a config validated and everything derived from it fixed once, as a `RunPlan`.
 
 The draft length, where each model runs, where the decode loop runs, how the models' passes run,
-the largest draft tree and the checkpoint directories are decided here and nowhere else: the
-experiment, the runtime and the tracking read them from the plan instead of deriving them again."""
+the largest draft tree and the checkpoint directories are decided here and nowhere else, so that the
+experiment, the runtime and the tracking read one answer from the plan."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from speculab.config.algorithm import largest_tree
-from speculab.config.checkpoints import checkpoint_dir, locate, with_draft_length
-from speculab.config.device import resolve_device
-from speculab.config.schema import Config, loop_host
-from speculab.config.validate import validate
-from speculab.runtime.placement import Placement
+from speculab.config.checks import checked
+from speculab.config.cluster import Placement, placement, resolve_device
+from speculab.config.runtime import loop_host
+from speculab.config.schema import Config
 
 
 @dataclass(frozen=True)
@@ -48,32 +47,22 @@ def model_threads(cfg: Config) -> int:
 
 
 def resolve(cfg: Config) -> RunPlan:
-    """The run's plan; ConfigError listing every invalid field first (`validate`)."""
-    cfg = with_draft_length(cfg)
-    validate(cfg)
-    model, c = cfg.model, cfg.cluster
+    """The run's plan; ConfigError listing every invalid field first (`config.checks.checked`, whose
+    draft length and checkpoints the plan keeps)."""
+    cfg, found = checked(cfg)
+    model = cfg.model
     target_device = resolve_device(cfg, model.device)
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     return RunPlan(
         cfg=cfg,
-        target_dir=checkpoint_dir(model, "target"),
-        draft_dir=locate(cfg, "draft")[1],
+        target_dir=found["target"].path,
+        draft_dir=found["draft"].path,
         target_device=target_device,
         draft_device=draft_device,
         loop=loop_host(cfg),
         target_passes=passes_on(target_device, model.capture),
         draft_passes=passes_on(draft_device, model.capture),
-        largest_tree=largest_tree(cfg),
+        largest_tree=largest_tree(cfg.algorithm),
         threads=model_threads(cfg),
-        placement=Placement(
-            c.address,
-            c.num_cpus,
-            c.actor_cpus,
-            c.draft_gpu,
-            cfg.runtime.max_restarts,
-            cfg.runtime.collective_timeout_s,
-            cfg.runtime.placement_timeout_s,
-            dict(c.target_resources or {}),
-            dict(c.draft_resources or {}),
-        ),
+        placement=placement(cfg),
     )

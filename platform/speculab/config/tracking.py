@@ -1,16 +1,28 @@
-"""The tracking store: its URI (a SQLite file in the working directory by default) and the checks of
-`tracking.*` (a known store scheme, an experiment name, local paths that can be created)."""
+"""`tracking.*`: the MLflow store a run logs to, its URI (a SQLite file in the working directory by
+default) and the checks of its keys (a known store scheme, an experiment name, local paths that can be
+created, a UI port)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from speculab.config.schema import TrackingConfig
+from speculab.config.errors import within
 
 # MLflow's tracking stores by URI scheme (no scheme: a local file store); SQLAlchemy ones may add
 # a driver after "+" (postgresql+psycopg2).
 TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+UI_PORT_RANGE = (1, 65535)
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    uri: str | None = None  # None: sqlite:///<cwd>/mlflow.db
+    experiment: str = "speculab"
+    spool_dir: str | None = None  # every run's local record, for speculab-sync; None: <Hydra output dir>/spool
+    ui_port: int = 5000  # a database store's links point at `mlflow ui --port ui_port` (an http uri: its own pages)
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -39,11 +51,13 @@ def store_path(uri: str) -> Path | None:
 
 
 def tracking_errors(t: TrackingConfig) -> list[str]:
-    """The store's scheme, the experiment's name, and the local paths the run will create (a store's
-    file or directory, the spool): refused when an ancestor is a regular file."""
+    """The UI port, and with tracking enabled the store's scheme, the experiment's name, and the local
+    paths the run will create (a store's file or directory, the spool): refused when an ancestor is a
+    regular file."""
+    errors: list[str] = []
+    within(errors, "tracking.ui_port", t.ui_port, UI_PORT_RANGE)
     if not t.enabled:
-        return []
-    errors = []
+        return errors
     if not t.experiment.strip():
         errors.append(f"tracking.experiment={t.experiment!r}: must name an MLflow experiment")
     if t.uri is not None:

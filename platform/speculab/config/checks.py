@@ -1,0 +1,91 @@
+"""`validate`: every bad field of a config at once, before any actor starts or any weight loads, from
+the checks of each concern's module; and `config_warnings`, the valid settings a user should hear
+about before a run starts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from speculab.config.algorithm import DEFAULT_L, algorithm_errors
+from speculab.config.checkpoints import Checkpoint
+from speculab.config.cluster import (
+    ClusterConfig,
+    address_errors,
+    cluster_errors,
+    device_errors,
+    local_cluster_errors,
+    resource_errors,
+)
+from speculab.config.dataset import dataset_errors
+from speculab.config.errors import ConfigError
+from speculab.config.model import block_length, context_errors, drafter_checkpoint_errors, locate_roles, model_errors
+from speculab.config.runtime import runtime_errors
+from speculab.config.sampling import sampling_errors
+from speculab.config.schema import Config
+from speculab.config.tracking import tracking_errors
+
+
+def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
+    """`cfg` with algorithm.L set and the checkpoint of each role (config key, dir, config.json), each
+    looked up once for the checks and the run's plan to share; ConfigError listing every invalid field.
+    Touches no weights and starts nothing."""
+    missing, located = locate_roles(cfg)
+    draft = located.get("draft")
+    cfg = with_draft_length(cfg, None if draft is None else draft[1])
+    model, found = model_errors(cfg, located)
+    errors = [
+        *algorithm_errors(cfg, found),
+        *sampling_errors(cfg.sampling, cfg.measure),
+        *runtime_errors(cfg.runtime),
+        *dataset_errors(cfg.dataset),
+        *model,
+        *missing,
+        *device_errors(cfg),
+        *context_errors(cfg, found.get("target")),
+        *cluster_errors(cfg, found),
+        *drafter_checkpoint_errors(cfg, found),
+        *tracking_errors(cfg.tracking),
+        *local_cluster_errors(cfg),
+        *address_errors(cfg),
+        *resource_errors(cfg),
+    ]
+    if errors:
+        raise ConfigError.listing(errors)
+    return cfg, found
+
+
+def validate(cfg: Config) -> None:
+    """Raise ConfigError listing every invalid field; touches no weights and starts nothing."""
+    checked(cfg)
+
+
+def with_draft_length(cfg: Config, draft_dir: Path | None) -> Config:
+    """``cfg`` with `algorithm.L` set: as given, else the drafter's block (`block_length`, read from
+    `draft_dir`, the draft role's checkpoint), else DEFAULT_L. What a run records and decodes with."""
+    if cfg.algorithm.L is not None:
+        return cfg
+    return replace(cfg, algorithm=replace(cfg.algorithm, L=block_length(cfg.drafter, draft_dir) or DEFAULT_L))
+
+
+def config_warnings(cfg: Config) -> list[str]:
+    """Settings that are valid but that a user should hear about before the run starts (printed, not raised)."""
+    from speculab.algorithms import DRAFTERS, get_algorithm
+
+    algorithm = cfg.algorithm
+    notes = []
+    if not get_algorithm(algorithm.name).lossless(algorithm.K):
+        notes.append(f"{algorithm.name} with K={algorithm.K} is not lossless (algorithm.allow_lossy)")
+    if cfg.runtime.kind == "inline" and (cfg.cluster.name != ClusterConfig.name or cfg.cluster.address is not None):
+        notes.append(
+            f"cluster={cfg.cluster.name} (cluster.address={cfg.cluster.address!r}) is not used with runtime=inline: "
+            "both models run in this process (runtime=ray to use the cluster)"
+        )
+    samples_paths = DRAFTERS[cfg.drafter.name].proposes == "paths"
+    if algorithm.K > 1 and cfg.sampling.temperature == 0 and samples_paths:
+        notes.append(
+            f"algorithm.K={algorithm.K} with sampling.temperature=0: i.i.d. drafts at T = 0 are K copies of the "
+            "draft's greedy path, so K changes only the cost of scoring them, never what is accepted "
+            "(a sweep over K at T = 0 measures the same acceptance K times)"
+        )
+    return notes

@@ -1,0 +1,56 @@
+"""`runtime.*`: how the models run (in this process, or in Ray actors) and where the decode loop runs,
+with the checks of those keys and `loop_host`, the loop's place a run takes from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from speculab.config.errors import at_least, choice
+
+RUNTIMES = ("inline", "ray")
+# runtime.loop: where the decode loop runs on Ray. target: in rank 0 of the target's group, the draft in the
+# same process, the other ranks following its target calls (no Ray call inside a round, at any TP size);
+# driver: in this process, the draft in its own actor (Ray calls every round); auto: target.
+LOOPS = ("auto", "target", "driver")
+
+
+@dataclass
+class RuntimeConfig:
+    kind: str = "ray"  # inline: one process; ray: the models in Ray actors
+    loop: str = "auto"  # ray: where the decode loop runs (LOOPS)
+    # torch's intra-op threads in each model process; 0: the CPUs one model actor reserves
+    # (cluster.actor_cpus, at least 1), inline as on Ray, so that both measure under the same threads
+    torch_threads: int = 0
+    max_restarts: int = 3  # ray: times a model group is recreated after losing an actor
+    collective_timeout_s: float = 300.0  # ray, tp_size > 1: how long a rank waits in a collective for a peer
+    placement_timeout_s: float = 30.0  # ray: how long a model group waits to be placed, also after a lost node
+
+
+class RuntimeView(Protocol):
+    """The part of a config `loop_host` reads (`Config` is one): typed by its shape, because the root
+    `Config` is built from this module's dataclass and so cannot be imported here."""
+
+    runtime: RuntimeConfig
+
+
+def loop_host(cfg: RuntimeView) -> str:
+    """Where the decode loop runs: "inline" (runtime=inline), "target" (in rank 0 of the target's Ray
+    group, with the draft model in the same process; what `auto` picks) or "driver" (this process; the
+    draft in its own actor)."""
+    if cfg.runtime.kind == "inline":
+        return "inline"
+    return "target" if cfg.runtime.loop == "auto" else cfg.runtime.loop
+
+
+def runtime_errors(r: RuntimeConfig) -> list[str]:
+    """A known runtime and loop place, counts at their least and positive timeouts."""
+    errors: list[str] = []
+    choice(errors, "runtime.kind", r.kind, RUNTIMES)
+    choice(errors, "runtime.loop", r.loop, LOOPS)
+    at_least(errors, "runtime.max_restarts", r.max_restarts, 0)
+    at_least(errors, "runtime.torch_threads", r.torch_threads, 0)
+    for key in ("collective_timeout_s", "placement_timeout_s"):
+        if not getattr(r, key) > 0:
+            errors.append(f"runtime.{key}={getattr(r, key)}: must be > 0 (seconds)")
+    return errors
