@@ -1,6 +1,7 @@
-"""The package's shape, checked: imports flow one way (no module reaches itself through its imports),
-nothing outside the registry branches on an algorithm's or a drafter's name (`speculab.algorithms`
-holds what every other module needs to know of them), and no function grows past one screen."""
+"""The package's shape, checked: imports flow one way (no module reaches itself through its imports,
+and each imports only the layers below its own, as docs/architecture.md draws them), nothing outside
+the registry branches on an algorithm's or a drafter's name (`speculab.algorithms` holds what every
+other module needs to know of them), no function grows past one screen and no module past 450 lines."""
 
 from __future__ import annotations
 
@@ -14,6 +15,27 @@ from speculab.config import PROJECT_ROOT
 PACKAGE = PROJECT_ROOT / "platform"
 REGISTRY = PACKAGE / "speculab" / "algorithms.py"
 MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 450
+# The package's components (its top-level modules and subpackages), top layer first: a component
+# imports only itself and the layers below its own (docs/architecture.md draws the same picture).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("cli_args",),
+    ("experiment", "report"),
+    ("tracking",),
+    ("runtime",),
+    ("results",),
+    ("config",),
+    ("loop",),
+    ("paired", "autoregressive"),
+    ("models",),
+    ("baselines", "data"),
+    ("engine",),
+    ("clock", "evidence"),
+    ("records", "measure", "stats", "syncs", "algorithms"),
+    ("verify",),
+    ("drafting",),
+)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -87,6 +109,35 @@ def test_no_module_imports_itself_through_others() -> None:
     assert circles(import_graph(PACKAGE)) == []
 
 
+def component(module: str) -> str:
+    """`speculab.tracking.sweep` -> `tracking`; the package's own `__init__` is `speculab`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """`importer -> imported` for each import of a component in the importer's layer or above it."""
+    level = {name: depth for depth, names in enumerate(layers) for name in names}
+    found = []
+    for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
+        low, high = component(importer), component(imported)
+        if "speculab" not in (low, high) and low != high and level[high] <= level[low]:
+            found.append(f"{importer} -> {imported}")
+    return found
+
+
+def test_imports_point_down_the_layers() -> None:
+    graph = import_graph(PACKAGE)
+    assert {component(m) for m in graph} - {"speculab"} == {name for names in LAYERS for name in names}
+    assert upward_imports(graph, LAYERS) == []
+
+
+def test_the_layer_check_finds_an_import_upward() -> None:
+    """The check itself can fail: results reaching up into tracking."""
+    graph = {"speculab.results.point": {"speculab.tracking.spool", "speculab.config"}}
+    assert upward_imports(graph, LAYERS) == ["speculab.results.point -> speculab.tracking.spool"]
+
+
 def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
     """The check itself can fail: a lazy import back up is a circle."""
     package = tmp_path / "speculab"
@@ -130,6 +181,15 @@ def long_functions(path: Path) -> Iterator[str]:
 def test_no_function_in_the_package_is_longer_than_a_screen() -> None:
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in long_functions(path)]
     assert found == [], f"split these (at most {MAX_FUNCTION_LINES} lines each):\n" + "\n".join(found)
+
+
+def test_no_module_is_longer_than_one_job_needs() -> None:
+    found = [
+        f"{path.relative_to(PROJECT_ROOT)} ({lines} lines)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert found == [], f"split these by job (at most {MAX_MODULE_LINES} lines each):\n" + "\n".join(found)
 
 
 def test_the_platform_folder_is_not_a_package() -> None:

@@ -48,7 +48,7 @@ class DrafterSpec:
     label: str  # its name in the papers' tables and the report
     marker: str = ""  # the file that marks its checkpoint dir (`drafter.path`)
     target_features: bool = False  # conditioned on the target's hidden features (`dflash_config`)
-    # the file of its checkpoint that gives how many tokens one pass drafts (`config.checkpoints.block_length`):
+    # the file of its checkpoint that gives how many tokens one pass drafts (`config.model.block_length`):
     # block.json's block_size, or a DFlash config.json's block_size - 1; "": it drafts token by token
     block_file: str = ""
 

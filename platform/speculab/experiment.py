@@ -26,7 +26,7 @@ from speculab.config import Config, ConfigError, RunPlan, config_warnings, promp
 from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
-from speculab.loop import METHODS, PointPlan, Unit, UnitResult
+from speculab.loop import METHODS, PointWork, Unit, UnitResult
 from speculab.measure import Sample, Timings, interleave
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
@@ -127,9 +127,9 @@ def units_of(prompts: list[list[int]], batch_size: int) -> tuple[Unit, ...]:
     return tuple((first, prompts[first : first + batch_size]) for first in range(0, len(prompts), batch_size))
 
 
-def point_plan(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) -> PointPlan:
+def point_work(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) -> PointWork:
     a = cfg.algorithm
-    return PointPlan(
+    return PointWork(
         a.name,
         a.node_rule,
         cfg.drafter.name,
@@ -260,7 +260,7 @@ def prepare(plan: RunPlan) -> Prepared:
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     if errors := prompt_length_errors(cfg, plan.target_dir, {p.id: len(e) for p, e in zip(prompts, encoded)}):
         raise ConfigError.listing(errors)
-    work = point_plan(cfg, encoded, settings_of(plan, tokenizer.eos_token_id))
+    work = point_work(cfg, encoded, settings_of(plan, tokenizer.eos_token_id))
     loop = start_loop(plan.loop, target_spec, draft_spec, work, plan.placement)
     return Prepared(prompts, tokenizer, loop, len(work.units))
 

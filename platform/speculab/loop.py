@@ -13,7 +13,7 @@ and times each where it runs. It lives in one of two places, and is the same cod
 
 This module does not know the runtime that hosts it.
 
-Everything a unit's methods need travels as a `PointPlan` of plain values, and each call on a unit
+Everything a unit's methods need travels as a `PointWork` of plain values, and each call on a unit
 is self-contained (seeded by the unit, its paired comparison included), so a loop actor that is
 lost and recreated decodes the interrupted unit again from its prompts with the same result.
 """
@@ -43,7 +43,7 @@ METHODS = ("speculative", "autoregressive", "generate")  # the point's own decod
 
 
 @dataclass(frozen=True)
-class PointPlan:
+class PointWork:
     """What a point decodes and how, in plain values (it travels to the loop's actor)."""
 
     algorithm: str  # the verifier's name (`speculab.algorithms`)
@@ -73,12 +73,12 @@ def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
     return replace(settings, seed=settings.seed + first)
 
 
-def point_drafter(draft_model: Any, plan: PointPlan) -> Drafter:  # a DraftModel or its Ray proxy
+def point_drafter(draft_model: Any, work: PointWork) -> Drafter:  # a DraftModel or its Ray proxy
     """The drafter the engine drives: the draft model itself, or its marginals turned into one tree per
     prompt (tree algorithms) or one drawn path (a marginals drafter under a path verifier)."""
-    if get_algorithm(plan.algorithm).tree_builder:
-        return TreeDrafter(draft_model, tree_builder(plan.tree, plan.budget))
-    if DRAFTERS[plan.drafter].proposes == "marginals":
+    if get_algorithm(work.algorithm).tree_builder:
+        return TreeDrafter(draft_model, tree_builder(work.tree, work.budget))
+    if DRAFTERS[work.drafter].proposes == "marginals":
         return MarginalPathDrafter(draft_model, torch.Generator())
     return draft_model
 
@@ -89,11 +89,11 @@ class PointLoop:
     proxies, the seconds their ranks report (`speculab.runtime.cpu_seconds`)."""
 
     def __init__(
-        self, target: Any, draft_model: Any, plan: PointPlan, cpu: Callable[[], float] = time.process_time
+        self, target: Any, draft_model: Any, work: PointWork, cpu: Callable[[], float] = time.process_time
     ) -> None:
-        self.target, self.draft_model, self.plan, self.cpu = target, draft_model, plan, cpu
-        self.drafter = point_drafter(draft_model, plan)
-        self.verifier = get_verifier(plan.algorithm, plan.node_rule)
+        self.target, self.draft_model, self.work, self.cpu = target, draft_model, work, cpu
+        self.drafter = point_drafter(draft_model, work)
+        self.verifier = get_verifier(work.algorithm, work.node_rule)
 
     def conditions(self) -> dict[str, Conditions]:
         """Where each figure is measured: the target's process (transformers' generate runs there too),
@@ -106,7 +106,7 @@ class PointLoop:
 
     def paired(self, first: int) -> PairedComparison | None:
         """The unit's paired comparison (configured verifier first), seeded by the unit like its decode."""
-        p = self.plan
+        p = self.work
         if not p.compare:
             return None
         verifiers = {p.algorithm: get_verifier(p.algorithm, p.node_rule)}
@@ -115,8 +115,8 @@ class PointLoop:
 
     def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
         """`method` (one of METHODS) on unit `unit`; repetition 0 keeps what it decoded, -1 is a warm-up."""
-        first, prompts = self.plan.units[unit]
-        settings = unit_settings(self.plan.settings, first)
+        first, prompts = self.work.units[unit]
+        settings = unit_settings(self.work.settings, first)
         paired = self.paired(first) if method == "speculative" and repeat == 0 else None
         runs: dict[str, Callable[[], RunResult | BaselineResult]] = {
             "speculative": lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, None, paired),

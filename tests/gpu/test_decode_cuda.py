@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from speculab.algorithms import PATH_ALGORITHMS, get_verifier
 from speculab.autoregressive import autoregressive
+from speculab.config.cluster import Placement
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
@@ -23,7 +24,6 @@ from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.runtime import start_models
-from speculab.runtime.placement import Placement
 from support.cli import file_store, speculab
 from support.models import TINY_PAIR
 

@@ -17,7 +17,7 @@ from speculab.config import ConfigError, loop_host, validate
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
-from speculab.loop import PointPlan
+from speculab.loop import PointWork
 from speculab.models import LMSpec
 from speculab.records import RunResult
 from speculab.runtime import loop_groups, start_loop
@@ -30,12 +30,12 @@ from support.models import TINY_PAIR
 TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
 
 
-def plan(algorithm: str = "block", temperature: float = 1.0, compare: tuple[str, ...] = ()) -> PointPlan:
+def plan(algorithm: str = "block", temperature: float = 1.0, compare: tuple[str, ...] = ()) -> PointWork:
     tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]
     settings = DecodeSettings(1, 3, SamplingParams(temperature), 24, 1, 5, tokenizer.eos_token_id)
     units = ((0, prompts[:1]), (1, prompts[1:]))
-    return PointPlan(algorithm, "kseq", "iid", "best_first", 16, compare, 2, units, settings)
+    return PointWork(algorithm, "kseq", "iid", "best_first", 16, compare, 2, units, settings)
 
 
 def tokens(loop: object, method: str, units: int) -> list[list[int]]:

@@ -198,8 +198,8 @@ def work(plan: Any) -> Any:
     from transformers import AutoTokenizer
 
     from speculab.data import encode_prompt, load_prompts
-    from speculab.experiment import point_plan, settings_of
+    from speculab.experiment import point_work, settings_of
 
     tokenizer = AutoTokenizer.from_pretrained(plan.target_dir)
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]
-    return point_plan(plan.cfg, prompts, settings_of(plan, tokenizer.eos_token_id))
+    return point_work(plan.cfg, prompts, settings_of(plan, tokenizer.eos_token_id))

@@ -21,7 +21,7 @@ from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
 from speculab.experiment import decode_point
-from speculab.loop import PointPlan
+from speculab.loop import PointWork
 from speculab.models import LMSpec
 from speculab.records import RunResult
 from speculab.runtime import start_loop
@@ -35,12 +35,12 @@ TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf",
 TP2 = replace(TARGET, tp_size=2)
 
 
-def plan(temperature: float, algorithm: str = "block") -> PointPlan:
+def plan(temperature: float, algorithm: str = "block") -> PointWork:
     tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]
     settings = DecodeSettings(1, 3, SamplingParams(temperature), 20, 1, 5, tokenizer.eos_token_id)
     units = ((0, prompts[:1]), (1, prompts[1:]))
-    return PointPlan(algorithm, "kseq", "iid", "best_first", 16, (), 2, units, settings)
+    return PointWork(algorithm, "kseq", "iid", "best_first", 16, (), 2, units, settings)
 
 
 def tokens(loop: object, method: str) -> list[list[int]]:

@@ -178,13 +178,11 @@ def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[
 
 
 def pair_backends() -> tuple[str, ...]:
-    """The loaders (`models.roles.BACKENDS`) that `model.backend` may name: all but the drafters' own
-    (`DrafterSpec.backend`), which load a drafter's checkpoint and come with `drafter=`."""
-    from speculab.algorithms import DRAFTERS
-    from speculab.models.roles import BACKENDS
+    """The loaders that `model.backend` may name (`models.roles.PAIR_BACKENDS`): those of a pair's
+    checkpoints (a drafter's own come with `drafter=`, a toy's table only in tests)."""
+    from speculab.models.roles import PAIR_BACKENDS
 
-    owned = {spec.backend for spec in DRAFTERS.values()}
-    return tuple(name for name in BACKENDS if name not in owned)
+    return tuple(PAIR_BACKENDS)
 
 
 def _weight_errors(key: str, path: Path) -> list[str]:

@@ -109,13 +109,12 @@ def _dflash_lm(spec: LMSpec) -> OnePassDrafterLM:
     return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes)
 
 
-# `LMSpec.backend` -> its loader (each imports its backend only when asked: a toy run loads no transformers)
-BACKENDS: dict[str, Callable[[LMSpec], DecoderLM | OnePassDrafterLM]] = {
-    "hf": _transformers_lm,
-    "toy": _toy_lm,
-    "parallel": _parallel_lm,
-    "dflash": _dflash_lm,
-}
+Loader = Callable[[LMSpec], DecoderLM | OnePassDrafterLM]
+# What a model pair's checkpoints load with (`model.backend`).
+PAIR_BACKENDS: dict[str, Loader] = {"hf": _transformers_lm}
+# `LMSpec.backend` -> its loader: a pair's, a drafter's own checkpoint's (`DrafterSpec.backend`), or a toy's
+# bigram table (tests). Each imports its backend only when asked: a toy run loads no transformers.
+BACKENDS: dict[str, Loader] = {**PAIR_BACKENDS, "toy": _toy_lm, "parallel": _parallel_lm, "dflash": _dflash_lm}
 
 
 def build_lm(spec: LMSpec) -> DecoderLM | OnePassDrafterLM:

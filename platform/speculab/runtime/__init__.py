@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from speculab.config.cluster import OWN_DRAFT_GPU, Placement
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.runtime.placement import EMBEDDED, OWN_DRAFT_GPU, Placement
+from speculab.runtime.placement import EMBEDDED
 
 if TYPE_CHECKING:
-    from speculab.loop import PointPlan
+    from speculab.loop import PointWork
     from speculab.runtime.proxy import GroupProxy
 
 
@@ -57,7 +58,7 @@ def refuse_unoffered(pins: dict[str, dict[str, float]]) -> None:
         raise ClusterError("; ".join(errors))
 
 
-def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placement: Placement = EMBEDDED) -> Any:
+def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placement: Placement = EMBEDDED) -> Any:
     """The point's loop (`speculab.loop.PointLoop`'s `decode_unit` and `conditions`) for `host`
     (`RunPlan.loop`): in this process over inline models ("inline") or over Ray groups ("driver"), or
     in the target's actor with the draft beside it ("target": the loop group's proxy)."""
@@ -65,7 +66,7 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placem
 
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
-        return PointLoop(target_model, draft_model, plan, lambda: cpu_seconds(target_model, draft_model))
+        return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model))
     from speculab.runtime.groups import POOL, loop_bundles, pinned
     from speculab.runtime.loop_host import LoopSpec
     from speculab.runtime.proxy import GroupProxy
@@ -77,7 +78,7 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, plan: PointPlan, placem
     bundles = loop_bundles(spec.device, placement.actor_cpus, target.tp_size, draft.device == OWN_DRAFT_GPU)
     bundles = pinned(bundles, placement.target_resources)
     loop = GroupProxy(POOL.get("loop", spec, bundles, placement), placement.max_restarts)
-    loop.start_point(plan)
+    loop.start_point(work)
     return loop
 
 

@@ -26,10 +26,11 @@ import ray
 from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from speculab.config.cluster import Placement
 from speculab.models import LMSpec
 from speculab.runtime.loop_host import LoopSpec
 from speculab.runtime.nodes import Bundle, alive_nodes_text, bundle_nodes, cluster_nodes, demand, lost, unplaceable
-from speculab.runtime.placement import EMBEDDED, ClusterError, Placement
+from speculab.runtime.placement import EMBEDDED, ClusterError
 from speculab.runtime.ray_actors import ModelHost
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speculab.loop import PointLoop, PointPlan, UnitResult
+from speculab.loop import PointLoop, PointWork, UnitResult
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions
 from speculab.runtime.tp_loop import Follower, Leader
@@ -47,10 +47,10 @@ class LoopHost:
         self.target, self.draft = target, draft
         self.loop: PointLoop | None = None
 
-    def start_point(self, plan: PointPlan) -> None:
-        """Make `plan` the point the next `decode_unit` calls decode (a sweep reuses the loaded models).
+    def start_point(self, work: PointWork) -> None:
+        """Make `work` the point the next `decode_unit` calls decode (a sweep reuses the loaded models).
         A decode's CPU time is every rank's (`cpu_seconds` is summed over them)."""
-        self.loop = PointLoop(self.target, self.draft, plan, self.target.cpu_seconds)
+        self.loop = PointLoop(self.target, self.draft, work, self.target.cpu_seconds)
 
     def _current(self) -> PointLoop:
         if self.loop is None:
@@ -72,7 +72,7 @@ class PeerHost:
     def __init__(self, target: TreeTarget) -> None:
         self.follower = Follower(target)
 
-    def start_point(self, plan: PointPlan) -> None:
+    def start_point(self, work: PointWork) -> None:
         pass  # rank 0 calls no target method when a point starts
 
     def decode_unit(self, method: str, unit: int, repeat: int) -> None:

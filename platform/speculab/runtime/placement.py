@@ -4,7 +4,6 @@ builds it from the `cluster.*` and `runtime.*` keys, and config stays below the 
 
 from __future__ import annotations
 
-from speculab.config.cluster import OWN_DRAFT_GPU as OWN_DRAFT_GPU
 from speculab.config.cluster import Placement
 
 
