@@ -13,10 +13,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from speculab.config import validate
-from speculab.report.cli import main, preset_experiment, presets
-from speculab.report.tables import LAYOUTS
+from speculab.config.report import COLUMNS, DIMENSIONS, ReportConfig, ReportTable, report_errors
+from speculab.report.cli import main
+from speculab.report.presets import preset_experiment, preset_report, presets
+from speculab.results.names import lookup
 from support.cli import speculab
-from support.configs import CONF, compose_config, load
+from support.configs import CONF, load
 
 PRESETS = presets()
 
@@ -51,8 +53,9 @@ def test_every_point_of_a_preset_sweep_is_valid(preset: str) -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_has_a_report_layout_and_its_own_experiment(preset: str) -> None:
-    assert preset in LAYOUTS
-    assert compose_config([f"+experiment={preset}"]).tracking.experiment == preset_experiment(preset)
+    composed = load([f"+experiment={preset}"])
+    assert composed.tracking.experiment == preset_experiment(preset)
+    assert composed.report.tables and composed.report == preset_report(preset)  # as a run and the report read it
 
 
 def test_the_ddtree_drafter_is_one_override_away() -> None:
@@ -82,4 +85,17 @@ def test_each_preset_runs_tiny_and_reports(preset: str, tmp_path: Path) -> None:
     main(["--preset", preset, "--uri", f"sqlite:///{store}", "--out", str(tmp_path / "report"), "--no-log"])
     tables = (tmp_path / "report" / "tables.md").read_text()
     # the preset's own tables, then acceptance by depth (alpha_j, overlap_j, accepted lengths): every preset drafts
-    assert tables.count("###") == len(LAYOUTS[preset]) + 3 and "### Acceptance by depth" in tables
+    assert tables.count("###") == len(preset_report(preset).tables) + 3 and "### Acceptance by depth" in tables
+
+
+def test_a_report_layout_names_known_dimensions_and_columns() -> None:
+    bad = ReportConfig(
+        [ReportTable("t", "title", ["Model pair", "Depth"], ["speedup", "nope"], "Q"), ReportTable("u", "u")]
+    )
+    assert report_errors(bad) == [
+        f"report.tables[0].rows='Depth': must be one of {', '.join(DIMENSIONS)}",
+        f"report.tables[0].across='Q': must be one of {', '.join(DIMENSIONS)}",
+        f"report.tables[0].columns='nope': must be one of {', '.join(COLUMNS)}",
+        f"report.tables[1].columns: empty; name one or more of {', '.join(COLUMNS)}",
+    ]
+    assert all(lookup(column.key) for column in COLUMNS.values())  # each column is a figure of the name table

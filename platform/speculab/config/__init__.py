@@ -6,7 +6,7 @@ concern's dataclass, the values its fields take and its checks, which return one
 - `algorithm`: the algorithm and the drafter, against the registry; `sampling`: sampling and
   measurement; `dataset`: the prompts; `runtime`: in-process or Ray, and where the loop runs
   (`loop_host`); `cluster`: where the models run (the cluster, the `Placement` of the model groups,
-  each model's device, the memory plan); `tracking`: the MLflow store;
+  each model's device, the memory footprint); `tracking`: the MLflow store;
 - `checkpoints`: the checkout's root and a checkpoint's files; `errors`: `ConfigError` and the
   small checks the concerns share;
 - `schema`: the root `Config` over the concerns' dataclasses, and the refusal of unknown keys;

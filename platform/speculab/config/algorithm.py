@@ -59,7 +59,7 @@ class DraftView(Protocol):
 
 def largest_tree(a: AlgorithmConfig) -> int:
     """The most nodes a round's draft tree has, root included: a tree algorithm's budget, else K paths
-    of L tokens under one root (algorithm.L set). It sizes the KV caches (and the memory plan) up front."""
+    of L tokens under one root (algorithm.L set). It sizes the KV caches (and the memory footprint) up front."""
     from speculab.algorithms import ALGORITHMS
 
     assert a.L is not None  # set by `config.checks.with_draft_length`

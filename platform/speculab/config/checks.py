@@ -20,6 +20,7 @@ from speculab.config.cluster import (
 from speculab.config.dataset import dataset_errors
 from speculab.config.errors import ConfigError
 from speculab.config.model import block_length, context_errors, drafter_checkpoint_errors, locate_roles, model_errors
+from speculab.config.report import report_errors
 from speculab.config.runtime import runtime_errors
 from speculab.config.sampling import sampling_errors
 from speculab.config.schema import Config
@@ -46,6 +47,7 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
         *cluster_errors(cfg, found),
         *drafter_checkpoint_errors(cfg, found),
         *tracking_errors(cfg.tracking),
+        *report_errors(cfg.report),
         *local_cluster_errors(cfg),
         *address_errors(cfg),
         *resource_errors(cfg),

@@ -2,7 +2,7 @@
 the `Placement` of its model groups it gives the runtime), each model's device (`model.device`,
 `model.draft_device`) resolved and checked against the GPUs of that place (this machine, an embedded
 Ray cluster on it, or a remote cluster's declared GPUs) and described for the run's tags; the
-cluster's CPUs and GPUs against the model actors, the target's tensor-parallel split, the memory plan
+cluster's CPUs and GPUs against the model actors, the target's tensor-parallel split, the memory footprint
 (`speculab.models.memory`, from config.json alone) and a cluster address that answers.
 
 torch and `speculab.models` are imported by the functions that need them: the dataclasses load with
@@ -43,7 +43,7 @@ class ClusterConfig:
     num_gpus: int = 0  # GPUs the cluster offers (0: CPU only)
     gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
     draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
-    plan_prompt_tokens: int = 2048  # prompt length the memory plan reserves KV cache for (not enforced)
+    plan_prompt_tokens: int = 2048  # prompt length the memory footprint reserves KV cache for (not enforced)
     # Ray custom resources each rank's bundle also asks for, so that a group runs only on the nodes started
     # with them (`ray start --resources`); the loop group (runtime.loop=target) takes target_resources.
     # Typed Any (a {name: amount} mapping or null, checked by validation): OmegaConf cannot merge
@@ -193,7 +193,7 @@ def host_memory_bytes() -> int:
 
 
 def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
-    """The cluster's fields, its GPUs against the model actors, TP divisibility and the memory plan
+    """The cluster's fields, its GPUs against the model actors, TP divisibility and the memory footprint
     (speculab.models.memory, from config.json)."""
     from speculab.models.memory import DTYPE_BYTES
 
@@ -213,7 +213,7 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
         )
     if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
         return split + errors
-    return split + errors + _plan_errors(cfg, found, beside, memory=not errors)
+    return split + errors + _memory_errors(cfg, found, beside, memory=not errors)
 
 
 def _field_errors(c: ClusterConfig) -> list[str]:
@@ -237,16 +237,16 @@ def _field_errors(c: ClusterConfig) -> list[str]:
     return errors
 
 
-def _plan_errors(cfg: ClusterView, found: dict[str, Checkpoint], beside: bool, memory: bool) -> list[str]:
+def _memory_errors(cfg: ClusterView, found: dict[str, Checkpoint], beside: bool, memory: bool) -> list[str]:
     """The target's split over cluster.tp_size ranks, and on GPUs (with `memory`: the cluster's other
-    fields are valid) the memory plan of the point."""
+    fields are valid) the memory footprint of the point."""
     from speculab.models.memory import (
         DTYPE_BYTES,
         Workload,
         architecture,
         fit_errors,
         host_fit_errors,
-        plan_memory,
+        memory_footprint,
         tp_errors,
     )
 
@@ -264,11 +264,11 @@ def _plan_errors(cfg: ClusterView, found: dict[str, Checkpoint], beside: bool, m
     work = Workload(
         s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg.algorithm), DTYPE_BYTES[cfg.model.dtype]
     )
-    plan = plan_memory(target, draft, work, c.tp_size, beside)
+    footprint = memory_footprint(target, draft, work, c.tp_size, beside)
     if resolve_device(cfg, cfg.model.device).startswith("cuda"):
-        return fit_errors(plan, c.gpu_memory_gib) if c.num_gpus > 0 else []
+        return fit_errors(footprint, c.gpu_memory_gib) if c.num_gpus > 0 else []
     local = cfg.runtime.kind == "inline" or c.address is None  # every model process on this machine
-    return host_fit_errors(plan, host_memory_bytes()) if local else []
+    return host_fit_errors(footprint, host_memory_bytes()) if local else []
 
 
 def local_cluster_errors(cfg: ClusterView) -> list[str]:

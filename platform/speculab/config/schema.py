@@ -2,7 +2,7 @@
 
 Hydra composes YAML from conf/ over `Config`, whose groups are the dataclasses of the concern modules
 (`config.model`, `config.algorithm`, `config.sampling`, `config.dataset`, `config.runtime`,
-`config.cluster`, `config.tracking`), each beside its checks; so a typo in a key fails at composition,
+`config.cluster`, `config.tracking`, `config.report`), each beside its checks; so a typo in a key fails at composition,
 and a key added with `+key=...` is refused by `unknown_keys`. Those modules import torch only inside
 their checks, so this one loads without it (`speculab --help`, a refused key).
 """
@@ -19,6 +19,7 @@ from speculab.config.algorithm import AlgorithmConfig, DrafterConfig
 from speculab.config.cluster import ClusterConfig
 from speculab.config.dataset import DatasetConfig
 from speculab.config.model import ModelConfig
+from speculab.config.report import ReportConfig
 from speculab.config.runtime import RuntimeConfig
 from speculab.config.sampling import MeasureConfig, SamplingConfig
 from speculab.config.tracking import TrackingConfig
@@ -35,6 +36,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)  # how speculab-report lays out a preset's runs
     baseline: bool = True  # also decode autoregressively with the engine, for speedup_vs_ar
     baseline_hf: bool = True  # also run transformers' generate on the same target and prompts, for speedup_vs_hf
     resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)

@@ -2,7 +2,7 @@
 
 Parameters are counted from the architecture numbers in config.json (Llama-style decoders:
 llama, mistral, qwen2, qwen3, qwen3_moe and the Llama-shaped DeepSeek-Coder; and OPT), so a
-plan needs no weights and no download beyond config.json. Per GPU it adds:
+footprint needs no weights and no download beyond config.json. Per GPU it adds:
 
 - weights / tp_size: DeepSpeed AutoTP shards every linear layer and the embedding (0.19's
   `_slice_embedding`); the replicated norms are < 0.01% and ignored;
@@ -31,7 +31,7 @@ LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
 
 @dataclass(frozen=True)
 class Architecture:
-    """The numbers of a config.json that a memory plan needs."""
+    """The numbers of a config.json that a memory footprint needs."""
 
     model_type: str
     params: int
@@ -73,7 +73,7 @@ class GpuShare:
 
 
 @dataclass(frozen=True)
-class MemoryPlan:
+class MemoryFootprint:
     """Per-GPU bytes of a target split over tp_size GPUs and its draft."""
 
     tp_size: int
@@ -126,7 +126,7 @@ def _opt_params(c: dict[str, Any]) -> int:
 
 
 def architecture(config: dict[str, Any]) -> Architecture:
-    """The plan's numbers from a parsed config.json; ValueError for an unknown model_type."""
+    """The footprint's numbers from a parsed config.json; ValueError for an unknown model_type."""
     kind = config.get("model_type", "")
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     if kind == "opt":
@@ -142,7 +142,7 @@ def architecture(config: dict[str, Any]) -> Architecture:
             config["vocab_size"],
         )
     if kind not in LLAMA_LIKE:
-        raise ValueError(f"model_type {kind!r}: the memory planner knows {', '.join(('opt', *LLAMA_LIKE))}")
+        raise ValueError(f"model_type {kind!r}: the memory footprintner knows {', '.join(('opt', *LLAMA_LIKE))}")
     head_dim = config.get("head_dim") or hidden // heads
     experts = config.get("num_experts") or config.get("num_local_experts") or 0
     width = config["moe_intermediate_size"] * config["num_experts_per_tok"] if experts else config["intermediate_size"]
@@ -186,15 +186,15 @@ def model_share(arch: Architecture, work: Workload, tp_size: int, tree_nodes: in
     return GpuShare(arch.params * work.dtype_bytes // tp_size, kv, max(prefill, tree))
 
 
-def plan_memory(
+def memory_footprint(
     target: Architecture, draft: Architecture, work: Workload, tp_size: int, draft_beside_shard: bool
-) -> MemoryPlan:
+) -> MemoryFootprint:
     """Per-GPU bytes of the target split over tp_size GPUs, and of the draft.
 
     The draft decodes its K paths as a forest in its own cache, so it holds the same
     tokens per sequence as the target (the tree's non-root nodes).
     """
-    return MemoryPlan(
+    return MemoryFootprint(
         tp_size,
         model_share(target, work, tp_size, work.tree_nodes),
         model_share(draft, work, 1, work.tree_nodes - 1),
@@ -217,15 +217,15 @@ def _gb(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def fit_errors(plan: MemoryPlan, gpu_memory_gib: float) -> list[str]:
-    """An error naming every number of the plan when its busiest GPU exceeds one GPU's memory."""
-    if plan.busiest_gpu <= gpu_memory_gib * GIB:
+def fit_errors(footprint: MemoryFootprint, gpu_memory_gib: float) -> list[str]:
+    """An error naming every number of the footprint when its busiest GPU exceeds one GPU's memory."""
+    if footprint.busiest_gpu <= gpu_memory_gib * GIB:
         return []
-    t, d = plan.target_shard, plan.draft
-    where = "beside a target shard" if plan.draft_beside_shard else "on its own GPU"
+    t, d = footprint.target_shard, footprint.draft
+    where = "beside a target shard" if footprint.draft_beside_shard else "on its own GPU"
     return [
         f"cluster.gpu_memory_gib={gpu_memory_gib}: the model does not fit; the busiest GPU needs "
-        f"{_gb(plan.busiest_gpu)}: target shard (tp_size={plan.tp_size}) weights {_gb(t.weights)} + "
+        f"{_gb(footprint.busiest_gpu)}: target shard (tp_size={footprint.tp_size}) weights {_gb(t.weights)} + "
         f"KV {_gb(t.kv_cache)} + activations {_gb(t.activations)}; draft {where}: weights {_gb(d.weights)} + "
         f"KV {_gb(d.kv_cache)} + activations {_gb(d.activations)}; reserve {_gb(RESERVE_BYTES)} per GPU. "
         "Raise cluster.tp_size, give the draft its own GPU (model.draft_device=cuda:1, or runtime.loop=driver "
@@ -235,16 +235,16 @@ def fit_errors(plan: MemoryPlan, gpu_memory_gib: float) -> list[str]:
     ]
 
 
-def host_fit_errors(plan: MemoryPlan, host_bytes: int) -> list[str]:
-    """On the CPU every rank and the draft live in this machine's memory: an error naming the plan's
+def host_fit_errors(footprint: MemoryFootprint, host_bytes: int) -> list[str]:
+    """On the CPU every rank and the draft live in this machine's memory: an error naming the footprint's
     figures when together they exceed `host_bytes` (what this machine, or its cgroup, allows)."""
-    t, d = plan.target_shard, plan.draft
-    needed = plan.tp_size * t.total + d.total
+    t, d = footprint.target_shard, footprint.draft
+    needed = footprint.tp_size * t.total + d.total
     if needed <= host_bytes:
         return []
     return [
         f"model.device=cpu: the point needs {_gb(needed)} of host memory, more than this machine's "
-        f"{_gb(host_bytes)}: {plan.tp_size} target rank(s) x (weights {_gb(t.weights)} + KV {_gb(t.kv_cache)} + "
+        f"{_gb(host_bytes)}: {footprint.tp_size} target rank(s) x (weights {_gb(t.weights)} + KV {_gb(t.kv_cache)} + "
         f"activations {_gb(t.activations)}) + draft (weights {_gb(d.weights)} + KV {_gb(d.kv_cache)} + "
         f"activations {_gb(d.activations)}). Lower sampling.batch_size / cluster.plan_prompt_tokens / "
         "sampling.max_new_tokens, pick a smaller model, or run on GPUs"

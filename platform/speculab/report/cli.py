@@ -22,10 +22,9 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
 from rich.console import Console
 
-from speculab.config import PROJECT_ROOT, TrackingConfig, tracking_uri
+from speculab.config import TrackingConfig, tracking_uri
 from speculab.report.figures import FIGURES
 from speculab.report.points import (
     Point,
@@ -36,12 +35,18 @@ from speculab.report.points import (
     read_points,
     sweep_children,
 )
+from speculab.report.presets import (
+    DEFAULT,
+    layout_of_experiment,
+    layout_of_sweep,
+    preset_experiment,
+    preset_report,
+    presets,
+)
 from speculab.report.render import csv_text, markdown, rich_table
-from speculab.report.tables import ACCEPTANCE_NOTES, DEFAULT_LAYOUT, LAYOUTS, grids
+from speculab.report.tables import grids, layout_of
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, fail_fast
 from speculab.tracking.store import store_client
-
-PRESETS_DIR = PROJECT_ROOT / "conf" / "experiment"
 
 
 @dataclass(frozen=True)
@@ -56,35 +61,12 @@ class Source:
     parent_run_id: str | None
 
 
-def presets() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
-
-
-def preset_experiment(preset: str) -> str:
-    """The MLflow experiment a preset's runs go to (its `tracking.experiment`)."""
-    if preset not in presets():
-        raise ReportError(f"unknown preset {preset!r}; presets (conf/experiment/): {', '.join(presets())}")
-    return str(OmegaConf.select(OmegaConf.load(PRESETS_DIR / f"{preset}.yaml"), "tracking.experiment", default=preset))
-
-
-def layout_of_experiment(name: str) -> str:
-    """The layout of the preset writing to this experiment (the one named after it first), else the default."""
-    writers = [p for p in presets() if preset_experiment(p) == name and p in LAYOUTS]
-    return name if name in writers else next(iter(writers), "default")
-
-
-def layout_of_sweep(overrides: str) -> str:
-    """The preset a sweep ran (`+experiment=NAME` among its overrides), else the default layout."""
-    found = re.search(r"\+experiment=(\S+)", overrides)
-    return found.group(1) if found and found.group(1) in LAYOUTS else "default"
-
-
 def sweep_source(client: MlflowClient, run_id: str) -> Source:
     """A sweep's finished points; the layout of the preset it ran."""
     children = sweep_children(client, run_id)
     parent = client.get_run(run_id)
     layout = layout_of_sweep(parent.data.params.get("sweep.overrides", ""))
-    name = f"{layout if layout != 'default' else 'report'} sweep {run_id[:8]}"  # its run name is a command line
+    name = f"{layout if layout != DEFAULT else 'report'} sweep {run_id[:8]}"  # its run name is a command line
     return Source(name, layout, parent.info.experiment_id, read_points(children), run_id)
 
 
@@ -125,7 +107,8 @@ def report_run(client: MlflowClient, source: Source) -> str:
 def write(source: Source, out: Path) -> list[Path]:
     """tables.md, one CSV per table and the plots that apply, under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    laid = grids(LAYOUTS.get(source.layout, DEFAULT_LAYOUT), source.points, ACCEPTANCE_NOTES.get(source.layout, ""))
+    report = preset_report(source.layout)
+    laid = grids(layout_of(report), source.points, report.acceptance_note or "")
     intro = f"# {source.name}\n\n{len(source.points)} finished point run(s); layout `{source.layout}`.\n\n"
     files = [out / "tables.md"]
     files[0].write_text(intro + "\n".join(markdown(grid) for grid in laid))

@@ -11,28 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from speculab.config.report import ReportColumn
 from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
 from speculab.stats import Estimate
 
+Column = ReportColumn
 
-@dataclass(frozen=True)
-class Column:
-    """A figure column: its header, the figure's key (the autoregressive baseline's with `baseline`),
-    a factor for its unit (a share as a percentage) and which way is better (+1 higher, -1 lower, 0
-    neither: the best of a row is set in bold)."""
 
-    label: str
-    key: str
-    better: int = 0
-    scale: float = 1.0
-    baseline: bool = False
-
-    def estimate(self, point: Point) -> Estimate | None:
-        figures = point.autoregressive if self.baseline else point.figures
-        found = figures.get(self.key)
-        if found is None or self.scale == 1.0:
-            return found
-        return replace(found, value=found.value * self.scale, low=found.low * self.scale, high=found.high * self.scale)
+def estimate(column: Column, point: Point) -> Estimate | None:
+    """The point's figure of ``column`` (its autoregressive baseline's where the column says), in the
+    column's unit; None where the point has none."""
+    figures = point.autoregressive if column.baseline else point.figures
+    found = figures.get(column.key)
+    if found is None or column.scale == 1.0:
+        return found
+    s = column.scale
+    return replace(found, value=found.value * s, low=found.low * s, high=found.high * s, se=found.se * s)
 
 
 @dataclass(frozen=True)
@@ -125,4 +119,4 @@ def _header(table: Table, column: Column, value: Value) -> str:
 
 
 def _cell(column: Column, point: Point | None) -> Estimate | None:
-    return None if point is None else column.estimate(point)
+    return None if point is None else estimate(column, point)

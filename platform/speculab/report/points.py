@@ -15,6 +15,7 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
+from speculab.config.report import DIMENSIONS
 from speculab.results.names import AR_PREFIX, Figures, parse
 from speculab.results.point import PointShape
 from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
@@ -106,14 +107,11 @@ def read_points(runs: list[Run]) -> list[Point]:
     return points
 
 
-# A point's coordinates, in the order tables list them; a dimension a table does not lay out
-# becomes a row column when it varies across the points, or the caption when it does not.
-DIMENSIONS = ("Model pair", "Dataset", "Method", "K", "L", "B", "T", "Top-k", "Prompts", "New tokens", "Batch", "Seed")
 Value = str | int | float | None
 
 
 def dimensions(point: Point) -> dict[str, Value]:
-    """The point's coordinates (DIMENSIONS), from its shape."""
+    """The point's coordinates (`config.report.DIMENSIONS`), from its shape."""
     s = point.shape
     return {
         "Model pair": s.model,

@@ -63,7 +63,7 @@ def _csv_cells(cell: Cell, more: tuple[str, ...]) -> list[object]:
 
 
 def rich_table(grid: Grid) -> RichTable:
-    table = RichTable(title=grid.title, caption=grid.caption)
+    table = RichTable(title=Text(grid.title), caption=Text(grid.caption))  # text, not rich markup: `[low, high]`
     for i, name in enumerate(grid.header):
         table.add_column(name, justify="right" if any(isinstance(r[i], Estimate) for r in grid.rows) else "left")
     for r, row in enumerate(grid.rows):

@@ -1,120 +1,44 @@
-"""Which tables a report shows: a preset's paper tables (`conf/experiment/<name>.yaml`, `report:`),
-or the default ones, then acceptance by depth where the runs drafted, and the paired comparison
-where they compared verifiers."""
+"""Which tables a report shows: a preset's paper tables (`report:` in `conf/experiment/<name>.yaml`,
+`config.report`), or the default ones, then acceptance by depth where the runs drafted, and the
+paired comparison where they compared verifiers."""
 
 from __future__ import annotations
 
+from speculab.config.report import COLUMNS, ReportConfig
 from speculab.paired import PREFIX as COMPARE_PREFIX
 from speculab.report.layout import Column, Grid, Table, lay_out
 from speculab.report.points import Point
 from speculab.tracking.acceptance import reached_depth
 
-# The figure columns a table may name, with the papers' headers.
-COLUMNS = {
-    "block_efficiency": Column("Block efficiency (tokens/M_p-call)", "block_efficiency", +1),
-    "tau": Column("τ", "block_efficiency", +1),  # DDTree's acceptance length counts the bonus token
-    "walltime": Column("Walltime (ms/token)", "ms_per_token", -1),
-    "throughput": Column("Throughput (tokens/s)", "tokens_per_s", +1),
-    "speedup": Column("Speedup over autoregressive", "speedup_vs_ar", +1),
-    "autoregressive": Column("Autoregressive (tokens/s)", "tokens_per_s", baseline=True),  # the same run's
-    "draft_cost": Column("Draft cost (%walltime)", "share_draft", scale=100.0),
-    "target_cost": Column("Target cost (%walltime)", "share_target", scale=100.0),
-}
-
-
-def named(name: str, title: str, rows: tuple[str, ...], columns: tuple[str, ...], across: str | None = None) -> Table:
-    """A table whose figure columns are COLUMNS' names."""
-    return Table(name, title, rows, tuple(COLUMNS[column] for column in columns), across)
-
-
 DEFAULT_LAYOUT = (
-    named(
-        "block_efficiency", "Block efficiency (tokens/M_p-call) by K", ("Method", "L", "T"), ("block_efficiency",), "K"
+    Table(
+        "block_efficiency",
+        "Block efficiency (tokens/M_p-call) by K",
+        ("Method", "L", "T"),
+        (COLUMNS["block_efficiency"],),
+        "K",
     ),
-    named("walltime", "Walltime (ms/token) by K", ("Method", "L", "T"), ("walltime",), "K"),
-    named(
-        "points", "Every point", ("Method", "K", "L", "T"), ("block_efficiency", "throughput", "walltime", "speedup")
-    ),
-)
-DDTREE_TABLE1 = (
-    named(
-        "table1",
-        "DDTree Table 1: speedup over autoregressive decoding and τ, every budget B (the paper shows the best)",
-        ("Dataset", "T", "Method", "B"),
-        ("speedup", "tau", "throughput", "autoregressive"),
-    ),
-)
-SPECTR_GBV_TABLE1 = (
-    named(
-        "table1",
-        "SpecTr-GBV Table 1: block efficiency (BE) and speedup ratio (SR); SpecTr-GBV at K >= 2 is not lossless",
-        ("Dataset", "Method", "K"),
-        ("block_efficiency", "speedup", "walltime"),
+    Table("walltime", "Walltime (ms/token) by K", ("Method", "L", "T"), (COLUMNS["walltime"],), "K"),
+    Table(
+        "points",
+        "Every point",
+        ("Method", "K", "L", "T"),
+        tuple(COLUMNS[name] for name in ("block_efficiency", "throughput", "walltime", "speedup")),
     ),
 )
-LAYOUTS: dict[str, tuple[Table, ...]] = {
-    "gbv_table1": (
-        named(
-            "table1",
-            "GBV Table 1: block efficiency (tokens/M_p-call)",
-            ("Model pair", "Dataset", "L"),
-            ("block_efficiency",),
-            "K",
-        ),
-        named("table2", "GBV Table 2: walltime (ms/token)", ("Model pair", "Dataset", "L"), ("walltime",), "K"),
-        named(
-            "table6",
-            "GBV Table 6: draft length ablation",
-            ("L", "K"),
-            ("block_efficiency", "walltime", "draft_cost", "target_cost"),
-        ),
-    ),
-    "gbv_table7": (
-        named(
-            "table7",
-            "GBV Table 7: multi-path comparison",
-            ("T", "K", "Method"),
-            ("block_efficiency", "throughput", "walltime"),
-        ),
-    ),
-    "bv_table4": (
-        named("table4", "BV Table 4: block efficiency", ("Dataset", "L"), ("block_efficiency",), "Method"),
-        named(
-            "speedup",
-            "BV Tables 1, 6-7: wall clock time speedup over autoregressive",
-            ("Dataset", "L"),
-            ("speedup",),
-            "Method",
-        ),
-    ),
-    "ddtree_table1": DDTREE_TABLE1,
-    "ddtree_chain": DDTREE_TABLE1,
-    "spectr_gbv_table1": SPECTR_GBV_TABLE1,
-    "spectr_gbv_table1_single": SPECTR_GBV_TABLE1,
-    "global_resolution_table4": (
-        named(
-            "table4",
-            "Global Resolution Table 4: SpecTr per-node rules",
-            ("K", "Method"),
-            ("block_efficiency", "speedup"),
-        ),
-    ),
-}
-DDTREE_ACCEPTANCE = (
-    "DDTree gives no per-position acceptance; its Fig. 4 is this histogram (MATH-500, Qwen3-8B, T = 0, B = 512 "
-    "against vanilla DFlash; its τ counts the bonus token: n + 1) as a plot, with no numbers in the text to set here"
-)
-GBV_ACCEPTANCE = "the GBV paper gives no per-position acceptance nor accepted-length histogram (block efficiency only)"
-ACCEPTANCE_NOTES = {
-    "ddtree_table1": DDTREE_ACCEPTANCE,
-    "ddtree_chain": DDTREE_ACCEPTANCE,
-    "gbv_table1": GBV_ACCEPTANCE,
-    "gbv_table7": GBV_ACCEPTANCE,
-    "bv_table4": "BV Fig. 3 plots the empirical CCDF of τ, P(τ >= n) = α_1 ... α_n, for token and block "
-    "verification on its context-independent toy models (γ = 10): a plot, no numbers",
-    "spectr_gbv_table1": "SpecTr-GBV Fig. 2(a) gives the mean acceptance rate against K, not per position",
-    "spectr_gbv_table1_single": "SpecTr-GBV Fig. 2(a) gives the mean acceptance rate against K, not per position",
-}
+
+
+def layout_of(report: ReportConfig) -> tuple[Table, ...]:
+    """A preset's tables (`report.tables`), or the default ones where it names none."""
+    return (
+        tuple(
+            Table(t.name, t.title, tuple(t.rows), tuple(COLUMNS[name] for name in t.columns), t.across)
+            for t in report.tables
+        )
+        or DEFAULT_LAYOUT
+    )
+
+
 # compare/<verifier>/<figure>, as the paired comparison logs them (each with its standard error)
 COMPARE_FIGURES = (
     ("block_efficiency", "block efficiency"),

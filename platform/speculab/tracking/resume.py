@@ -21,8 +21,9 @@ from speculab.tracking.store import store_client
 
 
 def point_id(cfg: Config) -> str:
-    """Stable identity of an experiment point: its resolved config minus tracking and resume."""
-    fields = {key: value for key, value in asdict(cfg).items() if key not in ("tracking", "resume")}
+    """Stable identity of an experiment point: its resolved config but what changes no token it decodes
+    (where it is logged, `resume`, how the report lays it out)."""
+    fields = {key: value for key, value in asdict(cfg).items() if key not in ("tracking", "resume", "report")}
     return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -89,5 +89,5 @@ def start_point_run(plan: RunPlan, point: str) -> SpooledRun:
         sweep_parent(),
         experiment_tags(),
     )
-    run.log_params(flat_params(asdict(cfg)))
+    run.log_params(flat_params({key: value for key, value in asdict(cfg).items() if key != "report"}))  # a layout
     return run

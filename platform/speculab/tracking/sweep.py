@@ -157,10 +157,12 @@ def cell(point: PointResult, key: str) -> str:
 
 
 def sweep_markdown(points: list[PointResult]) -> str:
-    """Every point in ranking order: its name and shape, each headline figure with its interval."""
-    columns = ["point", "algorithm", "K", "L", "budget", "T", "drafter"]
+    """Every point in ranking order: its name and shape, each headline figure with its interval,
+    generate's speedup over the engine's loop and which points an earlier launch finished."""
     rows = table_rows(points)
-    columns = [c for c in columns if c in rows[0]] + [k for k in HEADLINE if any(k in p.figures for p in points)]
+    shape = [c for c in ("point", "algorithm", "K", "L", "budget", "T", "drafter") if c in rows[0]]
+    figures = [key for key in HEADLINE if any(key in p.figures for p in points)]
+    columns = [*shape, *figures, *(c for c in (HF_SPEEDUP, RESUMED) if c in rows[0])]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for point, row in zip(ranked(points), rows):
         cells = [cell(point, c) if c in HEADLINE else str(row[c]) for c in columns]
