@@ -48,6 +48,8 @@ from ray.dag import InputNode
 from rich.console import Console
 from rich.table import Table
 
+from speculab.results.names import interval_names
+
 
 class Draft:
     """The draft's side of a round, doing no work: what it returns has a round's shapes."""
@@ -151,17 +153,15 @@ def points_table(title: str, rows: dict[str, list[str]], keys: tuple[str, ...], 
 
     from spread import point
 
-    from speculab.config import resolve
-    from speculab.experiment import decode_point, logged_figures
+    from speculab.experiment import logged_figures, run
     from speculab.runtime.groups import POOL
-    from speculab.tracking.tracker import NoopTracker
 
     found: dict[str, dict[str, list[float]]] = {row: {key: [] for key in keys} for row in rows}
     labels = list(rows)
     for index in range(runs):
         for row in labels[index % len(labels) :] + labels[: index % len(labels)]:
             with contextlib.redirect_stdout(io.StringIO()):  # each point prints its own summary
-                metrics = logged_figures(decode_point(resolve(point(["tracking=none", *rows[row]])), NoopTracker()))
+                metrics = logged_figures(run(point(["tracking=none", *rows[row]])).result)
             POOL.close_all()
             for key in keys:
                 found[row][key].append(metrics.get(key, math.nan))
@@ -183,7 +183,7 @@ DEMO_ROWS = {
     "ray, 2 threads": ["runtime.torch_threads=2"],
     "inline, 2 threads": ["runtime=inline", "runtime.torch_threads=2"],
 }
-DEMO_KEYS = ("tokens_per_s", "speedup_vs_hf", "speedup_vs_hf_ci_low", "speedup_vs_hf_ci_high")
+DEMO_KEYS = ("tokens_per_s", "speedup_vs_hf", *interval_names("speedup_vs_hf"))  # MLflow names
 # A TP = 2 target against one rank, with the loop in the driver, on rank 0 and inline (issue 39's table).
 TP_COMMON = ["cluster.actor_cpus=0.5", "dataset.num_prompts=4", "sampling.max_new_tokens=32"]
 TP_ROWS = {

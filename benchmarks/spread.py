@@ -43,10 +43,9 @@ from speculab.autoregressive import autoregressive
 from speculab.config import PROJECT_ROOT, Config, resolve
 from speculab.data import encode_prompt, load_prompts
 from speculab.engine import decode
-from speculab.experiment import decode_point, model_specs, settings_of
+from speculab.experiment import model_specs, settings_of
 from speculab.models import DraftModel, TreeTarget
 from speculab.results.figures import tokens_per_second
-from speculab.tracking.tracker import NoopTracker
 
 HOG = """
 import random, time
@@ -125,7 +124,7 @@ def main() -> None:
                 found = (sequential(point(point_args)), math.nan, math.nan)
                 results.setdefault(f"{prompts} prompts, sequential", []).append(found)
                 for repeats in args.repeats:
-                    result = decode_point(resolve(point([*point_args, f"measure.repeats={repeats}"])), NoopTracker())
+                    result = run(point([*point_args, f"measure.repeats={repeats}"])).result
                     speedup = result.figures["speedup_vs_ar"]
                     found = (speedup.value, speedup.low, speedup.high)
                     results.setdefault(f"{prompts} prompts, interleaved R={repeats}", []).append(found)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from speculab import experiment
-from speculab.config import resolve
 from speculab.models import TreeTarget
 from speculab.tracking.tracker import NoopTracker
-from support.configs import load
+from support.configs import plan_and_shape
 
 SMALL = ["runtime=inline", "tracking=none", "dataset.num_prompts=2", "sampling.max_new_tokens=8", "measure.repeats=2"]
 
@@ -19,7 +18,7 @@ def test_a_point_runs_only_the_baselines_it_asks_for(monkeypatch: pytest.MonkeyP
         raise AssertionError("transformers' generate ran with baseline_hf=false")
 
     monkeypatch.setattr(TreeTarget, "hf_generate", refuse)
-    result = experiment.decode_point(resolve(load([*SMALL, "baseline_hf=false"])), NoopTracker())
+    result = experiment.decode_point(*plan_and_shape([*SMALL, "baseline_hf=false"]), NoopTracker())
     speedup = result.figures["speedup_vs_ar"]
     assert speedup.low <= speedup.value <= speedup.high and speedup.n == 2  # over the two prompts
     assert "speedup_vs_hf" not in result.figures and result.generate is None and result.autoregressive is not None
@@ -27,7 +26,7 @@ def test_a_point_runs_only_the_baselines_it_asks_for(monkeypatch: pytest.MonkeyP
 
 
 def test_a_point_without_baselines_still_measures_its_own_speed() -> None:
-    result = experiment.decode_point(resolve(load([*SMALL, "baseline=false", "baseline_hf=false"])), NoopTracker())
+    result = experiment.decode_point(*plan_and_shape([*SMALL, "baseline=false", "baseline_hf=false"]), NoopTracker())
     speed = result.figures["tokens_per_s"]
     assert speed.low <= speed.value <= speed.high
     assert not {"speedup_vs_ar", "speedup_vs_ar_cpu", "speedup_vs_hf"} & set(result.figures)

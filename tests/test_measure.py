@@ -64,6 +64,6 @@ def test_cpu_ratios_use_cpu_seconds() -> None:
 def test_speed_figures_without_baselines_have_no_speedups() -> None:
     timings = {"s": [[Sample(10, 0.5, 0.5), Sample(10, 0.25, 0.25)]]}
     figures = speed_figures(timings, "s", None, None)
-    assert list(figures) == ["tokens_per_s", "ms_per_token"]
+    assert list(figures) == ["tokens_per_s", "ms_per_token", "units"]
     assert figures["tokens_per_s"].value == 30.0 and figures["ms_per_token"].value == pytest.approx(1000 / 30)
     assert figures["tokens_per_s"].has_interval  # one unit: its repetitions are resampled

@@ -7,9 +7,9 @@ from __future__ import annotations
 import shlex
 
 from speculab import experiment
-from speculab.config import PROJECT_ROOT, resolve
+from speculab.config import PROJECT_ROOT
 from speculab.tracking.tracker import NoopTracker
-from support.configs import load
+from support.configs import plan_and_shape
 
 SHORT = ["runtime=inline", "dataset.num_prompts=2", "sampling.max_new_tokens=16", "measure.repeats=1"]
 UNTIMED = ["tracking=none", "baseline=false", "baseline_hf=false"]  # the direction needs no speed figure
@@ -22,7 +22,7 @@ def tour_commands(marker: str) -> list[list[str]]:
 
 
 def block_efficiency(overrides: list[str]) -> float:
-    result = experiment.decode_point(resolve(load([*overrides, *SHORT, *UNTIMED])), NoopTracker())
+    result = experiment.decode_point(*plan_and_shape([*overrides, *SHORT, *UNTIMED]), NoopTracker())
     return result.figures["block_efficiency"].value
 
 

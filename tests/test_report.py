@@ -23,7 +23,7 @@ from speculab.report.cli import main
 from speculab.report.figures import plot_lines
 from speculab.report.points import Point
 from speculab.results.names import Figures, flatten
-from speculab.results.point import PointShape
+from speculab.results.point import PointResult, PointShape
 from speculab.stats import Estimate, ratio_estimate
 from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
 from support.cli import small_run, speculab
@@ -263,7 +263,7 @@ def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path
 def test_error_bars_stop_at_the_metrics_least_value() -> None:
     """Two prompts make a wide t interval; block efficiency's bar is cut at 1, not drawn below it."""
     shapes = [PointShape.from_params({"algorithm.name": "gbv", "algorithm.K": str(k)}) for k in (1, 2)]
-    points = [Point(str(k), f"K={k}", 0, shape, Figures(), Figures()) for k, shape in zip((1, 2), shapes)]
+    points = [Point(str(k), f"K={k}", 0, PointResult(shape, Figures())) for k, shape in zip((1, 2), shapes)]
     figure, axes = plt.subplots()
     plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(1.5 + int(p.run_id), -8.5, 12.5), floor=1.0)
     bars = axes.containers[0].lines[2][0]  # the errorbar's vertical segments

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, cast
 
+from speculab.drafting.ddtree import CHAIN
 from speculab.verify.block import block_verify, block_verify_reference, token_verify, token_verify_reference
 from speculab.verify.contracts import PathVerifier, TreeVerifier, checked_path_verifier, checked_tree_verifier
 from speculab.verify.ddtree_walk import ddtree_walk, ddtree_walk_reference
@@ -245,7 +246,7 @@ def method_label(algorithm: str, node_rule: str, drafter: str, tree: str) -> str
         return algorithm
     if spec.tree_builder:
         drafted = DRAFTERS[drafter].label if drafter in DRAFTERS else drafter
-        return drafted if tree == "chain" else f"{drafted}+{spec.label}"
+        return drafted if tree == CHAIN else f"{drafted}+{spec.label}"
     if spec.node_rules:
         return f"{spec.label} ({NODE_RULE_LABELS.get(node_rule, node_rule)})"
     return spec.label

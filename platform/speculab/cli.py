@@ -44,6 +44,7 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 def hydra_main(cfg: DictConfig) -> PointOutcome:
     """One point; its plan and result are the job's return value (a sweep's parent run summarises them)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from speculab.experiment import run
     from speculab.runtime.placement import ClusterError
@@ -53,8 +54,8 @@ def hydra_main(cfg: DictConfig) -> PointOutcome:
     try:
         if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
             raise ConfigError.listing(unknown)
-        # a sweep resolved its points as it started
-        plan = planned(list(HydraConfig.get().overrides.task)) if HydraConfig.initialized() else None
+        sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+        plan = planned(list(HydraConfig.get().overrides.task)) if sweeping else None  # resolved as the sweep started
         outcome = run(cast(Config, OmegaConf.to_object(cfg)), plan)  # a structured config converts to its dataclass
     except ConfigError as err:
         refuse(err)

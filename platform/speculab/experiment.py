@@ -40,25 +40,24 @@ from speculab.results.figures import (
     run_figures,
     speed_figures,
 )
-from speculab.results.names import AR_PREFIX, HF_PREFIX, UNTIMED, Figures, flatten, is_acceptance, parse
+from speculab.results.names import AR_PREFIX, HF_PREFIX, UNTIMED, Figures, flatten, is_acceptance
 from speculab.results.point import PointResult, PointShape
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.console import console, say, show
 from speculab.tracking.resume import finished_point, point_id
-from speculab.tracking.runs import NOTE_TAG, start_point_run
-from speculab.tracking.spool import tracked
-from speculab.tracking.summary import (
+from speculab.tracking.run_page import (
     acceptance_figure,
-    paired_table,
     point_description,
-    print_summary,
     prompt_records,
     records_jsonl,
     records_table,
     time_split_figure,
 )
+from speculab.tracking.runs import NOTE_TAG, start_point_run
+from speculab.tracking.spool import tracked
+from speculab.tracking.summary import paired_table, print_summary
 from speculab.tracking.tracker import NoopTracker, Tracker
 from speculab.tracking.ui import where
 
@@ -155,20 +154,14 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     point, shape = point_id(plan.cfg), PointShape.of(plan.cfg)
     if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
         say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
-        return PointOutcome(plan, resumed(shape, found.metrics))
+        return PointOutcome(plan, PointResult.from_logged(shape, found.metrics, resumed=True))
     if not plan.cfg.tracking.enabled:
-        return PointOutcome(plan, decode_point(plan, NoopTracker()))
-    tracked_run = start_point_run(plan, point)
+        return PointOutcome(plan, decode_point(plan, shape, NoopTracker()))
+    tracked_run = start_point_run(plan, point, shape)
     with tracked(tracked_run):
-        result = decode_point(plan, tracked_run)
+        result = decode_point(plan, shape, tracked_run)
     say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
     return PointOutcome(plan, result)
-
-
-def resumed(shape: PointShape, logged: dict[str, float]) -> PointResult:
-    """A point finished in an earlier launch, from what its run logged (MLflow names)."""
-    ar, hf = parse(logged, AR_PREFIX), parse(logged, HF_PREFIX)
-    return PointResult(shape, parse(logged), ar or None, hf or None, resumed=True)
 
 
 @dataclass
@@ -265,7 +258,7 @@ def prepare(plan: RunPlan) -> Prepared:
     return Prepared(prompts, tokenizer, loop, len(work.units))
 
 
-def measure(plan: RunPlan, point: Prepared, tracker: Tracker, decoders: Decoders) -> Measured:
+def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, decoders: Decoders) -> Measured:
     """Every method the config asks for on every unit, `measure.repeats` times interleaved, after one
     untimed warm-up each; each prompt's metrics are logged live as the speculative decode finishes it,
     and what every method decoded is kept in `decoders` as it finishes (a failure keeps it)."""
@@ -279,7 +272,7 @@ def measure(plan: RunPlan, point: Prepared, tracker: Tracker, decoders: Decoders
         # restart during the warm-up counts in runtime/restarts like any other.
         for method in methods.values():
             method(0, -1)
-        label = f"{PointShape.of(cfg).name} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
+        label = f"{shape.name} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
         task = progress.add_task(label, total=point.units * repeats * len(methods))
 
         def log_prompt(record: PromptRecord) -> None:
@@ -315,7 +308,7 @@ def baseline_figures(cfg: Config, measured: Measured) -> tuple[Figures | None, F
     return ar, hf
 
 
-def summarise(plan: RunPlan, measured: Measured) -> PointResult:
+def summarise(plan: RunPlan, shape: PointShape, measured: Measured) -> PointResult:
     """The point's result; prints the summary table and, with a paired comparison, its table."""
     cfg, decoders = plan.cfg, measured.decoders
     spec = concat_runs(decoders.runs["speculative"])
@@ -330,7 +323,7 @@ def summarise(plan: RunPlan, measured: Measured) -> PointResult:
         compared = paired_figures(decoders.paired_units(), cfg.algorithm.name)
         figures |= compared | {"time_paired_s": spec.paired_s}
     ar, hf = baseline_figures(cfg, measured)
-    result = PointResult(PointShape.of(cfg), figures, ar, hf)
+    result = PointResult(shape, figures, ar, hf)
     title = (
         f"{result.shape.name} · medians of {cfg.measure.repeats} interleaved repetition(s), 95% intervals over prompts"
     )
@@ -353,7 +346,7 @@ def log_point(plan: RunPlan, point: Prepared, measured: Measured, result: PointR
     spec = concat_runs(measured.decoders.runs["speculative"])
     tracker.set_tags({CONDITIONS_TAG: measured.conditions})
     tracker.log_metrics(logged_figures(result))
-    tracker.set_tags({NOTE_TAG: point_description(plan.cfg, result)})
+    tracker.set_tags({NOTE_TAG: point_description(result.shape, plan.cfg.runtime.kind, result)})
     log_records(point, spec, tracker)
     if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
         tracker.log_figure(by_depth, "acceptance_by_depth.png")
@@ -385,16 +378,16 @@ def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
     return len(finished)
 
 
-def decode_point(plan: RunPlan, tracker: Tracker) -> PointResult:
+def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker) -> PointResult:
     """Prepare, measure, summarise and log one point. A cluster failure (`ClusterError`) keeps what the
     point finished, logged, and is raised again, saying so."""
     point = prepare(plan)
     decoders = Decoders(point.loop, loop_groups(point.loop))
     try:
-        measured = measure(plan, point, tracker, decoders)
+        measured = measure(plan, shape, point, tracker, decoders)
     except ClusterError as err:
         units = log_finished(point, decoders, tracker)
         raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
-    result = summarise(plan, measured)
+    result = summarise(plan, shape, measured)
     log_point(plan, point, measured, result, tracker)
     return result

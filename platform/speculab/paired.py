@@ -22,8 +22,6 @@ import torch
 
 from speculab.engine import Verifier
 
-PREFIX = "compare/"
-
 
 class PairedComparison:
     """The engine's `PairedCheck`: collects, per compared verifier, the mean accepted length of every unit."""

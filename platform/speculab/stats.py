@@ -44,6 +44,16 @@ class Estimate:
     def has_se(self) -> bool:
         return not math.isnan(self.se)
 
+    def cells(self, name: str, digits: int = 4) -> dict[str, float]:
+        """The estimate as a table's numbers, the one way a CSV writes one: `name`, then `name low` and
+        `name high` where it has an interval, `name se` where it has a standard error."""
+        cells = {name: round(self.value, digits)}
+        if self.has_interval:
+            cells |= {f"{name} low": round(self.low, digits), f"{name} high": round(self.high, digits)}
+        if self.has_se:
+            cells[f"{name} se"] = round(self.se, digits)
+        return cells
+
     def __format__(self, spec: str) -> str:
         """The one way a figure is written: `0.8336 [0.8293, 0.8379]` with an interval, `1.25 ± 0.03` with a
         standard error, `n/a` for NaN; `spec` formats each number (a `+` sign only the value)."""

@@ -17,6 +17,7 @@ from conftest import RAY_CPUS
 
 from speculab.config import resolve
 from speculab.experiment import decode_point
+from speculab.results.point import PointShape
 from speculab.runtime import start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.tracker import NoopTracker
@@ -108,7 +109,7 @@ def test_groups_run_on_the_nodes_their_resources_name(pool: TwoNodes, loop: str)
     if loop == "driver":
         extra.append("cluster.draft_resources={head: 1}")
     plan = resolve(load(overrides(pool, *extra)))
-    figures = decode_point(plan, NoopTracker()).figures
+    figures = decode_point(plan, PointShape.of(plan.cfg), NoopTracker()).figures
     assert figures.value("restarts") == 0
     from speculab.runtime.groups import POOL
 
@@ -123,7 +124,7 @@ def test_a_request_no_node_offers_is_refused_before_any_actor(pool: TwoNodes) ->
 
     plan = resolve(load(overrides(pool, "cluster.target_resources={gpu_a100: 1}")))
     with pytest.raises(ClusterError, match=r"cluster\.target_resources=\{'gpu_a100': 1\}: no alive node .*node_b"):
-        decode_point(plan, NoopTracker())
+        decode_point(plan, PointShape.of(plan.cfg), NoopTracker())
     assert ray.util.list_named_actors() == []
 
 
@@ -160,7 +161,7 @@ def test_a_group_with_nowhere_to_go_ends_its_point_at_once_keeping_what_finished
     tracker = CrashOnFirstPrompt(pool)
     plan = resolve(load(overrides(pool, "cluster.target_resources={node_b: 1}", "runtime.placement_timeout_s=60")))
     with pytest.raises(ClusterError) as failed:
-        decode_point(plan, tracker)
+        decode_point(plan, PointShape.of(plan.cfg), tracker)
     message = str(failed.value)
     assert "node 127.0.0.1 was lost" in message or "was lost" in message
     assert "'node_b': 1.0" in message and "1 of 2 finished unit(s) are logged" in message

@@ -16,7 +16,6 @@ from dataclasses import replace
 import pytest
 from transformers import AutoTokenizer
 
-from speculab.config import resolve
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
@@ -28,7 +27,7 @@ from speculab.runtime import start_loop
 from speculab.runtime.groups import GroupPool
 from speculab.runtime.proxy import GroupProxy
 from speculab.tracking.tracker import NoopTracker
-from support.configs import load
+from support.configs import plan_and_shape
 from support.models import TINY_PAIR
 
 TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
@@ -110,7 +109,7 @@ def test_a_point_at_tp_2_makes_no_ray_call_a_round(tp_loop: GroupProxy, module_r
     overrides = ["cluster.tp_size=2", "runtime.torch_threads=1", "tracking=none", "baseline_hf=false"]
     small = ["dataset.num_prompts=1", "sampling.max_new_tokens=12", "measure.repeats=1"]
     loads = module_ray_pool.model_loads()
-    figures = decode_point(resolve(load([*overrides, *small])), NoopTracker()).figures
+    figures = decode_point(*plan_and_shape([*overrides, *small]), NoopTracker()).figures
     assert figures.value("ray_calls_per_round") == 0 and figures.value("restarts") == 0
     assert figures.value("model_loads") == loads  # the module's group, not a new one
 

@@ -11,7 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from safetensors.torch import save_file
 
 import speculab.cli  # noqa: F401  registers the structured schema
-from speculab.config import PROJECT_ROOT, Config
+from speculab.config import PROJECT_ROOT, Config, RunPlan, resolve
+from speculab.results.point import PointShape
 
 CONF = PROJECT_ROOT / "conf"
 
@@ -40,3 +41,9 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 def load(overrides: list[str]) -> Config:
     return cast(Config, OmegaConf.to_object(compose_config(overrides)))
+
+
+def plan_and_shape(overrides: list[str]) -> tuple[RunPlan, PointShape]:
+    """A point's resolved plan and its shape, what `experiment.decode_point` takes with its tracker."""
+    plan = resolve(load(overrides))
+    return plan, PointShape.of(plan.cfg)

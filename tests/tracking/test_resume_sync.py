@@ -17,13 +17,12 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from speculab.config import Config, ModelConfig, TrackingConfig
-from speculab.experiment import resumed
-from speculab.results.point import PointShape
+from speculab.results.point import PointResult, PointShape
 from speculab.tracking import runs
 from speculab.tracking.resume import finished_point, point_id, store_key
 from speculab.tracking.runs import write_parent_file
 from speculab.tracking.spool import POINT_TAG, RunRef, SpooledRun
-from speculab.tracking.sweep import RESUMED, point_row
+from speculab.tracking.sweep_page import RESUMED, point_row
 from speculab.tracking.sync import main as sync_main
 from support.configs import CONF
 
@@ -92,11 +91,11 @@ def test_a_skipped_point_gives_its_row_from_the_run_it_logged() -> None:
     }
     cfg = Config(model=ModelConfig(name="tiny-pycode"))
     cfg.algorithm.L = 4
-    point = resumed(PointShape.of(cfg), logged)
+    point = PointResult.from_logged(PointShape.of(cfg), logged, resumed=True)
     assert point.resumed and point.figures["speedup_vs_ar"].low == 1.2 and point.generate_vs_ar == 0.9
     assert list(point.figures) == ["block_efficiency", "speedup_vs_ar"]  # a live figure's last step is not the point's
     row = point_row(point)
-    assert row[RESUMED] == "yes" and row["block_efficiency"] == 2.5 and row["speedup_vs_ar_ci_high"] == 1.6
+    assert row[RESUMED] == "yes" and row["block_efficiency"] == 2.5 and row["speedup_vs_ar high"] == 1.6
     assert RESUMED not in point_row(replace(point, resumed=False))
 
 

@@ -12,20 +12,15 @@ from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape
 from speculab.stats import Estimate
 from speculab.tracking.console import plain
-from speculab.tracking.sweep import (
+from speculab.tracking.sweep import best_metrics, labels, rank_key, ranked, sweep_name, verdict
+from speculab.tracking.sweep_page import (
     TOP,
-    best_metrics,
-    labels,
-    rank_key,
-    ranked,
     ranking_table,
     sweep_csv,
     sweep_description,
     sweep_figure,
     sweep_markdown,
-    sweep_name,
     table_rows,
-    verdict,
 )
 
 SHARED = "iid · humaneval×4 · tiny-pycode"
@@ -85,9 +80,8 @@ def test_tables_are_ranked_and_leave_out_columns_no_point_has() -> None:
     assert [r["speedup_vs_ar"] for r in shown] == [1.4, 1.2] and shown[1]["budget"] == "" and shown[0]["K"] == ""
     assert shown[0]["budget"] == 64 and "budget" not in table_rows(rows[:1])[0]
     header = sweep_csv(rows).splitlines()[0].split(",")
-    assert {"speedup_vs_ar_ci_low", "speedup_vs_ar_ci_high", "tokens_per_s_ci_low", "baseline_hf/speedup_vs_ar"} <= set(
-        header
-    )
+    assert {"speedup_vs_ar low", "speedup_vs_ar high", "tokens_per_s low", "baseline_hf/speedup_vs_ar"} <= set(header)
+    assert shown[0]["tree"] == "best_first" and shown[1]["tree"] == ""  # the shape's own columns
     assert "1.4 [1.3, 1.5]" in sweep_markdown(rows)
 
 
@@ -119,6 +113,8 @@ def test_the_parent_is_named_by_what_is_swept_and_what_every_point_shares() -> N
     )
     tree = replace(SHAPE, algorithm="ddtree", tree="best_first", budget=64)
     assert sweep_name(tree, ["algorithm.budget=16,64"]).startswith("sweep algorithm.budget=16,64 · ddtree L=4 T=1.0")
+    held = sweep_name(tree, ["sampling.temperature=0,1"])  # the tree and its budget are what every point shares
+    assert held.startswith("sweep sampling.temperature=0,1 · ddtree best_first B=64 L=4 ·")
 
 
 def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_are() -> None:

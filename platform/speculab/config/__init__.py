@@ -6,7 +6,8 @@ concern's dataclass, the values its fields take and its checks, which return one
 - `algorithm`: the algorithm and the drafter, against the registry; `sampling`: sampling and
   measurement; `dataset`: the prompts; `runtime`: in-process or Ray, and where the loop runs
   (`loop_host`); `cluster`: where the models run (the cluster, the `Placement` of the model groups,
-  each model's device, the memory footprint); `tracking`: the MLflow store;
+  each model's device, the memory footprint); `tracking`: the MLflow store; `report`: a preset's
+  report layout;
 - `checkpoints`: the checkout's root and a checkpoint's files; `errors`: `ConfigError` and the
   small checks the concerns share;
 - `schema`: the root `Config` over the concerns' dataclasses, and the refusal of unknown keys;
@@ -33,10 +34,12 @@ from speculab.config.model import ModelConfig, checkpoint_dir, locate, prompt_le
 from speculab.config.plan import RunPlan, passes_on, resolve
 from speculab.config.runtime import RuntimeConfig, loop_host
 from speculab.config.sampling import MeasureConfig, SamplingConfig
-from speculab.config.schema import Config, override_errors, unknown_keys
+from speculab.config.schema import NOT_IDENTITY, NOT_PARAMS, Config, override_errors, unknown_keys
 from speculab.config.tracking import TrackingConfig, tracking_uri
 
 __all__ = [
+    "NOT_IDENTITY",
+    "NOT_PARAMS",
     "PROJECT_ROOT",
     "AlgorithmConfig",
     "Checkpoint",

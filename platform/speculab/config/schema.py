@@ -42,6 +42,12 @@ class Config:
     resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)
 
 
+# What changes no token a point decodes: its identity (`tracking.resume.point_id`) leaves out where it is
+# logged, `resume` and the report's layout; its logged params leave out the layout only (tables, not values).
+NOT_IDENTITY = ("tracking", "resume", "report")
+NOT_PARAMS = ("report",)
+
+
 def unknown_keys(cfg: DictConfig) -> list[str]:
     """One line per key of the composed config that `Config` lacks (`+foo=1`, `+algorithm.foo=1`),
     naming the keys its node takes; `hydra`'s own node is ignored. Empty when every key is known."""

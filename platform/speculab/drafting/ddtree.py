@@ -27,7 +27,8 @@ from speculab.drafting.iid import ForestLM, step_nodes
 from speculab.drafting.sampling import SamplingParams, sample, tempered_probs, truncate_probs
 from speculab.drafting.tree import DraftTree, Proposal
 
-TREES = ("best_first", "chain")
+BEST_FIRST, CHAIN = "best_first", "chain"  # algorithm.tree: the DDTree of `budget` nodes, or argmax per depth
+TREES = (BEST_FIRST, CHAIN)
 TreeBuilder = Callable[[torch.Tensor, torch.Tensor], DraftTree]  # (q [B, L, V], root [B]) -> tree
 
 
@@ -51,9 +52,9 @@ class MarginalSource(Protocol):
 
 def tree_builder(tree: str, budget: int) -> TreeBuilder:
     """`best_first` (the DDTree of `budget` nodes) or `chain` (argmax per depth, one path)."""
-    if tree == "chain":
+    if tree == CHAIN:
         return chain_tree
-    if tree == "best_first":
+    if tree == BEST_FIRST:
         return partial(best_first, budget=budget)
     raise ValueError(f"algorithm.tree={tree!r}: must be one of {', '.join(TREES)}")
 

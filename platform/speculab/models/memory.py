@@ -142,7 +142,7 @@ def architecture(config: dict[str, Any]) -> Architecture:
             config["vocab_size"],
         )
     if kind not in LLAMA_LIKE:
-        raise ValueError(f"model_type {kind!r}: the memory footprintner knows {', '.join(('opt', *LLAMA_LIKE))}")
+        raise ValueError(f"model_type {kind!r}: the memory planner knows {', '.join(('opt', *LLAMA_LIKE))}")
     head_dim = config.get("head_dim") or hidden // heads
     experts = config.get("num_experts") or config.get("num_local_experts") or 0
     width = config["moe_intermediate_size"] * config["num_experts_per_tok"] if experts else config["intermediate_size"]

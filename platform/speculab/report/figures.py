@@ -20,18 +20,19 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
+from speculab.drafting.ddtree import CHAIN
 from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
 from speculab.results.names import is_acceptance
 from speculab.stats import Estimate
 from speculab.tracking.acceptance import Curves, depth_figure, length_figure
-from speculab.tracking.summary import PHASE_COLORS
+from speculab.tracking.run_page import PHASE_COLORS
 
 Figure_ = Callable[[Point], Estimate | None]  # a point's figure to plot (None: the point has none)
 
 
 def of(key: str) -> Figure_:
     """A point's figure ``key`` as it logged it."""
-    return lambda point: point.figures.get(key)
+    return lambda point: point.result.figures.get(key)
 
 
 def point_label(point: Point, among: list[str]) -> str:
@@ -124,7 +125,7 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
     trees = [p for p in points if dimensions(p)["B"] is not None]
     if len(values(trees, "B")) < 2:
         return None
-    chains = [p for p in points if p.shape.tree == "chain"]
+    chains = [p for p in points if p.result.shape.tree == CHAIN]
     figure, (tau_axes, speed_axes) = plt.subplots(1, 2, figsize=(12, 5))
     for axes, y, name, floor in (
         (tau_axes, of("block_efficiency"), "τ (tokens per round, bonus included)", 1.0),
@@ -149,7 +150,7 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
 def time_split(points: list[Point]) -> Figure | None:
     """GBV App. I, Table 6: each point's wall time split into draft, target, verify and other."""
     shares = {phase: f"share_{phase}" for phase in PHASE_COLORS}
-    timed = [p for p in points if all(key in p.figures for key in shares.values())]
+    timed = [p for p in points if all(key in p.result.figures for key in shares.values())]
     if not timed:
         return None
     among = varying(timed)
@@ -157,7 +158,7 @@ def time_split(points: list[Point]) -> Figure | None:
     figure, axes = plt.subplots(figsize=(9, 1.4 + 0.35 * len(ordered)))
     left = [0.0] * len(ordered)
     for phase, color in PHASE_COLORS.items():
-        widths = [p.figures.value(shares[phase]) for p in ordered]
+        widths = [p.result.figures.value(shares[phase]) for p in ordered]
         axes.barh(range(len(ordered)), widths, left=left, color=color, label=phase)
         left = [a + b for a, b in zip(left, widths)]
     axes.set_yticks(range(len(ordered)), [point_label(p, among) or p.name for p in ordered], fontsize=8)
@@ -170,15 +171,15 @@ def time_split(points: list[Point]) -> Figure | None:
 def kv_vs_tree_size(points: list[Point]) -> Figure | None:
     """GBV App. I: peak KV cache of target and draft against the scored tree's size."""
     nodes, target, draft = "tree_nodes_mean", "kv_peak_mb_target", "kv_peak_mb_draft"
-    sized = [p for p in points if nodes in p.figures and target in p.figures]
+    sized = [p for p in points if nodes in p.result.figures and target in p.result.figures]
     if len(sized) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
     for role, key, marker in (("target", target, "o"), ("draft", draft, "s")):
-        shown = [p for p in sized if key in p.figures]
+        shown = [p for p in sized if key in p.result.figures]
         axes.scatter(
-            [p.figures.value(nodes) for p in shown],
-            [p.figures.value(key) for p in shown],
+            [p.result.figures.value(nodes) for p in shown],
+            [p.result.figures.value(key) for p in shown],
             marker=marker,
             label=f"{role} KV peak",
         )
@@ -191,7 +192,9 @@ def kv_vs_tree_size(points: list[Point]) -> Figure | None:
 def acceptance_curves(points: list[Point]) -> Curves:
     """Each point's figures, labelled by its coordinates that vary across the points (those that drafted)."""
     among = varying(points)
-    return {point_label(p, among) or p.name: p.figures for p in points if any(map(is_acceptance, p.figures))}
+    return {
+        point_label(p, among) or p.name: p.result.figures for p in points if any(map(is_acceptance, p.result.figures))
+    }
 
 
 def acceptance_by_depth(points: list[Point]) -> Figure | None:

@@ -21,8 +21,8 @@ Column = ReportColumn
 def estimate(column: Column, point: Point) -> Estimate | None:
     """The point's figure of ``column`` (its autoregressive baseline's where the column says), in the
     column's unit; None where the point has none."""
-    figures = point.autoregressive if column.baseline else point.figures
-    found = figures.get(column.key)
+    figures = point.result.autoregressive if column.baseline else point.result.figures
+    found = None if figures is None else figures.get(column.key)
     if found is None or column.scale == 1.0:
         return found
     s = column.scale

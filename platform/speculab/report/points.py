@@ -16,8 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
 from speculab.config.report import DIMENSIONS
-from speculab.results.names import AR_PREFIX, Figures, parse
-from speculab.results.point import PointShape
+from speculab.results.point import PointResult, PointShape
 from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
 
 REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")  # every finished point logs these
@@ -25,14 +24,12 @@ REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")
 
 @dataclass(frozen=True)
 class Point:
-    """One finished point run: its shape, its figures and its autoregressive baseline's."""
+    """One finished point run: which run it is, and its result as it logged it."""
 
     run_id: str
     name: str
     start_time: int
-    shape: PointShape
-    figures: Figures
-    autoregressive: Figures
+    result: PointResult
 
 
 class ReportError(ValueError):
@@ -79,16 +76,10 @@ def sweep_children(client: MlflowClient, parent_id: str) -> list[Run]:
 
 
 def read_point(run: Run) -> Point:
-    """A run's shape and figures, as it logged them."""
-    metrics = dict(run.data.metrics)
-    return Point(
-        run.info.run_id,
-        run.info.run_name or run.info.run_id,
-        run.info.start_time,
-        PointShape.from_params(run.data.params),
-        parse(metrics),
-        parse(metrics, AR_PREFIX),
-    )
+    """A run's result, as it logged it."""
+    shape = PointShape.from_params(run.data.params)
+    result = PointResult.from_logged(shape, dict(run.data.metrics))
+    return Point(run.info.run_id, run.info.run_name or run.info.run_id, run.info.start_time, result)
 
 
 def read_points(runs: list[Run]) -> list[Point]:
@@ -97,7 +88,7 @@ def read_points(runs: list[Run]) -> list[Point]:
     missing = [
         f"{p.run_id} ({p.name}): no {', '.join(absent)}"
         for p in points
-        if (absent := [key for key in REQUIRED if key not in p.figures])
+        if (absent := [key for key in REQUIRED if key not in p.result.figures])
     ]
     if missing:
         raise ReportError(
@@ -112,21 +103,10 @@ Value = str | int | float | None
 
 def dimensions(point: Point) -> dict[str, Value]:
     """The point's coordinates (`config.report.DIMENSIONS`), from its shape."""
-    s = point.shape
-    return {
-        "Model pair": s.model,
-        "Dataset": s.dataset,
-        "Method": s.method,
-        "K": s.K,
-        "L": s.L,
-        "B": s.budget,
-        "T": s.temperature,
-        "Top-k": s.top_k or None,  # the draft's truncation; 0: none
-        "Prompts": s.prompts,
-        "New tokens": s.max_new_tokens,
-        "Batch": s.batch_size,
-        "Seed": s.seed,
-    }
+    s = point.result.shape
+    top_k = s.top_k or None  # the draft's truncation; 0: none
+    values = (s.model, s.dataset, s.method, s.K, s.L, s.budget, s.temperature, top_k, s.prompts)
+    return dict(zip(DIMENSIONS, (*values, s.max_new_tokens, s.batch_size, s.seed), strict=True))
 
 
 def method_order(label: str) -> tuple[int, int, str]:

@@ -1,15 +1,14 @@
 """A laid-out table (`report.layout.Grid`) as markdown, CSV and a console table.
 
-Markdown and the console write each estimate with the one formatter (`speculab.stats.Estimate`);
-the CSV keeps numbers: a figure column, then the ends of its interval or its standard error in
-columns of their own where any of its cells has them.
+Markdown and the console write each estimate with the one formatter (`format(estimate, spec)`),
+the CSV with the one tabular form (`Estimate.cells`): a figure column, then the ends of its
+interval or its standard error in columns of their own where any of its cells has them.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 
 from rich.table import Table as RichTable
 from rich.text import Text
@@ -35,31 +34,21 @@ def markdown(grid: Grid) -> str:
     return "\n".join(lines) + "\n"
 
 
-def spreads(grid: Grid, column: int) -> tuple[str, ...]:
-    """What a CSV column carries beside its values: `low`, `high` where a cell has an interval, `se`
-    where a cell has a standard error."""
-    cells = [row[column] for row in grid.rows if isinstance(row[column], Estimate)]
-    interval = ("low", "high") if any(c.has_interval for c in cells if isinstance(c, Estimate)) else ()
-    return interval + (("se",) if any(c.has_se for c in cells if isinstance(c, Estimate)) else ())
-
-
 def csv_text(grid: Grid) -> str:
-    """The grid as numbers: each figure's value, then `<header> low`, `<header> high` (its interval's
-    ends) or `<header> se` where the column has them, empty where a cell has none."""
+    """The grid as numbers: each figure's value, then the ends of its interval or its standard error in
+    columns of their own where a cell of the column has them (`Estimate.cells`), empty where a cell has none."""
+    cells = [[c.cells(h) if isinstance(c, Estimate) else {h: c} for h, c in zip(grid.header, row)] for row in grid.rows]
+    columns = [list(dict.fromkeys(name for row in cells for name in row[i])) or [h] for i, h in enumerate(grid.header)]
     out = io.StringIO()
     writer = csv.writer(out)
-    extra = [spreads(grid, i) for i in range(len(grid.header))]
-    writer.writerow([name for h, more in zip(grid.header, extra) for name in (h, *(f"{h} {m}" for m in more))])
-    for row in grid.rows:
-        writer.writerow([value for cell, more in zip(row, extra) for value in _csv_cells(cell, more)])
+    writer.writerow([name for names in columns for name in names])
+    for row in cells:
+        writer.writerow([_blank(row[i].get(name)) for i, names in enumerate(columns) for name in names])
     return out.getvalue()
 
 
-def _csv_cells(cell: Cell, more: tuple[str, ...]) -> list[object]:
-    if not isinstance(cell, Estimate):
-        return [cell, *("" for _ in more)]
-    parts = {"low": cell.low, "high": cell.high, "se": cell.se}
-    return [cell.value, *("" if math.isnan(parts[m]) else parts[m] for m in more)]
+def _blank(value: object) -> object:
+    return "" if value is None else value
 
 
 def rich_table(grid: Grid) -> RichTable:

@@ -5,9 +5,9 @@ paired comparison where they compared verifiers."""
 from __future__ import annotations
 
 from speculab.config.report import COLUMNS, ReportConfig
-from speculab.paired import PREFIX as COMPARE_PREFIX
 from speculab.report.layout import Column, Grid, Table, lay_out
 from speculab.report.points import Point
+from speculab.results.names import COMPARED, compare_key, compared_verifiers
 from speculab.tracking.acceptance import reached_depth
 
 DEFAULT_LAYOUT = (
@@ -39,12 +39,6 @@ def layout_of(report: ReportConfig) -> tuple[Table, ...]:
     )
 
 
-# compare/<verifier>/<figure>, as the paired comparison logs them (each with its standard error)
-COMPARE_FIGURES = (
-    ("block_efficiency", "block efficiency"),
-    ("accepted_mean", "accepted tokens"),
-    ("diff_block_efficiency", "Δ block efficiency"),
-)
 CI_NOTE = "[low, high]: 95% interval over prompts (times are measured per run: no interval)"
 SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ is against the run's own verifier"
 
@@ -52,7 +46,7 @@ SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ 
 def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
     """alpha_j and the overlap per depth, and the accepted-length histogram, up to the deepest depth a
     point's rounds reached (none when no point drafted); ``paper``: what the preset's paper shows of them."""
-    L = max((reached_depth(p.figures) for p in points), default=0)
+    L = max((reached_depth(p.result.figures) for p in points), default=0)
     if not L:
         return ()
     depths = range(1, L + 1)
@@ -83,18 +77,11 @@ def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
 def compare_columns(points: list[Point]) -> tuple[Column, ...]:
     """Per verifier found under `compare/<verifier>/`: its block efficiency, accepted tokens and its
     difference to the run's own verifier, each ± its standard error."""
-    verifiers = sorted(
-        {
-            key.removeprefix(COMPARE_PREFIX).split("/")[0]
-            for p in points
-            for key in p.figures
-            if key.startswith(COMPARE_PREFIX)
-        }
-    )
+    verifiers = sorted({v for p in points for v in compared_verifiers(p.result.figures)})
     return tuple(
-        Column(f"{verifier} · {label}", f"{COMPARE_PREFIX}{verifier}/{figure}")
+        Column(f"{verifier} · {figure.replace('diff_', 'Δ ').replace('_', ' ')}", compare_key(verifier, figure))
         for verifier in verifiers
-        for figure, label in COMPARE_FIGURES
+        for figure in COMPARED
     )
 
 

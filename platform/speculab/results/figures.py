@@ -14,9 +14,8 @@ from dataclasses import replace
 import torch
 
 from speculab.measure import Sample, Timings, paired_ratios, throughputs
-from speculab.paired import PREFIX
 from speculab.records import PromptRecord, RunResult, concat_runs
-from speculab.results.names import BASELINE_AR, Figures
+from speculab.results.names import BASELINE_AR, Figures, compare_key
 from speculab.stats import Estimate, mean_estimate, median_estimate, ratio_estimate
 
 PHASES = ("draft", "target", "verify", "other")  # the wall time's split: `time_<phase>_s`, `share_<phase>`
@@ -54,6 +53,7 @@ def run_figures(run: RunResult) -> Figures:
         "tree_nodes_mean": sum(sum(r.tree_nodes) for r in run.rounds) / sequence_rounds,
         "target_calls": float(len(run.rounds)),
         "generated_tokens": float(generated),
+        "prompts": float(len(run.prompts)),
     }
     return Figures(figures) | acceptance_by_depth(run)
 
@@ -110,6 +110,7 @@ def speed_figures(timings: Timings, spec: str, ar: str | None, hf: str | None) -
     (None: not run): tokens_per_s and the speedups with their intervals, and the CPU-time speedup."""
     rate = median_estimate(throughputs(timings[spec]))
     figures: dict[str, Estimate | float] = {"tokens_per_s": rate, "ms_per_token": 1000.0 / rate.value}
+    figures["units"] = float(len(timings[spec]))
     if ar is not None:
         figures["speedup_vs_ar"] = median_estimate(paired_ratios(timings[spec], timings[ar]))
         figures["speedup_vs_ar_cpu"] = median_estimate(paired_ratios(timings[spec], timings[ar], cpu=True)).value
@@ -168,8 +169,8 @@ def paired_figures(units: dict[str, torch.Tensor], configured: str) -> Figures:
     figures: dict[str, Estimate] = {}
     for name, values in units.items():
         accepted = mean_estimate(values.tolist())
-        figures[f"{PREFIX}{name}/accepted_mean"] = accepted
-        figures[f"{PREFIX}{name}/block_efficiency"] = replace(accepted, value=1.0 + accepted.value)
+        figures[compare_key(name, "accepted_mean")] = accepted
+        figures[compare_key(name, "block_efficiency")] = replace(accepted, value=1.0 + accepted.value)
         if name != configured:
-            figures[f"{PREFIX}{name}/diff_block_efficiency"] = mean_estimate((values - units[configured]).tolist())
+            figures[compare_key(name, "diff_block_efficiency")] = mean_estimate((values - units[configured]).tolist())
     return Figures(figures)

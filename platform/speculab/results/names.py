@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache
 
 from speculab.stats import BOOTSTRAP, RATIO, STANDARD_ERROR, Estimate
@@ -103,6 +103,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),
     Metric("target_calls", "count/target_calls", "batched target forward passes (prefill excluded)"),
     Metric("generated_tokens", "count/generated_tokens", "kept tokens over all prompts"),
+    Metric("prompts", "count/prompts", "prompts decoded: what the acceptance figures' intervals are over"),
+    Metric("units", "count/units", "units timed (the prompts one batch decodes): what the speed figures are over"),
 )
 # Acceptance by depth (docs/measuring.md): one figure per draft depth j = 1..L or accepted length n = 0..L.
 ACCEPTANCE_METRICS: tuple[Metric, ...] = (
@@ -153,6 +155,7 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
     ),
     Metric("mem_peak_mb_<what>", "memory/peak_mb_<what>", "CUDA only: peak memory per role and call kind"),
 )
+COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
     Metric(
@@ -174,13 +177,15 @@ PAIRED_METRICS: tuple[Metric, ...] = (
         se="compare/<verifier>/diff_block_efficiency_se",
     ),
 )
+COMPARED = tuple(m.key.rsplit("/", 1)[1] for m in PAIRED_METRICS if m.key.startswith(COMPARE))  # per verifier
 LIVE_METRICS: tuple[Metric, ...] = tuple(
     Metric(f"prompt/{key}", f"prompt/{key}", f"each finished prompt's {key}, step = prompts done")
     for key in ("generated_tokens", "block_efficiency", "accepted_mean")
 )
 EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
 
-HEADLINE = ("block_efficiency", "tokens_per_s", "speedup_vs_hf", "speedup_vs_ar", "accepted_mean")
+# The headline figures, in the order every table, description and view shows them: the ranking figure first.
+HEADLINE = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s", "block_efficiency", "accepted_mean")
 # What a pass shows without timing it: a failed point logs these for the units it finished.
 UNTIMED = (
     "block_efficiency",
@@ -232,6 +237,16 @@ def key_of(name: str) -> str | None:
 def mlflow_name(key: str) -> str:
     metric, hole = lookup(key)
     return _fill(metric.mlflow, hole)
+
+
+def compare_key(verifier: str, figure: str) -> str:
+    """The key of a compared verifier's figure (COMPARED): `compare/gbv/block_efficiency`."""
+    return f"{COMPARE}{verifier}/{figure}"
+
+
+def compared_verifiers(keys: Iterable[str]) -> list[str]:
+    """The verifiers that figures of these keys compare, in the order they first appear."""
+    return list(dict.fromkeys(key.split("/")[1] for key in keys if key.startswith(COMPARE)))
 
 
 def interval_names(key: str) -> tuple[str, str]:
@@ -330,8 +345,16 @@ def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
         low, high = logged.get(name + LOW, math.nan), logged.get(name + HIGH, math.nan)
         se = logged.get(_fill(metric.se, hole), math.nan) if metric.se else math.nan
         method = metric.interval if not math.isnan(low + high) else STANDARD_ERROR if not math.isnan(se) else ""
-        figures[key] = replace(Estimate(value, low, high, method=method), se=se)
+        figures[key] = Estimate(value, low, high, _units(logged, metric, prefix), method, se)
     return Figures(figures)
+
+
+def _units(logged: Mapping[str, float], metric: Metric, prefix: str) -> int:
+    """What a read-back estimate is over, from the counts the run logged beside it: the units timed for a
+    speed figure, the prompts for an acceptance figure (0: not known)."""
+    count = {BOOTSTRAP: "units", RATIO: "prompts", CLIPPED: "prompts"}.get(metric.interval)
+    name = (prefix + count if prefix else mlflow_name(count)) if count else ""
+    return int(logged.get(name, 0))
 
 
 def _known(key: str) -> bool:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 
 from speculab.algorithms import ALGORITHMS, method_label
 from speculab.config import Config
-from speculab.results.names import Figures
-
-BEST_FIRST = "best_first"
+from speculab.drafting.ddtree import BEST_FIRST, CHAIN
+from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, parse
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,23 @@ class PointShape:
         return f"{self.tree} B={self.budget}" if self.budget is not None else self.tree
 
     @property
+    def drafted(self) -> str:
+        """The draft shape in words: `K=4 i.i.d. paths of L=8 tokens`, `a best-first tree of 64 nodes,
+        depth 8`, `the drafter's chain, depth 8`."""
+        if self.tree is None:
+            return f"K={self.K} i.i.d. path{'s' if self.K != 1 else ''} of L={self.L} tokens"
+        if self.tree == CHAIN:
+            return f"the drafter's chain, depth {self.L}"
+        return f"a best-first tree of {self.budget} nodes, depth {self.L}"
+
+    def columns(self) -> dict[str, str | int | float]:
+        """The shape as a table row's leading columns: algorithm, K or the tree (and a budget), L, T,
+        drafter; a column the shape does not have is left out."""
+        draft = {"K": self.K, "tree": self.tree, "budget": self.budget}
+        shown = {key: value for key, value in draft.items() if value is not None}
+        return {"algorithm": self.algorithm, **shown, "L": self.L, "T": self.temperature, "drafter": self.drafter}
+
+    @property
     def prompt_count(self) -> str:
         return "all" if self.prompts is None else str(self.prompts)
 
@@ -121,6 +137,13 @@ class PointResult:
     autoregressive: Figures | None = None
     generate: Figures | None = None
     resumed: bool = False
+
+    @classmethod
+    def from_logged(cls, shape: PointShape, logged: Mapping[str, float], resumed: bool = False) -> PointResult:
+        """A point's result read back from the metrics its run logged (MLflow names): a point a resumed
+        sweep skips, or a run the report reads."""
+        ar, hf = parse(logged, AR_PREFIX), parse(logged, HF_PREFIX)
+        return cls(shape, parse(logged), ar or None, hf or None, resumed)
 
     @property
     def generate_vs_ar(self) -> float:

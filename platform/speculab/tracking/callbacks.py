@@ -2,7 +2,8 @@
 
 `on_multirun_start` first resolves every point of the sweep (`sweep_plans`: the preset's
 sweep params and the command line, expanded as Hydra's basic sweeper expands them) and refuses
-the whole sweep, before any run exists or any point starts, when one is invalid. It then opens
+the whole sweep, before any run exists or any point starts, when one is invalid; each point's job
+takes its plan from there (`planned`), so a point is resolved once. It then opens
 the parent run (spooled like every run, see `tracking.spool`) and
 leaves its spool id and run id in the sweep directory, in a file keyed by this process's sweep id
 (`tracking.runs.PARENT_FILE`), where each sweep point (same process, Hydra's serial launcher)
@@ -34,32 +35,32 @@ from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.resume import point_id
 from speculab.tracking.runs import SWEEP_ID, spool_dir, write_parent_file
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, SpooledRun
-from speculab.tracking.sweep import (
-    SweepVerdict,
-    best_metrics,
-    labels,
+from speculab.tracking.sweep import SweepVerdict, best_metrics, labels, shared_name, sweep_name, verdict, verdict_line
+from speculab.tracking.sweep_page import (
     ranking_table,
-    shared_name,
     sweep_csv,
     sweep_description,
     sweep_figure,
     sweep_markdown,
-    sweep_name,
     table_rows,
-    verdict,
-    verdict_line,
 )
 from speculab.tracking.ui import experiment_tags, point_link, where
 
-# This process's sweep points, resolved when the sweep starts, by their overrides: a point's job reads its
-# plan here (`planned`) rather than resolving its config a second time.
+# This process's sweep points, resolved when the sweep starts, by their overrides: Hydra's serial launcher
+# calls each point's job with its composed config only, so this is how a job gets its plan (`planned`)
+# rather than resolving its config a second time. Filled by `on_multirun_start`, emptied at the end.
 PLANS: dict[tuple[str, ...], RunPlan] = {}
 
 
-def planned(overrides: list[str]) -> RunPlan | None:
-    """The plan of the sweep point with these overrides (Hydra's `overrides.task`), if this process's sweep
-    resolved it."""
-    return PLANS.get(tuple(overrides))
+def planned(overrides: list[str]) -> RunPlan:
+    """The plan of this process's sweep point with these overrides (Hydra's `overrides.task`)."""
+    try:
+        return PLANS[tuple(overrides)]
+    except KeyError:
+        raise RuntimeError(
+            f"sweep point {' '.join(overrides)!r} was not resolved when its sweep started: is "
+            "speculab.tracking.callbacks.MlflowSweepCallback among hydra.callbacks?"
+        ) from None
 
 
 def job_config(config: DictConfig) -> Config:
@@ -146,6 +147,7 @@ class MlflowSweepCallback(Callback):
             self.point_ids.append(point_id(outcome.plan.cfg))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        PLANS.clear()
         if self.parent is None:
             return
         found = None

@@ -1,8 +1,9 @@
 """Which points a resumed sweep (`resume=true`) skips: a point's identity, and where it already
 finished.
 
-A point's identity (``speculab.point_id``) is a hash of its resolved config without the tracking
-settings and `resume`, so the same point gets the same id in every sweep. A point is skipped when a
+A point's identity (``speculab.point_id``) is a hash of its resolved config without what changes no
+token it decodes (the tracking settings, `resume`, the report's layout), so the same point gets the
+same id in every sweep. A point is skipped when a
 FINISHED run with its id exists in the configured store and experiment (MLflow), or in a spool
 under the Hydra output roots that was written for that same store and experiment (a run finished
 while MLflow was down); a run of the same point in another store or experiment does not count.
@@ -15,15 +16,15 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from speculab.config import Config, tracking_uri
+from speculab.config import NOT_IDENTITY, Config, tracking_uri
 from speculab.tracking.spool import DEFAULT_ROOTS, POINT_TAG, fail_fast, read_spool, spool_files
 from speculab.tracking.store import store_client
 
 
 def point_id(cfg: Config) -> str:
     """Stable identity of an experiment point: its resolved config but what changes no token it decodes
-    (where it is logged, `resume`, how the report lays it out)."""
-    fields = {key: value for key, value in asdict(cfg).items() if key not in ("tracking", "resume", "report")}
+    (`config.NOT_IDENTITY`)."""
+    fields = {key: value for key, value in asdict(cfg).items() if key not in NOT_IDENTITY}
     return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

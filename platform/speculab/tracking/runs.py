@@ -17,11 +17,11 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 
 from speculab.algorithms import get_algorithm
-from speculab.config import RunPlan, TrackingConfig, describe_device, tracking_uri
+from speculab.config import NOT_PARAMS, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.results.point import PointShape
 from speculab.tracking.provenance import provenance_tags
+from speculab.tracking.run_page import point_description
 from speculab.tracking.spool import KIND_TAG, LOSSLESS_TAG, NOTE_TAG, POINT_TAG, RunRef, SpooledRun
-from speculab.tracking.summary import point_description
 from speculab.tracking.tracker import flat_params
 from speculab.tracking.ui import experiment_tags
 
@@ -66,7 +66,7 @@ def sweep_parent() -> RunRef | None:
     return RunRef(**json.loads(parent.read_text()))
 
 
-def start_point_run(plan: RunPlan, point: str) -> SpooledRun:
+def start_point_run(plan: RunPlan, point: str, shape: PointShape) -> SpooledRun:
     """Create the point's run now (RUNNING, params, tags, description), nested under the sweep's parent."""
     cfg = plan.cfg
     tags = {
@@ -75,7 +75,7 @@ def start_point_run(plan: RunPlan, point: str) -> SpooledRun:
         "algorithm": cfg.algorithm.name,
         "model": cfg.model.name,
         LOSSLESS_TAG: str(get_algorithm(cfg.algorithm.name).lossless(cfg.algorithm.K)).lower(),
-        NOTE_TAG: point_description(cfg),
+        NOTE_TAG: point_description(shape, cfg.runtime.kind),
         "device": describe_device(cfg, plan.target_device),
         "draft_device": describe_device(cfg, plan.draft_device),
         **provenance_tags(output_dir()),
@@ -84,10 +84,10 @@ def start_point_run(plan: RunPlan, point: str) -> SpooledRun:
         spool_dir(cfg.tracking, output_dir() / "spool"),
         tracking_uri(cfg.tracking),
         cfg.tracking.experiment,
-        PointShape.of(cfg).name,
+        shape.name,
         tags,
         sweep_parent(),
         experiment_tags(),
     )
-    run.log_params(flat_params({key: value for key, value in asdict(cfg).items() if key != "report"}))  # a layout
+    run.log_params(flat_params({key: value for key, value in asdict(cfg).items() if key not in NOT_PARAMS}))
     return run

@@ -1,0 +1,105 @@
+"""What a point's MLflow page holds beyond its metrics: its description (the configuration in words,
+then its headline figures), its plots (acceptance histogram, wall-time split) and its per-prompt
+records (JSONL and the table the UI shows)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from speculab.algorithms import get_algorithm
+from speculab.records import RunResult
+from speculab.results.figures import PHASES, acceptance_histogram
+from speculab.results.names import HEADLINE, Figures
+from speculab.results.point import PointResult, PointShape
+from speculab.stats import Estimate
+
+
+def point_description(shape: PointShape, runtime: str, result: PointResult | None = None) -> str:
+    """A run's markdown description: its shape in words, then (when done) its headline figures, each with
+    its interval where it has one."""
+    spec = get_algorithm(shape.algorithm)
+    rule = f", node rule `{shape.node_rule}`" if shape.node_rule is not None else ""
+    paths = shape.K or 1
+    lossy = "" if spec.lossless(paths) else f" **Not lossless** at K={paths} (`algorithm.allow_lossy=true`)."
+    text = (
+        f"**{shape.algorithm}** verification ({spec.paper}{rule}) of {shape.drafted} from drafter `{shape.drafter}`, "
+        f"temperature {shape.temperature}, on {shape.prompt_count} `{shape.dataset}` prompts × {shape.max_new_tokens} "
+        f"new tokens (batch {shape.batch_size}), model pair `{shape.model}`, runtime `{runtime}`.{lossy}"
+    )
+    if result is None:
+        return text + "\n\nDecoding…"
+    header = " | ".join(key.replace("_", " ") for key in HEADLINE)
+    values = " | ".join(f"{result.figures.get(key, Estimate(math.nan))}" for key in HEADLINE)
+    return f"{text}\n\n| {header} |\n|{'---|' * len(HEADLINE)}\n| {values} |"
+
+
+def acceptance_figure(run: RunResult) -> Figure:
+    counts = acceptance_histogram(run)
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    axes.bar(list(counts), list(counts.values()), color="#4477aa")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # tau is a count of tokens
+    axes.set_xlabel("accepted draft tokens per round (tau)")
+    axes.set_ylabel("sequence-rounds")
+    axes.set_title("acceptance length")
+    figure.tight_layout()
+    return figure
+
+
+PHASE_COLORS = dict(zip(PHASES, ("#4477aa", "#ee6677", "#228833", "#bbbbbb")))  # share_<phase>
+
+
+def time_split_figure(figures: Figures) -> Figure:
+    figure, axes = plt.subplots(figsize=(8, 2.6))
+    left = 0.0
+    for phase, color in PHASE_COLORS.items():
+        share = figures.value(f"share_{phase}")
+        axes.barh([0], [share], left=left, color=color, label=f"{phase} {share:.0%}")
+        left += share
+    axes.set_xlim(0, 1)
+    axes.set_yticks([])
+    axes.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize=11, frameon=False)
+    axes.set_title("wall-time split")
+    figure.tight_layout()
+    return figure
+
+
+def prompt_records(run: RunResult, prompt_ids: list[str], texts: list[str]) -> list[dict[str, Any]]:
+    """One record per prompt: id, token counts, tau per round, stop reason, generated tokens and text."""
+    return [
+        {
+            "id": prompt_ids[p.index],
+            "prompt_tokens": p.prompt_tokens,
+            "generated_tokens": len(p.tokens),
+            "rounds": len(p.accepted),
+            "accepted": p.accepted,
+            "stop": p.stop,
+            "tokens": p.tokens,
+            "text": texts[p.index],
+        }
+        for p in run.prompts
+    ]
+
+
+def records_jsonl(records: list[dict[str, Any]]) -> str:
+    """records.jsonl: one JSON object per prompt, token ids included."""
+    return "".join(json.dumps(record) + "\n" for record in records)
+
+
+TABLE_COLUMNS = ("id", "text", "accepted", "stop", "generated_tokens", "rounds", "prompt_tokens")
+
+
+def records_table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the table the MLflow UI shows, text first (it is the widest): tau per round as
+    space-separated numbers, no token ids."""
+    return [
+        {key: " ".join(map(str, r[key])) if key == "accepted" else r[key] for key in TABLE_COLUMNS} for r in records
+    ]

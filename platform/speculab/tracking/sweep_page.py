@@ -1,0 +1,165 @@
+"""What a sweep's parent run shows of its answer (`tracking.sweep`): one row per finished point,
+ranked, as markdown, CSV and a console table, a chart of the points, and a description that opens
+with the verdict. A point that a resumed sweep (`resume=true`) skipped returns the figures its
+earlier run logged, so the parent of the resumed launch still reports every point of the sweep,
+those rows marked `resumed`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from rich.table import Table
+
+from speculab.results.names import HEADLINE, HF_PREFIX
+from speculab.results.point import PointResult
+from speculab.tracking.sweep import (
+    cell,
+    figure,
+    labels,
+    rank_key,
+    ranked,
+    ranking_line,
+    shared_name,
+    verdict,
+    verdict_line,
+)
+
+TOP = 10  # rows of the ranking the console shows; beyond, it says how many more and where they are
+RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
+HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # the table's column of generate's own paired speedup over the engine's loop
+
+
+def cells(point: PointResult, key: str) -> dict[str, float]:
+    return point.figures[key].cells(key)
+
+
+def point_row(point: PointResult) -> dict[str, Any]:
+    """A point's row as numbers: its name and shape, then its headline figures, each with the ends of its
+    interval where it has one (`Estimate.cells`), generate's speedup over the engine's loop and, for a
+    point finished in an earlier launch, `resumed: yes`."""
+    figures = {name: value for key in HEADLINE if key in point.figures for name, value in cells(point, key).items()}
+    reference = {} if math.isnan(point.generate_vs_ar) else {HF_SPEEDUP: round(point.generate_vs_ar, 4)}
+    resumed = {RESUMED: "yes"} if point.resumed else {}
+    return {"point": point.shape.name, **point.shape.columns(), **figures, **reference, **resumed}
+
+
+def table_rows(points: list[PointResult]) -> list[dict[str, Any]]:
+    """Rows with the same columns, in ranking order; a column no point has a value in is left out
+    (`budget` in a sweep without a best-first tree)."""
+    rows = [point_row(point) for point in ranked(points)]
+    columns = list(dict.fromkeys(column for row in rows for column in row))
+    return [{column: row.get(column, "") for column in columns} for row in rows]
+
+
+def sweep_markdown(points: list[PointResult]) -> str:
+    """Every point in ranking order: its name and shape, each headline figure with its interval,
+    generate's speedup over the engine's loop and which points an earlier launch finished."""
+    rows = table_rows(points)
+    shape = ["point", *dict.fromkeys(column for p in points for column in p.shape.columns())]
+    figures = [key for key in HEADLINE if any(key in p.figures for p in points)]
+    columns = [*shape, *figures, *(c for c in (HF_SPEEDUP, RESUMED) if c in rows[0])]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for point, row in zip(ranked(points), rows):
+        cells = [cell(point, c) if c in HEADLINE else str(row[c]) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def sweep_csv(points: list[PointResult]) -> str:
+    rows = table_rows(points)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def ranking_table(points: list[PointResult], title: str) -> Table:
+    """The console's end of a sweep: the top points with their intervals, named by what sets them apart
+    (what they share is the caption)."""
+    key = rank_key(points)
+    shared = f"every point: {shared_name(points)}" if shared_name(points) else ""
+    rest = (
+        f"top {TOP} of {len(points)} points; all of them: the parent run's sweep_table.md" if len(points) > TOP else ""
+    )
+    table = Table(title=title, caption="\n".join(filter(None, (rest, shared))) or None)
+    other = "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf"
+    for column in ("#", "point", key, other, "block eff."):
+        table.add_column(column, justify="left" if column == "point" else "right")
+    short = labels(points)
+    for place, point in enumerate(ranked(points)[:TOP], start=1):
+        cells = (cell(point, key), cell(point, other), f"{figure(point, 'block_efficiency').value:.3g}")
+        table.add_row(str(place), short[point.shape.name], *cells)
+    return table
+
+
+def sweep_figure(points: list[PointResult]) -> Figure:
+    """The ranking key per point (best on top) with its 95% interval, each point labelled with its
+    block efficiency; on the speedup axis, reference lines at 1 (autoregressive) and at
+    transformers' generate, the legend below the axes so that it hides no bar."""
+    key = rank_key(points)
+    ordered = ranked(points)[::-1]
+    figure_, axes = plt.subplots(figsize=(9, 2.2 + 0.45 * len(ordered)))
+    shown = [figure(p, key) for p in ordered]
+    values = [e.value for e in shown]
+    errors = [
+        [max(e.value - e.low, 0.0) if e.has_interval else 0.0 for e in shown],
+        [max(e.high - e.value, 0.0) if e.has_interval else 0.0 for e in shown],
+    ]
+    axes.barh(range(len(ordered)), values, xerr=errors, capsize=3, color="#4477aa", ecolor="#222222")
+    short = labels(points)
+    names = [f"{short[p.shape.name]}\nblock eff. {figure(p, 'block_efficiency').value:.2f}" for p in ordered]
+    axes.set_yticks(range(len(ordered)), names, fontsize=8)
+    right = max((v + e for v, e in zip(values, errors[1]) if not math.isnan(v)), default=1.0)
+    if key == "speedup_vs_ar":
+        axes.axvline(1.0, color="#ee6677", linestyle="--", linewidth=1.2, label="autoregressive (1.0)")
+        references = [r for p in points if not math.isnan(r := p.generate_vs_ar)]
+        if references:
+            hf = statistics.median(references)
+            axes.axvline(hf, color="#228833", linestyle=":", linewidth=1.5, label=f"transformers generate ({hf:.2f})")
+            right = max(right, hf)
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)
+        axes.set_xlabel("speedup over the engine's autoregressive loop (median of paired ratios, 95% interval)")
+    else:
+        axes.set_xlabel("tokens/s (median over prompts, 95% interval)")
+    axes.set_xlim(0, right * 1.1)
+    axes.grid(axis="x", alpha=0.3)
+    shared = shared_name(points)
+    axes.set_title("sweep points, best on top" + (f"\nevery point: {shared}" if shared else ""), fontsize=10)
+    figure_.tight_layout()
+    return figure_
+
+
+def ranking_markdown(points: list[PointResult]) -> str:
+    """Every point in ranking order, named by what sets it apart, each figure with its interval."""
+    short, shown = labels(points), [key for key in HEADLINE if any(key in p.figures for p in points)]
+    lines = ["| # | point | " + " | ".join(shown) + " |", "|" + "---|" * (len(shown) + 2)]
+    for place, point in enumerate(ranked(points), start=1):
+        lines.append(f"| {place} | {short[point.shape.name]} | " + " | ".join(cell(point, f) for f in shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def sweep_description(overrides: str, points: list[PointResult]) -> str:
+    answer = verdict_line(verdict(points), labels(points))
+    shared = f" Every point: {shared_name(points)}." if shared_name(points) else ""
+    resumed = sum(point.resumed for point in points)
+    earlier = (
+        f" {resumed} of these points finished in an earlier launch of this sweep (`resume=true`, column `{RESUMED}`): "
+        "their runs stay nested under that launch's parent."
+        if resumed
+        else ""
+    )
+    # The verdict and the ranking first: MLflow shows a description's first lines only, until "Show more".
+    return (
+        f"{answer} {ranking_line(points)}\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked by "
+        f"{rank_key(points)} (medians of paired, interleaved measurements; 95% intervals over prompts).{shared}"
+        f"{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance "
+        f"by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(points)}"
+    )
