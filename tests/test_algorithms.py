@@ -72,3 +72,12 @@ def test_docs_table_is_the_registry() -> None:
     text = (PROJECT_ROOT / "docs" / "algorithms.md").read_text()
     start, end = "<!-- registry-table:start -->\n", "\n<!-- registry-table:end -->"
     assert text[text.index(start) + len(start) : text.index(end)] == registry_markdown()
+
+
+def test_every_drafter_names_a_loader_of_the_model_roles() -> None:
+    """A drafter with a checkpoint of its own (`DrafterSpec.backend`) names a loader of
+    `models.roles.BACKENDS`, which a model pair may not name (`PAIR_BACKENDS`)."""
+    from speculab.models.roles import BACKENDS, PAIR_BACKENDS
+
+    own = {spec.backend for spec in DRAFTERS.values() if spec.backend}
+    assert own and own <= set(BACKENDS) - set(PAIR_BACKENDS)

@@ -15,10 +15,8 @@ from speculab.config.report import ReportColumn
 from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
 from speculab.stats import Estimate
 
-Column = ReportColumn
 
-
-def estimate(column: Column, point: Point) -> Estimate | None:
+def estimate(column: ReportColumn, point: Point) -> Estimate | None:
     """The point's figure of ``column`` (its autoregressive baseline's where the column says), in the
     column's unit; None where the point has none."""
     figures = point.result.autoregressive if column.baseline else point.result.figures
@@ -37,7 +35,7 @@ class Table:
     name: str  # file stem
     title: str
     rows: tuple[str, ...]
-    columns: tuple[Column, ...]
+    columns: tuple[ReportColumn, ...]
     across: str | None = None
 
 
@@ -110,7 +108,7 @@ def best_of(rows: list[list[Cell]], cells: list[At], better: int) -> set[At]:
     return {at for at, score in scored.items() if score == top} if len(set(scored.values())) > 1 else set()
 
 
-def _header(table: Table, column: Column, value: Value) -> str:
+def _header(table: Table, column: ReportColumn, value: Value) -> str:
     """`K=2` (or the method's name) for a table of one figure across K; `<figure> · K=2` for several."""
     if table.across is None:
         return column.label
@@ -118,5 +116,5 @@ def _header(table: Table, column: Column, value: Value) -> str:
     return where if len(table.columns) == 1 else f"{column.label} · {where}"
 
 
-def _cell(column: Column, point: Point | None) -> Estimate | None:
+def _cell(column: ReportColumn, point: Point | None) -> Estimate | None:
     return None if point is None else estimate(column, point)

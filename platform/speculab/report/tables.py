@@ -4,8 +4,8 @@ paired comparison where they compared verifiers."""
 
 from __future__ import annotations
 
-from speculab.config.report import COLUMNS, ReportConfig
-from speculab.report.layout import Column, Grid, Table, lay_out
+from speculab.config.report import COLUMNS, ReportColumn, ReportConfig
+from speculab.report.layout import Grid, Table, lay_out
 from speculab.report.points import Point
 from speculab.results.names import COMPARED, compare_key, compared_verifiers
 from speculab.tracking.acceptance import reached_depth
@@ -56,30 +56,30 @@ def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
             "acceptance_alpha",
             f"Acceptance by depth: α_j = P(depth j accepted | depths 1..j-1 accepted){where}",
             ("Method",),
-            tuple(Column(f"α_{j}", f"alpha_{j}") for j in depths),
+            tuple(ReportColumn(f"α_{j}", f"alpha_{j}") for j in depths),
         ),
         Table(
             "acceptance_overlap",
             "Overlap by depth: mean Σ_x min(p_j, q_j) over the rounds that reached depth j (α_j under token "
             "verification of one path)",
             ("Method",),
-            tuple(Column(f"overlap_{j}", f"overlap_{j}") for j in depths),
+            tuple(ReportColumn(f"overlap_{j}", f"overlap_{j}") for j in depths),
         ),
         Table(
             "accepted_length",
             f"Accepted-length histogram: share of rounds that accepted n draft tokens{where}",
             ("Method",),
-            tuple(Column(f"n={n}", f"hist_{n}") for n in range(L + 1)),
+            tuple(ReportColumn(f"n={n}", f"hist_{n}") for n in range(L + 1)),
         ),
     )
 
 
-def compare_columns(points: list[Point]) -> tuple[Column, ...]:
+def compare_columns(points: list[Point]) -> tuple[ReportColumn, ...]:
     """Per verifier found under `compare/<verifier>/`: its block efficiency, accepted tokens and its
     difference to the run's own verifier, each ± its standard error."""
     verifiers = sorted({v for p in points for v in compared_verifiers(p.result.figures)})
     return tuple(
-        Column(f"{verifier} · {figure.replace('diff_', 'Δ ').replace('_', ' ')}", compare_key(verifier, figure))
+        ReportColumn(f"{verifier} · {figure.replace('diff_', 'Δ ').replace('_', ' ')}", compare_key(verifier, figure))
         for verifier in verifiers
         for figure in COMPARED
     )
