@@ -4,6 +4,7 @@ benchmarks/peers.py runs end to end in its quick mode."""
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import pytest
@@ -11,7 +12,9 @@ from transformers import AutoTokenizer
 
 from speculab.algorithms import get_verifier
 from speculab.autoregressive import autoregressive
-from speculab.baselines import check_assisted_widths, cut_at_eos, generate, left_padded
+from speculab.baselines import GenerateForm, check_assisted_widths, cut_at_eos, generate, left_padded
+from speculab.config import Config
+from speculab.config.sampling import generate_form, sampling_errors
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, decode
@@ -44,6 +47,37 @@ def test_greedy_tokens_equal_generate(tiny, batch: int) -> None:
     for name in ("token", "block"):
         run = decode(target, drafter, get_verifier(name), prompts, settings)
         assert [p.tokens for p in run.prompts] == reference.tokens, name
+
+
+def test_the_compiled_form_decodes_what_eager_does_and_compiles_only_untimed(tiny, monkeypatch) -> None:
+    """Static cache + transformers' compile of the step (dynamo's eager backend here: the plumbing is
+    ours, inductor's code is torch's): the eager greedy tokens and forward widths, one cache for units
+    of different prompt widths, and one graph per batch size, traced in the untimed warm-up."""
+    import transformers
+    from torch._dynamo.utils import counters
+
+    eager_backend = functools.partial(transformers.CompileConfig, backend="eager", mode=None)
+    monkeypatch.setattr(transformers, "CompileConfig", eager_backend)
+    target, _, prompts, eos = tiny
+    settings = DecodeSettings(1, 4, SamplingParams(0.0), 24, 2, 0, eos)  # units of 2 and 1 prompts
+    reference = generate(target.lm.model, prompts, settings)
+    form, warmed = GenerateForm.of("compiled", prompts, 24), set[int]()
+    assert form == GenerateForm(True, max(map(len, prompts)) + 24)
+    counters.clear()
+    compiled = generate(target.lm.model, prompts, settings, form=form, warmed=warmed)
+    assert compiled.tokens == reference.tokens and compiled.call_widths == reference.call_widths
+    assert warmed == {2, 1} and counters["stats"]["unique_graphs"] == 2
+    traced = dict(counters["frames"])
+    again = generate(target.lm.model, prompts, settings, form=form, warmed=warmed)
+    assert again.tokens == reference.tokens and dict(counters["frames"]) == traced  # nothing traced again
+
+
+def test_auto_is_compiled_on_a_gpu_and_eager_on_the_cpu_and_a_typo_is_refused() -> None:
+    assert generate_form("auto", "cuda:0") == "compiled" and generate_form("auto", "cpu") == "eager"
+    assert generate_form("eager", "cuda") == "eager" and generate_form("compiled", "cpu") == "compiled"
+    cfg = Config()
+    cfg.measure.generate = "fast"
+    assert sampling_errors(cfg.sampling, cfg.measure) == ["measure.generate=fast: must be one of auto, compiled, eager"]
 
 
 def test_assisted_generation_runs_at_fixed_length(tiny) -> None:

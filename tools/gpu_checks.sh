@@ -10,11 +10,12 @@
 #   bash tools/gpu_checks.sh cli       # speculab on cuda: inline, Ray, capture off, a refused device
 #   bash tools/gpu_checks.sh bench     # benchmarks/gpu_systems.py (8B shapes), verify.py, ddtree.py
 #   bash tools/gpu_checks.sh qwen3     # gpu_systems.py --arch qwen3, the random Qwen3-8B + DFlash pair
+#   bash tools/gpu_checks.sh baselines # (9 min) tests/gpu, a run against compiled and eager generate, table (a)
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|baselines}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -83,7 +84,15 @@ qwen3)  # real scale end to end: an 8B checkpoint in the published layout, read 
     step runs 20 "${runs[@]}" 'budget|block_efficiency|speedup_vs_ar$|tokens_per_s$|memory'
     step gpu_systems_qwen3 130 python benchmarks/gpu_systems.py --arch qwen3 --tables bt
     ;;
+baselines)  # the baseline a GPU user runs: generate with a static cache + torch.compile (measure.generate)
+    step tests_in_process 170 python -m pytest -q -m gpu -p no:cacheprovider --timeout 120 -rfE --durations=5 \
+        --basetemp=/tmp/pt_in_process tests/gpu -k "not cli and not ray and not logs_its_device"
+    # six prompts: the fewest whose speedups carry an interval (stats.MIN_UNITS)
+    step generate_forms 220 "${cli[@]}" -m measure.generate=compiled,eager dataset.num_prompts=6 model.device=cuda runtime=inline
+    step runs 20 "${runs[@]}" 'measure.generate|speedup_vs_ar$|speedup_vs_hf$|tokens_per_s$'
+    step figures 170 python benchmarks/gpu_systems.py --tables a --contexts 1024 --max-new-tokens 64
+    ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench or qwen3" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3 or baselines" && exit 2
     ;;
 esac

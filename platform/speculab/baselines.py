@@ -7,6 +7,12 @@ returns the generated tokens per prompt (cut after the first eos, which is kept,
 `engine.truncate`), the wall and CPU seconds of the `generate` calls, and the number of tokens
 every target forward carried (a forward pre-hook), which gives target calls and block
 efficiency. No I/O, no logging.
+
+`generate` runs in one of two forms (`GenerateForm`, config `measure.generate`): eager, with its
+dynamic cache (what a CPU user runs), or compiled, with a static cache and transformers' own
+`torch.compile` of the decoding step (its documented fast path, what a GPU user runs). The compiled
+form sizes one static cache for the whole point and is warmed untimed at each batch size before it
+is timed, so no compilation or CUDA graph recording falls inside a timing.
 """
 
 from __future__ import annotations
@@ -23,6 +29,24 @@ from speculab.engine import DecodeSettings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+
+WARM_UP_TOKENS = 4  # decoding steps of an untimed warm-up: compiled, then recorded as a CUDA graph, then replayed
+
+
+@dataclass(frozen=True)
+class GenerateForm:
+    """How `generate` runs for a point: compiled (static cache + torch.compile) or eager, and the static
+    cache's length, one for every unit of the point (its widest prompt plus its new tokens), so that
+    the compiled step keeps one shape across units."""
+
+    compiled: bool = False
+    cache_len: int = 0
+
+    @classmethod
+    def of(cls, form: str, prompts: list[list[int]], max_new_tokens: int) -> GenerateForm:
+        """form: a resolved `measure.generate` (compiled or eager)."""
+        return cls(form == "compiled", max(map(len, prompts), default=0) + max_new_tokens)
 
 
 @dataclass
@@ -91,34 +115,62 @@ def check_assisted_widths(widths: list[int], length: int, num_prompts: int) -> N
         raise RuntimeError(f"assisted generation did not run at L={length}: target call widths {widths}")
 
 
+def form_kwargs(form: GenerateForm) -> dict[str, Any]:
+    """generate() arguments of a form: nothing for eager; for compiled, a static cache of the point's
+    length and transformers' compile config, which it applies on accelerators only unless told
+    `_compile_all_devices` (so a compiled form chosen on the CPU compiles there too)."""
+    if not form.compiled:
+        return {}
+    from transformers import CompileConfig
+
+    config = CompileConfig()
+    config._compile_all_devices = True  # type: ignore[assignment]  # declared None, read as a flag
+    return {"cache_implementation": "static", "max_cache_len": form.cache_len, "compile_config": config}
+
+
 def generate(
     model: PreTrainedModel,
     prompts: list[list[int]],
     settings: DecodeSettings,
     assistant: PreTrainedModel | None = None,
+    form: GenerateForm = GenerateForm(),
+    warmed: set[int] | None = None,
 ) -> BaselineResult:
     """`model.generate` over prompts in batches of settings.batch_size (left padding).
 
     With an assistant: assisted generation drafting settings.length tokens per round (batch 1
     only, as in transformers). Sampling uses torch's global RNG, seeded per batch with
-    settings.seed + the index of the batch's first prompt, like the engine's drafters."""
+    settings.seed + the index of the batch's first prompt, like the engine's drafters. A compiled
+    form first runs a few untimed steps at each batch size not in `warmed` (the model's, kept by its
+    caller across units) and adds it there."""
+    warmed = set() if warmed is None else warmed
     if assistant is not None:
         if settings.batch_size != 1:
             raise ValueError("transformers' assisted generation runs batch 1 only")
         set_assistant_length(assistant, settings.length)
     pad = model.generation_config.pad_token_id
     pad = pad if pad is not None else (settings.eos_token_id or 0)
-    kwargs = sampling_kwargs(settings.sampling.temperature) | {
-        "max_new_tokens": settings.max_new_tokens,
-        "eos_token_id": settings.eos_token_id,
-        "pad_token_id": pad,
-        "assistant_model": assistant,
-    }
+    kwargs = (
+        sampling_kwargs(settings.sampling.temperature)
+        | {
+            "max_new_tokens": settings.max_new_tokens,
+            "eos_token_id": settings.eos_token_id,
+            "pad_token_id": pad,
+            "assistant_model": assistant,
+        }
+        | form_kwargs(form)
+    )
     tokens: list[list[int]] = []
     wall = cpu = 0.0
     with forward_widths(model) as widths:
         for first in range(0, len(prompts), settings.batch_size):
             ids, mask = (t.to(model.device) for t in left_padded(prompts[first : first + settings.batch_size], pad))
+            if form.compiled and len(ids) not in warmed:
+                before = len(widths)
+                with torch.inference_mode():  # untimed: compiles and records this batch size's step
+                    model.generate(input_ids=ids, attention_mask=mask, **kwargs | {"max_new_tokens": WARM_UP_TOKENS})  # type: ignore[operator]
+                warmed.add(len(ids))
+                del widths[before:]  # the warm-up's calls are not the baseline's
             torch.manual_seed(settings.seed + first)
             wall_start, cpu_start = time.perf_counter(), time.process_time()
             with torch.inference_mode():

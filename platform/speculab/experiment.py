@@ -22,6 +22,7 @@ from rich.progress import Progress
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from speculab.algorithms import DRAFTERS
+from speculab.baselines import GenerateForm
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
 from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
@@ -128,6 +129,7 @@ def units_of(prompts: list[list[int]], batch_size: int) -> tuple[Unit, ...]:
 
 def point_work(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) -> PointWork:
     a = cfg.algorithm
+    form = GenerateForm.of(cfg.measure.generate, prompts, settings.max_new_tokens)
     return PointWork(
         a.name,
         a.node_rule,
@@ -138,6 +140,7 @@ def point_work(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) 
         a.compare_repeats,
         units_of(prompts, settings.batch_size),
         settings,
+        form,
     )
 
 
@@ -327,7 +330,7 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured) -> PointResu
     title = (
         f"{result.shape.name} · medians of {cfg.measure.repeats} interleaved repetition(s), 95% intervals over prompts"
     )
-    print_summary(title, result, measured.conditions)
+    print_summary(title, result, measured.conditions, cfg.measure.generate)
     if decoders.paired:
         show(paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats))
     return result

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
 from speculab.autoregressive import autoregressive
-from speculab.baselines import BaselineResult
+from speculab.baselines import BaselineResult, GenerateForm
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.engine import DecodeSettings, Drafter, decode
 from speculab.measure import Sample, timed
@@ -55,6 +55,9 @@ class PointWork:
     compare_repeats: int
     units: tuple[Unit, ...]
     settings: DecodeSettings
+    generate: GenerateForm = field(
+        default_factory=GenerateForm
+    )  # how `baseline_hf` runs transformers' generate (default: eager)
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,8 @@ class PointLoop:
         runs: dict[str, Callable[[], RunResult | BaselineResult]] = {
             "speculative": lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, None, paired),
             "autoregressive": lambda: autoregressive(self.target, prompts, settings),
-            "generate": lambda: self.target.hf_generate(prompts, settings),  # transformers', in the target's process
+            # transformers', in the target's process
+            "generate": lambda: self.target.hf_generate(prompts, settings, self.work.generate),
         }
         if method not in runs:
             raise ValueError(f"method={method!r}: must be one of {', '.join(METHODS)}")

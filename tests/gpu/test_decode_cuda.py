@@ -84,6 +84,18 @@ def test_greedy_decoding_on_cuda_equals_generate_on_cuda(roles, prompts) -> None
         assert tokens(decode(target, drafter, get_verifier(name), prompts, s)) == reference, name
 
 
+def test_compiled_generate_on_cuda_decodes_what_eager_does(roles, prompts) -> None:
+    """`baseline_hf` on a GPU (measure.generate=auto): static cache + inductor + CUDA graphs, warmed
+    untimed at each batch size, gives eager generate's greedy tokens."""
+    from speculab.baselines import GenerateForm
+
+    target, _ = roles
+    s = settings(batch=3)
+    compiled = target.hf_generate(prompts, s, GenerateForm.of("compiled", prompts, s.max_new_tokens))
+    assert compiled.tokens == target.hf_generate(prompts, s).tokens
+    assert target.generate_warmed == {3, 2}  # 8 prompts: units of 3, 3 and 2
+
+
 @pytest.mark.parametrize("temperature", [0.6, 1.0])
 def test_every_verifier_samples_on_cuda(roles, prompts, temperature: float) -> None:
     target, drafter = roles

@@ -67,7 +67,7 @@ def test_alpha_and_the_histogram_are_logged_and_match_a_count_of_the_round_recor
         reached, accepted = sum(t >= j - 1 for t in taus), sum(t >= j for t in taus)
         assert logged[f"accept/alpha_{j}"] == pytest.approx(accepted / reached, rel=1e-4) if reached else True
         alpha = figures[f"alpha_{j}"]
-        assert 0.0 <= alpha.low <= alpha.value <= alpha.high <= 1.0 or math.isnan(alpha.value)
+        assert math.isnan(alpha.value) or (not alpha.has_interval and alpha.has_se and alpha.n == len(tiny_prompts))
     for n in range(L + 1):
         assert logged[f"accept/hist_{n}"] == pytest.approx(sum(t == n for t in taus) / len(taus), rel=1e-4)
     assert f"accept/alpha_{L + 1}" not in logged and f"accept/hist_{L + 1}" not in logged
@@ -95,9 +95,8 @@ def test_token_verification_of_one_path_accepts_each_depth_with_its_overlap() ->
     figures = run_figures(run)
     for j in range(1, L + 1):
         alpha, overlap = figures[f"alpha_{j}"], figures[f"overlap_{j}"]
-        widths = [(e.high - e.low) / 2 for e in (alpha, overlap)]
-        assert max(widths) < 0.12, (j, widths)  # enough rounds reach every depth for the check to mean something
-        assert abs(alpha.value - overlap.value) <= sum(widths), (j, alpha, overlap, widths)
+        assert max(alpha.se, overlap.se) < 0.06, (j, alpha, overlap)  # enough rounds reach every depth to tell
+        assert abs(alpha.value - overlap.value) <= 3 * math.hypot(alpha.se, overlap.se), (j, alpha, overlap)
     assert 0.2 < figures["overlap_1"].value < 0.9
 
 
@@ -118,22 +117,16 @@ def test_acceptance_names_follow_the_depth() -> None:
         "accept/left_chain",
     ]
     assert not any(is_acceptance(k) for k in ("alpha_", "alpha_x", "hist_0_ci_low", "accepted_mean"))
-    logged = flatten(Figures({"alpha_1": Estimate(0.8, 0.7, 0.9), "hist_0": 0.2, "block_efficiency": 2.0}))
-    assert logged == {
-        "block_efficiency": 2.0,
-        "accept/alpha_1": 0.8,
-        "accept/alpha_1_ci_low": 0.7,
-        "accept/alpha_1_ci_high": 0.9,
-        "accept/hist_0": 0.2,
-    }
-    back = parse(logged)  # a resumed point keeps its curve, intervals included
-    assert (back["alpha_1"].low, back["alpha_1"].high, back["hist_0"].value) == (0.7, 0.9, 0.2)
+    logged = flatten(Figures({"alpha_1": Estimate(0.8, se=0.05), "hist_0": 0.2, "block_efficiency": 2.0}))
+    assert logged == {"block_efficiency": 2.0, "accept/alpha_1": 0.8, "accept/alpha_1_se": 0.05, "accept/hist_0": 0.2}
+    back = parse(logged)  # a resumed point keeps its curve, standard errors included
+    assert (back["alpha_1"].se, back["hist_0"].value) == (0.05, 0.2)
 
 
 CURVE = Figures(
     {
-        "alpha_1": Estimate(0.8, 0.75, 0.85),
-        "alpha_2": Estimate(0.6, 0.5, 0.7),
+        "alpha_1": Estimate(0.8, se=0.05),
+        "alpha_2": Estimate(0.6, se=0.1),
         "overlap_1": 0.78,
         "overlap_2": 0.55,
         "hist_0": 0.2,
@@ -144,7 +137,7 @@ CURVE = Figures(
 
 
 def scaled(figures: Figures, factor: float) -> Figures:
-    return Figures({k: Estimate(e.value * factor, e.low * factor, e.high * factor) for k, e in figures.items()})
+    return Figures({k: Estimate(e.value * factor, se=e.se * factor) for k, e in figures.items()})
 
 
 def test_the_summary_shows_alpha_in_one_compact_line() -> None:
@@ -166,17 +159,13 @@ def test_the_summary_shows_alpha_in_one_compact_line() -> None:
 def test_the_sweep_table_lines_up_points_of_different_lengths() -> None:
     short = Figures({"alpha_1": 0.9, "hist_0": 0.1, "hist_1": 0.9})
     rows = depth_rows({"L=2": CURVE, "L=1": short})
-    assert [(r["point"], r["figure"]) for r in rows][:3] == [
-        ("L=2", "alpha"),
-        ("L=2", "alpha low"),
-        ("L=2", "alpha high"),
-    ]
+    assert [(r["point"], r["figure"]) for r in rows][:2] == [("L=2", "alpha"), ("L=2", "alpha se")]
     assert list(rows[0]) == ["point", "figure", "0", "1", "2"]
     assert rows[0]["1"] == 0.8 and rows[0]["0"] == "" and next(r for r in rows if r["point"] == "L=1")["2"] == ""
-    assert rows[1]["2"] == 0.5 and rows[2]["2"] == 0.7  # the interval's ends of alpha_2
+    assert rows[1]["2"] == 0.1  # alpha_2's standard error
     assert depth_csv({"L=2": CURVE}).splitlines()[0] == "point,figure,0,1,2"
     text = depth_markdown({"L=2": CURVE, "baseline": Figures()})
-    assert "| L=2 | alpha | 0.800 [0.750, 0.850] | 0.600 [0.500, 0.700] |" in text and "baseline" not in text
+    assert "| L=2 | alpha | 0.800 ± 0.050 | 0.600 ± 0.100 |" in text and "baseline" not in text
     assert depth_figure({"baseline": Figures()}) is None and length_figure({}) is None
     unreached = CURVE | {"alpha_3": math.nan, "overlap_3": math.nan, "hist_3": 0.0}
     assert "| point | figure | j=1 | j=2 |" in depth_markdown({"L=3": unreached})  # nothing past the deepest reached
@@ -208,4 +197,4 @@ def test_the_sweep_parent_gets_every_points_curve_as_one_plot_and_a_table() -> N
     axes = logged["acceptance_by_depth.png"].axes[0]
     assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gbv K=1 L=2 T=1.0", "gbv K=2 L=2 T=1.0"]
     assert len(axes.collections) == 2  # one interval band per point
-    assert "| gbv K=2 L=2 T=1.0 | alpha | 0.720 [0.675, 0.765] |" in logged["acceptance_by_depth.md"]
+    assert "| gbv K=2 L=2 T=1.0 | alpha | 0.720 ± 0.045 |" in logged["acceptance_by_depth.md"]

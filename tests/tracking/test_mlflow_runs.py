@@ -19,9 +19,8 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
     assert "block_efficiency" in result.stdout and "autoregressive" in result.stdout
     (run,) = runs(store)
     assert {m.mlflow for m in METRICS} <= set(run.data.metrics)  # every figure of a point, nothing left out
-    assert {f"{name}_ci_{end}" for name in ("tokens_per_s", "block_efficiency") for end in ("low", "high")} <= set(
-        run.data.metrics
-    )
+    assert {"block_efficiency_se", "accept/alpha_1_se"} <= set(run.data.metrics)  # acceptance: standard errors
+    assert not any(name.endswith(("_ci_low", "_ci_high")) for name in run.data.metrics)  # two prompts: no interval
     assert run.data.params["algorithm.name"] == "block" and run.data.tags["lossless"] == "true"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"records.jsonl", "records_table.json", "acceptance_histogram.png", "time_split.png"} <= artifacts

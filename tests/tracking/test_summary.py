@@ -35,10 +35,14 @@ def test_every_speedup_interval_is_said_in_words() -> None:
     faster = FIGURES | {"speedup_vs_ar": Estimate(1.5, 1.2, 1.7)}
     assert speedup_verdicts(FIGURES) == [
         "speedup_vs_ar 0.75 [0.7, 0.8]: slower than the autoregressive baseline",
-        "speedup_vs_hf 1.154 [0.885, 1.316]: not distinguishable from transformers' generate (the interval includes 1)",
+        "speedup_vs_hf 1.154 [0.885, 1.316]: not distinguishable from transformers' generate (eager, dynamic cache) "
+        "(the interval includes 1)",
     ]
+    compiled = speedup_verdicts(FIGURES, "compiled")[1]  # the baseline named with the form that was timed
+    assert "transformers' generate (static cache + torch.compile)" in compiled
     assert speedup_verdicts(faster)[0].endswith("faster than the autoregressive baseline")
-    assert speedup_verdicts(FIGURES | {"speedup_vs_hf": 1.154})[1:] == []  # no interval, no verdict
+    too_few = FIGURES | {"speedup_vs_hf": Estimate(1.154, n=4)}  # no interval below six prompts: no verdict
+    assert speedup_verdicts(too_few)[1] == "speedup_vs_hf 1.154: too few prompts to tell (n = 4, needs at least 6)"
 
 
 def test_without_a_terminal_names_are_whole_and_nothing_wraps(caplog, capsys) -> None:

@@ -12,7 +12,16 @@ from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape
 from speculab.stats import Estimate
 from speculab.tracking.console import plain
-from speculab.tracking.sweep import best_metrics, labels, rank_key, ranked, sweep_name, verdict
+from speculab.tracking.sweep import (
+    against_baselines,
+    best_metrics,
+    labels,
+    rank_key,
+    ranked,
+    sweep_name,
+    verdict,
+    verdict_line,
+)
 from speculab.tracking.sweep_page import (
     TOP,
     ranking_table,
@@ -123,3 +132,26 @@ def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_a
     assert f"top {TOP} of {TOP + 2} points; all of them: the parent run's sweep_table.md" in shown
     assert "K=12" in shown and "K=2 " not in shown  # best first, the last two left out
     assert "top" not in plain(ranking_table(rows[:TOP], "ranking"))  # every point shown: nothing to say
+
+
+def test_too_few_prompts_give_no_verdict_and_say_so() -> None:
+    rows = [row("gbv K=2 L=4", 1.5, math.nan, math.nan), row("block K=1 L=8", 1.1, math.nan, math.nan)]
+    rows = [
+        replace(r, figures=r.figures | {"speedup_vs_ar": Estimate(r.figures.value("speedup_vs_ar"), n=4)}) for r in rows
+    ]
+    line = verdict_line(verdict(rows))
+    assert line.startswith(
+        "No verdict: too few prompts to tell the points apart on speedup_vs_ar (n = 4, needs at least 6)"
+    )
+    assert against_baselines(rows) == "Of the points: against autoregressive decoding, 2 with too few prompts to tell."
+
+
+def test_the_points_are_counted_against_each_baseline() -> None:
+    rows = [row("gbv K=2 L=4", 1.5, 1.2, 1.7), row("block K=1 L=8", 0.8, 0.7, 0.9), row("nss K=2 L=4", 1.0, 0.9, 1.1)]
+    rows[0] = replace(rows[0], figures=rows[0].figures | {"speedup_vs_hf": Estimate(0.9, 0.8, 0.95)})
+    assert against_baselines(rows) == (
+        "Of the points: against autoregressive decoding, 1 faster, 1 slower, 1 not distinguishable; "
+        "against transformers' generate, 1 slower."
+    )
+    description = sweep_description("algorithm=gbv,block,nss", rows)
+    assert "Ranked by block_efficiency:" in description and against_baselines(rows) in description

@@ -79,12 +79,9 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             }
             assert {c for c in view["selectedColumns"] if c.startswith("params.")} <= {f"params.`{p}`" for p in params}
             unprefixed = {m for m in metrics if "/" not in m}
-            intervals = {
-                f"{k}_ci_{end}"
-                for k in ("tokens_per_s", "speedup_vs_ar", "speedup_vs_hf", "block_efficiency", "accepted_mean")
-                for end in ("low", "high")
-            }
-            assert unprefixed == {*HEADLINE, "ms_per_token", "speedup_vs_ar_cpu", *intervals}, unprefixed
+            # two prompts: too few for a speed interval; the acceptance figures' standard errors
+            spreads = {"block_efficiency_se", "accepted_mean_se"}
+            assert unprefixed == {*HEADLINE, "ms_per_token", "speedup_vs_ar_cpu", *spreads}, unprefixed
             assert {"baseline_ar/tokens_per_s", "baseline_hf/tokens_per_s", "baseline_hf/speedup_vs_ar"} <= metrics
             artifacts = {f["path"] for f in api(uri, "artifacts/list", run_id=run["info"]["run_id"]).get("files", [])}
             assert {"records_table.json", "records.jsonl", "acceptance_histogram.png", "time_split.png"} <= artifacts
@@ -97,17 +94,13 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             "sweep algorithm.K=1,2 sampling.temperature=0,1 · gbv L=4 · iid · humaneval×2 · tiny-pycode · "
         )
         note = parent_tags[NOTE_TAG]
-        assert "4 finished point(s), ranked by speedup_vs_ar" in note and (
-            "Best: **" in note or "No single best" in note
-        )
+        # two prompts: no speed interval, so no leader is named (stats.MIN_UNITS)
+        assert note.startswith("No verdict: too few prompts to tell the points apart on speedup_vs_ar (n = 2, ")
+        assert "4 finished point(s), ranked by" in note and "Best: **" not in note
         best = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
         speedups = {r["info"]["run_id"]: metric(r, "speedup_vs_ar") for r in points}
-        if "Best: **" in note:  # clear of the runner-up: the best point's metrics are the parent's best/*
-            assert best["best/speedup_vs_ar"] == pytest.approx(max(speedups.values()), rel=1e-3)
-            assert best["sweep/tied_points"] == 1
-        else:
-            assert not any(key.startswith("best/") for key in best) and best["sweep/tied_points"] >= 2
-        assert "speculab: No single best" in result.stdout or "speculab: best point's run: http" in result.stdout
+        assert len(speedups) == 4 and not any(key.startswith("best/") for key in best)  # no leader: no best/*
+        assert "speculab: No verdict: too few prompts" in result.stdout
         assert "sweep ranking by speedup_vs_ar" in result.stdout
         parent_files = {f["path"] for f in api(uri, "artifacts/list", run_id=parent["info"]["run_id"])["files"]}
         assert {"sweep_table.md", "sweep_table.csv", "sweep_points.png", "sweep_points.json"} <= parent_files

@@ -1,18 +1,20 @@
 """`resolve`: a config validated and everything derived from it fixed once, as a `RunPlan`.
 
-The draft length, where each model runs, where the decode loop runs, how the models' passes run,
-the largest draft tree and the checkpoint directories are decided here and nowhere else, so that the
-experiment, the runtime and the tracking read one answer from the plan."""
+The draft length, the form of generate a run times, where each model runs, where the decode loop
+runs, how the models' passes run, the largest draft tree and the checkpoint directories are decided
+here and nowhere else, so that the experiment, the runtime and the tracking read one answer from the
+plan."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checks import checked
 from speculab.config.cluster import Placement, placement, resolve_device
 from speculab.config.runtime import loop_host
+from speculab.config.sampling import generate_form
 from speculab.config.schema import Config
 
 
@@ -20,7 +22,7 @@ from speculab.config.schema import Config
 class RunPlan:
     """A valid config and what a run derives from it."""
 
-    cfg: Config  # algorithm.L set: what the run records and decodes with
+    cfg: Config  # algorithm.L and measure.generate set: what the run records and decodes with
     target_dir: Path
     draft_dir: Path  # the draft role's weights: the pair's draft model, or the drafter's own (drafter.path)
     target_device: str  # torch's name for it where the models run (`auto` resolved)
@@ -52,6 +54,8 @@ def resolve(cfg: Config) -> RunPlan:
     cfg, found = checked(cfg)
     model = cfg.model
     target_device = resolve_device(cfg, model.device)
+    # the form of generate the run times and logs (measure.generate), auto resolved by the target's device
+    cfg = replace(cfg, measure=replace(cfg.measure, generate=generate_form(cfg.measure.generate, target_device)))
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     return RunPlan(
         cfg=cfg,

@@ -19,9 +19,27 @@ class SamplingConfig:
     batch_size: int = 1  # prompts decoded together per round
 
 
+# `measure.generate`: the form of transformers' generate that `baseline_hf` times (`speculab.baselines`)
+GENERATE_FORMS = {
+    "auto": "compiled on a GPU, eager on the CPU",
+    "compiled": "static cache + torch.compile",
+    "eager": "eager, dynamic cache",
+}
+
+
 @dataclass
 class MeasureConfig:
     repeats: int = 3  # each unit (batch of prompts) decoded this many times by every method, interleaved
+    generate: str = "auto"  # baseline_hf's form, one of GENERATE_FORMS; a plan resolves auto by the target's device
+
+
+def generate_form(choice: str, device: str) -> str:
+    """`measure.generate` resolved for a target on `device`: auto is compiled on a GPU (transformers'
+    documented fast path there) and eager elsewhere (compiling on the CPU takes minutes, and a CPU
+    user runs generate eagerly)."""
+    if choice == "auto":
+        return "compiled" if device.startswith("cuda") else "eager"
+    return choice
 
 
 def sampling_errors(s: SamplingConfig, m: MeasureConfig) -> list[str]:
@@ -36,4 +54,6 @@ def sampling_errors(s: SamplingConfig, m: MeasureConfig) -> list[str]:
     at_least(errors, "sampling.batch_size", s.batch_size, 1)
     at_least(errors, "sampling.seed", s.seed, 0)
     at_least(errors, "measure.repeats", m.repeats, 1)
+    if m.generate not in GENERATE_FORMS:
+        errors.append(f"measure.generate={m.generate}: must be one of {', '.join(GENERATE_FORMS)}")
     return errors

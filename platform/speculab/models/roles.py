@@ -33,7 +33,7 @@ from speculab.models.kinds import (
 from speculab.models.slots import workload_capacity
 
 if TYPE_CHECKING:
-    from speculab.baselines import BaselineResult
+    from speculab.baselines import BaselineResult, GenerateForm
     from speculab.engine import DecodeSettings
 
 
@@ -136,6 +136,7 @@ class TreeTarget:
         assert not isinstance(lm, OnePassDrafterLM), "a one-pass drafter cannot score trees"
         self.lm = lm
         self.source = lm if isinstance(lm, FeatureSource) else None  # told once, not at every commit
+        self.generate_warmed: set[int] = set()  # batch sizes compiled generate has run untimed (`baselines.generate`)
 
     def prefill(self, contexts: list[list[int]], room: int = 0) -> torch.Tensor | None:
         """Process each prompt but its last token (the first round's root), in a cache with `room`
@@ -177,14 +178,17 @@ class TreeTarget:
         """CPU seconds so far of this model's process, every thread (a tensor-parallel loop sums its ranks')."""
         return time.process_time()
 
-    def hf_generate(self, prompts: list[list[int]], settings: DecodeSettings) -> BaselineResult:
-        """transformers' `generate` on this target's own model (the `baseline_hf` of a run); leaves the
-        tree cache alone."""
-        from speculab.baselines import generate
+    def hf_generate(
+        self, prompts: list[list[int]], settings: DecodeSettings, form: GenerateForm | None = None
+    ) -> BaselineResult:
+        """transformers' `generate` on this target's own model (the `baseline_hf` of a run), in `form`;
+        leaves the tree cache alone. The batch sizes its compiled form has warmed are kept here, one set
+        per loaded model."""
+        from speculab.baselines import GenerateForm, generate
 
         if not isinstance(self.lm, TransformersLM):  # a toy table has no transformers model
             raise ValueError("baseline_hf needs a transformers target (model.backend=hf)")
-        return generate(self.lm.model, prompts, settings)
+        return generate(self.lm.model, prompts, settings, form=form or GenerateForm(), warmed=self.generate_warmed)
 
 
 def aligned_valid(lengths: list[int], width: int, right: bool = False) -> torch.Tensor:

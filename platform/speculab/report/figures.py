@@ -3,7 +3,8 @@
 Each takes the sweep's points and returns a figure, or None when the sweep does not vary
 what the plot is about (one K value: no block efficiency vs K). A line is one series of
 points that differ only along the plot's x axis, labelled by the dimensions that set it apart
-from the other series; error bars are the 95% intervals across prompts where there are any.
+from the other series; error bars are a speed figure's 95% interval, or one standard error either
+side of an acceptance figure (block efficiency, τ), where there are any.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def series(points: list[Point], x: str) -> dict[str, list[Point]]:
 
 
 def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Figure_, floor: float = 0.0) -> dict[str, str]:
-    """One line per series, error bars where there are intervals, cut at `floor`, the figure's least
-    possible value (a t interval over few prompts can reach below it); lines are nudged apart along
+    """One line per series, error bars where there are (`Estimate.bar`), cut at `floor`, the figure's least
+    possible value (a standard error over few prompts can reach below it); lines are nudged apart along
     a linear x axis so that their bars do not hide each other. Returns each line's colour."""
     colors: dict[str, str] = {}
     swept = sorted(
@@ -73,8 +74,8 @@ def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Figure_, fl
             continue  # a line without this coordinate (the DDTree chain has no budget B)
         nudge = 0.0 if axes.get_xscale() == "log" else (i - (len(lines) - 1) / 2) * 0.03 * step
         errors = [
-            [max(min(e.value - e.low, e.value - floor), 0.0) if e.has_interval else 0.0 for _, e in shown],
-            [max(e.high - e.value, 0.0) if e.has_interval else 0.0 for _, e in shown],
+            [max(min(e.value - e.bar[0], e.value - floor), 0.0) for _, e in shown],
+            [max(e.bar[1] - e.value, 0.0) for _, e in shown],
         ]
         drawn = axes.errorbar(
             [v + nudge for v in xs], [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label
@@ -88,7 +89,9 @@ def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Figure_, fl
 
 def titled(figure: Figure, title: str, points: list[Point], intervals: bool = False) -> Figure:
     """The figure's title, with what every point shares (and what the error bars are) beneath it."""
-    note = constants(points) + ("; error bars: 95% CI across prompts" if intervals else "")
+    note = constants(points) + (
+        "; error bars: 95% interval (speed), ± one standard error (acceptance)" if intervals else ""
+    )
     figure.suptitle(f"{title}\n{fill(note, width=int(figure.get_figwidth() * 13))}", fontsize=10)
     figure.tight_layout()
     return figure
@@ -116,7 +119,7 @@ def speedup_vs_l(points: list[Point]) -> Figure | None:
     plot_lines(axes, series(points, "L"), "L", of("speedup_vs_ar"))
     axes.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     axes.set(xlabel="draft length L", ylabel="speedup over autoregressive")
-    return titled(figure, "speedup vs L", points)
+    return titled(figure, "speedup vs L", points, intervals=True)
 
 
 def tau_vs_budget(points: list[Point]) -> Figure | None:

@@ -39,7 +39,10 @@ def layout_of(report: ReportConfig) -> tuple[Table, ...]:
     )
 
 
-CI_NOTE = "[low, high]: 95% interval over prompts (times are measured per run: no interval)"
+CI_NOTE = (
+    "[low, high]: a speed figure's 95% interval over prompts (none below six); ± : an acceptance figure's standard "
+    "error over prompts; walltime and the time split are one measurement a run"
+)
 SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ is against the run's own verifier"
 
 

@@ -97,8 +97,8 @@ def acceptance_by_depth(run: RunResult) -> Figures:
     for j in range(1, L + 1):
         # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
         overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
-        figures[f"alpha_{j}"] = ratio_estimate(reached[j], reached[j - 1], share=True)
-        figures[f"overlap_{j}"] = ratio_estimate(overlap, reached[j - 1], share=True)
+        figures[f"alpha_{j}"] = ratio_estimate(reached[j], reached[j - 1])
+        figures[f"overlap_{j}"] = ratio_estimate(overlap, reached[j - 1])
     figures |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
     if any(p.left_chain for p in prompts):
         figures["left_chain"] = sum(sum(p.left_chain) for p in prompts) / rounds

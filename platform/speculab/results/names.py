@@ -18,10 +18,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from speculab.stats import BOOTSTRAP, RATIO, STANDARD_ERROR, Estimate
+from speculab.stats import MEDIAN, RATIO, STANDARD_ERROR, Estimate
 
-LOW, HIGH = "_ci_low", "_ci_high"  # an interval's ends, after the figure's MLflow name
-CLIPPED = f"{RATIO}, clipped to [0, 1]"
+LOW, HIGH, SE = "_ci_low", "_ci_high", "_se"  # an interval's ends and a standard error, after the MLflow name
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,8 @@ class Metric:
     key: str  # the code's and the console's name; `<j>`, `<n>`, `<verifier>`, `<what>`: a family
     mlflow: str  # the name logged to MLflow
     meaning: str
-    interval: str = ""  # how its interval is found (`speculab.stats`): logged as `<mlflow>_ci_low`, `_ci_high`
-    se: str = ""  # the MLflow name of its standard error, where it carries one
+    spread: str = ""  # how its spread is found (`speculab.stats`): an interval (`<mlflow>_ci_low`, `_ci_high`)
+    se: str = ""  # or a standard error, its MLflow name where it is not `<mlflow>_se`
 
 
 METRICS: tuple[Metric, ...] = (
@@ -42,14 +41,14 @@ METRICS: tuple[Metric, ...] = (
         "tokens_per_s",
         "kept tokens per wall second, prefill included: the median over prompts (units of a batch) of each one's "
         "median over measure.repeats interleaved repetitions",
-        BOOTSTRAP,
+        MEDIAN,
     ),
     Metric(
         "speedup_vs_ar",
         "speedup_vs_ar",
         "over the engine's own autoregressive loop: the median over prompts of paired throughput ratios, each "
         "of two decodes run back to back (docs/measuring.md)",
-        BOOTSTRAP,
+        MEDIAN,
     ),
     Metric(
         "speedup_vs_ar_cpu",
@@ -60,7 +59,7 @@ METRICS: tuple[Metric, ...] = (
         "speedup_vs_hf",
         "speedup_vs_hf",
         "over transformers' generate on the same target: paired like speedup_vs_ar",
-        BOOTSTRAP,
+        MEDIAN,
     ),
     Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round", RATIO),
     Metric(
@@ -113,7 +112,7 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
         "accept/alpha_<j>",
         "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
         "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
-        CLIPPED,
+        RATIO,
     ),
     Metric(
         "overlap_<j>",
@@ -121,7 +120,7 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
         "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
         "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
         "one sampled path; a DDTree's q_j is its depth-j marginal)",
-        CLIPPED,
+        RATIO,
     ),
     Metric("hist_<n>", "accept/hist_<n>", "share of sequence-rounds that accepted exactly n draft tokens, n = 0..L"),
     Metric(
@@ -162,19 +161,20 @@ PAIRED_METRICS: tuple[Metric, ...] = (
         "compare/<verifier>/block_efficiency",
         "compare/<verifier>/block_efficiency",
         "algorithm.compare: the verifier's block efficiency on the run's own drafts (1 + its accepted_mean)",
-        se="compare/<verifier>/block_efficiency_se",
+        STANDARD_ERROR,
     ),
     Metric(
         "compare/<verifier>/accepted_mean",
         "compare/<verifier>/accepted_mean",
         "algorithm.compare: the verifier's mean accepted length on the run's own drafts",
+        STANDARD_ERROR,
         se="compare/<verifier>/accepted_se",
     ),
     Metric(
         "compare/<verifier>/diff_block_efficiency",
         "compare/<verifier>/diff_block_efficiency",
         "algorithm.compare: its block efficiency minus the configured verifier's, paired round by round",
-        se="compare/<verifier>/diff_block_efficiency_se",
+        STANDARD_ERROR,
     ),
 )
 COMPARED = tuple(m.key.rsplit("/", 1)[1] for m in PAIRED_METRICS if m.key.startswith(COMPARE))  # per verifier
@@ -324,9 +324,14 @@ def flatten(figures: Mapping[str, Estimate], prefix: str = "") -> dict[str, floa
         if estimate.has_interval:
             metrics |= {name + LOW: _logged(estimate.low), name + HIGH: _logged(estimate.high)}
         if estimate.has_se:
-            metric, hole = lookup(key)
-            metrics[_fill(metric.se, hole)] = _logged(estimate.se)
+            metrics[se_name(key) if not prefix else name + SE] = _logged(estimate.se)
     return metrics
+
+
+def se_name(key: str) -> str:
+    """The MLflow name of a figure's standard error: `<mlflow name>_se`, or its row's own name."""
+    metric, hole = lookup(key)
+    return _fill(metric.se, hole) if metric.se else mlflow_name(key) + SE
 
 
 def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
@@ -336,15 +341,15 @@ def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
     for name, value in logged.items():
         if prefix:
             key = name.removeprefix(prefix) if name.startswith(prefix) else None
-            key = key if key is not None and not key.endswith((LOW, HIGH)) and _known(key) else None
+            key = key if key is not None and not key.endswith((LOW, HIGH, SE)) and _known(key) else None
         else:
             key = key_of(name)
         if key is None or lookup(key)[0] in LIVE_METRICS:  # a live figure's last step is not the point's
             continue
-        metric, hole = lookup(key)
+        metric = lookup(key)[0]
         low, high = logged.get(name + LOW, math.nan), logged.get(name + HIGH, math.nan)
-        se = logged.get(_fill(metric.se, hole), math.nan) if metric.se else math.nan
-        method = metric.interval if not math.isnan(low + high) else STANDARD_ERROR if not math.isnan(se) else ""
+        se = logged.get(name + SE if prefix else se_name(key), math.nan)
+        method = metric.spread if not math.isnan(low + high) or not math.isnan(se) else ""
         figures[key] = Estimate(value, low, high, _units(logged, metric, prefix), method, se)
     return Figures(figures)
 
@@ -352,7 +357,7 @@ def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
 def _units(logged: Mapping[str, float], metric: Metric, prefix: str) -> int:
     """What a read-back estimate is over, from the counts the run logged beside it: the units timed for a
     speed figure, the prompts for an acceptance figure (0: not known)."""
-    count = {BOOTSTRAP: "units", RATIO: "prompts", CLIPPED: "prompts"}.get(metric.interval)
+    count = {MEDIAN: "units", RATIO: "prompts"}.get(metric.spread)
     name = (prefix + count if prefix else mlflow_name(count)) if count else ""
     return int(logged.get(name, 0))
 
@@ -369,8 +374,11 @@ def names_markdown() -> str:
     """The table of docs/architecture.md: every figure, its MLflow name, what it means and its interval."""
     lines = ["| key | MLflow name | meaning |", "|---|---|---|"]
     for m in EVERY:
-        beside = f" ± `{m.mlflow}{LOW}`, `{HIGH}`: 95% {m.interval}" if m.interval else ""
-        beside += f" ± `{m.se}`: its standard error" if m.se else ""
+        beside = ""
+        if m.spread == MEDIAN:
+            beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}"
+        elif m.spread:
+            beside = f"; beside it `{m.se or m.mlflow + SE}`: the {m.spread}"
         lines.append(f"| `{m.key}` | `{m.mlflow}` | {m.meaning}{beside} |")
     lines += [
         f"| (baseline) | `{AR_PREFIX}<key>` | the engine's autoregressive loop's {', '.join(BASELINE_AR)} |",

@@ -1,8 +1,8 @@
 """Acceptance by depth across points: where each point's drafts stop being accepted.
 
 A sweep's parent run and `speculab-report` show every point's conditional acceptance alpha_j
-(`results.names.ACCEPTANCE_METRICS`) as one curve over the draft depth j, its 95% interval
-over prompts as a band, with the overlap sum_x min(p_j, q_j) beside it dashed (what token
+(`results.names.ACCEPTANCE_METRICS`) as one curve over the draft depth j, one standard error over
+prompts either side as a band, with the overlap sum_x min(p_j, q_j) beside it dashed (what token
 verification accepts with: a verifier that gains over it shows above it), and the same figures
 and the accepted-length histogram as a table. Points of different L share the plot: a curve
 stops at its L.
@@ -28,14 +28,12 @@ from speculab.stats import Estimate
 
 Curves = dict[str, Figures]  # point label -> its figures (acceptance by depth among them)
 # The table's rows per point: (label, stem, first depth or length, what of each estimate); alpha and
-# overlap from depth 1 with their intervals' ends, the histogram's accepted lengths from 0.
+# overlap from depth 1 with their standard errors, the histogram's accepted lengths from 0.
 FIGURES: tuple[tuple[str, str, int, Callable[[Estimate], float]], ...] = (
     ("alpha", "alpha", 1, lambda e: e.value),
-    ("alpha low", "alpha", 1, lambda e: e.low),
-    ("alpha high", "alpha", 1, lambda e: e.high),
+    ("alpha se", "alpha", 1, lambda e: e.se),
     ("overlap", "overlap", 1, lambda e: e.value),
-    ("overlap low", "overlap", 1, lambda e: e.low),
-    ("overlap high", "overlap", 1, lambda e: e.high),
+    ("overlap se", "overlap", 1, lambda e: e.se),
     ("hist", "hist", 0, lambda e: e.value),
 )
 DIGITS = ".3f"  # acceptance figures are shares: three decimals
@@ -48,7 +46,7 @@ def reached_depth(figures: Figures) -> int:
 
 
 def depth_figure(curves: Curves, note: str = "") -> Figure | None:
-    """alpha_j against j, one line per point with its interval as a band and its overlap dashed in
+    """alpha_j against j, one line per point with a band of one standard error either side and its overlap dashed in
     the same colour; None when no point drafted. ``note``: what every point shares."""
     drawn = {label: figures for label, figures in curves.items() if figures.series("alpha")}
     if not drawn:
@@ -58,8 +56,8 @@ def depth_figure(curves: Curves, note: str = "") -> Figure | None:
         alpha = figures.series("alpha")
         depths = list(range(1, len(alpha) + 1))
         (line,) = axes.plot(depths, [e.value for e in alpha], marker="o", label=label)
-        if all(e.has_interval for e in alpha):
-            low, high = [e.low for e in alpha], [e.high for e in alpha]
+        if all(e.has_interval or e.has_se for e in alpha):
+            low, high = [e.bar[0] for e in alpha], [e.bar[1] for e in alpha]
             axes.fill_between(depths, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
         if overlap := figures.series("overlap"):
             axes.plot(
@@ -69,7 +67,10 @@ def depth_figure(curves: Curves, note: str = "") -> Figure | None:
     axes.set(xlabel="draft depth j", ylabel="α_j: P(depth j accepted | depths 1..j-1 accepted)", ylim=(0, 1.02))
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3)
-    lines = "bands: 95% CI over prompts; dashed: mean overlap Σ_x min(p_j, q_j) of the rounds that reached depth j"
+    lines = (
+        "bands: ± one standard error over prompts; dashed: mean overlap Σ_x min(p_j, q_j) of the rounds that "
+        "reached depth j"
+    )
     figure.suptitle("\n".join(filter(None, ("acceptance by draft depth", lines, note))), fontsize=9)
     figure.tight_layout()
     return figure
@@ -123,7 +124,7 @@ def _cell(figures: Figures, key: str) -> str:
 
 
 def depth_markdown(curves: Curves) -> str:
-    """alpha_j and the overlap per depth (with their intervals), and the share of rounds per accepted
+    """alpha_j and the overlap per depth (each ± its standard error), and the share of rounds per accepted
     length, a row per point and figure, up to the deepest depth a point's rounds reached."""
     drafted = {label: figures for label, figures in curves.items() if figures.series("alpha")}
     if not drafted:
@@ -141,8 +142,7 @@ def depth_markdown(curves: Curves) -> str:
     for label, figures in drafted.items():
         lines.append(f"| {label} | " + " | ".join(_cell(figures, f"hist_{n}") for n in range(L + 1)) + " |")
     return (
-        "alpha_j: rounds that accepted depth j over those that reached it (95% CI over prompts); overlap: the "
-        "mean of sum_x min(p_j, q_j) over the same rounds. n: share of rounds that accepted n draft tokens.\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "alpha_j: rounds that accepted depth j over those that reached it (± one standard error over prompts); "
+        "overlap: the mean of sum_x min(p_j, q_j) over the same rounds. n: share of rounds that accepted n draft "
+        "tokens.\n\n" + "\n".join(lines) + "\n"
     )

@@ -35,7 +35,16 @@ from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.resume import point_id
 from speculab.tracking.runs import SWEEP_ID, spool_dir, write_parent_file
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, SpooledRun
-from speculab.tracking.sweep import SweepVerdict, best_metrics, labels, shared_name, sweep_name, verdict, verdict_line
+from speculab.tracking.sweep import (
+    SweepVerdict,
+    against_baselines,
+    best_metrics,
+    labels,
+    shared_name,
+    sweep_name,
+    verdict,
+    verdict_line,
+)
 from speculab.tracking.sweep_page import (
     ranking_table,
     sweep_csv,
@@ -43,8 +52,11 @@ from speculab.tracking.sweep_page import (
     sweep_figure,
     sweep_markdown,
     table_rows,
+    within_limit,
 )
 from speculab.tracking.ui import experiment_tags, point_link, where
+
+DESCRIPTION = "sweep_description.md"  # the parent's whole description, which MLflow cuts past NOTE_LIMIT
 
 # This process's sweep points, resolved when the sweep starts, by their overrides: Hydra's serial launcher
 # calls each point's job with its composed config only, so this is how a job gets its plan (`planned`)
@@ -160,7 +172,9 @@ class MlflowSweepCallback(Callback):
             self.parent.log_figure(sweep_figure(self.points), "sweep_points.png")
             self.log_acceptance()
             self.parent.log_metrics(best_metrics(found))
-            self.parent.set_tags({NOTE_TAG: sweep_description(overrides, self.points)})
+            description = sweep_description(overrides, self.points)
+            self.parent.log_text(description, DESCRIPTION)
+            self.parent.set_tags({NOTE_TAG: within_limit(description, DESCRIPTION)})
         self.parent.end("FINISHED")
         if found is not None:
             self.print_ranking(found)
@@ -182,6 +196,8 @@ class MlflowSweepCallback(Callback):
         title = f"sweep ranking by {found.key} (median, 95% interval over prompts)"
         console().print(ranking_table(self.points, title))
         print(f"speculab: {verdict_line(found, labels(self.points)).replace('**', '')}")
+        if counts := against_baselines(self.points):
+            print(f"speculab: {counts}")
         best = self.point_ids[self.points.index(found.best)] if found.best is not None else None
         if self.parent is not None and best is not None and (link := point_link(self.parent, best, self.ui_port)):
             print(f"speculab: best point's run: {link}")

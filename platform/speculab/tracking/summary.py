@@ -7,12 +7,15 @@ import math
 
 from rich.table import Table
 
+from speculab.config.sampling import GENERATE_FORMS
 from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance
 from speculab.results.point import PointResult
+from speculab.stats import MIN_UNITS
 from speculab.tracking.console import show
 
 GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
-# What a speedup is over, for the sentence that says whether its interval lies above, below or around 1.
+# What a speedup is over, for the sentence that says whether its interval lies above, below or around 1
+# (generate's form, `measure.generate`, named after it).
 SPEEDUP_OVER = {"speedup_vs_ar": "the autoregressive baseline", "speedup_vs_hf": "transformers' generate"}
 NO_DRAFT = ("kv_peak_mb_draft",)  # a baseline has no draft: its column stays empty there
 
@@ -47,13 +50,22 @@ def summary_rows(figures: Figures) -> tuple[list[str], list[str]]:
     return head, [key for key in rows if key not in head]
 
 
-def speedup_verdicts(figures: Figures) -> list[str]:
-    """One sentence per speedup with an interval: faster than, slower than, or not distinguishable
-    from its baseline, as the interval lies above 1, below 1 or around it."""
+def generate_name(form: str) -> str:
+    """transformers' generate named with its form (a resolved `measure.generate`)."""
+    return f"{SPEEDUP_OVER['speedup_vs_hf']} ({GENERATE_FORMS[form]})"
+
+
+def speedup_verdicts(figures: Figures, generate_form: str = "eager") -> list[str]:
+    """One sentence per speedup: faster than, slower than, or not distinguishable from its baseline, as
+    its interval lies above 1, below 1 or around it; too few prompts to tell where it has none."""
     lines = []
-    for key, baseline in SPEEDUP_OVER.items():
+    over = SPEEDUP_OVER | {"speedup_vs_hf": generate_name(generate_form)}
+    for key, baseline in over.items():
         speedup = figures.get(key)
-        if speedup is None or not speedup.has_interval:
+        if speedup is None:
+            continue
+        if not speedup.has_interval:
+            lines.append(f"{key} {speedup}: too few prompts to tell (n = {speedup.n}, needs at least {MIN_UNITS})")
             continue
         verdict = (
             f"faster than {baseline}"
@@ -86,13 +98,14 @@ def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
     return rows
 
 
-def print_summary(title: str, result: PointResult, caption: str = "") -> None:
-    """Print the point's figures beside the engine's autoregressive loop's and transformers' generate's."""
+def print_summary(title: str, result: PointResult, caption: str = "", generate_form: str = "eager") -> None:
+    """Print the point's figures beside the engine's autoregressive loop's and transformers' generate's
+    (its column named with its form, a resolved `measure.generate`)."""
     columns = {"autoregressive": result.autoregressive} if result.autoregressive is not None else {}
     if result.generate is not None:
-        columns["transformers generate"] = result.generate
+        columns[f"generate, {generate_form}"] = result.generate
     table = summary_table(title, result.figures, columns, caption)
-    show(table, *speedup_verdicts(result.figures), f"every row explained: {GLOSSARY}")
+    show(table, *speedup_verdicts(result.figures, generate_form), f"every row explained: {GLOSSARY}")
 
 
 def paired_table(figures: Figures, configured: str, repeats: int) -> Table:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from speculab.results.names import HEADLINE, mlflow_name
 from speculab.results.point import PointResult, PointShape
-from speculab.stats import Estimate
+from speculab.stats import MIN_UNITS, Estimate
 
 
 @dataclass(frozen=True)
@@ -72,14 +72,15 @@ def rank_key(points: list[PointResult]) -> str:
     return "speedup_vs_ar" if all(not math.isnan(figure(p, "speedup_vs_ar").value) for p in points) else "tokens_per_s"
 
 
-def ranked(points: list[PointResult]) -> list[PointResult]:
-    key = rank_key(points)
+def ranked(points: list[PointResult], key: str | None = None) -> list[PointResult]:
+    """Highest first by ``key`` (the ranking figure, `rank_key`), points without it last."""
+    key = key or rank_key(points)
     return sorted(points, key=lambda p: -v if not math.isnan(v := figure(p, key).value) else math.inf)
 
 
 def verdict(points: list[PointResult]) -> SweepVerdict:
-    """The leader alone when its interval is clear of every other point's; else all that reach its lower
-    end (a point without an interval cannot be told apart, so it ties)."""
+    """The leader alone when its interval lies above every other point's; else the leader and every point
+    whose upper end reaches its lower end (a point without an interval cannot be told apart, so it ties)."""
     key = rank_key(points)
     leader, *rest = ranked(points)
     low = figure(leader, key).low
@@ -119,13 +120,45 @@ def verdict_line(found: SweepVerdict, short: dict[str, str] | None = None) -> st
     def name(point: PointResult) -> str:
         return (short or {}).get(point.shape.name, point.shape.name)
 
+    leader = found.tied[0]
     if found.best is not None:
         shown = f"{found.key} {cell(found.best, found.key)}"
         return f"Best: **{name(found.best)}**, {shown}: its 95% interval lies above every other point's."
+    if not figure(leader, found.key).has_interval:
+        n = figure(leader, found.key).n
+        return (
+            f"No verdict: too few prompts to tell the points apart on {found.key} (n = {n}, needs at least "
+            f"{MIN_UNITS}); they are ranked by their medians alone."
+        )
     return (
-        f"No single best: {len(found.tied)} points tie on {found.key} within their 95% intervals "
-        f"(the leader's lower end is inside the others'): {'; '.join(map(name, found.tied))}."
+        f"No single best: {len(found.tied)} points tie on {found.key} (another point's 95% interval reaches "
+        f"the leader's lower end, or it has none): {'; '.join(map(name, found.tied))}."
     )
+
+
+# What a speedup is over, in words: the sweep counts its points faster, slower and indistinguishable.
+OVER = {"speedup_vs_ar": "autoregressive decoding", "speedup_vs_hf": "transformers' generate"}
+
+
+def against_baselines(points: list[PointResult]) -> str:
+    """How many points are faster, slower and not distinguishable from each baseline (their speedup's
+    interval above, below or around 1), and how many have too few prompts to tell."""
+    parts = []
+    for key, baseline in OVER.items():
+        shown = [figure(p, key) for p in points if key in p.figures]
+        if not shown:
+            continue
+        faster = sum(e.has_interval and e.low > 1 for e in shown)
+        slower = sum(e.has_interval and e.high < 1 for e in shown)
+        unknown = sum(not e.has_interval for e in shown)
+        counts = {
+            "faster": faster,
+            "slower": slower,
+            "not distinguishable": len(shown) - faster - slower - unknown,
+            "with too few prompts to tell": unknown,
+        }
+        parts.append(f"against {baseline}, " + ", ".join(f"{n} {what}" for what, n in counts.items() if n))
+    return ("Of the points: " + "; ".join(parts) + ".") if parts else ""
 
 
 def best_metrics(found: SweepVerdict) -> dict[str, float]:
@@ -137,9 +170,9 @@ def best_metrics(found: SweepVerdict) -> dict[str, float]:
     return metrics
 
 
-def ranking_line(points: list[PointResult]) -> str:
-    """Every point in ranking order on one line, each with its ranking figure and interval."""
-    key, short = rank_key(points), labels(points)
+def ranking_line(points: list[PointResult], key: str | None = None) -> str:
+    """Every point in ranking order by ``key`` (the ranking figure) on one line, each with its spread."""
+    key, short = key or rank_key(points), labels(points)
     return f"Ranked by {key}: " + "; ".join(
-        f"{place}. {short[p.shape.name]} {cell(p, key)}" for place, p in enumerate(ranked(points), start=1)
+        f"{place}. {short[p.shape.name]} {cell(p, key)}" for place, p in enumerate(ranked(points, key), start=1)
     )

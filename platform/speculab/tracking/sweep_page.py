@@ -20,6 +20,7 @@ from rich.table import Table
 from speculab.results.names import HEADLINE, HF_PREFIX
 from speculab.results.point import PointResult
 from speculab.tracking.sweep import (
+    against_baselines,
     cell,
     figure,
     labels,
@@ -110,8 +111,8 @@ def sweep_figure(points: list[PointResult]) -> Figure:
     shown = [figure(p, key) for p in ordered]
     values = [e.value for e in shown]
     errors = [
-        [max(e.value - e.low, 0.0) if e.has_interval else 0.0 for e in shown],
-        [max(e.high - e.value, 0.0) if e.has_interval else 0.0 for e in shown],
+        [max(e.value - e.bar[0], 0.0) for e in shown],
+        [max(e.bar[1] - e.value, 0.0) for e in shown],
     ]
     axes.barh(range(len(ordered)), values, xerr=errors, capsize=3, color="#4477aa", ecolor="#222222")
     short = labels(points)
@@ -157,9 +158,22 @@ def sweep_description(overrides: str, points: list[PointResult]) -> str:
         else ""
     )
     # The verdict and the ranking first: MLflow shows a description's first lines only, until "Show more".
+    by_efficiency = ranking_line(points, "block_efficiency")
     return (
-        f"{answer} {ranking_line(points)}\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked by "
-        f"{rank_key(points)} (medians of paired, interleaved measurements; 95% intervals over prompts).{shared}"
+        f"{answer} {against_baselines(points)} {ranking_line(points)}\n\n{by_efficiency} (± one standard error "
+        f"over prompts; the same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked "
+        f"by {rank_key(points)} (medians of paired, interleaved measurements; 95% intervals over prompts).{shared}"
         f"{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance "
         f"by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(points)}"
     )
+
+
+NOTE_LIMIT = 8000  # characters of a run's description MLflow keeps
+
+
+def within_limit(text: str, artifact: str) -> str:
+    """``text`` cut at its last whole line within MLflow's limit, saying where the whole of it is."""
+    if len(text) <= NOTE_LIMIT:
+        return text
+    tail = f"\n\n… the whole description: `{artifact}`"
+    return text[: text.rfind("\n", 0, NOTE_LIMIT - len(tail))] + tail

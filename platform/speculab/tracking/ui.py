@@ -1,6 +1,6 @@
 """Where a person sees the runs in MLflow's UI: the experiment's saved runs-table view (the point's
-shape and headline figures, each measured one beside its interval), a view per sweep that finds
-just its points, and the links the console prints.
+shape and headline figures), a view per sweep that finds just its points, and the links the console
+prints.
 
 MLflow 3's UI reads a shared runs-table view from an experiment tag (`mlflow.sharedViewState.<key>`)
 and opens it from `?viewStateShareKey=<key>` (docs/mlflow-ui.md).
@@ -12,7 +12,7 @@ import json
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from speculab.results.names import HEADLINE, interval_names, mlflow_name
+from speculab.results.names import HEADLINE, mlflow_name
 from speculab.tracking.provenance import JOB_TAG
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, PARENT_TAG, POINT_TAG, SpooledRun
 from speculab.tracking.store import retrying_busy, store_client
@@ -31,17 +31,15 @@ VIEW_PARAMS = (
     "drafter.name",
     "dataset.num_prompts",
 )
-# ... and the headline figures (`HEADLINE`, the one the table is sorted by first); a speed figure is followed
-# by its interval.
-VIEW_INTERVALS = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s")
+# ... and the headline figures (`HEADLINE`, sorted by the first). Not their intervals: the table cuts
+# `speedup_vs_ar_ci_low` to the header it gives `speedup_vs_ar`, so three columns would read alike at
+# 1440 px; each run's description and the sweep's table give the intervals, where the prompts allow one.
 
 
 def table_state(search: str | None = None) -> dict[str, Any]:
-    """The runs table's state in speculab's view: shape and headline columns, each measured one beside
-    its 95% interval, the fastest over autoregressive decoding first; with `search`, only the runs it finds."""
-    metrics = [
-        name for key in HEADLINE for name in (mlflow_name(key), *(interval_names(key) if key in VIEW_INTERVALS else ()))
-    ]
+    """The runs table's state in speculab's view: shape and headline columns, the fastest over
+    autoregressive decoding first; with `search`, only the runs it finds."""
+    metrics = [mlflow_name(key) for key in HEADLINE]
     columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{name}`" for name in metrics]
     state = {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('speedup_vs_ar')}`", "orderByAsc": False}
     return state | ({"searchFilter": search} if search else {})

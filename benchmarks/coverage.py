@@ -1,0 +1,120 @@
+"""How often a "95%" interval holds what it estimates, by simulation: the speed figures' interval of a
+median before and now, and why the acceptance figures carry a standard error instead of one.
+
+    PYTHONPATH=platform .venv/bin/python benchmarks/coverage.py [--trials 1000]
+
+- Speed: per-unit speedups drawn from four shapes (`tests/test_coverage.py`'s), n units; the median's
+  interval by a percentile bootstrap (SciPy's `bootstrap`, 2000 resamples: the platform's method until
+  issue 48) and by order statistics (`speculab.stats.median_estimate`, distribution-free), each
+  against the true median. "-": no interval printed at that n.
+- Acceptance: prompts decoded by a simulated speculative loop (L = 4, 64 new tokens, eos with
+  probability 0.3 at a uniform length), each prompt with its own acceptance rate drawn from a Beta
+  law (similar prompts, and code mixed with prose); block efficiency is kept tokens over rounds,
+  summed over prompts; the ratio estimator's Student-t interval and a percentile bootstrap over
+  prompts, against the population's ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from test_coverage import SHAPES
+
+from speculab.stats import median_estimate
+
+Interval = tuple[float, float] | None
+NS = (2, 4, 6, 8, 16, 32, 64)
+L, T = 4, 64
+
+
+def bootstrap_median(values: np.ndarray, rng: np.random.Generator) -> Interval:
+    result = stats.bootstrap((values,), np.median, n_resamples=2000, method="percentile", rng=rng)
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def order_statistics(values: np.ndarray, rng: np.random.Generator) -> Interval:
+    found = median_estimate([[float(v)] for v in values])
+    return (found.low, found.high) if found.has_interval else None
+
+
+def covered(method: Callable[[np.ndarray, np.random.Generator], Interval], draw, truth, n, trials) -> str:
+    rng = np.random.default_rng(n)
+    found = [method(draw(rng, n), rng) for _ in range(trials)]
+    if any(interval is None for interval in found):
+        return "-"
+    return f"{np.mean([lo <= truth <= hi for lo, hi in found]):.3f}"
+
+
+def speed_table(trials: int) -> str:
+    lines = ["| shape | method | " + " | ".join(f"n={n}" for n in NS) + " |", "|" + "---|" * (len(NS) + 2)]
+    for shape, (draw, truth) in SHAPES.items():
+        for name, method in (("bootstrap (before)", bootstrap_median), ("order statistics (now)", order_statistics)):
+            cells = [covered(method, draw, truth, n, trials) for n in NS]
+            lines.append(f"| {shape} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def decode_prompts(rng: np.random.Generator, n: int, beta: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """(kept tokens, rounds) of n prompts: each round accepts a geometric run of draft tokens (the
+    prompt's rate, at most L) plus the bonus token, until eos or T tokens."""
+    rates = rng.beta(*beta, size=n)
+    kept, rounds = np.zeros(n), np.zeros(n)
+    for i, rate in enumerate(rates):
+        limit = T if rng.random() > 0.3 else int(rng.integers(1, T + 1))
+        while kept[i] < limit:
+            tau = min(int(rng.geometric(1 - rate)) - 1, L) if rate < 1 else L
+            kept[i] = min(limit, kept[i] + tau + 1)
+            rounds[i] += 1
+    return kept, rounds
+
+
+def t_ratio(y: np.ndarray, x: np.ndarray, rng: np.random.Generator) -> Interval:
+    n, ratio = len(y), y.sum() / x.sum()
+    se = math.sqrt(((y - ratio * x) ** 2).sum() / ((n - 1) * n)) / x.mean()
+    half = float(stats.t.ppf(0.975, n - 1)) * se
+    return ratio - half, ratio + half
+
+
+def bootstrap_ratio(y: np.ndarray, x: np.ndarray, rng: np.random.Generator) -> Interval:
+    picks = rng.integers(0, len(y), size=(2000, len(y)))
+    ratios = y[picks].sum(1) / x[picks].sum(1)
+    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
+
+
+def acceptance_table(trials: int) -> str:
+    lines = ["| prompts' rates | method | " + " | ".join(f"n={n}" for n in NS[1:]) + " |", "|" + "---|" * (len(NS) + 1)]
+    for beta, label in (((8, 2), "alike, Beta(8, 2)"), ((0.5, 2), "code and prose, Beta(0.5, 2)")):
+        rng = np.random.default_rng(0)
+        y, x = decode_prompts(rng, 20_000, beta)
+        truth = y.sum() / x.sum()
+        for name, method in (("Student t (ratio)", t_ratio), ("bootstrap", bootstrap_ratio)):
+            cells = []
+            for n in NS[1:]:
+                draws = [decode_prompts(rng, n, beta) for _ in range(trials)]
+                found = [method(yy, xx, rng) for yy, xx in draws]
+                cells.append(f"{np.mean([lo <= truth <= hi for lo, hi in found]):.3f}")
+            lines.append(f"| {label} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000, help="simulated runs per cell (1000: ±0.7 points)")
+    args = parser.parse_args(argv)
+    print(f"Speed figures: coverage of the median's 95% interval, {args.trials} trials a cell\n")
+    print(speed_table(args.trials))
+    print(f"\nAcceptance figures: coverage of block efficiency's 95% interval, {args.trials} trials a cell\n")
+    print(acceptance_table(args.trials))
+
+
+if __name__ == "__main__":
+    main()
