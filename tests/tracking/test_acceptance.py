@@ -70,6 +70,12 @@ def test_alpha_and_the_histogram_are_logged_and_match_a_count_of_the_round_recor
         assert math.isnan(alpha.value) or (not alpha.has_interval and alpha.has_se and alpha.n == len(tiny_prompts))
     for n in range(L + 1):
         assert logged[f"accept/hist_{n}"] == pytest.approx(sum(t == n for t in taus) / len(taus), rel=1e-4)
+    # the field's definitions: vLLM's per-position rate (every round the denominator) and acceptance length
+    positions = [logged[f"accept/position_{j}"] for j in range(1, L + 1)]
+    assert positions == pytest.approx([sum(t >= j for t in taus) / len(taus) for j in range(1, L + 1)], rel=1e-4)
+    assert sum(positions) == pytest.approx(logged["accepted_mean"], rel=1e-4)  # E[tau] = sum_j P(tau >= j)
+    assert logged["acceptance_length"] == pytest.approx(1 + logged["accepted_mean"], rel=1e-4)
+    assert figures["acceptance_length"].se == pytest.approx(figures["accepted_mean"].se)
     assert f"accept/alpha_{L + 1}" not in logged and f"accept/hist_{L + 1}" not in logged
     # overlap_1 comes from the prompts' records, first/overlap_mean from the rounds': every round reaches depth 1
     assert figures["overlap_1"].value == pytest.approx(figures["first_overlap_mean"].value)

@@ -80,8 +80,9 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             assert {c for c in view["selectedColumns"] if c.startswith("params.")} <= {f"params.`{p}`" for p in params}
             unprefixed = {m for m in metrics if "/" not in m}
             # two prompts: too few for a speed interval; the acceptance figures' standard errors
-            spreads = {"block_efficiency_se", "accepted_mean_se"}
-            assert unprefixed == {*HEADLINE, "ms_per_token", "speedup_vs_ar_cpu", *spreads}, unprefixed
+            spreads = {"block_efficiency_se", "accepted_mean_se", "acceptance_length_se"}
+            field = {"acceptance_length"}  # vLLM's and SGLang's figure beside the headline
+            assert unprefixed == {*HEADLINE, "ms_per_token", "speedup_vs_ar_cpu", *field, *spreads}, unprefixed
             assert {"baseline_ar/tokens_per_s", "baseline_hf/tokens_per_s", "baseline_hf/speedup_vs_ar"} <= metrics
             artifacts = {f["path"] for f in api(uri, "artifacts/list", run_id=run["info"]["run_id"]).get("files", [])}
             assert {"records_table.json", "records.jsonl", "acceptance_histogram.png", "time_split.png"} <= artifacts

@@ -42,6 +42,8 @@ def run_figures(run: RunResult) -> Figures:
         "tokens_per_s": rate,
         "ms_per_token": 1000.0 / rate,
         "accepted_mean": per_round(run, lambda p: sum(p.accepted)),
+        # the field's figure (vLLM, SGLang): 1 + accepted drafts per round, before eos or the budget cut a round
+        "acceptance_length": per_round(run, lambda p: sum(p.accepted) + len(p.accepted)),
         **first_position(run),
         **{f"time_{phase}_s": spent[phase] for phase in PHASES},
         **{f"share_{phase}": spent[phase] / run.wall_s for phase in PHASES},
@@ -84,7 +86,8 @@ def first_position(run: RunResult) -> dict[str, float]:
 
 
 def acceptance_by_depth(run: RunResult) -> Figures:
-    """alpha_j and overlap_j (j = 1..L) with their intervals over prompts, the accepted-length histogram
+    """alpha_j, the per-position rate position_j and overlap_j (j = 1..L) with their standard errors over
+    prompts, the accepted-length histogram
     and, for a deterministic tree, the share of rounds off its chain; none when nothing was drafted.
     From each prompt's taus and overlaps per round: no model pass."""
     L, prompts = run.length, [p for p in run.prompts if p.accepted]
@@ -98,6 +101,7 @@ def acceptance_by_depth(run: RunResult) -> Figures:
         # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
         overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
         figures[f"alpha_{j}"] = ratio_estimate(reached[j], reached[j - 1])
+        figures[f"position_{j}"] = ratio_estimate(reached[j], reached[0])  # over every round, as vLLM counts
         figures[f"overlap_{j}"] = ratio_estimate(overlap, reached[j - 1])
     figures |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
     if any(p.left_chain for p in prompts):

@@ -63,6 +63,13 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round", RATIO),
     Metric(
+        "acceptance_length",
+        "acceptance_length",
+        "mean acceptance length with the bonus token, 1 + accepted_mean (vLLM's mean acceptance length, "
+        "SGLang's accept length): block_efficiency before eos or max-new-tokens cut a round",
+        RATIO,
+    ),
+    Metric(
         "first_accept_rate",
         "first/accept_rate",
         "share of sequence-rounds that accepted the first drafted token (tau >= 1)",
@@ -120,6 +127,14 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
         "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
         "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
         "one sampled path; a DDTree's q_j is its depth-j marginal)",
+        RATIO,
+    ),
+    Metric(
+        "position_<j>",
+        "accept/position_<j>",
+        "per-position acceptance rate: sequence-rounds that accepted the depth-j draft token over all "
+        "sequence-rounds (tau >= j; vLLM's num_accepted_tokens_per_pos / num_drafts, as SPEED-Bench reports "
+        "it): unconditional, unlike alpha_<j>; they sum over j to accepted_mean",
         RATIO,
     ),
     Metric("hist_<n>", "accept/hist_<n>", "share of sequence-rounds that accepted exactly n draft tokens, n = 0..L"),

@@ -79,10 +79,16 @@ def speedup_verdicts(figures: Figures, generate_form: str = "eager") -> list[str
 
 
 def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
-    """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the overlap beside it, the
+    """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the per-position rate (vLLM's),
+    the overlap beside it, the
     accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft.
     A line stops where no round reached (alpha NaN) or none accepted (share 0): `of L` says so."""
-    lines = (("alpha (depth ", "alpha", 1), ("overlap (depth ", "overlap", 1), ("tau share (", "hist", 0))
+    lines = (
+        ("alpha (depth ", "alpha", 1),
+        ("per position (", "position", 1),
+        ("overlap (depth ", "overlap", 1),
+        ("tau share (", "hist", 0),
+    )
     rows = []
     for name, stem, first in lines:
         values = [e.value for e in figures.series(stem, first)]

@@ -31,8 +31,8 @@ VIEW_PARAMS = (
     "drafter.name",
     "dataset.num_prompts",
 )
-# ... and the headline figures (`HEADLINE`, sorted by the first). Not their intervals: the table cuts
-# `speedup_vs_ar_ci_low` to the header it gives `speedup_vs_ar`, so three columns would read alike at
+# ... and the headline figures (`HEADLINE`, sorted by the first). Not their intervals: the table cuts an
+# interval's column name to the header it gives `speedup_vs_ar`, so three columns would read alike at
 # 1440 px; each run's description and the sweep's table give the intervals, where the prompts allow one.
 
 
