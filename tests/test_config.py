@@ -131,7 +131,7 @@ BAD_CONFIGS: list[tuple[list[str], str, str]] = [
     (["algorithm=token", "algorithm.tree=bogus"], "algorithm.tree='bogus'", "only algorithm=ddtree builds a tree"),
     (["algorithm=gbv", "algorithm.budget=32"], "algorithm.budget=32", "only algorithm=ddtree builds a tree"),
     (["algorithm=gbv", "algorithm.node_rule=lp"], "algorithm.node_rule='lp'", "only algorithm=spectr"),
-    (["sampling.seed=-1"], "sampling.seed=-1", ">= 0"),
+    (["sampling.seed=-1"], "sampling.seed=-1", "must be an integer in [0, 9223372032559808512)"),
     (["model.draft_path={corrupt_config}"], "model.draft_path:", "{corrupt_config}/config.json is not valid JSON"),
     (
         ["model.target_path={corrupt_tokenizer}"],
@@ -433,6 +433,58 @@ def test_every_class_of_bad_setting_is_refused_naming_it(
         validate(load([o.format(tmp=tmp_path) for o in overrides]))
     assert message.format(tmp=tmp_path) in str(err.value)
     assert time.perf_counter() - start < 10
+
+
+# Issue 51: values that passed validation and then crashed mid-run (or decoded fewer prompts than the run
+# says), each refused with its one line. {tmp}/one.jsonl holds one prompt.
+SEED_RANGE = "must be an integer in [0, 9223372032559808512)"  # 2**63 - 2**32
+CRASHING_VALUES: list[tuple[list[str], str]] = [
+    (["sampling.seed=18446744073709551616"], "sampling.seed=18446744073709551616: " + SEED_RANGE),
+    (["sampling.seed=9223372032559808512"], "sampling.seed=9223372032559808512: " + SEED_RANGE),
+    (["sampling.temperature=1e-40"], "sampling.temperature=1e-40: must be 0 (greedy) or at least 1e-06"),
+    (["sampling.temperature=9.9e-07"], "sampling.temperature=9.9e-07: must be 0 (greedy) or at least 1e-06"),
+    (
+        ["dataset.num_prompts=165"],
+        "dataset.num_prompts=165: humaneval holds 164 prompts; "
+        "must be an integer >= 1 and <= 164, or null (every prompt)",
+    ),
+    (
+        ["dataset=jsonl", "dataset.path={tmp}/one.jsonl", "dataset.num_prompts=5"],
+        "dataset.num_prompts=5: dataset.path='{tmp}/one.jsonl' holds 1 prompt; "
+        "must be an integer >= 1 and <= 1, or null (every prompt)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "line"), CRASHING_VALUES, ids=[" ".join(row[0]) for row in CRASHING_VALUES])
+def test_values_that_would_crash_mid_run_are_refused_in_one_line(
+    weightless_pair_overrides: list[str], tmp_path: Path, overrides: list[str], line: str
+) -> None:
+    (tmp_path / "one.jsonl").write_text('{"prompt": "a"}\n\n')
+    with pytest.raises(ConfigError) as err:
+        validate(load([*weightless_pair_overrides, *(o.format(tmp=tmp_path) for o in overrides)]))
+    assert str(err.value).splitlines()[1:] == [f"  {line.format(tmp=tmp_path)}"]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["sampling.seed=9223372032559808511"],
+        ["sampling.seed=0"],
+        ["sampling.temperature=1e-06"],
+        ["sampling.temperature=0"],
+        ["dataset.num_prompts=164"],
+        ["dataset.num_prompts=null"],
+        ["dataset=jsonl", "dataset.path={tmp}/one.jsonl", "dataset.num_prompts=1"],
+        ["dataset=jsonl", "dataset.path={tmp}/one.jsonl", "dataset.num_prompts=null"],
+    ],
+    ids=" ".join,
+)
+def test_the_boundary_values_are_accepted(
+    weightless_pair_overrides: list[str], tmp_path: Path, overrides: list[str]
+) -> None:
+    (tmp_path / "one.jsonl").write_text('{"prompt": "a"}\n\n')
+    validate(load([*weightless_pair_overrides, *(o.format(tmp=tmp_path) for o in overrides)]))
 
 
 def test_a_checkpoint_whose_index_names_a_missing_shard_is_refused(tmp_path: Path) -> None:

@@ -30,3 +30,18 @@ def test_a_point_without_baselines_still_measures_its_own_speed() -> None:
     speed = result.figures["tokens_per_s"]
     assert speed.value > 0 and speed.n == 2 and result.figures["units"].value == 2
     assert not {"speedup_vs_ar", "speedup_vs_ar_cpu", "speedup_vs_hf"} & set(result.figures)
+
+
+def test_a_dataset_that_holds_fewer_prompts_than_asked_is_refused_before_the_models_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dataset counted only when it loads (the Hugging Face ones) is checked there: a run named
+    `×5` that decoded one prompt would misname itself."""
+    from speculab.config import ConfigError
+
+    plan, _ = plan_and_shape([*SMALL[:2], "dataset.num_prompts=5"])
+    one = experiment.load_prompts("humaneval", 1)
+    monkeypatch.setattr(experiment, "load_prompts", lambda *args: one)
+    monkeypatch.setattr(experiment, "start_loop", lambda *args: pytest.fail("the loop started"))
+    with pytest.raises(ConfigError, match=r"dataset.num_prompts=5: humaneval holds 1 prompt; must be an integer"):
+        experiment.prepare(plan)

@@ -178,7 +178,7 @@ def test_the_ddtree_preset_reports_acceptance_by_depth_beside_what_the_paper_giv
     figures = [[float(row[column]) for column in ("α_1", "α_1 se", "α_2")] for row in alpha]
     assert figures == [pytest.approx([0.5, 0.05, 0.4]), pytest.approx([0.7, 0.05, 0.4])]
     assert [row["n=2"] for row in read_csv(out / "accepted_length.csv")] == ["0.2", "0.2"]
-    assert read_csv(out / "acceptance_overlap.csv")[0]["overlap_1"] == "0.45"
+    assert read_csv(out / "acceptance_overlap.csv")[0]["ov_1"] == "0.45"
     tables = (out / "tables.md").read_text()
     assert "its Fig. 4 is this histogram" in tables and "DDTree gives no per-position acceptance" in tables
     assert (out / "acceptance_by_depth.png").is_file() and (out / "accepted_length.png").is_file()
@@ -263,3 +263,30 @@ def test_error_bars_stop_at_the_metrics_least_value() -> None:
     low, high = bars.get_segments()[0][:, 1]  # K=1: value 2.5, interval [-8.5, 12.5]
     plt.close(figure)
     assert (low, high) == (1.0, 12.5)
+
+
+def test_a_table_wider_than_the_console_shows_its_values_or_where_it_is() -> None:
+    """At 80 columns a table prints whole where it fits, its values alone where only they fit (each
+    value whole, the file with the spreads named), and otherwise one line naming the file: never a
+    column of cut-off cells."""
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from speculab.report.layout import Grid
+    from speculab.report.render import console_table
+
+    def grid(depths: int, label: str = "SpecTr (K-SEQ)") -> Grid:
+        header = ["Method", "L", *(f"α_{j}" for j in range(1, depths + 1))]
+        row = [label, depths, *(Estimate(0.8 - j / 100, se=0.031) for j in range(depths))]
+        return Grid("acceptance_alpha", "Acceptance by depth", "K 2", header, [row, row], set())
+
+    console = Console(width=80, record=True)
+    whole, compact, note = (console_table(grid(n), console, "reports/x/tables.md") for n in (3, 8, 30))
+    assert isinstance(whole, RichTable) and isinstance(compact, RichTable) and not isinstance(note, RichTable)
+    console.print(whole, compact, note)
+    text = console.export_text()
+    assert "0.800 ± 0.031" in text and "0.730" in text and "…" not in text  # nothing cut short
+    assert all(len(line) <= 80 for line in text.splitlines())
+    words = " ".join(text.split())  # captions wrap
+    assert "Values only at this width: reports/x/tables.md has each with its spread" in words
+    assert "Acceptance by depth: wider than this console (80 columns); it is in reports/x/tables.md." in words

@@ -24,6 +24,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
+from speculab.config.dataset import too_many_prompts
 from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
@@ -251,6 +252,8 @@ def prepare(plan: RunPlan) -> Prepared:
     """Load and encode the prompts, and start the point's loop where the plan puts it."""
     cfg = plan.cfg
     prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
+    if cfg.dataset.num_prompts is not None and len(prompts) < cfg.dataset.num_prompts:  # a dataset counted on load
+        raise ConfigError.listing([too_many_prompts(cfg.dataset, len(prompts))])
     target_spec, draft_spec = model_specs(plan)
     tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
     encoded = [encode_prompt(p, tokenizer) for p in prompts]

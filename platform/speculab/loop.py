@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -86,15 +87,26 @@ def point_drafter(draft_model: Any, work: PointWork) -> Drafter:  # a DraftModel
     return draft_model
 
 
+AutoregressiveRun = Callable[[list[list[int]], DecodeSettings], RunResult]
+
+
 class PointLoop:
     """The point's methods on its units, driving `target` and `draft_model` (roles or Ray proxies).
     `cpu` is the CPU clock a decode is charged on: this process's, plus, where the models are Ray
-    proxies, the seconds their ranks report (`speculab.runtime.cpu_seconds`)."""
+    proxies, the seconds their ranks report (`speculab.runtime.cpu_seconds`). `whole_autoregressive`:
+    how the host runs the autoregressive baseline in one call where it can (a tensor-parallel target's
+    ranks from one announcement, `runtime.tp_loop`); by default the engine's loop on `target`."""
 
     def __init__(
-        self, target: Any, draft_model: Any, work: PointWork, cpu: Callable[[], float] = time.process_time
+        self,
+        target: Any,
+        draft_model: Any,
+        work: PointWork,
+        cpu: Callable[[], float] = time.process_time,
+        whole_autoregressive: AutoregressiveRun | None = None,
     ) -> None:
         self.target, self.draft_model, self.work, self.cpu = target, draft_model, work, cpu
+        self.autoregressive: AutoregressiveRun = whole_autoregressive or partial(autoregressive, target)
         self.drafter = point_drafter(draft_model, work)
         self.verifier = get_verifier(work.algorithm, work.node_rule)
 
@@ -123,7 +135,7 @@ class PointLoop:
         paired = self.paired(first) if method == "speculative" and repeat == 0 else None
         runs: dict[str, Callable[[], RunResult | BaselineResult]] = {
             "speculative": lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, None, paired),
-            "autoregressive": lambda: autoregressive(self.target, prompts, settings),
+            "autoregressive": lambda: self.autoregressive(prompts, settings),
             # transformers', in the target's process
             "generate": lambda: self.target.hf_generate(prompts, settings, self.work.generate),
         }

@@ -98,8 +98,9 @@ def test_every_rank_is_named_and_the_kv_cache_summed_over_them(tp_loop: GroupPro
     assert len(target.peers) == 1 and target.peers[0].pid != target.pid
     assert f"rank 1 process {target.peers[0].pid}" in target.describe(0)
     inline = start_loop("inline", TARGET, DRAFT, plan(0.0))
-    kv = [r.kv_target_bytes for r in loop.decode_unit("speculative", 0, 0).result.rounds]
-    assert kv == [r.kv_target_bytes for r in inline.decode_unit("speculative", 0, 0).result.rounds]
+    for method in ("speculative", "autoregressive"):  # call by call, and one announced decode
+        kv = [r.kv_target_bytes for r in loop.decode_unit(method, 0, 0).result.rounds]
+        assert kv == [r.kv_target_bytes for r in inline.decode_unit(method, 0, 0).result.rounds], method
 
 
 @pytest.mark.slow
@@ -141,3 +142,32 @@ def test_the_transformers_backend_s_ranks_decode_the_same_tokens(module_ray_pool
     inline = start_loop("inline", TARGET, DRAFT, plan(0.0))
     for method in ("speculative", "autoregressive", "generate"):
         assert tokens(loop, method) == tokens(inline, method), method
+
+
+def test_the_autoregressive_baseline_is_one_announcement_a_decode(monkeypatch) -> None:
+    """Rank 0 announces the whole autoregressive decode once (its peers run it themselves) where call
+    by call it announced every token; what it decodes and the KV it reports (summed over the world, here
+    of one process) are the same."""
+    import torch.distributed as dist
+
+    from speculab.autoregressive import autoregressive
+    from speculab.runtime import tp_loop
+    from support.engine import TOY_PROMPTS, settings, toy_roles
+    from support.servers import free_port
+
+    sent: list[list[str]] = []
+    monkeypatch.setattr(tp_loop, "announce", lambda calls: sent.append([c.method for c in calls or []]))
+    target, _ = toy_roles(3)
+    s = settings(T=1.0, K=1, L=3, max_new=12, batch=2)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        leader = tp_loop.Leader(target, world=2)  # peers stubbed: announcements recorded, not sent
+        whole = leader.autoregressive(TOY_PROMPTS, s)
+        assert sent == [["autoregressive"]]
+        sent.clear()
+        by_call = autoregressive(leader, TOY_PROMPTS, s)
+        assert len(sent) > 12  # a prefill and a score a token, each announced
+    finally:
+        dist.destroy_process_group()
+    assert [p.tokens for p in whole.prompts] == [p.tokens for p in by_call.prompts]
+    assert [r.kv_target_bytes for r in whole.rounds] == [r.kv_target_bytes for r in by_call.rounds]

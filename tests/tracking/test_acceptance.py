@@ -204,3 +204,15 @@ def test_the_sweep_parent_gets_every_points_curve_as_one_plot_and_a_table() -> N
     assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gbv K=1 L=2 T=1.0", "gbv K=2 L=2 T=1.0"]
     assert len(axes.collections) == 2  # one interval band per point
     assert "| gbv K=2 L=2 T=1.0 | alpha | 0.720 ± 0.045 |" in logged["acceptance_by_depth.md"]
+
+
+def test_twelve_points_get_a_panel_each_and_four_share_one() -> None:
+    """A parent's plot stays readable: up to four curves with their bands on one axes, beyond that a
+    panel per point (shared axes, each titled with its point), none left empty but the grid's tail."""
+    curves = {f"gbv K={k} L={L_}": CURVE for k in (1, 2, 3, 4) for L_ in (8, 16, 24)}
+    figure = depth_figure(curves)
+    assert figure is not None
+    visible = [axes for axes in figure.axes if axes.get_visible()]
+    assert len(visible) == 12 and {axes.get_title() for axes in visible} == set(curves)
+    few = depth_figure(dict(list(curves.items())[:4]))
+    assert few is not None and len(few.axes) == 1 and len(few.axes[0].get_legend().get_texts()) == 4

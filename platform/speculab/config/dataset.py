@@ -1,6 +1,6 @@
-"""`dataset.*`: the prompts a point decodes, and their checks (a known dataset, a positive prompt count,
-a file that reads as prompts). The check imports `speculab.data` when it runs: the dataclass loads
-with `speculab --help`, which needs no dataset."""
+"""`dataset.*`: the prompts a point decodes, and their checks (a known dataset, a positive prompt count
+no larger than the dataset holds, a file that reads as prompts). The check imports `speculab.data` when
+it runs: the dataclass loads with `speculab --help`, which needs no dataset."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ class DatasetConfig:
 
 
 def dataset_errors(d: DatasetConfig) -> list[str]:
-    """A known dataset, a positive prompt count, and (for a file) a file that reads as prompts."""
+    """A known dataset, a positive prompt count no larger than the dataset holds (where that is known
+    without a download), and (for a file) a file that reads as prompts."""
     from speculab.data import DATASETS, check_dataset
 
     errors: list[str] = []
@@ -27,7 +28,21 @@ def dataset_errors(d: DatasetConfig) -> list[str]:
         choice(errors, "dataset.name", d.name, DATASETS)
         return errors
     try:
-        check_dataset(d.name, d.path)
+        held = check_dataset(d.name, d.path)
     except (ValueError, RuntimeError) as err:
         errors.append(str(err))
+        return errors
+    if held is not None and d.num_prompts is not None and d.num_prompts > held:
+        errors.append(too_many_prompts(d, held))
     return errors
+
+
+def too_many_prompts(d: DatasetConfig, held: int) -> str:
+    """The line refusing `dataset.num_prompts` beyond the `held` prompts: the run would decode fewer
+    prompts than its name and records say."""
+    source = f"dataset.path={d.path!r}" if d.name == "jsonl" else d.name
+    count = f"{held} prompt" if held == 1 else f"{held} prompts"
+    return (
+        f"dataset.num_prompts={d.num_prompts}: {source} holds {count}; "
+        f"must be an integer >= 1 and <= {held}, or null (every prompt)"
+    )

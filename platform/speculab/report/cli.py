@@ -43,7 +43,7 @@ from speculab.report.presets import (
     preset_report,
     presets,
 )
-from speculab.report.render import csv_text, markdown, rich_table
+from speculab.report.render import console_table, csv_text, markdown
 from speculab.report.tables import grids, layout_of
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, fail_fast
 from speculab.tracking.store import store_client
@@ -120,7 +120,8 @@ def write(source: Source, out: Path) -> list[Path]:
             files.append(out / filename)
             figure.savefig(files[-1], dpi=120)
             plt.close(figure)
-    Console().print(*(rich_table(grid) for grid in laid))
+    console = Console()
+    console.print(*(console_table(grid, console, str(files[0])) for grid in laid))
     return files
 
 

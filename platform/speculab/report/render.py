@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import io
 
+from rich import box
+from rich.console import Console, RenderableType
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -51,10 +53,34 @@ def _blank(value: object) -> object:
     return "" if value is None else value
 
 
-def rich_table(grid: Grid) -> RichTable:
-    table = RichTable(title=Text(grid.title), caption=Text(grid.caption))  # text, not rich markup: `[low, high]`
+def rich_table(grid: Grid, values_only: bool = False, caption: str = "") -> RichTable:
+    """The grid as a console table; ``values_only``: each estimate's value alone, in a borderless
+    table (what fits 80 columns where a value with its spread does not), ``caption`` after the grid's."""
+    table = RichTable(
+        title=Text(grid.title),
+        caption=Text(". ".join(filter(None, (grid.caption, caption)))),  # text, not rich markup: `[low, high]`
+        box=box.SIMPLE_HEAD if values_only else box.HEAVY_HEAD,
+        collapse_padding=values_only,
+        show_edge=not values_only,
+    )
     for i, name in enumerate(grid.header):
-        table.add_column(name, justify="right" if any(isinstance(r[i], Estimate) for r in grid.rows) else "left")
+        numeric = any(isinstance(r[i], Estimate) for r in grid.rows)
+        table.add_column(name, justify="right" if numeric else "left")
     for r, row in enumerate(grid.rows):
-        table.add_row(*(Text(text(cell), style="bold" if (r, c) in grid.bold else "") for c, cell in enumerate(row)))
+        cells = [f"{cell.value:{DIGITS}}" if values_only and isinstance(cell, Estimate) else text(cell) for cell in row]
+        table.add_row(*(Text(cell, style="bold" if (r, c) in grid.bold else "") for c, cell in enumerate(cells)))
     return table
+
+
+def console_table(grid: Grid, console: Console, full: str) -> RenderableType:
+    """The grid as wide as ``console``: whole where it fits unwrapped; else its values alone (headers
+    and labels may wrap at spaces, a value never does), saying that ``full`` (a file) has each with its
+    spread; else a line saying where it is. A cell cut short shows nothing a person could read."""
+    unbounded = console.options.update(max_width=10**6)  # a table's natural width, not the console's
+    whole = rich_table(grid)
+    if console.measure(whole, options=unbounded).maximum <= console.width:
+        return whole
+    compact = rich_table(grid, values_only=True, caption=f"Values only at this width: {full} has each with its spread.")
+    if console.measure(compact, options=unbounded).minimum <= console.width:
+        return compact
+    return Text(f"{grid.title}: wider than this console ({console.width} columns); it is in {full}.")

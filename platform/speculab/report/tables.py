@@ -64,9 +64,9 @@ def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
         Table(
             "acceptance_overlap",
             "Overlap by depth: mean Σ_x min(p_j, q_j) over the rounds that reached depth j (α_j under token "
-            "verification of one path)",
+            "verification of one path; ov_j)",
             ("Method",),
-            tuple(ReportColumn(f"overlap_{j}", f"overlap_{j}") for j in depths),
+            tuple(ReportColumn(f"ov_{j}", f"overlap_{j}") for j in depths),
         ),
         Table(
             "accepted_length",

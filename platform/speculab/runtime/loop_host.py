@@ -5,8 +5,9 @@ its shard behind a `tp_loop.Leader`, the draft model in the same process, and th
 `PointLoop`. Ranks 1.. are `PeerHost`s: a shard that follows rank 0 through each call the driver
 makes. The driver makes the same call on every rank (`runtime.proxy`): `start_point` when a point
 starts (rank 0 builds the point's loop; the peers have nothing to do), then `decode_unit` and
-`conditions`, during which the peers run every target call rank 0 announces. So a round makes no
-Ray call at any TP size, and TP = 1 is the same loop with nobody to tell.
+`conditions`, during which the peers run every target call rank 0 announces (the autoregressive
+baseline as one announced decode). So a round makes no Ray call at any TP size, and TP = 1 is the
+same loop with nobody to tell.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class LoopHost:
     def start_point(self, work: PointWork) -> None:
         """Make `work` the point the next `decode_unit` calls decode (a sweep reuses the loaded models).
         A decode's CPU time is every rank's (`cpu_seconds` is summed over them)."""
-        self.loop = PointLoop(self.target, self.draft, work, self.target.cpu_seconds)
+        self.loop = PointLoop(self.target, self.draft, work, self.target.cpu_seconds, self.target.autoregressive)
 
     def _current(self) -> PointLoop:
         if self.loop is None:

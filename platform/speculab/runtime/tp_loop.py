@@ -29,12 +29,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from speculab.autoregressive import autoregressive
+from speculab.engine import DecodeSettings
 from speculab.models.roles import TreeTarget
+from speculab.records import RunResult
 from speculab.runtime.nested import mapped
 
 SUMMED = frozenset({"kv_bytes", "cpu_seconds"})  # rank 0 returns the sum over ranks
 LOCAL = frozenset({"commit", "retain"})  # calls that make no collective: announced with the next one
 GATHERED = frozenset({"conditions"})  # rank 0 returns its own, naming every peer's
+# Decodes every rank runs whole from one announcement, making each target call itself in rank 0's order
+# (the same logits after the collectives and the same seed give every rank the same tokens, so the same
+# calls): the autoregressive baseline then costs one announcement a decode, not one a token.
+WHOLE: dict[str, Callable[..., RunResult]] = {"autoregressive": autoregressive}
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,17 @@ class Leader:
             self.waiting = []
         return combined(call.method, getattr(self.target, call.method)(*call.args, **call.kwargs))
 
+    def autoregressive(self, prompts: list[list[int]], settings: DecodeSettings) -> RunResult:
+        """The autoregressive baseline on every rank from one announcement (WHOLE)."""
+        return self._whole(Call("autoregressive", (prompts, settings), {}))
+
+    def _whole(self, call: Call) -> RunResult:
+        if self.world == 1:
+            return WHOLE[call.method](self.target, *call.args, **call.kwargs)
+        announce([*self.waiting, call])
+        self.waiting = []
+        return summed_kv(WHOLE[call.method](self.target, *call.args, **call.kwargs))
+
     @contextmanager
     def leading(self) -> Iterator[None]:
         """The peers follow for the block's calls and go back to Ray when it ends, error or not."""
@@ -219,4 +237,16 @@ class Follower:
     def follow(self) -> None:
         while (calls := announced()) is not None:
             for call in calls:
-                combined(call.method, getattr(self.target, call.method)(*call.args, **call.kwargs))
+                if call.method in WHOLE:
+                    summed_kv(WHOLE[call.method](self.target, *call.args, **call.kwargs))
+                else:
+                    combined(call.method, getattr(self.target, call.method)(*call.args, **call.kwargs))
+
+
+def summed_kv(result: RunResult) -> RunResult:
+    """A whole decode's result with each round's target KV bytes summed over the ranks (each holds a
+    slice of the heads), as `kv_bytes` is when rank 0 asks for it call by call."""
+    held = torch.tensor([float(r.kv_target_bytes) for r in result.rounds], dtype=torch.float64, device=_staging())
+    dist.all_reduce(held)
+    rounds = [replace(r, kv_target_bytes=int(b)) for r, b in zip(result.rounds, held.tolist())]
+    return replace(result, rounds=rounds)

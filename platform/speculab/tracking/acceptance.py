@@ -1,7 +1,8 @@
 """Acceptance by depth across points: where each point's drafts stop being accepted.
 
 A sweep's parent run and `speculab-report` show every point's conditional acceptance alpha_j
-(`results.names.ACCEPTANCE_METRICS`) as one curve over the draft depth j, one standard error over
+(`results.names.ACCEPTANCE_METRICS`) as one curve over the draft depth j (a panel per point beyond
+four, so that twelve stay readable), one standard error over
 prompts either side as a band, with the overlap sum_x min(p_j, q_j) beside it dashed (what token
 verification accepts with: a verifier that gains over it shows above it), and the same figures
 and the accepted-length histogram as a table. Points of different L share the plot: a curve
@@ -45,28 +46,36 @@ def reached_depth(figures: Figures) -> int:
     return next((j for j, e in enumerate(alpha) if math.isnan(e.value)), len(alpha))
 
 
+MAX_OVERLAID = 4  # more curves than this, each with its band, cannot be told apart on one axes: a panel each
+PANEL_COLUMNS = 4
+
+
 def depth_figure(curves: Curves, note: str = "") -> Figure | None:
     """alpha_j against j, one line per point with a band of one standard error either side and its overlap dashed in
-    the same colour; None when no point drafted. ``note``: what every point shares."""
-    drawn = {label: figures for label, figures in curves.items() if figures.series("alpha")}
+    the same colour, on one axes up to MAX_OVERLAID points and in a panel per point beyond (shared axes);
+    None when no point drafted. ``note``: what every point shares."""
+    drawn = [(label, figures) for label, figures in curves.items() if figures.series("alpha")]
     if not drawn:
         return None
-    figure, axes = plt.subplots(figsize=(9, 5))
-    for label, figures in drawn.items():
-        alpha = figures.series("alpha")
-        depths = list(range(1, len(alpha) + 1))
-        (line,) = axes.plot(depths, [e.value for e in alpha], marker="o", label=label)
-        if all(e.has_interval or e.has_se for e in alpha):
-            low, high = [e.bar[0] for e in alpha], [e.bar[1] for e in alpha]
-            axes.fill_between(depths, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
-        if overlap := figures.series("overlap"):
-            axes.plot(
-                depths, [e.value for e in overlap], linestyle="--", marker="x", color=line.get_color(), linewidth=1
-            )
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set(xlabel="draft depth j", ylabel="α_j: P(depth j accepted | depths 1..j-1 accepted)", ylim=(0, 1.02))
-    axes.legend(fontsize=8)
-    axes.grid(alpha=0.3)
+    panels = [drawn] if len(drawn) <= MAX_OVERLAID else [[item] for item in drawn]
+    columns = min(len(panels), PANEL_COLUMNS)
+    rows = math.ceil(len(panels) / columns)
+    size = (9, 5) if len(panels) == 1 else (3 * columns, 2.3 * rows + 1.2)
+    figure, grid = plt.subplots(rows, columns, figsize=size, sharex=True, sharey=True, squeeze=False)
+    for axes, panel in zip(grid.flat, panels):
+        for label, figures in panel:
+            depth_curve(axes, label, figures)
+        if len(panel) == 1 and len(panels) > 1:
+            axes.set_title(panel[0][0], fontsize=8)
+        else:
+            axes.legend(fontsize=8)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set(ylim=(0, 1.02))
+        axes.grid(alpha=0.3)
+    for axes in grid.flat[len(panels) :]:
+        axes.set_visible(False)
+    figure.supxlabel("draft depth j", fontsize=9)
+    figure.supylabel("α_j: P(depth j accepted | depths 1..j-1 accepted)", fontsize=9)
     lines = (
         "bands: ± one standard error over prompts; dashed: mean overlap Σ_x min(p_j, q_j) of the rounds that "
         "reached depth j"
@@ -74,6 +83,18 @@ def depth_figure(curves: Curves, note: str = "") -> Figure | None:
     figure.suptitle("\n".join(filter(None, ("acceptance by draft depth", lines, note))), fontsize=9)
     figure.tight_layout()
     return figure
+
+
+def depth_curve(axes: Any, label: str, figures: Figures) -> None:
+    """One point's alpha_j line, its band of one standard error and its overlap dashed, in one colour."""
+    alpha = figures.series("alpha")
+    depths = list(range(1, len(alpha) + 1))
+    (line,) = axes.plot(depths, [e.value for e in alpha], marker="o", label=label)
+    if all(e.has_interval or e.has_se for e in alpha):
+        low, high = [e.bar[0] for e in alpha], [e.bar[1] for e in alpha]
+        axes.fill_between(depths, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
+    if overlap := figures.series("overlap"):
+        axes.plot(depths, [e.value for e in overlap], linestyle="--", marker="x", color=line.get_color(), linewidth=1)
 
 
 def length_figure(curves: Curves, note: str = "") -> Figure | None:
