@@ -48,7 +48,7 @@ from ray.dag import InputNode
 from rich.console import Console
 from rich.table import Table
 
-from speculab.results.names import interval_names
+from speculab.results.names import interval_names, mlflow_name
 
 
 class Draft:
@@ -199,7 +199,7 @@ TP_KEYS = (
     "baseline_hf/tokens_per_s",
     "speedup_vs_ar",
     "speedup_vs_hf",
-    "ray_calls_per_round",
+    mlflow_name("ray_calls_per_round"),
 )
 
 
