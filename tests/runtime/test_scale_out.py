@@ -218,6 +218,8 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
         "cluster.num_cpus=4",
         "runtime.torch_threads=1",
         "baseline=false",
+        "baseline_hf=false",  # loads and Ray calls are the speculative decode's: one timed repetition shows them
+        "measure.repeats=1",
         "dataset.num_prompts=1",
         "sampling.max_new_tokens=8",
         f"tracking.uri=sqlite:///{store}",

@@ -29,6 +29,7 @@ def small_run(pair: tuple[Path, Path], store: Path) -> list[str]:
         f"model.draft_path={pair[1]}",
         "dataset.num_prompts=2",
         "sampling.max_new_tokens=8",
+        "measure.repeats=1",  # what these runs check is decoded in repetition 0; more repetitions only time
         f"tracking.uri=sqlite:///{store}",
     ]
 
