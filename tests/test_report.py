@@ -258,11 +258,27 @@ def test_error_bars_stop_at_the_metrics_least_value() -> None:
     shapes = [PointShape.from_params({"algorithm.name": "gbv", "algorithm.K": str(k)}) for k in (1, 2)]
     points = [Point(str(k), f"K={k}", 0, PointResult(shape, Figures())) for k, shape in zip((1, 2), shapes)]
     figure, axes = plt.subplots()
-    plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(1.5 + int(p.run_id), -8.5, 12.5), floor=1.0)
+    at_least_1 = lambda p: (1.0, math.inf)  # noqa: E731
+    plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(1.5 + int(p.run_id), -8.5, 12.5), at_least_1)
     bars = axes.containers[0].lines[2][0]  # the errorbar's vertical segments
     low, high = bars.get_segments()[0][:, 1]  # K=1: value 2.5, interval [-8.5, 12.5]
     plt.close(figure)
     assert (low, high) == (1.0, 12.5)
+
+
+def test_block_efficiency_s_bars_stay_within_1_and_l_plus_1() -> None:
+    """One standard error over few prompts can reach past L + 1 tokens a round, which no round keeps."""
+    from speculab.report.figures import tokens_per_round
+
+    shapes = [
+        PointShape.from_params({"algorithm.name": "gbv", "algorithm.K": str(k), "algorithm.L": "4"}) for k in (1, 2)
+    ]
+    points = [Point(str(k), f"K={k}", 0, PointResult(shape, Figures())) for k, shape in zip((1, 2), shapes)]
+    figure, axes = plt.subplots()
+    plot_lines(axes, {"gbv": points}, "K", lambda p: Estimate(4.8, se=0.5), tokens_per_round)
+    low, high = axes.containers[0].lines[2][0].get_segments()[0][:, 1]
+    plt.close(figure)
+    assert (low, high) == pytest.approx((4.3, 5.0))
 
 
 def test_a_table_wider_than_the_console_shows_its_values_or_where_it_is() -> None:

@@ -41,5 +41,6 @@ def test_one_formatter_for_every_figure() -> None:
     assert f"{Estimate(0.83361, 0.82934, 0.83789)}" == "0.8336 [0.8293, 0.8379]"
     assert f"{Estimate(1.25, se=0.0312):+.3f}" == "+1.250 ± 0.031"  # a sign on the value only
     assert f"{Estimate(2.0):.2f}" == "2.00" and f"{Estimate(math.nan, 1.0, 2.0)}" == "n/a"
-    assert Estimate(2.0, se=0.5).bar == (1.5, 2.5) and Estimate(2.0, 1.0, 4.0).bar == (1.0, 4.0)
+    assert Estimate(2.0, se=0.5).bar() == (1.5, 2.5) and Estimate(2.0, 1.0, 4.0).bar() == (1.0, 4.0)
+    assert Estimate(0.95, se=0.1).bar(0.0, 1.0) == (0.85, 1.0) and Estimate(3.0).bar() == (3.0, 3.0)
     assert Estimate(2.0, 1.0, 3.0).cells("x") == {"x": 2.0, "x low": 1.0, "x high": 3.0}

@@ -56,9 +56,8 @@ class PointWork:
     compare_repeats: int
     units: tuple[Unit, ...]
     settings: DecodeSettings
-    generate: GenerateForm = field(
-        default_factory=GenerateForm
-    )  # how `baseline_hf` runs transformers' generate (default: eager)
+    # how `baseline_hf` runs transformers' generate (default: eager)
+    generate: GenerateForm = field(default_factory=GenerateForm)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ side of an acceptance figure (block efficiency, τ), where there are any.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from itertools import pairwise
 from textwrap import fill
@@ -29,6 +30,7 @@ from speculab.tracking.acceptance import Curves, depth_figure, length_figure
 from speculab.tracking.run_page import PHASE_COLORS
 
 Figure_ = Callable[[Point], Estimate | None]  # a point's figure to plot (None: the point has none)
+Bounds = Callable[[Point], tuple[float, float]]  # the least and the most a point's figure can be
 
 
 def of(key: str) -> Figure_:
@@ -58,27 +60,40 @@ def series(points: list[Point], x: str) -> dict[str, list[Point]]:
     }
 
 
-def plot_lines(axes: Axes, lines: dict[str, list[Point]], x: str, y: Figure_, floor: float = 0.0) -> dict[str, str]:
-    """One line per series, error bars where there are (`Estimate.bar`), cut at `floor`, the figure's least
-    possible value (a standard error over few prompts can reach below it); lines are nudged apart along
-    a linear x axis so that their bars do not hide each other. Returns each line's colour."""
+def non_negative(point: Point) -> tuple[float, float]:
+    """The possible values of a speed figure."""
+    return 0.0, math.inf
+
+
+def tokens_per_round(point: Point) -> tuple[float, float]:
+    """The possible values of block efficiency (τ): the bonus token alone, up to all L drafted and the bonus."""
+    return 1.0, point.result.shape.L + 1.0
+
+
+def plot_lines(
+    axes: Axes, lines: dict[str, list[Point]], x: str, y: Figure_, bounds: Bounds = non_negative
+) -> dict[str, str]:
+    """One line per series, error bars where there are (`Estimate.bar`), kept within each point's
+    `bounds`, the figure's possible values (a standard error over few prompts can reach past them);
+    lines are nudged apart along a linear x axis so that their bars do not hide each other. Returns
+    each line's colour."""
     colors: dict[str, str] = {}
     swept = sorted(
         {float(v) for line in lines.values() for p in line if isinstance(v := dimensions(p)[x], int | float)}
     )
     step = min((b - a for a, b in pairwise(swept)), default=1.0)
     for i, (label, line) in enumerate(lines.items()):
-        shown = [(dimensions(p)[x], e) for p in line if (e := y(p)) is not None]
-        xs = [float(v) for v, _ in shown if isinstance(v, int | float)]
+        shown = [(dimensions(p)[x], e, e.bar(*bounds(p))) for p in line if (e := y(p)) is not None]
+        xs = [float(v) for v, _, _ in shown if isinstance(v, int | float)]
         if len(xs) != len(shown):
             continue  # a line without this coordinate (the DDTree chain has no budget B)
         nudge = 0.0 if axes.get_xscale() == "log" else (i - (len(lines) - 1) / 2) * 0.03 * step
         errors = [
-            [max(min(e.value - e.bar[0], e.value - floor), 0.0) for _, e in shown],
-            [max(e.bar[1] - e.value, 0.0) for _, e in shown],
+            [max(e.value - low, 0.0) for _, e, (low, _) in shown],
+            [max(high - e.value, 0.0) for _, e, (_, high) in shown],
         ]
         drawn = axes.errorbar(
-            [v + nudge for v in xs], [e.value for _, e in shown], yerr=errors, marker="o", capsize=3, label=label
+            [v + nudge for v in xs], [e.value for _, e, _ in shown], yerr=errors, marker="o", capsize=3, label=label
         )
         colors[label] = to_hex(drawn.lines[0].get_color())
     axes.set_xticks(swept, [f"{v:g}" for v in swept])
@@ -106,7 +121,7 @@ def efficiency_vs_k(points: list[Point]) -> Figure | None:
     if len(values(points, "K")) < 2:
         return None
     figure, axes = plt.subplots(figsize=(8, 5))
-    plot_lines(axes, series(points, "K"), "K", of("block_efficiency"), floor=1.0)
+    plot_lines(axes, series(points, "K"), "K", of("block_efficiency"), tokens_per_round)
     axes.set(xlabel="draft paths K", ylabel="block efficiency (tokens per target call)")
     return titled(figure, "block efficiency vs K", points, intervals=True)
 
@@ -130,12 +145,12 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
         return None
     chains = [p for p in points if p.result.shape.tree == CHAIN]
     figure, (tau_axes, speed_axes) = plt.subplots(1, 2, figsize=(12, 5))
-    for axes, y, name, floor in (
-        (tau_axes, of("block_efficiency"), "τ (tokens per round, bonus included)", 1.0),
-        (speed_axes, of("speedup_vs_ar"), "speedup over autoregressive", 0.0),
+    for axes, y, name, bounds in (
+        (tau_axes, of("block_efficiency"), "τ (tokens per round, bonus included)", tokens_per_round),
+        (speed_axes, of("speedup_vs_ar"), "speedup over autoregressive", non_negative),
     ):
         axes.set_xscale("log", base=2)
-        colors = plot_lines(axes, series(trees, "B"), "B", y, floor)
+        colors = plot_lines(axes, series(trees, "B"), "B", y, bounds)
         for chain in chains:
             if (estimate := y(chain)) is not None:
                 label = point_label(chain, [d for d in varying(trees) if d != "B"])

@@ -87,8 +87,8 @@ def first_position(run: RunResult) -> dict[str, float]:
 
 def acceptance_by_depth(run: RunResult) -> Figures:
     """alpha_j, the per-position rate position_j and overlap_j (j = 1..L) with their standard errors over
-    prompts, the accepted-length histogram
-    and, for a deterministic tree, the share of rounds off its chain; none when nothing was drafted.
+    prompts, the accepted-length histogram and, for a deterministic tree, the share of rounds off its
+    chain; none when nothing was drafted.
     From each prompt's taus and overlaps per round: no model pass."""
     L, prompts = run.length, [p for p in run.prompts if p.accepted]
     if not L or not prompts:

@@ -109,7 +109,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),
     Metric("target_calls", "count/target_calls", "batched target forward passes (prefill excluded)"),
     Metric("generated_tokens", "count/generated_tokens", "kept tokens over all prompts"),
-    Metric("prompts", "count/prompts", "prompts decoded: what the acceptance figures' intervals are over"),
+    Metric("prompts", "count/prompts", "prompts decoded: what the acceptance figures' standard errors are over"),
     Metric("units", "count/units", "units timed (the prompts one batch decodes): what the speed figures are over"),
 )
 # Acceptance by depth (docs/measuring.md): one figure per draft depth j = 1..L or accepted length n = 0..L.

@@ -91,7 +91,7 @@ def depth_curve(axes: Any, label: str, figures: Figures) -> None:
     depths = list(range(1, len(alpha) + 1))
     (line,) = axes.plot(depths, [e.value for e in alpha], marker="o", label=label)
     if all(e.has_interval or e.has_se for e in alpha):
-        low, high = [e.bar[0] for e in alpha], [e.bar[1] for e in alpha]
+        low, high = zip(*(e.bar(0.0, 1.0) for e in alpha))  # a rate's band stays in [0, 1]
         axes.fill_between(depths, low, high, color=line.get_color(), alpha=0.18, linewidth=0)
     if overlap := figures.series("overlap"):
         axes.plot(depths, [e.value for e in overlap], linestyle="--", marker="x", color=line.get_color(), linewidth=1)

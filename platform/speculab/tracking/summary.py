@@ -80,8 +80,8 @@ def speedup_verdicts(figures: Figures, generate_form: str = "eager") -> list[str
 
 def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
     """The acceptance line (`alpha 0.81 0.74 0.69 0.62`, depth 1 first), the per-position rate (vLLM's),
-    the overlap beside it, the
-    accepted-length histogram and, for a tree, the share of rounds off its chain; none without a draft.
+    the overlap beside it, the accepted-length histogram and, for a tree, the share of rounds off its
+    chain; none without a draft.
     A line stops where no round reached (alpha NaN) or none accepted (share 0): `of L` says so."""
     lines = (
         ("alpha (depth ", "alpha", 1),

@@ -111,8 +111,8 @@ def sweep_figure(points: list[PointResult]) -> Figure:
     shown = [figure(p, key) for p in ordered]
     values = [e.value for e in shown]
     errors = [
-        [max(e.value - e.bar[0], 0.0) for e in shown],
-        [max(e.bar[1] - e.value, 0.0) for e in shown],
+        [max(e.value - e.bar(0.0)[0], 0.0) for e in shown],
+        [max(e.bar()[1] - e.value, 0.0) for e in shown],
     ]
     axes.barh(range(len(ordered)), values, xerr=errors, capsize=3, color="#4477aa", ecolor="#222222")
     short = labels(points)
