@@ -49,13 +49,28 @@ def test_attaching_to_no_cluster_is_one_clusters_error(monkeypatch) -> None:
 def test_an_embedded_cluster_is_started_even_where_another_runs(monkeypatch) -> None:
     """With no `cluster.address`, Ray's own default attaches to any `ray start` head on this machine,
     which then refuses the embedded cluster's `num_cpus` (seen when a test's head ran beside a CLI run);
-    "local" always starts the run's own cluster."""
+    "local" always starts the run's own cluster, with token authentication on a token of its own."""
+    import os
+
     import ray
 
     from speculab.runtime.ray_actors import connect
 
     calls: list[dict] = []
+    monkeypatch.setattr(os, "environ", {"HOME": "/nowhere"})  # what the cluster's processes would inherit
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs | {"env": dict(os.environ)}))
     connect(None, 3)
     assert calls[0]["address"] == "local" and calls[0]["num_cpus"] == 3
+    assert len(calls[0]["env"]["RAY_AUTH_TOKEN"]) == 64  # Ray turns token mode on for a new local cluster
+
+
+def test_an_embedded_cluster_keeps_the_users_auth_settings_and_each_gets_its_own_token() -> None:
+    """Ray's default for a new local cluster writes `~/.ray/auth_token` and warns that it did; speculab's
+    embedded cluster gets a fresh token in its environment instead, unless the user chose Ray's auth."""
+    from speculab.runtime.ray_actors import embedded_auth
+
+    first, second = embedded_auth({}), embedded_auth({})
+    assert first.keys() == {"RAY_AUTH_TOKEN"} and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
+    assert embedded_auth({"RAY_AUTH_MODE": "disabled"}) == {}
+    assert embedded_auth({"RAY_AUTH_TOKEN": "mine"}) == {}

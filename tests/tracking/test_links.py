@@ -13,7 +13,15 @@ from urllib.parse import parse_qs, urlsplit
 from mlflow.tracking import MlflowClient
 
 from speculab.results.names import HEADLINE, mlflow_name
-from speculab.tracking.ui import VIEW_TAG, points_owner, run_page, runs_table, share_points_view, view_state
+from speculab.tracking.ui import (
+    TABLE_METRICS,
+    VIEW_TAG,
+    points_owner,
+    run_page,
+    runs_table,
+    share_points_view,
+    view_state,
+)
 
 
 def query(url: str) -> dict[str, list[str]]:
@@ -41,10 +49,12 @@ def test_a_sweeps_link_opens_a_view_of_its_points_in_model_training_mode(tmp_pat
     assert query(run_page("http://mlflow:8080/", "3", "r7", 5000))["workflowType"] == ["machine_learning"]
 
 
-def test_the_view_shows_the_headline_figures_sorted_by_the_first() -> None:
-    """The headline figures in their order, and no interval column: MLflow's table cuts an interval's
-    name to the header of its figure, so the columns would read alike (docs/mlflow-ui.md)."""
+def test_the_view_shows_the_headline_speeds_sorted_by_the_first() -> None:
+    """The headline speeds and block efficiency in the order MLflow lays them out (by name), the one
+    ranked by first of the speeds, and no interval column: MLflow's table cuts an interval's name to
+    the header of its figure, so the columns would read alike (docs/mlflow-ui.md)."""
     state = json.loads(json.loads(view_state())["state"])
     metrics = [c for c in state["selectedColumns"] if c.startswith("metrics.")]
-    assert metrics == [f"metrics.`{mlflow_name(key)}`" for key in HEADLINE]
+    assert metrics == sorted(metrics) and set(TABLE_METRICS) <= set(HEADLINE)
+    assert metrics == [f"metrics.`{mlflow_name(key)}`" for key in TABLE_METRICS]
     assert state["orderByKey"] == "metrics.`speedup_vs_ar`" and state["orderByAsc"] is False

@@ -13,7 +13,7 @@ import requests
 
 from speculab.results.names import HEADLINE, mlflow_name
 from speculab.tracking.spool import NOTE_TAG
-from speculab.tracking.ui import VIEW_KEY, VIEW_NAME
+from speculab.tracking.ui import TABLE_METRICS, VIEW_KEY, VIEW_NAME
 from support.cli import speculab
 from support.mlflow_server import mlflow_server
 
@@ -73,7 +73,7 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             assert name.startswith("gbv K=") and " L=4 T=" in name and "iid · humaneval×2 · " in name
             assert "block efficiency" in run_tags[NOTE_TAG] and "gbv" in run_tags[NOTE_TAG]
             assert run_tags["mlflow.parentRunId"] == parent["info"]["run_id"]
-            assert {f"metrics.`{mlflow_name(key)}`" for key in HEADLINE} <= set(view["selectedColumns"])
+            assert {f"metrics.`{mlflow_name(key)}`" for key in TABLE_METRICS} <= set(view["selectedColumns"])
             assert {c for c in view["selectedColumns"] if c.startswith("metrics.")} <= {
                 f"metrics.`{m}`" for m in metrics
             }

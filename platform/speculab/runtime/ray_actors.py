@@ -13,13 +13,15 @@ top-level arguments, which Ray resolves in the callee. Groups, placement and res
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -61,13 +63,39 @@ def connect(address: str | None, num_cpus: int | None) -> None:
             except ConnectionError as err:  # `auto` with no cluster here, a head gone since validation
                 raise ClusterError(f"cluster.address={address!r}: no Ray cluster to attach to ({err})") from None
         else:  # "local": a new cluster even where a `ray start` head runs (Ray would attach to it otherwise)
-            ray.init(
-                address="local",
-                num_cpus=num_cpus or os.cpu_count(),
-                namespace=namespace,
-                include_dashboard=False,
-                log_to_driver=True,
-            )
+            os.environ.update(embedded_auth(os.environ))
+            with quiet_auth_notice():
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus or os.cpu_count(),
+                    namespace=namespace,
+                    include_dashboard=False,
+                    log_to_driver=True,
+                )
+
+
+def embedded_auth(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives an embedded cluster a token of its own: Ray turns token
+    authentication on for a new local cluster and takes the token from `RAY_AUTH_TOKEN`, which the
+    raylet, GCS and workers inherit, so the cluster refuses other local users' calls and nothing is
+    written to `~/.ray/auth_token` (Ray's default writes it and says so). Where the user chose Ray's
+    auth mode or token, theirs stand."""
+    if "RAY_AUTH_MODE" in environ or "RAY_AUTH_TOKEN" in environ:
+        return {}
+    return {"RAY_AUTH_TOKEN": secrets.token_hex(32)}
+
+
+@contextmanager
+def quiet_auth_notice() -> Iterator[None]:
+    """Hide Ray's warning that it turned token authentication on for a new local cluster (its advice
+    is how to turn it off); Ray's other auth messages, errors among them, still show."""
+    notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notices.level
+    notices.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        notices.setLevel(level)
 
 
 @contextmanager
