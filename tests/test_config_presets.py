@@ -93,11 +93,26 @@ def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, mod
         ),
         (["model=qwen3-32b_0.6b", "cluster=a6000x4", "model.draft_device=cuda:1"], "> cluster.num_gpus=4"),
         (["model=llama3-70b_8b", "cluster=h200x8", "cluster.tp_size=1", "sampling.batch_size=16"], "does not fit"),
+        (
+            ["model=qwen3-coder-30b-a3b_dflash", "drafter=dflash", "algorithm=ddtree", "cluster=a6000x4"]
+            + ["cluster.tp_backend=deepspeed"],
+            r"\n  cluster\.tp_backend=deepspeed: DeepSpeed AutoTP cannot shard model qwen3-coder-30b-a3b_dflash",
+        ),
     ],
 )
 def test_preset_overrides_that_cannot_work_are_refused(hub_cache: Path, overrides: list[str], expected: str) -> None:
     with pytest.raises(ConfigError, match=expected):
         validate(load(overrides))
+
+
+@pytest.mark.parametrize(
+    ("model", "backend"), [("qwen3-coder-30b-a3b_dflash", "transformers"), ("qwen3-8b_dflash", "deepspeed")]
+)
+def test_the_tp_backend_is_chosen_by_the_target(hub_cache: Path, gpu_machine: None, model: str, backend: str) -> None:
+    """`cluster.tp_backend=auto` (the default): transformers' tp_plan for a mixture-of-experts target, which
+    DeepSpeed AutoTP cannot shard, and AutoTP for a dense one; the plan (and so the logged params) holds it."""
+    plan = resolve(load([f"model={model}", "drafter=dflash", "algorithm=ddtree", "cluster=a6000x4"]))
+    assert plan.cfg.cluster.tp_size == 4 and plan.cfg.cluster.tp_backend == backend
 
 
 def test_a_local_path_wins_over_the_hub_id(hub_cache: Path, tmp_path: Path) -> None:

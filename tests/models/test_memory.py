@@ -188,3 +188,14 @@ def test_validate_refuses_a_cpu_point_larger_than_this_machine_s_memory(
     ):
         validate(load([*llama_pair, *cpu]))
     validate(load([*llama_pair, "model.device=cpu", "model.dtype=bfloat16", "cluster.address=auto"]))
+
+
+def test_deepspeed_cannot_shard_a_mixture_of_experts_target_and_the_refusal_names_transformers() -> None:
+    """DeepSpeed AutoTP ends a Qwen3-MoE load at TP > 1 in "Cannot copy out of meta tensor" inside the
+    actor; validation refuses it first and names the backend that shards experts."""
+    moe = architecture(HUB_CONFIGS["Qwen/Qwen3-Coder-30B-A3B-Instruct"])
+    assert moe.experts == 128 and architecture(HUB_CONFIGS["meta-llama/Meta-Llama-3-70B-Instruct"]).experts == 0
+    (error,) = tp_errors(moe, 4, "model m (target)", "deepspeed")
+    assert error.startswith("cluster.tp_backend=deepspeed: DeepSpeed AutoTP cannot shard model m (target)")
+    assert error.endswith("use cluster.tp_backend=transformers") and "128 experts" in error
+    assert tp_errors(moe, 4, "t", "transformers") == [] and tp_errors(moe, 1, "t", "deepspeed") == []

@@ -39,7 +39,8 @@ class ClusterConfig:
     num_cpus: int | None = None  # embedded cluster size; None = every core
     actor_cpus: float = 1.0  # CPUs each model actor reserves
     tp_size: int = 1  # target tensor-parallel ranks (one GPU each; CPU processes when num_gpus = 0)
-    tp_backend: str = "deepspeed"  # how a rank loads its shard: deepspeed (AutoTP) or transformers (its tp_plan)
+    # how a rank loads its shard: deepspeed (AutoTP), transformers (the model's tp_plan), or auto (`tp_backend_for`)
+    tp_backend: str = "auto"
     num_gpus: int = 0  # GPUs the cluster offers (0: CPU only)
     gpu_memory_gib: float = 0.0  # memory of one GPU (0 when num_gpus = 0)
     draft_gpu: float = 1.0  # GPU share of the draft actor (< 1: beside a target shard)
@@ -216,6 +217,16 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
     return split + errors + _memory_errors(cfg, found, beside, memory=not errors)
 
 
+def tp_backend_for(choice: str, target_config: dict[str, Any]) -> str:
+    """`cluster.tp_backend` resolved for a target: auto is transformers' tp_plan for a mixture-of-experts
+    target (DeepSpeed AutoTP cannot shard its experts) and DeepSpeed AutoTP for a dense one."""
+    from speculab.models.memory import expert_count
+
+    if choice != "auto":
+        return choice
+    return "transformers" if expert_count(target_config) else "deepspeed"
+
+
 def _field_errors(c: ClusterConfig) -> list[str]:
     """Each of the cluster's counts and sizes within what it allows."""
     from speculab.models.tp import TP_BACKENDS
@@ -228,7 +239,7 @@ def _field_errors(c: ClusterConfig) -> list[str]:
     if c.gpu_memory_gib < 0:
         errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be >= 0 (0 when cluster.num_gpus = 0)")
     at_least(errors, "cluster.num_gpus", c.num_gpus, 0)
-    choice(errors, "cluster.tp_backend", c.tp_backend, tuple(TP_BACKENDS))
+    choice(errors, "cluster.tp_backend", c.tp_backend, ("auto", *TP_BACKENDS))
     at_least(errors, "cluster.plan_prompt_tokens", c.plan_prompt_tokens, 1)
     if not 0 < c.draft_gpu <= 1:
         errors.append(f"cluster.draft_gpu={c.draft_gpu}: must be in (0, 1] (1: own GPU; < 1: beside a target shard)")
@@ -257,7 +268,8 @@ def _memory_errors(cfg: ClusterView, found: dict[str, Checkpoint], beside: bool,
         if c.tp_size == 1 and c.num_gpus == 0:
             return []  # one CPU process: no split and no GPU memory to plan
         return [f"model.name={cfg.model.name!r}: cannot plan tensor parallelism or memory from config.json ({err!r})"]
-    errors = tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)")
+    backend = tp_backend_for(c.tp_backend, found["target"].config)
+    errors = tp_errors(target, c.tp_size, f"model {cfg.model.name} (target)", backend)
     if errors or not memory:
         return errors
     s = cfg.sampling

@@ -1,6 +1,6 @@
 """`resolve`: a config validated and everything derived from it fixed once, as a `RunPlan`.
 
-The draft length, the form of generate a run times, where each model runs, where the decode loop
+The draft length, the form of generate a run times, the TP backend, where each model runs, where the decode loop
 runs, how the models' passes run, the largest draft tree and the checkpoint directories are decided
 here and nowhere else, so that the experiment, the runtime and the tracking read one answer from the
 plan."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checks import checked
-from speculab.config.cluster import Placement, placement, resolve_device
+from speculab.config.cluster import Placement, placement, resolve_device, tp_backend_for
 from speculab.config.runtime import loop_host
 from speculab.config.sampling import generate_form
 from speculab.config.schema import Config
@@ -22,7 +22,7 @@ from speculab.config.schema import Config
 class RunPlan:
     """A valid config and what a run derives from it."""
 
-    cfg: Config  # algorithm.L and measure.generate set: what the run records and decodes with
+    cfg: Config  # algorithm.L, measure.generate and cluster.tp_backend set: what the run records and decodes with
     target_dir: Path
     draft_dir: Path  # the draft role's weights: the pair's draft model, or the drafter's own (drafter.path)
     target_device: str  # torch's name for it where the models run (`auto` resolved)
@@ -56,6 +56,8 @@ def resolve(cfg: Config) -> RunPlan:
     target_device = resolve_device(cfg, model.device)
     # the form of generate the run times and logs (measure.generate), auto resolved by the target's device
     cfg = replace(cfg, measure=replace(cfg.measure, generate=generate_form(cfg.measure.generate, target_device)))
+    backend = tp_backend_for(cfg.cluster.tp_backend, found["target"].config)  # auto resolved by the target
+    cfg = replace(cfg, cluster=replace(cfg.cluster, tp_backend=backend))
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     return RunPlan(
         cfg=cfg,

@@ -42,6 +42,7 @@ class Architecture:
     head_dim: int
     intermediate: int  # MLP width a token passes through (top-k experts together for MoE)
     vocab: int
+    experts: int = 0  # a mixture-of-experts MLP's experts per layer (0: a dense MLP)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """K and V of one token in every layer, summed over all TP ranks."""
@@ -144,7 +145,7 @@ def architecture(config: dict[str, Any]) -> Architecture:
     if kind not in LLAMA_LIKE:
         raise ValueError(f"model_type {kind!r}: the memory planner knows {', '.join(('opt', *LLAMA_LIKE))}")
     head_dim = config.get("head_dim") or hidden // heads
-    experts = config.get("num_experts") or config.get("num_local_experts") or 0
+    experts = expert_count(config)
     width = config["moe_intermediate_size"] * config["num_experts_per_tok"] if experts else config["intermediate_size"]
     return Architecture(
         kind,
@@ -156,7 +157,14 @@ def architecture(config: dict[str, Any]) -> Architecture:
         head_dim,
         width,
         config["vocab_size"],
+        experts,
     )
+
+
+def expert_count(config: dict[str, Any]) -> int:
+    """A mixture-of-experts config.json's experts per layer (Qwen3-MoE's `num_experts`, Mixtral's
+    `num_local_experts`); 0 for a dense model."""
+    return int(config.get("num_experts") or config.get("num_local_experts") or 0)
 
 
 def pass_activations(arch: Architecture, batch: int, queries: int, keys: int, tp_size: int, dtype_bytes: int) -> int:
@@ -202,12 +210,20 @@ def memory_footprint(
     )
 
 
-def tp_errors(arch: Architecture, tp_size: int, key: str) -> list[str]:
-    """AutoTP splits attention by head: tp_size must divide the query and the KV heads."""
+def tp_errors(arch: Architecture, tp_size: int, key: str, backend: str = "transformers") -> list[str]:
+    """Both backends split attention by head: tp_size must divide the query and the KV heads. DeepSpeed's
+    AutoTP cannot shard a mixture-of-experts MLP (its loader ends in "Cannot copy out of meta tensor"
+    inside the actor); transformers' tp_plan shards the experts."""
+    errors = []
+    if tp_size > 1 and arch.experts and backend == "deepspeed":
+        errors.append(
+            f"cluster.tp_backend=deepspeed: DeepSpeed AutoTP cannot shard {key}, a mixture of {arch.experts} "
+            f"experts a layer, at cluster.tp_size={tp_size}; use cluster.tp_backend=transformers"
+        )
     if arch.heads % tp_size == 0 and arch.kv_heads % tp_size == 0:
-        return []
+        return errors
     fits = [n for n in range(1, arch.kv_heads + 1) if arch.heads % n == 0 and arch.kv_heads % n == 0]
-    return [
+    return errors + [
         f"cluster.tp_size={tp_size}: must divide the {arch.heads} attention heads and {arch.kv_heads} KV heads "
         f"of {key}; use one of {', '.join(map(str, fits))}"
     ]
