@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import traceback
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, cast
 
@@ -22,7 +23,9 @@ from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
 
 if TYPE_CHECKING:
+    from speculab.config import RunPlan
     from speculab.experiment import PointOutcome
+    from speculab.results.point import FailedPoint
 
 # What runs a point (torch, transformers, Ray, MLflow: seconds to import) is imported where it is
 # used, so that `--help` and a refused key answer at once.
@@ -41,8 +44,9 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")
-def hydra_main(cfg: DictConfig) -> PointOutcome:
-    """One point; its plan and result are the job's return value (a sweep's parent run summarises them)."""
+def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
+    """One point; its plan and result are the job's return value (a sweep's parent run summarises them).
+    A sweep's point that fails mid-run is FAILED with the units it finished and the sweep goes on."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -51,20 +55,44 @@ def hydra_main(cfg: DictConfig) -> PointOutcome:
     from speculab.tracking.callbacks import planned
 
     raise_if_interrupted()
+    if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
+        refuse(ConfigError.listing(unknown))
+    sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    plan = planned(list(HydraConfig.get().overrides.task)) if sweeping else None  # resolved as the sweep started
     try:
-        if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
-            raise ConfigError.listing(unknown)
-        sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-        plan = planned(list(HydraConfig.get().overrides.task)) if sweeping else None  # resolved as the sweep started
         outcome = run(cast(Config, OmegaConf.to_object(cfg)), plan)  # a structured config converts to its dataclass
     except ConfigError as err:
-        refuse(err)
+        if plan is None:
+            refuse(err)
+        return point_failed(plan, err)  # what only loading could tell (a Hugging Face dataset's size)
     except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
+        if plan is not None:
+            return point_failed(plan, err)
         print(f"speculab: point failed: {err}", file=sys.stderr)
         close_open_runs("FAILED")
         raise SystemExit(1) from None
+    except Exception as err:
+        if plan is None:
+            raise
+        traceback.print_exc()  # an error speculab did not foresee: its place in the code
+        return point_failed(plan, err)
     raise_if_interrupted()  # this point is recorded; the sweep stops before the next
     return outcome
+
+
+FAILED_POINTS: list[str] = []  # this process's sweep points that failed, by name
+
+
+def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
+    """A sweep point's failure in one line on stderr, remembered for the exit status; the sweep goes on."""
+    from speculab.results.point import FailedPoint, PointShape
+
+    raise_if_interrupted()  # an interrupt a library wrapped in its own error is the interrupt
+    shape = PointShape.of(plan.cfg)
+    reason = " ".join(str(err).split()) or type(err).__name__
+    print(f"speculab: point failed: {shape.name}: {reason}; the sweep goes on", file=sys.stderr)
+    FAILED_POINTS.append(shape.name)
+    return FailedPoint(shape, f"{type(err).__name__}: {reason}")
 
 
 def refuse(err: ConfigError) -> NoReturn:
@@ -115,6 +143,8 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(130) from None
+    if FAILED_POINTS:  # the sweep went on past them; its parent says which (resume=true retries them)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

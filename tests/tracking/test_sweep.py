@@ -60,7 +60,7 @@ def test_a_leader_clear_of_the_runner_up_is_the_best() -> None:
         "sweep/tied_points": 1.0,
         **{f"best/{k}": rows[1].figures[k].value for k in ("block_efficiency", "tokens_per_s", "speedup_vs_ar")},
     }
-    assert "Best: **block K=1 L=8" in sweep_description("algorithm=gbv,block", rows)
+    assert "Best: **block K=1 L=8" in sweep_description("algorithm=gbv,block", rows, [])
 
 
 def test_overlapping_intervals_tie_and_name_no_best() -> None:
@@ -68,7 +68,7 @@ def test_overlapping_intervals_tie_and_name_no_best() -> None:
     found = verdict(rows)
     assert found.best is None and found.tied == [rows[1], rows[0]]
     assert best_metrics(found) == {"sweep/tied_points": 2.0}
-    description = sweep_description("algorithm=gbv,block,nss", rows)
+    description = sweep_description("algorithm=gbv,block,nss", rows, [])
     assert "No single best: 2 points tie" in description and "block K=1 L=8 T=1.0; gbv K=2 L=4 T=1.0" in description
 
 
@@ -153,5 +153,5 @@ def test_the_points_are_counted_against_each_baseline() -> None:
         "Of the points: against autoregressive decoding, 1 faster, 1 slower, 1 not distinguishable; "
         "against transformers' generate, 1 slower."
     )
-    description = sweep_description("algorithm=gbv,block,nss", rows)
+    description = sweep_description("algorithm=gbv,block,nss", rows, [])
     assert "Ranked by block_efficiency:" in description and against_baselines(rows) in description

@@ -149,3 +149,12 @@ class PointResult:
     def generate_vs_ar(self) -> float:
         """transformers' generate's own paired speedup over the engine's loop (NaN: not both run)."""
         return self.generate.value("speedup_vs_ar") if self.generate is not None else math.nan
+
+
+@dataclass(frozen=True)
+class FailedPoint:
+    """A sweep point that failed mid-run (its run FAILED with the units it finished): what the sweep's
+    parent reports while the sweep goes on."""
+
+    shape: PointShape
+    reason: str  # one line: the error's type and message

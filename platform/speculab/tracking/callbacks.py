@@ -8,9 +8,10 @@ the parent run (spooled like every run, see `tracking.spool`) and
 leaves its spool id and run id in the sweep directory, in a file keyed by this process's sweep id
 (`tracking.runs.PARENT_FILE`), where each sweep point (same process, Hydra's serial launcher)
 finds it and nests its own run under it; a second sweep, even one in the same directory, has its
-own file and parent. `on_multirun_end` ends it FINISHED. A sweep that stops early (a failed
-point, Ctrl-C, SIGTERM) never reaches `on_multirun_end`: the `speculab` entry point ends the
-parent FAILED or KILLED instead.
+own file and parent. `on_multirun_end` ends it FINISHED, or FAILED when a point failed mid-run (that
+point's run is FAILED with the units it finished, and the sweep went on: the parent says which and
+why). A sweep that stops early (Ctrl-C, SIGTERM, an error outside a point) never reaches
+`on_multirun_end`: the `speculab` entry point ends the parent FAILED or KILLED instead.
 `on_job_end` collects each finished point's result (with `resume=true`, also those of the points
 skipped as finished earlier, read back from their runs); `on_multirun_end` gives the parent the
 sweep's table (markdown, CSV, an MLflow table), a chart, the best point's metrics and a description.
@@ -28,7 +29,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
-from speculab.results.point import PointResult, PointShape
+from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
 from speculab.tracking.provenance import launch_label, provenance_tags
@@ -46,6 +47,7 @@ from speculab.tracking.sweep import (
     verdict_line,
 )
 from speculab.tracking.sweep_page import (
+    failure_line,
     ranking_table,
     sweep_csv,
     sweep_description,
@@ -57,6 +59,7 @@ from speculab.tracking.sweep_page import (
 from speculab.tracking.ui import experiment_tags, point_link, where
 
 DESCRIPTION = "sweep_description.md"  # the parent's whole description, which MLflow cuts past NOTE_LIMIT
+FAILED_METRIC = "sweep/failed_points"  # a parent's count of the points that failed mid-run
 
 # This process's sweep points, resolved when the sweep starts, by their overrides: Hydra's serial launcher
 # calls each point's job with its composed config only, so this is how a job gets its plan (`planned`)
@@ -126,6 +129,7 @@ class MlflowSweepCallback(Callback):
         self.parent: SpooledRun | None = None
         self.points: list[PointResult] = []  # one per finished point, for the parent's summary
         self.point_ids: list[str] = []  # the same points' ids
+        self.failed: list[FailedPoint] = []  # the points that failed mid-run; the sweep went on
         self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -153,31 +157,41 @@ class MlflowSweepCallback(Callback):
         write_parent_file(sweep_dir, self.parent.ref)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        outcome = job_return.return_value  # `experiment.PointOutcome` of a finished point
-        if self.parent is not None and job_return.status == JobStatus.COMPLETED and outcome:
-            self.points.append(outcome.result)
-            self.point_ids.append(point_id(outcome.plan.cfg))
+        if self.parent is None or job_return.status != JobStatus.COMPLETED or not job_return.return_value:
+            return
+        outcome = job_return.return_value  # `experiment.PointOutcome` of a finished point, or a FailedPoint
+        if isinstance(outcome, FailedPoint):
+            self.failed.append(outcome)
+            return
+        self.points.append(outcome.result)
+        self.point_ids.append(point_id(outcome.plan.cfg))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         PLANS.clear()
         if self.parent is None:
             return
-        found = None
+        overrides = " ".join(config.hydra.overrides.task)
+        found = verdict(self.points) if self.points else None
         if self.points:
-            overrides = " ".join(config.hydra.overrides.task)
-            found = verdict(self.points)
             self.parent.log_table(table_rows(self.points), "sweep_points.json")
             self.parent.log_text(sweep_markdown(self.points), "sweep_table.md")
             self.parent.log_text(sweep_csv(self.points), "sweep_table.csv")
             self.parent.log_figure(sweep_figure(self.points), "sweep_points.png")
             self.log_acceptance()
+        if found is not None:
             self.parent.log_metrics(best_metrics(found))
-            description = sweep_description(overrides, self.points)
+        if self.failed:
+            self.parent.log_metrics({FAILED_METRIC: float(len(self.failed))})
+        if self.points or self.failed:
+            description = sweep_description(overrides, self.points, self.failed)
             self.parent.log_text(description, DESCRIPTION)
             self.parent.set_tags({NOTE_TAG: within_limit(description, DESCRIPTION)})
-        self.parent.end("FINISHED")
+        self.parent.end("FAILED" if self.failed else "FINISHED")  # not every point it was asked for finished
         if found is not None:
             self.print_ranking(found)
+        if self.failed:
+            total = len(self.points) + len(self.failed)
+            print(f"speculab: {failure_line(self.failed, total).replace('**', '')}", file=sys.stderr)
         print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port, sweep=True)}")
 
     def log_acceptance(self) -> None:

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from rich.table import Table
 
 from speculab.results.names import HEADLINE, HF_PREFIX
-from speculab.results.point import PointResult
+from speculab.results.point import FailedPoint, PointResult
 from speculab.tracking.sweep import (
     against_baselines,
     cell,
@@ -147,7 +147,21 @@ def ranking_markdown(points: list[PointResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sweep_description(overrides: str, points: list[PointResult]) -> str:
+def failure_line(failed: list[FailedPoint], total: int) -> str:
+    """The sweep's failed points, first in its description: how many, which, and why."""
+    which = "; ".join(f"{point.shape.name}: {point.reason}" for point in failed)
+    return (
+        f"**{len(failed)} of {total} points failed** (each run FAILED with the units it finished; "
+        f"`resume=true` reruns them): {which}."
+    )
+
+
+def sweep_description(overrides: str, points: list[PointResult], failed: list[FailedPoint]) -> str:
+    """The parent's description: failed points, the verdict and the rankings first (MLflow shows a
+    description's first lines only, until "Show more"), then the table."""
+    failures = f"{failure_line(failed, len(points) + len(failed))}\n\n" if failed else ""
+    if not points:
+        return f"{failures}Sweep `{overrides}`: no point finished."
     answer = verdict_line(verdict(points), labels(points))
     shared = f" Every point: {shared_name(points)}." if shared_name(points) else ""
     resumed = sum(point.resumed for point in points)
@@ -157,11 +171,10 @@ def sweep_description(overrides: str, points: list[PointResult]) -> str:
         if resumed
         else ""
     )
-    # The verdict and the ranking first: MLflow shows a description's first lines only, until "Show more".
     by_efficiency = ranking_line(points, "block_efficiency")
     return (
-        f"{answer} {against_baselines(points)} {ranking_line(points)}\n\n{by_efficiency} (± one standard error "
-        f"over prompts; the same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked "
+        f"{failures}{answer} {against_baselines(points)} {ranking_line(points)}\n\n{by_efficiency} (± one standard "
+        f"error over prompts; the same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked "
         f"by {rank_key(points)} (medians of paired, interleaved measurements; 95% intervals over prompts).{shared}"
         f"{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance "
         f"by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(points)}"
