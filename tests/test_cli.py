@@ -84,3 +84,54 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
     assert ended.value.code == 1
     err = capsys.readouterr().err
     assert err.strip() == "speculab: point failed: loop group: node 10.0.0.2 was lost; no alive node can hold ..."
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["algorithm=foo"], "algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, greedy_block, nss,"),
+        (["algorithm.L=abc"], "algorithm.L=abc: must be an integer"),
+        (["sampling.temperature=warm"], "sampling.temperature=warm: must be a number"),
+        (["algorithm.K=1,2"], "algorithm.K=1,2: several values sweep only with -m (speculab -m algorithm.K=1,2)"),
+        (["algorithm.K=[1"], "algorithm.K=[1: not an override Hydra can read (no viable alternative at input"),
+        (["experiment=gbv_table1"], "experiment=gbv_table1: experiment is not in the defaults; add it with a plus"),
+        (["--multirun", "algorithm=gbv,foo"], None),  # the point is the sweep's to check, with its number
+        (["sampling.seed=-1", "runtime=inline"], "sampling.seed=-1: must be an integer in [0, "),
+    ],
+)
+def test_hydras_own_refusals_are_one_line_before_any_output_directory(
+    args: list[str], line: str | None, capsys, tmp_path: Path, monkeypatch
+) -> None:
+    """What Hydra refuses itself (a block of lines, sometimes a traceback, exit 1) and what validation
+    refuses, as one line naming the field, exit 2, before Hydra makes `outputs/<date>/<time>`."""
+    from speculab import cli
+
+    monkeypatch.chdir(tmp_path)
+    if line is None:
+        cli.precheck(args)  # composes the fixed part; `sweep_plans` names the point
+        return
+    with pytest.raises(SystemExit) as ended:
+        cli.precheck(args)
+    assert ended.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "speculab: invalid config:" and len(err) == 2 and err[1].strip().startswith(line), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from speculab.cli import CONF
+    from speculab.tracking.callbacks import PLANS, sweep_plans
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # the sweep's Hydra, as it starts
+        config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)
+        OmegaConf.set_readonly(config, False)
+        config.hydra.overrides.task = ["runtime=inline", "tracking=none", "algorithm=gbv,foo"]
+        plans, errors = sweep_plans(config)
+    PLANS.clear()
+    assert len(plans) == 1 and errors == [
+        "point 2 of 2 (algorithm=foo): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, greedy_block, "
+        "nss, specinfer, spectr, spectr_gbv, token, traversal"
+    ]

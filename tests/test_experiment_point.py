@@ -35,8 +35,8 @@ def test_a_point_without_baselines_still_measures_its_own_speed() -> None:
 def test_a_dataset_that_holds_fewer_prompts_than_asked_is_refused_before_the_models_load(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A dataset counted only when it loads (the Hugging Face ones) is checked there: a run named
-    `×5` that decoded one prompt would misname itself."""
+    """A dataset counted only when it loads (the Hugging Face ones) is checked there, before the point's
+    run exists: a run named `×5` that decoded one prompt would misname itself."""
     from speculab.config import ConfigError
 
     plan, _ = plan_and_shape([*SMALL[:2], "dataset.num_prompts=5"])
@@ -44,4 +44,21 @@ def test_a_dataset_that_holds_fewer_prompts_than_asked_is_refused_before_the_mod
     monkeypatch.setattr(experiment, "load_prompts", lambda *args: one)
     monkeypatch.setattr(experiment, "start_loop", lambda *args: pytest.fail("the loop started"))
     with pytest.raises(ConfigError, match=r"dataset.num_prompts=5: humaneval holds 1 prompt; must be an integer"):
-        experiment.prepare(plan)
+        experiment.point_prompts(plan)
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_before_the_points_run_exists(tmp_path) -> None:
+    """Only tokenising tells a prompt's length: it is checked before the point's MLflow run starts, so a
+    refused point leaves nothing in the store."""
+    import json
+
+    from speculab.config import ConfigError, resolve
+    from support.configs import load
+
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text(json.dumps({"id": "long/1", "prompt": "def f():\n" * 600}) + "\n")
+    store = tmp_path / "mlflow.db"
+    overrides = ["runtime=inline", "dataset=jsonl", f"dataset.path={prompts}", f"tracking.uri=sqlite:///{store}"]
+    with pytest.raises(ConfigError, match="dataset: prompt 'long/1' has .* tokens"):
+        experiment.run(load(overrides), resolve(load(overrides)))
+    assert not store.exists()

@@ -52,13 +52,15 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
 
     from speculab.experiment import run
     from speculab.runtime.placement import ClusterError
-    from speculab.tracking.callbacks import planned
+    from speculab.tracking.callbacks import PLANS, planned
 
     raise_if_interrupted()
     if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
         refuse(ConfigError.listing(unknown))
     sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    plan = planned(list(HydraConfig.get().overrides.task)) if sweeping else None  # resolved as the sweep started
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    # resolved as the sweep started, or by `precheck` before Hydra made the run's directory
+    plan = planned(overrides) if sweeping else PLANS.get(tuple(overrides))
     try:
         outcome = run(cast(Config, OmegaConf.to_object(cfg)), plan)  # a structured config converts to its dataclass
     except ConfigError as err:
@@ -95,6 +97,48 @@ def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
     return FailedPoint(shape, f"{type(err).__name__}: {reason}")
 
 
+def precheck(args: list[str]) -> None:
+    """The command line refused in speculab's format (one line per problem, exit 2) before Hydra makes a
+    run's output directory or prints its own block: the overrides' grammar, a sweep without `-m`, what
+    composing them raises (an unknown group option, a value of the wrong type), and for one run its
+    whole validation (the plan is kept for the run: `PLANS`); a sweep's points are checked when it starts
+    (`tracking.callbacks.sweep_plans`)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from speculab.config import resolve
+    from speculab.config.overrides import composition_problem, override_problems
+    from speculab.tracking.callbacks import PLANS, job_config
+
+    multirun = args[:1] == ["--multirun"]
+    overrides = args[1:] if multirun else args
+    if problems := override_problems(overrides, multirun):
+        refuse(ConfigError.listing(problems))
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    fixed = [text for text, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=fixed)
+    except Exception as err:
+        if (line := composition_problem(err, fixed)) is None:
+            raise
+        refuse(ConfigError.listing([line]))
+    if multirun:
+        return
+    if unknown := unknown_keys(cfg):
+        refuse(ConfigError.listing(unknown))
+    try:
+        plan = resolve(job_config(cfg))
+    except ConfigError as err:
+        refuse(err)
+    PLANS[tuple(o for o in overrides if not o.lstrip("+~").startswith("hydra."))] = plan
+
+
+def only_overrides(args: list[str]) -> bool:
+    """Whether the command line is overrides alone (and `-m`): no Hydra flag (`--help`, `--cfg`, ...)."""
+    return all(arg == "--multirun" or not arg.startswith("-") for arg in args)
+
+
 def refuse(err: ConfigError) -> NoReturn:
     """The one way a bad config ends: its lines on stderr, exit status 2 (a usage error)."""
     print(f"speculab: {err}", file=sys.stderr)
@@ -126,6 +170,8 @@ def main() -> None:
     sys.argv[1:] = multirun_first(sys.argv[1:])  # `-m` wherever the user put it
     if errors := override_errors(sys.argv[1:], sorted(path.name for path in CONF.iterdir() if path.is_dir())):
         refuse(ConfigError.listing(errors))
+    if only_overrides(sys.argv[1:]):
+        precheck(sys.argv[1:])
     signal.signal(signal.SIGTERM, interrupt)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell set SIGINT ignored
         signal.signal(signal.SIGINT, interrupt)

@@ -159,11 +159,12 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
         say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
         return PointOutcome(plan, PointResult.from_logged(shape, found.metrics, resumed=True))
+    loaded = point_prompts(plan)  # what loading refuses, before the point's run exists
     if not plan.cfg.tracking.enabled:
-        return PointOutcome(plan, decode_point(plan, shape, NoopTracker()))
+        return PointOutcome(plan, decode_point(plan, shape, NoopTracker(), loaded))
     tracked_run = start_point_run(plan, point, shape)
     with tracked(tracked_run):
-        result = decode_point(plan, shape, tracked_run)
+        result = decode_point(plan, shape, tracked_run, loaded)
     say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
     return PointOutcome(plan, result)
 
@@ -248,20 +249,35 @@ class Measured:
     conditions: str  # the processes and threads each figure was measured in (`measured_under`)
 
 
-def prepare(plan: RunPlan) -> Prepared:
-    """Load and encode the prompts, and start the point's loop where the plan puts it."""
+@dataclass(frozen=True)
+class PointPrompts:
+    """A point's prompts, encoded with the target's tokenizer and checked against its context."""
+
+    prompts: list[Prompt]
+    tokenizer: PreTrainedTokenizerBase
+    encoded: list[list[int]]  # [prompt][token]
+
+
+def point_prompts(plan: RunPlan) -> PointPrompts:
+    """Load and encode the prompts; ConfigError for what only loading tells (a Hugging Face dataset's
+    size, a prompt too long for the target's context), before the point's run exists."""
     cfg = plan.cfg
     prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
     if cfg.dataset.num_prompts is not None and len(prompts) < cfg.dataset.num_prompts:  # a dataset counted on load
         raise ConfigError.listing([too_many_prompts(cfg.dataset, len(prompts))])
-    target_spec, draft_spec = model_specs(plan)
-    tokenizer = AutoTokenizer.from_pretrained(target_spec.path)
+    tokenizer = AutoTokenizer.from_pretrained(str(plan.target_dir))
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     if errors := prompt_length_errors(cfg, plan.target_dir, {p.id: len(e) for p, e in zip(prompts, encoded)}):
         raise ConfigError.listing(errors)
-    work = point_work(cfg, encoded, settings_of(plan, tokenizer.eos_token_id))
+    return PointPrompts(prompts, tokenizer, encoded)
+
+
+def prepare(plan: RunPlan, loaded: PointPrompts) -> Prepared:
+    """Start the point's loop where the plan puts it, with its work cut into units."""
+    target_spec, draft_spec = model_specs(plan)
+    work = point_work(plan.cfg, loaded.encoded, settings_of(plan, loaded.tokenizer.eos_token_id))
     loop = start_loop(plan.loop, target_spec, draft_spec, work, plan.placement)
-    return Prepared(prompts, tokenizer, loop, len(work.units))
+    return Prepared(loaded.prompts, loaded.tokenizer, loop, len(work.units))
 
 
 def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, decoders: Decoders) -> Measured:
@@ -384,10 +400,10 @@ def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
     return len(finished)
 
 
-def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker) -> PointResult:
-    """Prepare, measure, summarise and log one point. A cluster failure (`ClusterError`) keeps what the
-    point finished, logged, and is raised again, saying so."""
-    point = prepare(plan)
+def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: PointPrompts | None = None) -> PointResult:
+    """Prepare, measure, summarise and log one point (its prompts `loaded` already, or loaded here). A
+    cluster failure (`ClusterError`) keeps what the point finished, logged, and is raised again, saying so."""
+    point = prepare(plan, loaded or point_prompts(plan))
     decoders = Decoders(point.loop, loop_groups(point.loop))
     try:
         measured = measure(plan, shape, point, tracker, decoders)

@@ -29,6 +29,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
+from speculab.config.overrides import composition_problem
 from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
@@ -111,8 +112,14 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     varied = {key for key in {o.split("=", 1)[0] for job in points for o in job} if len(values(points, key)) > 1}
     plans, errors = [], []
     for number, overrides in enumerate(points, start=1):
-        job = loader.load_sweep_config(config, overrides)
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in varied)
+        try:
+            job = loader.load_sweep_config(config, overrides)
+        except Exception as err:  # Hydra's: an unknown group option, a value of the wrong type
+            if (line := composition_problem(err, overrides)) is None:
+                raise
+            errors.append(f"point {number} of {len(points)} ({label}): {line}")
+            continue
         try:
             if unknown := unknown_keys(job):
                 raise ConfigError.listing(unknown)

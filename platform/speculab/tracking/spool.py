@@ -33,6 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from speculab.tracking.orphans import OWNER_TAG, close_orphans, owner
 from speculab.tracking.store import retrying_busy, store_client
 
 SPOOL_TAG = "speculab.spool_id"
@@ -122,10 +123,11 @@ def find_spooled_run(client: MlflowClient, experiment: str, spool_id: str) -> st
 
 def create_run(client: MlflowClient, start: dict[str, Any], parent_run_id: str | None) -> tuple[str, str]:
     """(experiment id, run id) of a new RUNNING run for a spool's start record."""
-    tags = {**start["tags"], SPOOL_TAG: start["spool_id"]}
+    tags = {**start["tags"], SPOOL_TAG: start["spool_id"], **({OWNER_TAG: start["owner"]} if "owner" in start else {})}
     if parent_run_id:
         tags[PARENT_TAG] = parent_run_id
     experiment = experiment_id(client, start["experiment"], start.get("experiment_tags", {}))
+    close_orphans(client, start["uri"], experiment)  # what a killed process left RUNNING, before this run
     run = client.create_run(experiment, start["time_ms"], tags, start["name"])
     return run.info.experiment_id, run.info.run_id
 
@@ -214,6 +216,7 @@ class SpooledRun:
             "time_ms": now_ms(),
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "owner": owner(),
         }
         OPEN_RUNS.add(self)  # until `end`, so an interrupt even during creation closes it (`close_open_runs`)
         self._append(start)

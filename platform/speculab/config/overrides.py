@@ -1,0 +1,60 @@
+"""Hydra's own refusals of a command line, in speculab's one format: a line per problem naming the field
+and what it allows (Hydra prints a block, some of them ending in a traceback, and exits 1).
+
+`override_problems` checks the overrides' grammar and, outside `-m`, that none sweeps; `composition_problem`
+turns what Hydra raises while composing (an unknown group option, a value of the wrong type, a group
+override without its `+`) into one line.
+"""
+
+from __future__ import annotations
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf.errors import ValidationError
+
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+# OmegaConf's name for a field's type ("could not be converted to Integer") -> what the field takes
+TYPES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
+
+
+def override_problems(overrides: list[str], multirun: bool) -> list[str]:
+    """A line per override Hydra's grammar refuses, and outside `-m` per override that lists values
+    to sweep over (Hydra calls it ambiguous)."""
+    parser = OverridesParser.create()
+    problems = []
+    for override in overrides:
+        try:
+            (parsed,) = parser.parse_overrides([override])
+        except OverrideParseException as err:
+            problems.append(f"{override}: not an override Hydra can read ({first_line(err)}; {GRAMMAR})")
+            continue
+        if parsed.is_sweep_override() and not multirun:
+            problems.append(
+                f"{override}: several values sweep only with -m (speculab -m {override}); one list value is "
+                f"written {parsed.key_or_group}=[a,b]"
+            )
+    return problems
+
+
+def composition_problem(err: Exception, overrides: list[str]) -> str | None:
+    """One line for what Hydra raised composing `overrides`; None for an error that is not Hydra's."""
+    cause = err.__cause__
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:
+        group, _, option = err.missing_cfg_file.rpartition("/")
+        return f"{group}={option}: no such {group}; allowed: {', '.join(sorted(err.options))}"
+    if isinstance(err, ConfigCompositionException) and isinstance(cause, ValidationError) and cause.full_key:
+        key = str(cause.full_key)
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "?")
+        wanted = next((words for name, words in TYPES.items() if f"converted to {name}" in str(cause)), None)
+        return f"{key}={value}: must be {wanted}" if wanted else f"{key}={value}: {first_line(cause)}"
+    if isinstance(err, ConfigCompositionException) and str(err).startswith("Could not override '"):
+        group = str(err).split("'")[1]
+        given = next((o for o in overrides if o.split("=", 1)[0] == group), group)
+        return f"{given}: {group} is not in the defaults; add it with a plus: +{given}"
+    if isinstance(err, (ConfigCompositionException, OverrideParseException)):
+        return " ".join(str(err).split("\n\n")[0].split())
+    return None
+
+
+def first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
