@@ -135,3 +135,22 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
         "point 2 of 2 (algorithm=foo): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, greedy_block, "
         "nss, specinfer, spectr, spectr_gbv, token, traversal"
     ]
+
+
+def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_makes_it(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from speculab import cli
+
+    monkeypatch.chdir(tmp_path)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path and real(path, mode))
+    with pytest.raises(SystemExit) as ended:
+        cli.precheck(["runtime=inline", f"tracking.uri=sqlite:///{tmp_path.parent / 'elsewhere.db'}"])
+    assert ended.value.code == 2
+    line = capsys.readouterr().err.splitlines()[1].strip()
+    assert line.startswith("hydra.run.dir=outputs/") and line.endswith(
+        f"{tmp_path} is not writable by this user; run where you can write, or set hydra.run.dir"
+    )

@@ -399,6 +399,7 @@ BAD_SETTINGS: list[tuple[list[str], str, str]] = [
     (["tracking.uri=file:{tmp}/file/mlruns"], "file:x", "{tmp}/file is a file, so the store"),
     (["tracking.uri=sqlite:///{tmp}/file/mlflow.db"], "file:x", "{tmp}/file is a file, so the store"),
     (["tracking.uri=sqlite:///{tmp}/dir.db"], "dir.db/x:", "{tmp}/dir.db is a directory, not a SQLite database"),
+    (["tracking.uri=postgresql://u@127.0.0.1/db"], "", "its database driver is not installed (no module 'psycopg')"),
     (["cluster.actor_cpus=4", "cluster.num_cpus=2"], "", "the local Ray cluster has 2 CPUs"),
     (["cluster.address=ray://127.0.0.1:1"], "", "nothing answers at 127.0.0.1:1"),
     (["cluster.address=127.0.0.1:1"], "", "cluster.address='127.0.0.1:1': nothing answers at 127.0.0.1:1"),
@@ -433,6 +434,34 @@ def test_every_class_of_bad_setting_is_refused_naming_it(
         validate(load([o.format(tmp=tmp_path) for o in overrides]))
     assert message.format(tmp=tmp_path) in str(err.value)
     assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize(
+    ("override", "locked", "message"),
+    [
+        (
+            "tracking.uri=sqlite:///{tmp}/ro/mlflow.db",
+            "ro/mlflow.db",
+            "{tmp}/ro/mlflow.db is not writable by this user",
+        ),
+        ("tracking.uri=sqlite:///{tmp}/ro/mlflow.db", "ro", "{tmp}/ro is not writable (SQLite writes a journal"),
+        ("tracking.uri=sqlite:///{tmp}/ro/new/mlflow.db", "ro", "{tmp}/ro is not writable by this user, so the store"),
+        ("tracking.spool_dir={tmp}/ro/spool", "ro", "tracking.spool_dir='{tmp}/ro/spool': {tmp}/ro is not writable"),
+    ],
+)
+def test_a_store_or_spool_this_user_cannot_write_is_refused_naming_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, override: str, locked: str, message: str
+) -> None:
+    """Read-only files and directories (os.access: as root, chmod alone would not refuse the write)."""
+    import os
+
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "mlflow.db").write_bytes(b"")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != tmp_path / locked and real(path, mode))
+    with pytest.raises(ConfigError) as err:
+        validate(load([override.format(tmp=tmp_path), "runtime=inline"]))
+    assert message.format(tmp=tmp_path) in str(err.value)
 
 
 # Issue 51: values that passed validation and then crashed mid-run (or decoded fewer prompts than the run

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 import traceback
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, cast
 
@@ -108,6 +109,7 @@ def precheck(args: list[str]) -> None:
 
     from speculab.config import resolve
     from speculab.config.overrides import composition_problem, override_problems
+    from speculab.config.tracking import not_writable
     from speculab.tracking.callbacks import PLANS, job_config
 
     multirun = args[:1] == ["--multirun"]
@@ -118,13 +120,23 @@ def precheck(args: list[str]) -> None:
     fixed = [text for text, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=fixed)
+            composed = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+            key, directory = (
+                ("hydra.sweep.dir", composed.hydra.sweep.dir) if multirun else ("hydra.run.dir", composed.hydra.run.dir)
+            )
     except Exception as err:
         if (line := composition_problem(err, fixed)) is None:
             raise
         refuse(ConfigError.listing([line]))
+    if (locked := not_writable(Path(directory).absolute())) is not None:
+        refuse(
+            ConfigError.listing(
+                [f"{key}={directory}: {locked} is not writable by this user; run where you can write, or set {key}"]
+            )
+        )
     if multirun:
         return
+    cfg = OmegaConf.masked_copy(composed, [str(k) for k in composed if k != "hydra"])
     if unknown := unknown_keys(cfg):
         refuse(ConfigError.listing(unknown))
     try:

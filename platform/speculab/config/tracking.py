@@ -1,9 +1,10 @@
 """`tracking.*`: the MLflow store a run logs to, its URI (a SQLite file in the working directory by
-default) and the checks of its keys (a known store scheme, an experiment name, local paths that can be
-created, a UI port)."""
+default) and the checks of its keys (a known store scheme with its database driver installed, an
+experiment name, local paths this user can create and write, a UI port)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -14,6 +15,16 @@ from speculab.config.errors import within
 # a driver after "+" (postgresql+psycopg2).
 TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 UI_PORT_RANGE = (1, 65535)
+DATABASES = ("postgresql", "mysql", "mssql")  # SQLAlchemy stores, each needing a driver package
+# the pip package of each database driver module SQLAlchemy imports for a store's URI
+DRIVER_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "psycopg2": "psycopg2-binary",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
 
 
 @dataclass
@@ -39,6 +50,33 @@ def _blocking_file(path: Path) -> Path | None:
     return None
 
 
+def not_writable(path: Path) -> Path | None:
+    """Where writing ``path`` (a file or a directory, created where missing) would be refused: the path
+    when it exists and this user cannot write it, else its nearest existing ancestor when nothing can
+    be created in it; None when it can be written."""
+    if path.exists():
+        return None if os.access(path, os.W_OK) else path
+    for parent in path.parents:
+        if parent.exists():
+            return None if os.access(parent, os.W_OK | os.X_OK) else parent
+    return None
+
+
+def driver_error(uri: str) -> str | None:
+    """A database store whose driver SQLAlchemy cannot import: which package to install."""
+    from sqlalchemy.engine import make_url
+
+    if urlparse(uri).scheme.split("+")[0] not in DATABASES:
+        return None
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except ImportError as err:
+        package = DRIVER_PACKAGES.get(err.name or "", err.name or "its driver")
+        missing = f"its database driver is not installed (no module {err.name!r})"
+        return f"tracking.uri={uri!r}: {missing}: pip install {package}"
+    return None
+
+
 def store_path(uri: str) -> Path | None:
     """The local path a SQLite or file store URI writes to (None: a remote or in-memory store)."""
     scheme = urlparse(uri).scheme
@@ -60,21 +98,30 @@ def tracking_errors(t: TrackingConfig) -> list[str]:
         return errors
     if not t.experiment.strip():
         errors.append(f"tracking.experiment={t.experiment!r}: must name an MLflow experiment")
-    if t.uri is not None:
-        scheme = urlparse(t.uri).scheme.split("+")[0]
-        if scheme and scheme not in TRACKING_SCHEMES:
-            errors.append(
-                f"tracking.uri={t.uri!r}: unknown store scheme {scheme!r}; must be one of "
-                f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"
-            )
-        elif (store := store_path(t.uri)) is not None and (blocker := _blocking_file(store)) is not None:
-            errors.append(f"tracking.uri={t.uri!r}: {blocker} is a file, so the store {store} cannot be created")
-        elif store is not None and scheme == "sqlite" and store.is_dir():
-            errors.append(f"tracking.uri={t.uri!r}: {store} is a directory, not a SQLite database file")
+    uri = tracking_uri(t)
+    scheme = urlparse(uri).scheme.split("+")[0]
+    store = store_path(uri)
+    if scheme and scheme not in TRACKING_SCHEMES:
+        errors.append(
+            f"tracking.uri={uri!r}: unknown store scheme {scheme!r}; must be one of "
+            f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"
+        )
+    elif store is not None and (blocker := _blocking_file(store)) is not None:
+        errors.append(f"tracking.uri={uri!r}: {blocker} is a file, so the store {store} cannot be created")
+    elif store is not None and scheme == "sqlite" and store.is_dir():
+        errors.append(f"tracking.uri={uri!r}: {store} is a directory, not a SQLite database file")
+    elif store is not None and (locked := not_writable(store)) is not None:
+        errors.append(f"tracking.uri={uri!r}: {locked} is not writable by this user, so the store cannot be written")
+    elif store is not None and scheme == "sqlite" and store.exists() and not_writable(store.parent) is not None:
+        errors.append(f"tracking.uri={uri!r}: {store.parent} is not writable (SQLite writes a journal beside it)")
+    elif (driver := driver_error(uri)) is not None:
+        errors.append(driver)
     if t.spool_dir is not None:
         spool = Path(t.spool_dir)
         if spool.exists() and not spool.is_dir():
             errors.append(f"tracking.spool_dir={t.spool_dir!r}: a file, not a directory")
         elif (blocker := _blocking_file(spool)) is not None:
             errors.append(f"tracking.spool_dir={t.spool_dir!r}: {blocker} is a file, so the spool cannot be created")
+        elif (locked := not_writable(spool)) is not None:
+            errors.append(f"tracking.spool_dir={t.spool_dir!r}: {locked} is not writable by this user")
     return errors
