@@ -3,9 +3,9 @@ its nodes were lost, and why a pinned request is refused (`speculab.runtime.node
 
 from __future__ import annotations
 
-from speculab.runtime.nodes import Node, demand, fits, lost, unoffered, unplaceable
+from speculab.runtime.nodes import Node, demand, fits, lost, readable, unoffered, unplaceable
 
-HEAD = Node("h", "10.0.0.1", True, {"CPU": 2.0, "memory": 1e9, "node:10.0.0.1": 1.0})
+HEAD = Node("h0123456789", "10.0.0.1", True, {"CPU": 2.0, "memory": 2**31, "node:10.0.0.1": 1.0})
 B = Node("b", "10.0.0.2", False, {"CPU": 4.0, "GPU": 1.0, "node_b": 1.0})
 
 
@@ -18,13 +18,30 @@ def test_a_strict_pack_group_asks_one_node_for_its_bundles_summed() -> None:
 def test_a_group_only_a_dead_node_could_hold_is_unplaceable_and_the_node_named_lost() -> None:
     assert unplaceable([{"CPU": 1.0, "node_b": 1.0}], [HEAD, B])
     assert not unplaceable([{"CPU": 1.0}], [HEAD, B])
-    assert lost(["b", "h", "b"], [HEAD, B]) == [B]
+    assert lost(["b", "h0123456789", "b"], [HEAD, B]) == [B]
+
+
+def test_resources_read_as_a_person_reads_them() -> None:
+    """What `ray.available_resources()` returns, without Ray's own entries or bytes: the waiting lines."""
+    free = {
+        "node:__internal_head__": 0.999,
+        "node:10.0.0.1": 1.0,
+        "CPU_group_0_a1b2": 1.0,
+        "bundle_group_a1b2": 999.999,
+        "memory": 13958643712.0,
+        "object_store_memory": 2e9,
+        "node_b": 1.0,
+        "CPU": 1.5,
+        "GPU": 0.9999999,
+    }
+    assert readable(free) == "CPU 1.5, GPU 1, node_b 1, memory 13.0 GiB"
+    assert readable({}) == "nothing"
 
 
 def test_a_pin_no_alive_node_offers_is_refused_naming_the_field_and_the_nodes() -> None:
     why = unoffered("cluster.target_resources", {"node_b": 1.0}, [HEAD, B])
     assert why is not None and why.startswith("cluster.target_resources={'node_b': 1.0}: no alive node")
-    assert why.endswith("alive nodes offer: 10.0.0.1 {'CPU': 2.0}")  # implicit resources left out
+    assert why.endswith("alive nodes offer: 10.0.0.1 (node h0123456): CPU 2, memory 2.0 GiB")  # Ray's own left out
     assert unoffered("cluster.target_resources", {}, [HEAD]) is None
 
 

@@ -29,7 +29,16 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from speculab.config.cluster import Placement
 from speculab.models import LMSpec
 from speculab.runtime.loop_host import LoopSpec
-from speculab.runtime.nodes import Bundle, alive_nodes_text, bundle_nodes, cluster_nodes, demand, lost, unplaceable
+from speculab.runtime.nodes import (
+    Bundle,
+    alive_nodes_text,
+    bundle_nodes,
+    cluster_nodes,
+    demand,
+    lost,
+    readable,
+    unplaceable,
+)
 from speculab.runtime.placement import EMBEDDED, ClusterError
 from speculab.runtime.ray_actors import ModelHost
 
@@ -155,43 +164,48 @@ class ActorGroup:
         else waited for up to `runtime.placement_timeout_s`, saying so every few seconds."""
         # Ray's placement group table does not record namespaces: the name carries it, for cleanup.
         name = f"{ray.get_runtime_context().namespace}:{self.name}"
-        lost_nodes = lost(self.nodes, nodes := cluster_nodes())
-        if unplaceable(self.bundles, nodes):
-            raise ClusterError(self._unplaced("no alive node can hold", lost_nodes, nodes))
+        if unplaceable(self.bundles, nodes := cluster_nodes()):
+            raise ClusterError(self._unplaced("no alive node can hold", lost(self.nodes, nodes), nodes))
         try:
             pg = get_placement_group(name)
         except ValueError:
             pg = placement_group(self.bundles, strategy="STRICT_PACK", name=name)
-        if not self._wait_placed(pg):
+        if (why := self._wait_placed(pg)) is not None:
             remove_placement_group(pg)
-            waited = f"not placed within runtime.placement_timeout_s={self.placement.placement_timeout_s:g} s:"
-            raise ClusterError(self._unplaced(waited, lost_nodes, cluster_nodes()))
+            raise ClusterError(why)
         self.nodes = bundle_nodes(pg)
         return pg
 
-    def _wait_placed(self, pg: Any) -> bool:
-        start = time.monotonic()
+    def _wait_placed(self, pg: Any) -> str | None:
+        """None once `pg` is placed; else why not: no alive node can hold it any more (checked every
+        second, so a lost node is named as soon as Ray marks it dead), or the timeout passed."""
+        start = reported = time.monotonic()
         deadline = start + self.placement.placement_timeout_s
         while (left := deadline - time.monotonic()) > 0:
             try:
-                ray.get(pg.ready(), timeout=min(WAIT_REPORT_S, left))
-                return True
+                ray.get(pg.ready(), timeout=min(1.0, left))
+                return None
             except ray.exceptions.GetTimeoutError:
-                log.warning(
-                    "%s group: waiting for %s (one node) to be placed: %.0f s of %g s; free now: %s",
-                    self.role,
-                    demand(self.bundles),
-                    time.monotonic() - start,
-                    self.placement.placement_timeout_s,
-                    ray.available_resources(),
-                )
-        return False
+                if unplaceable(self.bundles, nodes := cluster_nodes()):
+                    return self._unplaced("no alive node can hold", lost(self.nodes, nodes), nodes)
+                if time.monotonic() - reported >= WAIT_REPORT_S:
+                    reported = time.monotonic()
+                    log.warning(
+                        "%s group: waiting for %s (one node) to be placed: %.0f s of %g s; free now: %s",
+                        self.role,
+                        readable(demand(self.bundles)),
+                        reported - start,
+                        self.placement.placement_timeout_s,
+                        readable(ray.available_resources()),
+                    )
+        waited = f"not placed within runtime.placement_timeout_s={self.placement.placement_timeout_s:g} s:"
+        return self._unplaced(waited, lost(self.nodes, nodes := cluster_nodes()), nodes)
 
     def _unplaced(self, why: str, lost_nodes: list[Any], nodes: list[Any]) -> str:
-        were = f"node {', '.join(n.address for n in lost_nodes)} was lost; " if lost_nodes else ""
+        were = f"node {', '.join(n.name for n in lost_nodes)} was lost; " if lost_nodes else ""
         return (
-            f"{self.role} group: {were}{why} its {len(self.bundles)} bundle(s), {demand(self.bundles)} on one "
-            f"node (STRICT_PACK); alive nodes offer: {alive_nodes_text(nodes)}"
+            f"{self.role} group: {were}{why} its {len(self.bundles)} bundle(s), {readable(demand(self.bundles))} "
+            f"on one node (STRICT_PACK); alive nodes offer: {alive_nodes_text(nodes)}"
         )
 
     def _member(self, rank: int) -> Any:

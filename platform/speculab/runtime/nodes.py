@@ -13,8 +13,21 @@ from typing import Any
 import ray
 
 Bundle = dict[str, float]
-# Resources Ray gives every node by itself: not worth listing when a message says what nodes offer.
-IMPLICIT = ("memory", "object_store_memory")
+GIB = 2**30
+FIRST = ("CPU", "GPU")  # listed before a node's custom resources; its memory last
+
+
+def readable(resources: dict[str, float]) -> str:
+    """Resources as a person reads them: CPU, GPU and custom resources with their amounts, then memory in
+    GiB; Ray's own entries (each node's `node:<ip>`, placement groups' `..._group_...`, the object
+    store) left out."""
+    shown = {k: v for k, v in resources.items() if not (k.startswith("node:") or "_group_" in k)}
+    shown.pop("object_store_memory", None)
+    memory = shown.pop("memory", None)
+    keys = [k for k in FIRST if k in shown] + sorted(k for k in shown if k not in FIRST)
+    parts = [f"{key} {round(shown[key], 3):g}" for key in keys]
+    parts += [f"memory {memory / GIB:.1f} GiB"] if memory is not None else []
+    return ", ".join(parts) or "nothing"
 
 
 @dataclass(frozen=True)
@@ -24,9 +37,13 @@ class Node:
     alive: bool
     resources: dict[str, float]  # totals, as the node was started with
 
+    @property
+    def name(self) -> str:
+        """The node's address and id (two nodes of one host share the address)."""
+        return f"{self.address} (node {self.node_id[:8]})"
+
     def describe(self) -> str:
-        offered = {k: v for k, v in self.resources.items() if k not in IMPLICIT and not k.startswith("node:")}
-        return f"{self.address} {offered}"
+        return f"{self.name}: {readable(self.resources)}"
 
 
 def cluster_nodes() -> list[Node]:
