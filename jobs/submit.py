@@ -28,22 +28,37 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
-
-from ray.exceptions import AuthenticationError
-from ray.job_submission import JobStatus, JobSubmissionClient
 
 from speculab.cli_args import multirun_first
 from speculab.config import TrackingConfig
 from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
 from speculab.tracking.ui import job_links
+
+
+def token_mode(environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """RAY_AUTH_MODE=token where the user left the mode unset and Ray keeps a token (RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, where `ray get-auth-token --generate` writes it): a head
+    started with that file takes token mode by itself, but Ray's clients send the token only in token
+    mode. Ray reads the mode when it is imported, hence before the imports below."""
+    kept = (
+        environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH") or (home / ".ray" / "auth_token").exists()
+    )
+    return {"RAY_AUTH_MODE": "token"} if "RAY_AUTH_MODE" not in environ and kept else {}
+
+
+os.environ.update(token_mode(os.environ, Path.home()))
+
+from ray.exceptions import AuthenticationError  # noqa: E402 (after the auth mode is set)
+from ray.job_submission import JobStatus, JobSubmissionClient  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # gitignore-style patterns left out of the upload (Ray caps a working dir at 500 MiB).
@@ -65,9 +80,10 @@ EXCLUDES = [
 ]
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 AUTH_HELP = (
-    "A head started with token authentication (RAY_AUTH_MODE=token; the default for local heads from Ray 2.59) "
-    "needs its token here: run `ray get-auth-token` on the head, then submit with "
-    "`RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> python jobs/submit.py ...` (or RAY_AUTH_TOKEN_PATH=<file>)."
+    "A head started with token authentication (RAY_AUTH_MODE=token, or a token in ~/.ray/auth_token) needs "
+    "its token here: on the head's machine, as its user, this script finds ~/.ray/auth_token itself; "
+    "elsewhere run `ray get-auth-token` on the head, then submit with "
+    "`RAY_AUTH_TOKEN=<token> python jobs/submit.py ...` (or RAY_AUTH_TOKEN_PATH=<file>)."
 )
 # How to start a head on this machine without meeting another Ray's ports (docs/runtime.md#job-submission).
 START_HEAD = "docs/runtime.md#job-submission (`ray start --head --block --dashboard-port=PORT ...`, every port its own)"

@@ -230,3 +230,32 @@ def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_r
         ],
     )
     assert refused.returncode == 2 and "ray get-auth-token" in refused.stderr and "Traceback" not in refused.stderr
+    # The token where `ray get-auth-token --generate` keeps it, nothing in the environment: jobs/submit.py
+    # turns Ray's token mode on for its client and is let in; a user without the file is refused.
+    lists = (
+        "import runpy, sys; runpy.run_path(sys.argv[1]); "
+        "import ray.job_submission as j; j.JobSubmissionClient(sys.argv[2]).list_jobs()"
+    )
+    for home, let_in in ((tempfile.mkdtemp(), True), (tempfile.mkdtemp(), False)):
+        if let_in:
+            (Path(home) / ".ray").mkdir()
+            (Path(home) / ".ray" / "auth_token").write_text(HEAD_TOKEN)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": home, "PYTHONPATH": ""}
+        done = subprocess.run(
+            [sys.executable, "-c", lists, str(REPO / "jobs" / "submit.py"), token_ray_head],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert (done.returncode == 0) == let_in, done.stderr[-2000:]
+
+
+def test_submit_sends_the_token_ray_keeps_and_leaves_a_chosen_mode() -> None:
+    home = Path(tempfile.mkdtemp())
+    assert submit.token_mode({}, home) == {}  # no token anywhere: Ray's default (no auth) stands
+    assert submit.token_mode({"RAY_AUTH_TOKEN": "t"}, home) == {"RAY_AUTH_MODE": "token"}
+    (home / ".ray").mkdir()
+    (home / ".ray" / "auth_token").write_text("t")
+    assert submit.token_mode({}, home) == {"RAY_AUTH_MODE": "token"}
+    assert submit.token_mode({"RAY_AUTH_MODE": "disabled"}, home) == {}
