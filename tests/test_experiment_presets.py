@@ -81,7 +81,13 @@ def test_a_command_line_value_replaces_the_preset_grid() -> None:
     assert load(["+experiment=gbv_table1", "algorithm.K=3"]).algorithm.K == 3
 
 
-TINY = ["runtime=inline", "dataset.num_prompts=1", "sampling.max_new_tokens=4", "baseline_hf=false"]
+TINY = [
+    "runtime=inline",
+    "dataset.num_prompts=1",
+    "sampling.max_new_tokens=4",
+    "baseline_hf=false",
+    "measure.repeats=1",
+]
 
 
 @pytest.mark.slow

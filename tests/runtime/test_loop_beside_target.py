@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 
 import pytest
 from transformers import AutoTokenizer
@@ -25,6 +23,7 @@ from speculab.runtime.groups import GroupPool, group_name, loop_bundles
 from speculab.runtime.loop_host import LoopSpec
 from speculab.runtime.proxy import GroupProxy
 from support.configs import load
+from support.faults import kill_when_in_flight
 from support.models import TINY_PAIR
 
 TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
@@ -131,17 +130,13 @@ def test_two_points_on_one_group_each_decode_their_own(beside) -> None:
 
 @pytest.mark.slow
 def test_a_killed_loop_actor_is_recreated_and_the_unit_decoded_again_unchanged(beside, caplog) -> None:
-    import ray
 
     loop = start_loop("target", TARGET, DRAFT, plan())
     clean = tokens(loop, "speculative", 2)
     victim = loop.group.members[0]
-    killer = threading.Timer(0.2, lambda: ray.kill(victim))  # while the unit decodes (or just before)
+    killed = kill_when_in_flight(loop, victim)  # the first unit's call, once submitted
     with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
-        killer.start()
-        time.sleep(0.1)
         again = tokens(loop, "speculative", 2)
-        killer.join()
-    assert again == clean
+    assert killed and again == clean
     assert loop.stats.restarts == 1 and "loop group" in caplog.text and "lost an actor" in caplog.text
     assert loop.group.members[0] != victim

@@ -9,8 +9,6 @@ ranks, and a killed peer or rank 0 costs the redo of its unit, with the same tok
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import replace
 
 import pytest
@@ -28,6 +26,7 @@ from speculab.runtime.groups import GroupPool
 from speculab.runtime.proxy import GroupProxy
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
+from support.faults import kill_when_in_flight
 from support.models import TINY_PAIR
 
 TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
@@ -118,19 +117,15 @@ def test_a_point_at_tp_2_makes_no_ray_call_a_round(tp_loop: GroupProxy, module_r
 @pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 0])
 def test_a_killed_rank_costs_its_unit_and_the_tokens_stay(tp_loop: GroupProxy, rank: int, caplog) -> None:
-    import ray
 
     loop = start_loop("target", TP2, DRAFT, plan(1.0))
     clean = tokens(loop, "speculative")
     victim = loop.group.members[rank]
     restarts = loop.stats.restarts
-    killer = threading.Timer(0.3, lambda: ray.kill(victim))  # while the first unit decodes
+    killed = kill_when_in_flight(loop, victim)  # the first unit's call, once submitted
     with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
-        killer.start()
-        time.sleep(0.1)
         again = tokens(loop, "speculative")
-        killer.join()
-    assert again == clean
+    assert killed and again == clean
     assert loop.stats.restarts == restarts + 1 and "loop group" in caplog.text and "lost an actor" in caplog.text
     assert victim not in loop.group.members
 
