@@ -154,3 +154,22 @@ def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_make
     assert line.startswith("hydra.run.dir=outputs/") and line.endswith(
         f"{tmp_path} is not writable by this user; run where you can write, or set hydra.run.dir"
     )
+
+
+def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch, capsys) -> None:
+    """A single run has a plan from `precheck`; what loading refuses (a prompt too long) still ends it
+    with exit 2 and the refusal, not as a failed sweep point."""
+    from speculab import cli
+    from speculab.config import resolve
+    from speculab.tracking.callbacks import PLANS
+
+    def too_long(cfg, plan=None):
+        raise ConfigError.listing(["dataset: prompt 'long/1' has 4401 tokens"])
+
+    cfg = compose_config(["runtime=inline", "tracking=none"])
+    monkeypatch.setitem(PLANS, (), resolve(load(["runtime=inline", "tracking=none"])))  # no overrides: key ()
+    monkeypatch.setattr("speculab.experiment.run", too_long)
+    with pytest.raises(SystemExit) as ended:
+        cli.hydra_main.__wrapped__(cfg)
+    assert ended.value.code == 2 and cli.FAILED_POINTS == []
+    assert "dataset: prompt 'long/1' has 4401 tokens" in capsys.readouterr().err

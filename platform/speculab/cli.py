@@ -60,25 +60,26 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
         refuse(ConfigError.listing(unknown))
     sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    # resolved as the sweep started, or by `precheck` before Hydra made the run's directory
-    plan = planned(overrides) if sweeping else PLANS.get(tuple(overrides))
+    # a sweep point's plan, resolved as the sweep started; one run's, by `precheck` before Hydra made its directory
+    point = planned(overrides) if sweeping else None
     try:
+        plan = point or PLANS.get(tuple(overrides))
         outcome = run(cast(Config, OmegaConf.to_object(cfg)), plan)  # a structured config converts to its dataclass
     except ConfigError as err:
-        if plan is None:
+        if point is None:
             refuse(err)
-        return point_failed(plan, err)  # what only loading could tell (a Hugging Face dataset's size)
+        return point_failed(point, err)  # what only loading could tell (a Hugging Face dataset's size)
     except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
-        if plan is not None:
-            return point_failed(plan, err)
+        if point is not None:
+            return point_failed(point, err)
         print(f"speculab: point failed: {err}", file=sys.stderr)
         close_open_runs("FAILED")
         raise SystemExit(1) from None
     except Exception as err:
-        if plan is None:
+        if point is None:  # one run ends here, FAILED, with Python's traceback
             raise
         traceback.print_exc()  # an error speculab did not foresee: its place in the code
-        return point_failed(plan, err)
+        return point_failed(point, err)
     raise_if_interrupted()  # this point is recorded; the sweep stops before the next
     return outcome
 

@@ -28,7 +28,8 @@ def dead_pid() -> int:
 
 def test_a_process_is_told_from_a_later_one_with_its_id() -> None:
     host = socket.gethostname()
-    assert not orphans.dead_owner(owner(), host)
+    me = os.getpid()
+    assert not orphans.dead_owner(owner(host, me, process_start(me)), host)
     assert orphans.dead_owner(f"{host} {dead_pid()} 1", host)
     assert orphans.dead_owner(f"{host} {os.getpid()} {int(process_start(os.getpid()) or 0) + 1}", host)  # id reused
     assert not orphans.dead_owner(f"other-host {dead_pid()} 1", host)  # cannot be checked from here
@@ -43,7 +44,8 @@ def test_the_next_command_ends_killed_what_a_killed_process_left_running(
     client = MlflowClient(uri)
     experiment = client.create_experiment("speculab")
     host, gone = socket.gethostname(), dead_pid()
-    owners = {"killed": f"{host} {gone} 1", "alive": owner(), "elsewhere": f"other-host {gone} 1"}
+    alive = owner(host, os.getpid(), process_start(os.getpid()))
+    owners = {"killed": f"{host} {gone} 1", "alive": alive, "elsewhere": f"other-host {gone} 1"}
     for name, tag in owners.items():
         client.create_run(experiment, tags={OWNER_TAG: tag}, run_name=name)
     SpooledRun(tmp_path / "spool", uri, "speculab", "next command", {}).end("FINISHED")

@@ -41,13 +41,16 @@ def tracking_uri(cfg: TrackingConfig) -> str:
     return cfg.uri or f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
 
 
+def _nearest_existing(path: Path) -> Path | None:
+    """The nearest ancestor of ``path`` that exists: where creating ``path`` starts."""
+    return next((parent for parent in path.parents if parent.exists()), None)
+
+
 def _blocking_file(path: Path) -> Path | None:
     """The nearest existing ancestor of ``path`` when it is not a directory (nothing can be created
     under it); None when that ancestor is a directory."""
-    for parent in path.parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
+    parent = _nearest_existing(path)
+    return None if parent is None or parent.is_dir() else parent
 
 
 def not_writable(path: Path) -> Path | None:
@@ -56,10 +59,8 @@ def not_writable(path: Path) -> Path | None:
     be created in it; None when it can be written."""
     if path.exists():
         return None if os.access(path, os.W_OK) else path
-    for parent in path.parents:
-        if parent.exists():
-            return None if os.access(parent, os.W_OK | os.X_OK) else parent
-    return None
+    parent = _nearest_existing(path)
+    return None if parent is None or os.access(parent, os.W_OK | os.X_OK) else parent
 
 
 def driver_error(uri: str) -> str | None:

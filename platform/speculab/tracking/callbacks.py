@@ -64,7 +64,8 @@ FAILED_METRIC = "sweep/failed_points"  # a parent's count of the points that fai
 
 # This process's sweep points, resolved when the sweep starts, by their overrides: Hydra's serial launcher
 # calls each point's job with its composed config only, so this is how a job gets its plan (`planned`)
-# rather than resolving its config a second time. Filled by `on_multirun_start`, emptied at the end.
+# rather than resolving its config a second time. Filled by `on_multirun_start`, emptied at the end;
+# a single run's plan is left here by `speculab.cli.precheck`, which resolves it before Hydra starts.
 PLANS: dict[tuple[str, ...], RunPlan] = {}
 
 

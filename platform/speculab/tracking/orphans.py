@@ -10,7 +10,6 @@ and says so. A run owned on another host is left alone: its process cannot be ch
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from pathlib import Path
@@ -32,10 +31,9 @@ def process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # after the command name: field 3 onwards
 
 
-def owner() -> str:
-    """This process as a run's owner."""
-    pid = os.getpid()
-    return f"{socket.gethostname()} {pid} {process_start(pid) or '?'}"
+def owner(host: str, pid: int, start: str | None) -> str:
+    """A run's owner tag: the process `pid`, started at `start` (None: unknown), on `host`."""
+    return f"{host} {pid} {start or '?'}"
 
 
 def dead_owner(tag: str, host: str) -> bool:
@@ -53,11 +51,11 @@ def close_orphans(client: MlflowClient, uri: str, experiment_id: str) -> list[st
     experiment a process; their names, each said on stderr."""
     if (uri, experiment_id) in CHECKED:
         return []
-    CHECKED.add((uri, experiment_id))
     host = socket.gethostname()
     running = client.search_runs(
         [experiment_id], f"attributes.status = 'RUNNING' and tags.`{OWNER_TAG}` LIKE '{host} %'"
     )
+    CHECKED.add((uri, experiment_id))  # after the search: a store busy now is looked at again on the retry
     closed = []
     for run in running:
         if not dead_owner(run.data.tags.get(OWNER_TAG, ""), host):

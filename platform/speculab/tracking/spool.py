@@ -33,7 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from speculab.tracking.orphans import OWNER_TAG, close_orphans, owner
+from speculab.tracking.orphans import OWNER_TAG, close_orphans, owner, process_start
 from speculab.tracking.store import retrying_busy, store_client
 
 SPOOL_TAG = "speculab.spool_id"
@@ -123,7 +123,9 @@ def find_spooled_run(client: MlflowClient, experiment: str, spool_id: str) -> st
 
 def create_run(client: MlflowClient, start: dict[str, Any], parent_run_id: str | None) -> tuple[str, str]:
     """(experiment id, run id) of a new RUNNING run for a spool's start record."""
-    tags = {**start["tags"], SPOOL_TAG: start["spool_id"], **({OWNER_TAG: start["owner"]} if "owner" in start else {})}
+    tags = {**start["tags"], SPOOL_TAG: start["spool_id"]}
+    if "pid_start" in start:  # spools written before runs carried their owner have none
+        tags[OWNER_TAG] = owner(start["host"], start["pid"], start["pid_start"])
     if parent_run_id:
         tags[PARENT_TAG] = parent_run_id
     experiment = experiment_id(client, start["experiment"], start.get("experiment_tags", {}))
@@ -216,7 +218,7 @@ class SpooledRun:
             "time_ms": now_ms(),
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "owner": owner(),
+            "pid_start": process_start(os.getpid()),  # with host and pid, the run's owner (`tracking.orphans`)
         }
         OPEN_RUNS.add(self)  # until `end`, so an interrupt even during creation closes it (`close_open_runs`)
         self._append(start)
