@@ -184,11 +184,13 @@ DEMO_ROWS = {
     "inline, 2 threads": ["runtime=inline", "runtime.torch_threads=2"],
 }
 DEMO_KEYS = ("tokens_per_s", "speedup_vs_hf", *interval_names("speedup_vs_hf"))  # MLflow names
-# A TP = 2 target against one rank, with the loop in the driver, on rank 0 and inline (issue 39's table).
+# A TP = 2 target against one rank, with the loop in the driver, on rank 0 and inline (issue 39's table), and
+# with the draft whole on rank 0 against sharded over both ranks (issue 49).
 TP_COMMON = ["cluster.actor_cpus=0.5", "dataset.num_prompts=4", "sampling.max_new_tokens=32"]
 TP_ROWS = {
     "TP=2, loop in the driver": ["cluster.tp_size=2", "runtime.loop=driver", *TP_COMMON],
     "TP=2, loop on rank 0": ["cluster.tp_size=2", "runtime.loop=target", *TP_COMMON],
+    "TP=2, draft sharded with the target": ["cluster.tp_size=2", "cluster.draft_placement=sharded", *TP_COMMON],
     "TP=1, loop in the driver": ["runtime.loop=driver", *TP_COMMON],
     "TP=1, loop beside the target": ["runtime.loop=target", *TP_COMMON],
     "TP=1, inline": ["runtime=inline", *TP_COMMON],
@@ -199,6 +201,8 @@ TP_KEYS = (
     "baseline_hf/tokens_per_s",
     "speedup_vs_ar",
     "speedup_vs_hf",
+    mlflow_name("time_draft_s"),  # the draft's part of the speculative decode: whole on rank 0, or sharded
+    mlflow_name("time_target_s"),
     mlflow_name("ray_calls_per_round"),
 )
 

@@ -3,7 +3,6 @@ before anything starts, checked in process (the subprocess runs only where the c
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import mlflow
@@ -44,21 +43,6 @@ def test_an_unknown_key_added_with_plus_is_named() -> None:
     assert any("foo: unknown key; top-level keys are model, algorithm" in line for line in errors)
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_an_interrupt_swallowed_by_a_finaliser_stops_the_next_point(monkeypatch) -> None:
-    from speculab import cli
-
-    class InterruptedWhileCollected:
-        def __del__(self) -> None:
-            cli.interrupt(signal.SIGINT, None)
-
-    monkeypatch.setattr(cli, "INTERRUPTS", [])
-    cli.raise_if_interrupted()
-    InterruptedWhileCollected()  # Python prints "Exception ignored in ..." and goes on
-    with pytest.raises(KeyboardInterrupt, match="signal 2"):
-        cli.raise_if_interrupted()
-
-
 def test_a_sweep_with_one_bad_point_is_refused_before_any_point_runs(tmp_path: Path) -> None:
     store = tmp_path / "mlflow.db"
     args = ["-m", "algorithm=gbv", "algorithm.K=2,0", "runtime=inline", f"tracking.uri=sqlite:///{store}"]
@@ -90,8 +74,9 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
     ("args", "line"),
     [
         (["algorithm=foo"], "algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, greedy_block, nss,"),
-        (["algorithm.L=abc"], "algorithm.L=abc: must be an integer"),
-        (["sampling.temperature=warm"], "sampling.temperature=warm: must be a number"),
+        (["algorithm.L=abc"], "algorithm.L=abc: must be an integer >= 1 and <= 128"),  # the type, and the range
+        (["sampling.temperature=warm"], "sampling.temperature=warm: must be a finite number >= 0 (0 = greedy)"),
+        (["baseline=maybe"], "baseline=maybe: must be true or false"),
         (["algorithm.K=1,2"], "algorithm.K=1,2: several values sweep only with -m (speculab -m algorithm.K=1,2)"),
         (["algorithm.K=[1"], "algorithm.K=[1: not an override Hydra can read (no viable alternative at input"),
         (["experiment=gbv_table1"], "experiment=gbv_table1: experiment is not in the defaults; add it with a plus"),
@@ -128,12 +113,15 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # the sweep's Hydra, as it starts
         config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)
         OmegaConf.set_readonly(config, False)
-        config.hydra.overrides.task = ["runtime=inline", "tracking=none", "algorithm=gbv,foo"]
+        config.hydra.overrides.task = ["runtime=inline", "tracking=none", "algorithm=gbv,foo", "algorithm.L=2,x"]
         plans, errors = sweep_plans(config)
     PLANS.clear()
     assert len(plans) == 1 and errors == [
-        "point 2 of 2 (algorithm=foo): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, greedy_block, "
-        "nss, specinfer, spectr, spectr_gbv, token, traversal"
+        "point 2 of 4 (algorithm=gbv algorithm.L=x): algorithm.L=x: must be an integer >= 1 and <= 128",
+        "point 3 of 4 (algorithm=foo algorithm.L=2): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, "
+        "greedy_block, nss, specinfer, spectr, spectr_gbv, token, traversal",
+        "point 4 of 4 (algorithm=foo algorithm.L=x): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, "
+        "greedy_block, nss, specinfer, spectr, spectr_gbv, token, traversal",
     ]
 
 
@@ -173,3 +161,25 @@ def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch,
         cli.hydra_main.__wrapped__(cfg)
     assert ended.value.code == 2 and cli.FAILED_POINTS == []
     assert "dataset: prompt 'long/1' has 4401 tokens" in capsys.readouterr().err
+
+
+def test_plan_prints_where_everything_runs_and_starts_nothing(capsys, tmp_path: Path, monkeypatch) -> None:
+    """`speculab ... --plan`: the validated plan (the loop, each model's place, every memory figure), exit 0,
+    no output directory and no run; `-m` with it is refused in one line."""
+    import sys
+
+    from speculab import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["speculab", "cluster.tp_size=2", "--plan", "cluster.draft_placement=sharded"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    assert ended.value.code == 0
+    out = capsys.readouterr().out
+    assert "sharded with the target over the same 2 ranks (cluster.draft_placement=sharded)" in out
+    assert "on rank 0 of the target's group" in out and "2 draft share(s) x (weights" in out
+    monkeypatch.setattr(sys, "argv", ["speculab", "--plan", "-m", "algorithm.K=1,2"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    assert ended.value.code == 2 and "--plan: shows one run's plan" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("baselines", "data"),
     ("engine",),
     ("clock", "evidence"),
-    ("records", "measure", "stats", "syncs", "algorithms"),
+    ("records", "measure", "stats", "syncs", "algorithms", "interrupts"),
     ("verify",),
     ("drafting",),
 )

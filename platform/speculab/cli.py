@@ -13,15 +13,16 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, NoReturn, cast
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from speculab import interrupts
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
+from speculab.interrupts import raise_if_received
 
 if TYPE_CHECKING:
     from speculab.config import RunPlan
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 # What runs a point (torch, transformers, Ray, MLflow: seconds to import) is imported where it is
 # used, so that `--help` and a refused key answer at once.
 CONF = PROJECT_ROOT / "conf"
+PLAN_FLAG = "--plan"  # print the run's plan and stop (`show_plan`)
 
 
 def sweep_id() -> str:
@@ -55,7 +57,7 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     from speculab.runtime.placement import ClusterError
     from speculab.tracking.callbacks import PLANS, planned
 
-    raise_if_interrupted()
+    raise_if_received()
     if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
         refuse(ConfigError.listing(unknown))
     sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -80,7 +82,7 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
             raise
         traceback.print_exc()  # an error speculab did not foresee: its place in the code
         return point_failed(point, err)
-    raise_if_interrupted()  # this point is recorded; the sweep stops before the next
+    raise_if_received()  # this point is recorded; the sweep stops before the next
     return outcome
 
 
@@ -91,7 +93,7 @@ def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
     """A sweep point's failure in one line on stderr, remembered for the exit status; the sweep goes on."""
     from speculab.results.point import FailedPoint, PointShape
 
-    raise_if_interrupted()  # an interrupt a library wrapped in its own error is the interrupt
+    raise_if_received()  # an interrupt a library wrapped in its own error is the interrupt
     shape = PointShape.of(plan.cfg)
     reason = " ".join(str(err).split()) or type(err).__name__
     print(f"speculab: point failed: {shape.name}: {reason}; the sweep goes on", file=sys.stderr)
@@ -105,13 +107,13 @@ def precheck(args: list[str]) -> None:
     composing them raises (an unknown group option, a value of the wrong type), and for one run its
     whole validation (the plan is kept for the run: `PLANS`); a sweep's points are checked when it starts
     (`tracking.callbacks.sweep_plans`)."""
-    from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from speculab.config import resolve
-    from speculab.config.overrides import composition_problem, override_problems
+    from speculab.config.overrides import composition_problem, override_problems, with_range
+    from speculab.config.schema import job_config
     from speculab.config.tracking import not_writable
-    from speculab.tracking.callbacks import PLANS, job_config
+    from speculab.tracking.callbacks import PLANS
 
     multirun = args[:1] == ["--multirun"]
     overrides = args[1:] if multirun else args
@@ -120,15 +122,14 @@ def precheck(args: list[str]) -> None:
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [text for text, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
     try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            composed = compose(config_name="config", overrides=fixed, return_hydra_config=True)
-            key, directory = (
-                ("hydra.sweep.dir", composed.hydra.sweep.dir) if multirun else ("hydra.run.dir", composed.hydra.run.dir)
-            )
+        composed = composed_config(fixed)
+        key, directory = (
+            ("hydra.sweep.dir", composed.hydra.sweep.dir) if multirun else ("hydra.run.dir", composed.hydra.run.dir)
+        )
     except Exception as err:
         if (line := composition_problem(err, fixed)) is None:
             raise
-        refuse(ConfigError.listing([line]))
+        refuse(ConfigError.listing([with_range(line, fixed, composed_config)]))
     if (locked := not_writable(Path(directory).absolute())) is not None:
         refuse(
             ConfigError.listing(
@@ -145,6 +146,14 @@ def precheck(args: list[str]) -> None:
     except ConfigError as err:
         refuse(err)
     PLANS[tuple(o for o in overrides if not o.lstrip("+~").startswith("hydra."))] = plan
+
+
+def composed_config(overrides: list[str]) -> DictConfig:
+    """conf/ composed with `overrides`, Hydra's own keys included (what Hydra raises, raised)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=True)
 
 
 def only_overrides(args: list[str]) -> bool:
@@ -165,35 +174,39 @@ def close_open_runs(status: str) -> None:
         spool.close_open_runs(status)
 
 
-INTERRUPTS: list[int] = []  # signals received by this process
+def show_plan(args: list[str]) -> NoReturn:
+    """`speculab [key=value ...] --plan`: the run's plan (where each model and the loop run, every figure
+    of the memory plan), validated as a run would be, and exit 0; nothing starts and no weight loads."""
+    from speculab.config import plan_lines
+    from speculab.tracking.callbacks import PLANS
 
-
-def raise_if_interrupted() -> None:
-    """Raise an interrupt that was swallowed where it landed (a finaliser, a weakref callback)."""
-    if INTERRUPTS:
-        raise KeyboardInterrupt(f"signal {INTERRUPTS[0]}")
-
-
-def interrupt(signum: int, frame: FrameType | None) -> None:
-    INTERRUPTS.append(signum)
-    raise KeyboardInterrupt(f"signal {signum}")
+    if args[:1] == ["--multirun"] or not only_overrides(args):
+        refuse(ConfigError.listing(["--plan: shows one run's plan from key=value overrides; drop -m and other flags"]))
+    precheck(args)
+    (plan,) = PLANS.values()
+    print("speculab: plan (nothing started, no weights loaded)")
+    for line in plan_lines(plan):
+        print(f"  {line}")
+    raise SystemExit(0)
 
 
 def main() -> None:
     sys.argv[1:] = multirun_first(sys.argv[1:])  # `-m` wherever the user put it
+    if PLAN_FLAG in sys.argv[1:]:
+        show_plan([arg for arg in sys.argv[1:] if arg != PLAN_FLAG])
     if errors := override_errors(sys.argv[1:], sorted(path.name for path in CONF.iterdir() if path.is_dir())):
         refuse(ConfigError.listing(errors))
     if only_overrides(sys.argv[1:]):
         precheck(sys.argv[1:])
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, interrupts.handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell set SIGINT ignored
-        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGINT, interrupts.handler)
     try:
         hydra_main()
     except BaseException as err:
         # An interrupt can land inside a library that wraps what it catches (OmegaConf turns it into
         # its own error while Hydra composes the next point): after a signal, any error is the interrupt.
-        if not (isinstance(err, KeyboardInterrupt) or INTERRUPTS):
+        if not (isinstance(err, KeyboardInterrupt) or interrupts.RECEIVED):
             close_open_runs("FAILED")
             raise
         close_open_runs("KILLED")

@@ -86,12 +86,15 @@ def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
     features: tuple[int, ...] = ()
     if drafter.target_features:  # the target returns what the drafter is conditioned on
         features = read_layout(plan.draft_dir).target_layer_ids
+    sharded = cfg.cluster.draft_placement == "sharded"  # a shard on each of the target's ranks, loaded the same way
     draft = LMSpec(
         backend=drafter.backend or cfg.model.backend,
         path=str(plan.draft_dir),
         dtype=dtype,
         device=plan.draft_device,
         threads=threads,
+        tp_size=cfg.cluster.tp_size if sharded else 1,
+        tp_backend=cfg.cluster.tp_backend,
         passes=plan.draft_passes,
         target_path=str(plan.target_dir) if drafter.target_features else "",
     )

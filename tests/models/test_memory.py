@@ -39,29 +39,29 @@ def test_llama3_70b_known_figures() -> None:
     assert LLAMA_70B.params == 70_553_706_496  # the published count
     assert LLAMA_70B.params * BF16 == pytest.approx(141e9, rel=0.01)  # ~140 GB of bf16 weights
     work = Workload(1, 2048, 64, 5, BF16)
-    footprint = memory_footprint(LLAMA_70B, LLAMA_8B, work, tp_size=4, draft_beside_shard=False)
+    footprint = memory_footprint(LLAMA_70B, LLAMA_8B, work, tp_size=4, draft_place="own")
     assert footprint.target_shard.weights == pytest.approx(35.3e9, rel=0.01)  # ~35 GB per GPU at TP=4
     assert LLAMA_70B.kv_bytes_per_token(BF16) == 80 * 8 * 128 * 2 * 2 == 320 * 1024  # 320 KiB per token
 
 
 def test_kv_cache_counts_batch_prompt_new_tokens_and_tree_split_over_ranks() -> None:
     work = Workload(batch=4, prompt_tokens=1000, max_new_tokens=200, tree_nodes=33, dtype_bytes=BF16)
-    footprint = memory_footprint(LLAMA_70B, LLAMA_8B, work, tp_size=8, draft_beside_shard=False)
+    footprint = memory_footprint(LLAMA_70B, LLAMA_8B, work, tp_size=8, draft_place="own")
     assert footprint.target_shard.kv_cache == int(4 * 1233 * 320 * 1024 * KV_SLACK) // 8
     assert footprint.draft.kv_cache == int(4 * 1232 * LLAMA_8B.kv_bytes_per_token(BF16) * KV_SLACK)
 
 
 def test_draft_beside_a_shard_adds_to_that_gpu() -> None:
     work = Workload(1, 512, 64, 9, BF16)
-    apart = memory_footprint(LLAMA_70B, LLAMA_8B, work, 4, draft_beside_shard=False)
-    beside = memory_footprint(LLAMA_70B, LLAMA_8B, work, 4, draft_beside_shard=True)
+    apart = memory_footprint(LLAMA_70B, LLAMA_8B, work, 4, draft_place="own")
+    beside = memory_footprint(LLAMA_70B, LLAMA_8B, work, 4, draft_place="beside")
     assert (apart.gpus, beside.gpus) == (5, 4)
     assert apart.busiest_gpu == apart.target_shard.total + RESERVE_BYTES
     assert beside.busiest_gpu == apart.busiest_gpu + beside.draft.total
 
 
 def test_larger_trees_need_more_activation_memory() -> None:
-    small, large = (memory_footprint(LLAMA_70B, LLAMA_8B, Workload(1, 16, 0, n, BF16), 4, False) for n in (9, 512))
+    small, large = (memory_footprint(LLAMA_70B, LLAMA_8B, Workload(1, 16, 0, n, BF16), 4, "own") for n in (9, 512))
     assert large.target_shard.activations > small.target_shard.activations
 
 
@@ -73,7 +73,7 @@ def test_tp_size_must_divide_query_and_kv_heads() -> None:
 
 
 def test_fit_errors_name_the_numbers() -> None:
-    footprint = memory_footprint(LLAMA_70B, LLAMA_8B, Workload(1, 2048, 64, 5, BF16), 4, draft_beside_shard=True)
+    footprint = memory_footprint(LLAMA_70B, LLAMA_8B, Workload(1, 2048, 64, 5, BF16), 4, draft_place="beside")
     (error,) = fit_errors(footprint, 48.0)
     assert "gpu_memory_gib=48.0" in error and "weights 32.9 GiB" in error and "weights 15.0 GiB" in error
     assert fit_errors(footprint, footprint.busiest_gpu / GIB) == []

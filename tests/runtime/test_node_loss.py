@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import RAY_CPUS
 
 from speculab.config import resolve
 from speculab.experiment import decode_point
@@ -22,81 +21,24 @@ from speculab.runtime import start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.tracker import NoopTracker
 from support.configs import load
+from support.two_nodes import FAST_HEALTH, CrashOnFirstPrompt, TwoNodes, cluster_of_two, with_node_b
 
 pytestmark = pytest.mark.slow
 
-# Fast node-death detection (Ray's defaults take about 15 s to declare a killed raylet's node dead).
-FAST_HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3, "health_check_timeout_ms": 300}
 SMALL = ["dataset.num_prompts=2", "sampling.batch_size=1", "sampling.max_new_tokens=12", "measure.repeats=1"]
 QUICK = ["tracking=none", "baseline=false", "baseline_hf=false", "runtime.torch_threads=1", *SMALL]
 
 
-class TwoNodes:
-    """A head (2 CPUs, 2 of resource `head`) and a node B (1 CPU, resource `node_b`), this process attached."""
-
-    def __init__(self) -> None:
-        import ray
-        from ray.cluster_utils import Cluster
-
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 2, "resources": {"head": 2}, "_system_config": FAST_HEALTH},
-        )
-        self.node_b = self.add_b()
-        ray.init(address=self.cluster.address, namespace="speculab-nodeloss")
-
-    def add_b(self) -> Any:
-        node = self.cluster.add_node(num_cpus=1, resources={"node_b": 1})
-        self.cluster.wait_for_nodes()
-        return node
-
-    def crash_b(self) -> None:
-        """Node B's raylet and workers killed at once, as a crash (not a drain); returns once the cluster
-        reports the node dead, so that the next call meets the loss (a worker can outlive its raylet for a
-        moment and answer one more call)."""
-        import time
-
-        import ray
-
-        self.cluster.remove_node(self.node_b, allow_graceful=False)
-        deadline = time.monotonic() + 30
-        b = str(self.node_b.node_id)
-        while any(n["NodeID"] == b and n["Alive"] for n in ray.nodes()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[TwoNodes]:
-    """The module's own two-node cluster; the session's embedded one is left and joined again after."""
-    import ray
-
-    from speculab.runtime.groups import POOL
-    from speculab.runtime.ray_actors import connect
-
-    had = ray.is_initialized()
-    POOL.close_all()
-    ray.shutdown()
-    nodes = TwoNodes()
-    try:
-        yield nodes
-    finally:
-        POOL.close_all()
-        ray.shutdown()
-        nodes.cluster.shutdown()
-        if had:
-            connect(None, RAY_CPUS)  # the session fixture's cluster, as it started it
+    """The module's own two-node cluster, with fast health checks (FAST_HEALTH)."""
+    yield from cluster_of_two(FAST_HEALTH)
 
 
 @pytest.fixture
 def pool(two_nodes: TwoNodes) -> Iterator[TwoNodes]:
     """Node B up, and no group left open by the test before."""
-    from speculab.runtime.groups import POOL
-
-    POOL.close_all()
-    if not two_nodes.cluster.list_all_nodes()[1:]:
-        two_nodes.node_b = two_nodes.add_b()
-    yield two_nodes
-    POOL.close_all()
+    yield from with_node_b(two_nodes)
 
 
 def overrides(nodes: TwoNodes, *extra: str) -> list[str]:
@@ -168,26 +110,6 @@ def test_a_group_with_nowhere_to_go_ends_its_point_at_once_keeping_what_finished
     assert "CPU 1, node_b 1 on one node" in message and "1 of 2 finished unit(s) are logged" in message
     assert time.monotonic() - tracker.crashed_at < 30
     assert tracker.metrics["runtime/units_finished"] == 1 and "records.jsonl" in tracker.texts
-
-
-class CrashOnFirstPrompt(NoopTracker):
-    """Records what a point logs, and crashes node B once the first prompt's metrics arrive (its unit done)."""
-
-    def __init__(self, nodes: TwoNodes) -> None:
-        self.nodes, self.crashed_at = nodes, 0.0
-        self.metrics: dict[str, float] = {}
-        self.texts: dict[str, str] = {}
-
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        import time
-
-        self.metrics |= metrics
-        if not self.crashed_at and "prompt/generated_tokens" in metrics:
-            self.nodes.crash_b()
-            self.crashed_at = time.monotonic()
-
-    def log_text(self, text: str, artifact: str) -> None:
-        self.texts[artifact] = text
 
 
 def model_specs(plan: Any) -> tuple[Any, Any]:

@@ -12,41 +12,15 @@ import logging
 from dataclasses import replace
 
 import pytest
-from transformers import AutoTokenizer
 
-from speculab.data import encode_prompt, load_prompts
-from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
 from speculab.experiment import decode_point
-from speculab.loop import PointWork
-from speculab.models import LMSpec
-from speculab.records import RunResult
 from speculab.runtime import start_loop
 from speculab.runtime.groups import GroupPool
 from speculab.runtime.proxy import GroupProxy
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
 from support.faults import kill_when_in_flight
-from support.models import TINY_PAIR
-
-TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)
-TP2 = replace(TARGET, tp_size=2)
-
-
-def plan(temperature: float, algorithm: str = "block") -> PointWork:
-    tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
-    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]
-    settings = DecodeSettings(1, 3, SamplingParams(temperature), 20, 1, 5, tokenizer.eos_token_id)
-    units = ((0, prompts[:1]), (1, prompts[1:]))
-    return PointWork(algorithm, "kseq", "iid", "best_first", 16, (), 2, units, settings)
-
-
-def tokens(loop: object, method: str) -> list[list[int]]:
-    found: list[list[int]] = []
-    for unit in range(2):
-        result = loop.decode_unit(method, unit, 0).result  # type: ignore[attr-defined]
-        found += [p.tokens for p in result.prompts] if isinstance(result, RunResult) else result.tokens
-    return found
+from support.tiny_loop import DRAFT, TARGET, TP2, plan, tokens
 
 
 def test_an_announcement_carries_its_calls_and_their_tensors_exactly() -> None:
@@ -58,10 +32,10 @@ def test_an_announcement_carries_its_calls_and_their_tensors_exactly() -> None:
 
     tree = DraftTree.from_paths(torch.tensor([5, 6]), torch.randint(2, 99, (2, 3, 4)))
     calls = [
-        Call("commit", (torch.tensor([[0, 2, -1], [0, -1, -1]]),), {}),
-        Call("retain", (torch.tensor([1]),), {}),
-        Call("score", (tree, 0.7), {"mask": torch.ones(2, 0, dtype=torch.bool)}),
-        Call("prefill", ([[1, 2, 3], []],), {"room": 17}),
+        Call("target", "commit", (torch.tensor([[0, 2, -1], [0, -1, -1]]),), {}),
+        Call("draft", "retain", (torch.tensor([1]),), {}),
+        Call("target", "score", (tree, 0.7), {"mask": torch.ones(2, 0, dtype=torch.bool)}),
+        Call("draft", "prefill", ([[1, 2, 3], []],), {"room": 17}),
     ]
     data, on_device = encoded(calls)
     assert on_device == []  # CPU tensors travel in the bytes
@@ -156,7 +130,7 @@ def test_the_autoregressive_baseline_is_one_announcement_a_decode(monkeypatch) -
     s = settings(T=1.0, K=1, L=3, max_new=12, batch=2)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
-        leader = tp_loop.Leader(target, world=2)  # peers stubbed: announcements recorded, not sent
+        leader = tp_loop.Leader(target, tp_loop.Announcer(world=2))  # peers stubbed: announcements recorded, not sent
         whole = leader.autoregressive(TOY_PROMPTS, s)
         assert sent == [["autoregressive"]]
         sent.clear()

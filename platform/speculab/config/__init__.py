@@ -31,7 +31,7 @@ from speculab.config.cluster import ClusterConfig, describe_device, local_gpus, 
 from speculab.config.dataset import DatasetConfig
 from speculab.config.errors import ConfigError
 from speculab.config.model import ModelConfig, checkpoint_dir, locate, prompt_length_errors
-from speculab.config.plan import RunPlan, passes_on, resolve
+from speculab.config.plan import RunPlan, passes_on, plan_lines, resolve
 from speculab.config.runtime import RuntimeConfig, loop_host
 from speculab.config.sampling import MeasureConfig, SamplingConfig
 from speculab.config.schema import NOT_IDENTITY, NOT_PARAMS, Config, override_errors, unknown_keys
@@ -62,6 +62,7 @@ __all__ = [
     "loop_host",
     "override_errors",
     "passes_on",
+    "plan_lines",
     "prompt_length_errors",
     "read_json",
     "resolve",

@@ -8,13 +8,22 @@ override without its `+`) into one line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig
 from omegaconf.errors import ValidationError
 
 GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
-# OmegaConf's name for a field's type ("could not be converted to Integer") -> what the field takes
-TYPES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
+# What OmegaConf says of a value a field's type refuses ("could not be converted to Integer", "is not a valid
+# bool") -> what the field takes
+TYPES = {
+    "converted to Integer": "an integer",
+    "converted to Float": "a number",
+    "not a valid bool": "true or false",
+    "converted to String": "a string",
+}
 
 
 def override_problems(overrides: list[str], multirun: bool) -> list[str]:
@@ -45,7 +54,7 @@ def composition_problem(err: Exception, overrides: list[str]) -> str | None:
     if isinstance(err, ConfigCompositionException) and isinstance(cause, ValidationError) and cause.full_key:
         key = str(cause.full_key)
         value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "?")
-        wanted = next((words for name, words in TYPES.items() if f"converted to {name}" in str(cause)), None)
+        wanted = next((words for said, words in TYPES.items() if said in str(cause)), None)
         return f"{key}={value}: must be {wanted}" if wanted else f"{key}={value}: {first_line(cause)}"
     if isinstance(err, ConfigCompositionException) and str(err).startswith("Could not override '"):
         group = str(err).split("'")[1]
@@ -54,6 +63,35 @@ def composition_problem(err: Exception, overrides: list[str]) -> str | None:
     if isinstance(err, (ConfigCompositionException, OverrideParseException)):
         return " ".join(str(err).split("\n\n")[0].split())
     return None
+
+
+# A value of a field's type below every range validation allows: validating it names that range
+OUT_OF_RANGE = {"an integer": "-1000000000000", "a number": "-1e300"}
+
+
+def with_range(line: str, overrides: list[str], compose: Callable[[list[str]], DictConfig]) -> str:
+    """A type refusal (`algorithm.L=x: must be an integer`) completed with the range validation allows the
+    field (`an integer >= 1 and <= 128`), found by validating an out-of-range value of that type in its place
+    (`compose`: the overrides composed as the refused ones were); the line as it was where validation names
+    no range."""
+    from speculab.config.checks import validate
+    from speculab.config.errors import ConfigError
+    from speculab.config.schema import job_config
+
+    given, _, wanted = line.partition(": must be ")
+    key = given.split("=", 1)[0]
+    if (probe := OUT_OF_RANGE.get(wanted)) is None:
+        return line
+    others = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        validate(job_config(compose([*others, f"{key}={probe}"])))
+    except ConfigError as err:
+        found = [text.strip() for text in str(err).splitlines() if text.strip().startswith(f"{key}=")]
+        if found and ": must be " in found[0]:
+            return f"{given}: must be {found[0].split(': must be ', 1)[1]}"
+    except Exception:  # the range is a courtesy: the type refusal stands without it
+        return line
+    return line
 
 
 def first_line(err: BaseException) -> str:

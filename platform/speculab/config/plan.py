@@ -1,28 +1,33 @@
 """`resolve`: a config validated and everything derived from it fixed once, as a `RunPlan`.
 
 The draft length, the form of generate a run times, the TP backend, where each model runs, where the decode loop
-runs, how the models' passes run, the largest draft tree and the checkpoint directories are decided
-here and nowhere else, so that the experiment, the runtime and the tracking read one answer from the
-plan."""
+runs and where the draft lives, how the models' passes run, the largest draft tree, the planned memory and
+the checkpoint directories are decided here and nowhere else, so that the experiment, the runtime and the
+tracking read one answer from the plan (`plan_lines`: what `speculab --plan` prints of it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checks import checked
-from speculab.config.cluster import Placement, placement, resolve_device, tp_backend_for
+from speculab.config.cluster import Placement, draft_place, placement, planned_footprint, resolve_device, tp_backend_for
 from speculab.config.runtime import loop_host
 from speculab.config.sampling import generate_form
 from speculab.config.schema import Config
+
+if TYPE_CHECKING:
+    from speculab.models.memory import MemoryFootprint
 
 
 @dataclass(frozen=True)
 class RunPlan:
     """A valid config and what a run derives from it."""
 
-    cfg: Config  # algorithm.L, measure.generate and cluster.tp_backend set: what the run records and decodes with
+    cfg: Config  # algorithm.L, measure.generate, cluster.tp_backend and cluster.draft_placement set: what the run
+    # records and decodes with
     target_dir: Path
     draft_dir: Path  # the draft role's weights: the pair's draft model, or the drafter's own (drafter.path)
     target_device: str  # torch's name for it where the models run (`auto` resolved)
@@ -33,6 +38,7 @@ class RunPlan:
     largest_tree: int  # the most nodes a round's draft tree has, root included: it sizes the KV caches
     threads: int  # torch's intra-op threads in each model process (`runtime.torch_threads`, resolved)
     placement: Placement  # the Ray placement of the model groups (unused inline)
+    footprint: MemoryFootprint | None  # planned bytes per GPU (or host process); None: an architecture unknown
 
 
 def passes_on(device: str, capture: bool) -> str:
@@ -57,7 +63,8 @@ def resolve(cfg: Config) -> RunPlan:
     # the form of generate the run times and logs (measure.generate), auto resolved by the target's device
     cfg = replace(cfg, measure=replace(cfg.measure, generate=generate_form(cfg.measure.generate, target_device)))
     backend = tp_backend_for(cfg.cluster.tp_backend, found["target"].config)  # auto resolved by the target
-    cfg = replace(cfg, cluster=replace(cfg.cluster, tp_backend=backend))
+    # and where the draft lives (auto resolved by the loop's place): the run's params say what it ran with
+    cfg = replace(cfg, cluster=replace(cfg.cluster, tp_backend=backend, draft_placement=draft_place(cfg)))
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     return RunPlan(
         cfg=cfg,
@@ -71,4 +78,43 @@ def resolve(cfg: Config) -> RunPlan:
         largest_tree=largest_tree(cfg.algorithm),
         threads=model_threads(cfg),
         placement=placement(cfg),
+        footprint=planned_footprint(cfg, found),
     )
+
+
+LOOP_WHERE = {
+    "inline": "in this process, with both models (runtime=inline)",
+    "target": "on rank 0 of the target's group, no Ray call a round (runtime.loop=target)",
+    "driver": "in this process, calling the model actors every round (runtime.loop=driver)",
+}
+
+
+def plan_lines(plan: RunPlan) -> list[str]:
+    """What `speculab --plan` prints: where each model and the loop run, and every figure of the memory
+    plan against the GPUs (or the host) it is checked on."""
+    from speculab.models.memory import DRAFT_WHERE, GIB, gpu_figures, host_figures
+
+    cfg, c = plan.cfg, plan.cfg.cluster
+    split = f", tensor-parallel over {c.tp_size} ranks ({c.tp_backend})" if c.tp_size > 1 else ""
+    draft = {
+        "own": "in an actor of its own" + (f" ({c.draft_gpu:g} of a GPU)" if plan.draft_device == "cuda" else ""),
+        "beside": "whole, in the loop's process",
+        "sharded": f"sharded with the target over the same {c.tp_size} ranks",
+    }[c.draft_placement]
+    lines = [
+        f"target  {plan.target_dir} ({plan.target_device}, {cfg.model.dtype}){split}",
+        f"draft   {plan.draft_dir} ({plan.draft_device}), {draft} (cluster.draft_placement={c.draft_placement})",
+        f"loop    {LOOP_WHERE[plan.loop]}",
+    ]
+    f = plan.footprint
+    if f is None:
+        return [*lines, "memory  not planned: the planner does not know this architecture (models.memory)"]
+    if plan.target_device.startswith("cuda") and c.num_gpus > 0:
+        verdict = "fits" if f.busiest_gpu <= c.gpu_memory_gib * GIB else "does not fit"
+        return [
+            *lines,
+            f"GPUs    {f.gpus} of cluster.num_gpus={c.num_gpus}, the draft {DRAFT_WHERE[f.draft_place]}",
+            f"memory  {gpu_figures(f)}: {verdict} cluster.gpu_memory_gib={c.gpu_memory_gib:g}",
+        ]
+    needed, figures = host_figures(f)
+    return [*lines, f"memory  {needed / GIB:.1f} GiB of host memory: {figures}"]

@@ -10,8 +10,9 @@ from speculab.config.errors import at_least, choice
 
 RUNTIMES = ("inline", "ray")
 # runtime.loop: where the decode loop runs on Ray. target: in rank 0 of the target's group, the draft in the
-# same process, the other ranks following its target calls (no Ray call inside a round, at any TP size);
-# driver: in this process, the draft in its own actor (Ray calls every round); auto: target.
+# same process (or sharded over the group's ranks), the other ranks following its calls (no Ray call inside a
+# round, at any TP size); driver: in this process, the draft in its own actor (Ray calls every round); auto:
+# driver where cluster.draft_placement=own asks for a draft actor, else target.
 LOOPS = ("auto", "target", "driver")
 
 
@@ -27,20 +28,29 @@ class RuntimeConfig:
     placement_timeout_s: float = 30.0  # ray: how long a model group waits to be placed, also after a lost node
 
 
+class DraftPlaced(Protocol):
+    draft_placement: str  # `cluster.draft_placement` (config.cluster.DRAFT_PLACEMENTS)
+
+
 class RuntimeView(Protocol):
-    """The part of a config `loop_host` reads (`Config` is one): typed by its shape, because the root
+    """The parts of a config `loop_host` reads (`Config` is one): typed by their shape, because the root
     `Config` is built from this module's dataclass and so cannot be imported here."""
 
     runtime: RuntimeConfig
 
+    @property
+    def cluster(self) -> DraftPlaced: ...
+
 
 def loop_host(cfg: RuntimeView) -> str:
     """Where the decode loop runs: "inline" (runtime=inline), "target" (in rank 0 of the target's Ray
-    group, with the draft model in the same process; what `auto` picks) or "driver" (this process; the
-    draft in its own actor)."""
+    group, with the draft in the same process or sharded over the ranks; what `auto` picks) or "driver"
+    (this process; the draft in its own actor: what `auto` picks for cluster.draft_placement=own)."""
     if cfg.runtime.kind == "inline":
         return "inline"
-    return "target" if cfg.runtime.loop == "auto" else cfg.runtime.loop
+    if cfg.runtime.loop == "auto":
+        return "driver" if cfg.cluster.draft_placement == "own" else "target"
+    return cfg.runtime.loop
 
 
 def runtime_errors(r: RuntimeConfig) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -98,3 +98,9 @@ def unknown_key(prefix: str, key: str, known: list[str], rest: list[str] | None 
     takes = f"{prefix[:-1]} takes" if prefix else "top-level keys are"
     hint = f"did you mean {prefix}{close[0]}{tail}?" if close else f"{takes} {', '.join(known)}"
     return f"{prefix}{key}{tail}: unknown key; {hint}"
+
+
+def job_config(config: DictConfig) -> Config:
+    """The `Config` of a Hydra config (its `hydra` node left out)."""
+    job = OmegaConf.masked_copy(config, [str(key) for key in config if key != "hydra"])
+    return cast(Config, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), job)))

@@ -26,6 +26,12 @@ RESERVE_BYTES = 1 * GIB  # per GPU: CUDA context, NCCL buffers, allocator slack
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # TreeLM repacks its cache only when fewer than 3/4 of the slots hold valid tokens.
 KV_SLACK = 4 / 3
+# Where a draft lives on the GPUs (`cluster.draft_placement` resolved), as the plan and its refusals say it
+DRAFT_WHERE = {
+    "own": "on its own GPU",
+    "beside": "beside a target shard",
+    "sharded": "sharded with the target (one shard a GPU)",
+}
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe")
 
 
@@ -79,20 +85,20 @@ class MemoryFootprint:
 
     tp_size: int
     target_shard: GpuShare
-    draft: GpuShare
-    draft_beside_shard: bool  # True: the draft shares a GPU with one target shard
+    draft: GpuShare  # one GPU's draft: the whole draft (own, beside) or one of its tp_size shards (sharded)
+    draft_place: str  # DRAFT_WHERE: own (a GPU of its own), beside (one target shard's GPU), sharded (every one's)
 
     @property
     def busiest_gpu(self) -> int:
         """Bytes on the fullest GPU, the fixed reserve included."""
         shard = self.target_shard.total + RESERVE_BYTES
-        if self.draft_beside_shard:
-            return shard + self.draft.total
-        return max(shard, self.draft.total + RESERVE_BYTES)
+        if self.draft_place == "own":
+            return max(shard, self.draft.total + RESERVE_BYTES)
+        return shard + self.draft.total
 
     @property
     def gpus(self) -> int:
-        return self.tp_size + (0 if self.draft_beside_shard else 1)
+        return self.tp_size + (1 if self.draft_place == "own" else 0)
 
 
 def _llama_like_params(c: dict[str, Any], head_dim: int, experts: int) -> int:
@@ -195,18 +201,20 @@ def model_share(arch: Architecture, work: Workload, tp_size: int, tree_nodes: in
 
 
 def memory_footprint(
-    target: Architecture, draft: Architecture, work: Workload, tp_size: int, draft_beside_shard: bool
+    target: Architecture, draft: Architecture, work: Workload, tp_size: int, draft_place: str
 ) -> MemoryFootprint:
-    """Per-GPU bytes of the target split over tp_size GPUs, and of the draft.
+    """Per-GPU bytes of the target split over tp_size GPUs, and of the draft where `draft_place` puts
+    it (DRAFT_WHERE; sharded: split over the same tp_size GPUs as the target).
 
     The draft decodes its K paths as a forest in its own cache, so it holds the same
     tokens per sequence as the target (the tree's non-root nodes).
     """
+    draft_split = tp_size if draft_place == "sharded" else 1
     return MemoryFootprint(
         tp_size,
         model_share(target, work, tp_size, work.tree_nodes),
-        model_share(draft, work, 1, work.tree_nodes - 1),
-        draft_beside_shard,
+        model_share(draft, work, draft_split, work.tree_nodes - 1),
+        draft_place,
     )
 
 
@@ -233,35 +241,55 @@ def _gb(n: int) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def gpu_figures(footprint: MemoryFootprint) -> str:
+    """Every figure of the footprint's busiest GPU, as the plan prints it and a refusal names it."""
+    t, d = footprint.target_shard, footprint.draft
+    return (
+        f"the busiest GPU needs {_gb(footprint.busiest_gpu)}: target shard (tp_size={footprint.tp_size}) weights "
+        f"{_gb(t.weights)} + KV {_gb(t.kv_cache)} + activations {_gb(t.activations)}; draft "
+        f"{DRAFT_WHERE[footprint.draft_place]}: weights {_gb(d.weights)} + KV {_gb(d.kv_cache)} + activations "
+        f"{_gb(d.activations)}; reserve {_gb(RESERVE_BYTES)} per GPU"
+    )
+
+
 def fit_errors(footprint: MemoryFootprint, gpu_memory_gib: float) -> list[str]:
     """An error naming every number of the footprint when its busiest GPU exceeds one GPU's memory."""
     if footprint.busiest_gpu <= gpu_memory_gib * GIB:
         return []
-    t, d = footprint.target_shard, footprint.draft
-    where = "beside a target shard" if footprint.draft_beside_shard else "on its own GPU"
+    shard = (
+        ""
+        if footprint.draft_place == "sharded"
+        else "shard the draft with the target (cluster.draft_placement=sharded), "
+    )
     return [
-        f"cluster.gpu_memory_gib={gpu_memory_gib}: the model does not fit; the busiest GPU needs "
-        f"{_gb(footprint.busiest_gpu)}: target shard (tp_size={footprint.tp_size}) weights {_gb(t.weights)} + "
-        f"KV {_gb(t.kv_cache)} + activations {_gb(t.activations)}; draft {where}: weights {_gb(d.weights)} + "
-        f"KV {_gb(d.kv_cache)} + activations {_gb(d.activations)}; reserve {_gb(RESERVE_BYTES)} per GPU. "
-        "Raise cluster.tp_size, give the draft its own GPU (model.draft_device=cuda:1, or runtime.loop=driver "
-        "with cluster.draft_gpu=1), lower "
+        f"cluster.gpu_memory_gib={gpu_memory_gib}: the model does not fit; {gpu_figures(footprint)}. "
+        f"Raise cluster.tp_size, {shard}give the draft its own GPU (model.draft_device=cuda:1, or "
+        "cluster.draft_placement=own with cluster.draft_gpu=1), lower "
         "sampling.batch_size / cluster.plan_prompt_tokens / sampling.max_new_tokens, or use a cluster "
         "with more GPU memory"
     ]
 
 
+def host_figures(footprint: MemoryFootprint) -> tuple[int, str]:
+    """(the host bytes of every rank and the draft on the CPU, each figure of them as a refusal names it)."""
+    t, d = footprint.target_shard, footprint.draft
+    drafts = footprint.tp_size if footprint.draft_place == "sharded" else 1  # a sharded draft: one share a rank
+    needed = footprint.tp_size * t.total + drafts * d.total
+    return needed, (
+        f"{footprint.tp_size} target rank(s) x (weights {_gb(t.weights)} + KV {_gb(t.kv_cache)} + activations "
+        f"{_gb(t.activations)}) + {drafts} draft share(s) x (weights {_gb(d.weights)} + KV {_gb(d.kv_cache)} + "
+        f"activations {_gb(d.activations)})"
+    )
+
+
 def host_fit_errors(footprint: MemoryFootprint, host_bytes: int) -> list[str]:
     """On the CPU every rank and the draft live in this machine's memory: an error naming the footprint's
     figures when together they exceed `host_bytes` (what this machine, or its cgroup, allows)."""
-    t, d = footprint.target_shard, footprint.draft
-    needed = footprint.tp_size * t.total + d.total
+    needed, figures = host_figures(footprint)
     if needed <= host_bytes:
         return []
     return [
         f"model.device=cpu: the point needs {_gb(needed)} of host memory, more than this machine's "
-        f"{_gb(host_bytes)}: {footprint.tp_size} target rank(s) x (weights {_gb(t.weights)} + KV {_gb(t.kv_cache)} + "
-        f"activations {_gb(t.activations)}) + draft (weights {_gb(d.weights)} + KV {_gb(d.kv_cache)} + "
-        f"activations {_gb(d.activations)}). Lower sampling.batch_size / cluster.plan_prompt_tokens / "
+        f"{_gb(host_bytes)}: {figures}. Lower sampling.batch_size / cluster.plan_prompt_tokens / "
         "sampling.max_new_tokens, pick a smaller model, or run on GPUs"
     ]

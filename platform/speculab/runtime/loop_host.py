@@ -3,9 +3,12 @@
 The group has one rank per target shard (`cluster.tp_size`, one at TP = 1). Rank 0 is a `LoopHost`:
 its shard behind a `tp_loop.Leader`, the draft model in the same process, and the current point's
 `PointLoop`. Ranks 1.. are `PeerHost`s: a shard that follows rank 0 through each call the driver
-makes. The driver makes the same call on every rank (`runtime.proxy`): `start_point` when a point
+makes. A sharded draft (`cluster.draft_placement=sharded`: the draft's `tp_size` is the target's) has a
+shard on every rank as well, rank 0's behind a `Leader` of its own that announces through the same
+`tp_loop.Announcer`, so that target and draft calls reach the peers in the one order rank 0 makes
+them. The driver makes the same call on every rank (`runtime.proxy`): `start_point` when a point
 starts (rank 0 builds the point's loop; the peers have nothing to do), then `decode_unit` and
-`conditions`, during which the peers run every target call rank 0 announces (the autoregressive
+`conditions`, during which the peers run every call rank 0 announces (the autoregressive
 baseline as one announced decode). So a round makes no Ray call at any TP size, and TP = 1 is the
 same loop with nobody to tell.
 """
@@ -17,15 +20,27 @@ from dataclasses import dataclass
 from speculab.loop import PointLoop, PointWork, UnitResult
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions
-from speculab.runtime.tp_loop import Follower, Leader
+from speculab.runtime.tp_loop import Announcer, Follower, Leader
 
 
 @dataclass(frozen=True)
 class LoopSpec:
-    """The target (its `tp_size` ranks make the group) and the draft, loaded in rank 0's process."""
+    """The target (its `tp_size` ranks make the group) and the draft: whole in rank 0's process, or with
+    the target's `tp_size`, a shard on each rank (loaded with the target's TP backend, in the same world)."""
 
     target: LMSpec
     draft: LMSpec
+
+    def __post_init__(self) -> None:
+        if self.draft.tp_size not in (1, self.target.tp_size):
+            raise ValueError(
+                f"a draft sharded in the loop group has the target's tp_size ({self.target.tp_size}); got "
+                f"{self.draft.tp_size}"
+            )
+
+    @property
+    def draft_sharded(self) -> bool:
+        return self.draft.tp_size > 1
 
     @property
     def device(self) -> str:
@@ -42,10 +57,12 @@ class LoopSpec:
 
 
 class LoopHost:
-    """Rank 0: the target shard (announcing its calls to the peers), the draft model and the point's loop."""
+    """Rank 0: the target shard (announcing its calls to the peers), the draft model (or its shard, also
+    announcing) and the point's loop."""
 
-    def __init__(self, target: Leader, draft: DraftModel) -> None:
+    def __init__(self, target: Leader, draft: DraftModel | Leader) -> None:
         self.target, self.draft = target, draft
+        self.announcer = target.announcer  # the draft's too, where it is sharded
         self.loop: PointLoop | None = None
 
     def start_point(self, work: PointWork) -> None:
@@ -59,19 +76,20 @@ class LoopHost:
         return self.loop
 
     def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
-        with self.target.leading():
+        with self.announcer.leading():
             return self._current().decode_unit(method, unit, repeat)
 
     def conditions(self) -> dict[str, Conditions]:
-        with self.target.leading():
+        with self.announcer.leading():
             return self._current().conditions()
 
 
 class PeerHost:
-    """Ranks 1..: a target shard that runs what rank 0 announces during the driver's calls."""
+    """Ranks 1..: a target shard (and a draft shard, where the draft is sharded) that runs what rank 0
+    announces during the driver's calls."""
 
-    def __init__(self, target: TreeTarget) -> None:
-        self.follower = Follower(target)
+    def __init__(self, models: dict[str, TreeTarget | DraftModel]) -> None:
+        self.follower = Follower(models)
 
     def start_point(self, work: PointWork) -> None:
         pass  # rank 0 calls no target method when a point starts
@@ -84,8 +102,12 @@ class PeerHost:
 
 
 def loop_role(spec: LoopSpec, rank: int, world: int) -> LoopHost | PeerHost:
-    """Rank `rank` of the loop group of `world` ranks (each in the group's torch.distributed world already)."""
+    """Rank `rank` of the loop group of `world` ranks (each in the group's torch.distributed world already).
+    Every rank loads its shards in the same order, target then draft: a shard's load makes collectives."""
     target = TreeTarget(spec.target)
+    draft = DraftModel(spec.draft) if rank == 0 or spec.draft_sharded else None
     if rank > 0:
-        return PeerHost(target)
-    return LoopHost(Leader(target, world), DraftModel(spec.draft))
+        return PeerHost({"target": target} | ({"draft": draft} if draft is not None else {}))
+    assert draft is not None
+    announcer = Announcer(world)
+    return LoopHost(Leader(target, announcer), Leader(draft, announcer, "draft") if spec.draft_sharded else draft)

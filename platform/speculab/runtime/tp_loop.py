@@ -1,14 +1,16 @@
-"""Rank 0 of a tensor-parallel target announces each target call to its peers, which run it too.
+"""Rank 0 of a tensor-parallel group announces each call of its sharded models to its peers, which run it too.
 
-A tensor-parallel target's ranks must run the same calls in the same order, or the collectives
+A tensor-parallel model's ranks must run the same calls in the same order, or the collectives
 inside their forward passes never meet. With the decode loop on rank 0 (`runtime.loop=target`,
 `runtime.loop_host`), rank 0's target is a `Leader`: each call (prefill, score, commit, retain, the
 baselines' passes, transformers' generate) is first broadcast to the peers over the group's own
-torch.distributed world as one object (the method and its arguments: a small header and the tensors
-a round carries), then run on rank 0's shard. Every other rank is a `Follower`, whose shard runs what
-it is told until rank 0 releases it at the end of the driver's call. So the driver makes one Ray call
-per rank and unit and none per round. With one rank there is nobody to tell: the same code makes no
-collective.
+torch.distributed world as one object (the role, the method and its arguments: a small header and the
+tensors a round carries), then run on rank 0's shard. A draft sharded over the same ranks
+(`cluster.draft_placement=sharded`) is a `Leader` too, announcing through the same `Announcer`, so the
+two models' calls reach every rank in the one order rank 0 made them. Every other rank is a `Follower`,
+whose shards run what they are told until rank 0 releases it at the end of the driver's call. So the
+driver makes one Ray call per rank and unit and none per round. With one rank there is nobody to tell:
+the same code makes no collective.
 
 Values rank 0 needs from every rank come back over the same world: `kv_bytes` and `cpu_seconds` are
 summed (each rank holds a slice of the KV heads; a decode's CPU time is every rank's), `conditions`
@@ -31,7 +33,6 @@ import torch.distributed as dist
 
 from speculab.autoregressive import autoregressive
 from speculab.engine import DecodeSettings
-from speculab.models.roles import TreeTarget
 from speculab.records import RunResult
 from speculab.runtime.nested import mapped
 
@@ -46,6 +47,7 @@ WHOLE: dict[str, Callable[..., RunResult]] = {"autoregressive": autoregressive}
 
 @dataclass(frozen=True)
 class Call:
+    role: str  # which of a rank's models runs it: "target", or "draft" where the draft is sharded too
     method: str
     args: tuple
     kwargs: dict
@@ -180,40 +182,28 @@ def combined(method: str, value: Any) -> Any:
     return value
 
 
-class Leader:
-    """Rank 0's target among `world` ranks: each call is announced to the peers, then run here. Calls
-    that make no collective (commit, retain: cache edits) are announced with the next one that does,
-    so that a round costs one announcement; the peers' caches only need them before that call."""
+class Announcer:
+    """Rank 0's side of a world of `world` ranks: the calls of every model it leads, announced in the order
+    they run. Calls that make no collective (commit, retain: cache edits) wait for the next one that does,
+    so that a model step costs one announcement; the peers' caches only need them before that call."""
 
-    def __init__(self, target: TreeTarget, world: int) -> None:
-        self.target, self.world = target, world
+    def __init__(self, world: int) -> None:
+        self.world = world
         self.waiting: list[Call] = []  # local calls run here, not yet announced
 
-    def __getattr__(self, method: str) -> Any:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self._call(Call(method, args, kwargs))
-
-    def _call(self, call: Call) -> Any:
+    def run(self, model: Any, call: Call) -> Any:
         if self.world == 1:
-            return getattr(self.target, call.method)(*call.args, **call.kwargs)
+            return getattr(model, call.method)(*call.args, **call.kwargs)
+        self.send(call)
+        return combined(call.method, getattr(model, call.method)(*call.args, **call.kwargs))
+
+    def send(self, call: Call) -> None:
+        """Announce `call` with the local calls before it, or hold it (a local call) for the next."""
         if call.method in LOCAL:
             self.waiting.append(call)
-        else:
-            announce([*self.waiting, call])
-            self.waiting = []
-        return combined(call.method, getattr(self.target, call.method)(*call.args, **call.kwargs))
-
-    def autoregressive(self, prompts: list[list[int]], settings: DecodeSettings) -> RunResult:
-        """The autoregressive baseline on every rank from one announcement (WHOLE)."""
-        return self._whole(Call("autoregressive", (prompts, settings), {}))
-
-    def _whole(self, call: Call) -> RunResult:
-        if self.world == 1:
-            return WHOLE[call.method](self.target, *call.args, **call.kwargs)
+            return
         announce([*self.waiting, call])
         self.waiting = []
-        return summed_kv(WHOLE[call.method](self.target, *call.args, **call.kwargs))
 
     @contextmanager
     def leading(self) -> Iterator[None]:
@@ -228,19 +218,40 @@ class Leader:
                 announce(None)
 
 
-class Follower:
-    """A peer rank: its target shard runs what rank 0 announces, until rank 0 releases it."""
+class Leader:
+    """Rank 0's model of `role` (its shard): each call is announced to the peers, then run here."""
 
-    def __init__(self, target: TreeTarget) -> None:
-        self.target = target
+    def __init__(self, model: Any, announcer: Announcer, role: str = "target") -> None:
+        self.model, self.announcer, self.role = model, announcer, role
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.announcer.run(self.model, Call(self.role, method, args, kwargs))
+
+    def autoregressive(self, prompts: list[list[int]], settings: DecodeSettings) -> RunResult:
+        """The autoregressive baseline on every rank from one announcement (WHOLE)."""
+        call = Call(self.role, "autoregressive", (prompts, settings), {})
+        if self.announcer.world == 1:
+            return WHOLE[call.method](self.model, *call.args, **call.kwargs)
+        self.announcer.send(call)
+        return summed_kv(WHOLE[call.method](self.model, *call.args, **call.kwargs))
+
+
+class Follower:
+    """A peer rank: its shards (by role) run what rank 0 announces, until rank 0 releases it."""
+
+    def __init__(self, models: dict[str, Any]) -> None:
+        self.models = models
 
     def follow(self) -> None:
         while (calls := announced()) is not None:
             for call in calls:
+                model = self.models[call.role]
                 if call.method in WHOLE:
-                    summed_kv(WHOLE[call.method](self.target, *call.args, **call.kwargs))
+                    summed_kv(WHOLE[call.method](model, *call.args, **call.kwargs))
                 else:
-                    combined(call.method, getattr(self.target, call.method)(*call.args, **call.kwargs))
+                    combined(call.method, getattr(model, call.method)(*call.args, **call.kwargs))
 
 
 def summed_kv(result: RunResult) -> RunResult:

@@ -22,14 +22,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from speculab.config import Config, ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
-from speculab.config.overrides import composition_problem
+from speculab.config import ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
+from speculab.config.overrides import composition_problem, with_range
+from speculab.config.schema import job_config
 from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
@@ -80,12 +81,6 @@ def planned(overrides: list[str]) -> RunPlan:
         ) from None
 
 
-def job_config(config: DictConfig) -> Config:
-    """The `Config` of a Hydra config (its `hydra` node left out)."""
-    job = OmegaConf.masked_copy(config, [str(key) for key in config if key != "hydra"])
-    return cast(Config, OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), job)))
-
-
 def sweep_points(config: DictConfig) -> list[list[str]]:
     """Every point's overrides, in launch order: the preset's `hydra.sweeper.params`, then the
     command line, split as Hydra's basic sweeper splits them (a cartesian product of the lists)."""
@@ -119,6 +114,7 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
         except Exception as err:  # Hydra's: an unknown group option, a value of the wrong type
             if (line := composition_problem(err, overrides)) is None:
                 raise
+            line = with_range(line, overrides, lambda changed: loader.load_sweep_config(config, changed))
             errors.append(f"point {number} of {len(points)} ({label}): {line}")
             continue
         try:

@@ -33,6 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from speculab.interrupts import held
 from speculab.tracking.orphans import OWNER_TAG, close_orphans, owner, process_start
 from speculab.tracking.store import retrying_busy, store_client
 
@@ -229,7 +230,7 @@ class SpooledRun:
 
     def _append(self, record: dict[str, Any]) -> None:
         self.spool_dir.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as spool:
+        with held(), self.path.open("a") as spool:  # a whole line, whatever signal lands in it
             spool.write(json.dumps(record) + "\n")
 
     def _forward(self, call: Any) -> None:
@@ -237,10 +238,13 @@ class SpooledRun:
         if self.error is not None:
             return
         try:
-            if self.client is None:
-                self.client = retrying_busy(lambda: store_client(self.uri))
-            client = self.client
-            retrying_busy(lambda: call(client))  # a store busy with another writer is waited for, bounded
+            # held: an interrupt raised inside an SQLite transaction would leave the connection holding the
+            # write lock, and the runs' ends that follow (close_open_runs) would find the store locked
+            with held():
+                if self.client is None:
+                    self.client = retrying_busy(lambda: store_client(self.uri))
+                client = self.client
+                retrying_busy(lambda: call(client))  # a store busy with another writer is waited for, bounded
         except Exception as err:  # any store failure: the spool already holds the record
             self.error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
             print(

@@ -1,0 +1,99 @@
+"""A real multi-node Ray on this machine for the node-loss tests (`ray.cluster_utils.Cluster`): a head
+(2 CPUs, 2 of resource `head`) and a node B (1 CPU, resource `node_b`), each a raylet of its own, with
+this process attached; node B can crash (its raylet killed, not drained) and come back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from speculab.tracking.tracker import NoopTracker
+
+# Fast node-death detection (Ray's defaults take about 15 s to declare a killed raylet's node dead).
+FAST_HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3, "health_check_timeout_ms": 300}
+
+
+class TwoNodes:
+    """The head and node B, under Ray's health checks `health` (its `_system_config`; {}: Ray's defaults)."""
+
+    def __init__(self, health: dict[str, int]) -> None:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 2, "resources": {"head": 2}, "_system_config": health},
+        )
+        self.node_b = self.add_b()
+        ray.init(address=self.cluster.address, namespace="speculab-nodeloss")
+
+    def add_b(self) -> Any:
+        node = self.cluster.add_node(num_cpus=1, resources={"node_b": 1})
+        self.cluster.wait_for_nodes()
+        return node
+
+    def crash_b(self, until_dead: bool = True) -> None:
+        """Node B's raylet and workers killed at once, as a crash (not a drain); with `until_dead`, returns
+        once the cluster reports the node dead, so that the next call meets the loss (a worker can outlive
+        its raylet for a moment and answer one more call)."""
+        import ray
+
+        self.cluster.remove_node(self.node_b, allow_graceful=False)
+        deadline = time.monotonic() + 30
+        b = str(self.node_b.node_id)
+        while until_dead and any(n["NodeID"] == b and n["Alive"] for n in ray.nodes()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def cluster_of_two(health: dict[str, int]) -> Iterator[TwoNodes]:
+    """A module's own two-node cluster (a fixture's body); the session's embedded one is left, and joined
+    again after."""
+    import ray
+    from conftest import RAY_CPUS
+
+    from speculab.runtime.groups import POOL
+    from speculab.runtime.ray_actors import connect
+
+    had = ray.is_initialized()
+    POOL.close_all()
+    ray.shutdown()
+    nodes = TwoNodes(health)
+    try:
+        yield nodes
+    finally:
+        POOL.close_all()
+        ray.shutdown()
+        nodes.cluster.shutdown()
+        if had:
+            connect(None, RAY_CPUS)  # the session fixture's cluster, as it started it
+
+
+def with_node_b(nodes: TwoNodes) -> Iterator[TwoNodes]:
+    """Node B up, and no group left open by the test before (a fixture's body)."""
+    from speculab.runtime.groups import POOL
+
+    POOL.close_all()
+    if not nodes.cluster.list_all_nodes()[1:]:
+        nodes.node_b = nodes.add_b()
+    yield nodes
+    POOL.close_all()
+
+
+class CrashOnFirstPrompt(NoopTracker):
+    """Records what a point logs, and crashes node B once the first prompt's metrics arrive (its unit done),
+    waiting for Ray to report it dead or (`until_dead` False) not."""
+
+    def __init__(self, nodes: TwoNodes, until_dead: bool = True) -> None:
+        self.nodes, self.until_dead, self.crashed_at = nodes, until_dead, 0.0
+        self.metrics: dict[str, float] = {}
+        self.texts: dict[str, str] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self.metrics |= metrics
+        if not self.crashed_at and "prompt/generated_tokens" in metrics:
+            self.nodes.crash_b(self.until_dead)
+            self.crashed_at = time.monotonic()
+
+    def log_text(self, text: str, artifact: str) -> None:
+        self.texts[artifact] = text
