@@ -21,17 +21,9 @@ from support.hub_configs import HUB_CONFIGS
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if not p.stem.startswith("tiny-pycode"))
 CLUSTERS = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
 # Weights alone need 131.4 GiB (all of 70B) + 15.0 GiB (the 8B draft) on one 80 GiB GPU. On a 48 GiB A6000 a
-# TP=4 shard of 70B (32.9 GiB) leaves no room for the whole draft beside it, so `a6000x4` shards the draft too;
-# a DFlash drafter, which loads its own checkpoint whole, is refused there.
+# TP=4 shard of 70B (32.9 GiB) leaves no room for the whole draft beside it: there `auto` shards the draft.
 REFUSED = {
     ("llama3-70b_8b", "gpu1"): "does not fit",
-    **{
-        (model, "a6000x4"): "cluster.draft_placement=sharded: drafter=dflash loads its own checkpoint"
-        for model in MODELS
-        if model.endswith("_dflash")
-    },
-    # with the loop beside the target (the default) the 8B draft shares rank 0's 80 GB with half the 70B
-    ("llama3-70b_8b", "gpus_local"): r"the busiest GPU needs 86\.5 GiB.*model\.draft_device=cuda:1",
 }
 
 
@@ -97,15 +89,20 @@ def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, mod
             ["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_gpu=1", "cluster.draft_placement=own"],
             "> cluster.num_gpus=4",
         ),
+        (["model=qwen3-32b_0.6b", "cluster=a6000x4", "model.draft_device=cuda:1"], "> cluster.num_gpus=4"),
         (
-            ["model=qwen3-32b_0.6b", "cluster=a6000x4", "model.draft_device=cuda:1", "cluster.draft_placement=beside"],
-            "> cluster.num_gpus=4",
-        ),
-        (
-            ["model=qwen3-32b_0.6b", "cluster=a6000x4", "model.draft_device=cuda:1"],
+            ["model=qwen3-32b_0.6b", "cluster=a6000x4", "model.draft_device=cuda:1", "cluster.draft_placement=sharded"],
             "a sharded draft lives on the target's GPUs",
         ),
-        (["model=qwen3-32b_0.6b", "cluster=a6000x4", "runtime.loop=driver"], "set runtime.loop=target"),
+        (
+            ["model=qwen3-8b_dflash", "drafter=dflash", "algorithm=ddtree", "cluster=a6000x4"]
+            + ["cluster.draft_placement=sharded"],
+            "cluster.draft_placement=sharded: drafter=dflash loads its own checkpoint",
+        ),
+        (
+            ["model=qwen3-32b_0.6b", "cluster=a6000x4", "runtime.loop=driver", "cluster.draft_placement=sharded"],
+            "set runtime.loop=target",
+        ),
         (
             ["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_placement=own", "runtime.loop=target"],
             "set runtime.loop=driver",
@@ -115,9 +112,14 @@ def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, mod
             "must be one of auto, own, beside, sharded",
         ),
         (["model=llama3-70b_8b", "cluster=h200x8", "cluster.tp_size=1", "sampling.batch_size=16"], "does not fit"),
+        # the whole 8B draft beside half the 70B on an 80 GB GPU (`auto` shards it there)
+        (
+            ["model=llama3-70b_8b", "cluster=gpus_local", "cluster.draft_placement=beside"],
+            r"the busiest GPU needs 86\.5 GiB.*shard the draft with the target \(cluster\.draft_placement=sharded\)",
+        ),
         (
             ["model=qwen3-coder-30b-a3b_dflash", "drafter=dflash", "algorithm=ddtree", "cluster=a6000x4"]
-            + ["cluster.tp_backend=deepspeed", "cluster.draft_placement=beside"],
+            + ["cluster.tp_backend=deepspeed"],
             r"\n  cluster\.tp_backend=deepspeed: DeepSpeed AutoTP cannot shard model qwen3-coder-30b-a3b_dflash",
         ),
     ],
@@ -133,8 +135,7 @@ def test_preset_overrides_that_cannot_work_are_refused(hub_cache: Path, override
 def test_the_tp_backend_is_chosen_by_the_target(hub_cache: Path, gpu_machine: None, model: str, backend: str) -> None:
     """`cluster.tp_backend=auto` (the default): transformers' tp_plan for a mixture-of-experts target, which
     DeepSpeed AutoTP cannot shard, and AutoTP for a dense one; the plan (and so the logged params) holds it."""
-    dflash = ["drafter=dflash", "algorithm=ddtree", "cluster.draft_placement=beside"]  # a DFlash drafter loads whole
-    plan = resolve(load([f"model={model}", *dflash, "cluster=a6000x4"]))
+    plan = resolve(load([f"model={model}", "drafter=dflash", "algorithm=ddtree", "cluster=a6000x4"]))
     assert plan.cfg.cluster.tp_size == 4 and plan.cfg.cluster.tp_backend == backend
 
 
@@ -145,7 +146,9 @@ def test_the_gbv_table7_command_plans_the_70b_pair_on_four_a6000s(hub_cache: Pat
     from speculab.config import plan_lines
 
     plan = resolve(load(["+experiment=gbv_table7", "model=llama3-70b_8b", "cluster=a6000x4"]))
-    assert plan.cfg.cluster.draft_placement == "sharded" and plan.loop == "target"
+    assert plan.cfg.cluster.draft_placement == "sharded" and plan.loop == "target"  # auto: only sharded fits
+    small = resolve(load(["+experiment=gbv_table7", "model=qwen3-32b_0.6b", "cluster=a6000x4"]))
+    assert small.cfg.cluster.draft_placement == "beside"  # a 0.6B draft fits beside a shard: no collectives
     lines = "\n".join(plan_lines(plan))
     assert "sharded with the target over the same 4 ranks" in lines and "4 of cluster.num_gpus=4" in lines
     assert re.search(r"busiest GPU needs (\d+\.\d) GiB: target shard \(tp_size=4\) weights 32\.9 GiB", lines)

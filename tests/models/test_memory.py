@@ -121,7 +121,8 @@ def llama_pair(tmp_path: Path) -> list[str]:
         (cluster(3, 8, 80.0), "cluster.tp_size=3: must divide the 64 attention heads and 8 KV heads"),
         # the draft on a GPU of its own needs its own actor (with the loop beside the target it shares rank 0's)
         ([*cluster(8, 8, 80.0), "runtime.loop=driver"], "tp_size=8 target GPUs + 1 draft GPU > cluster.num_gpus=8"),
-        (cluster(4, 4, 48.0, draft_gpu=0.5), "the busiest GPU needs 53.2 GiB"),
+        # the whole draft beside a shard (`auto` shards it instead: test_config_presets.py)
+        ([*cluster(4, 4, 48.0, draft_gpu=0.5), "cluster.draft_placement=beside"], "the busiest GPU needs 53.2 GiB"),
         (cluster(4, 4, 48.0, draft_gpu=1.5), "cluster.draft_gpu=1.5: must be in (0, 1]"),
         (cluster(4, 4, 0.0, draft_gpu=0.5), "cluster.gpu_memory_gib=0.0: must be > 0"),
     ],
@@ -168,7 +169,7 @@ def test_run_refuses_a_model_that_does_not_fit_before_starting_actors(
 
     monkeypatch.setattr(experiment, "start_loop", must_not_start)
     with pytest.raises(ConfigError, match="does not fit"):
-        experiment.run(load([*llama_pair, *cluster(4, 4, 48.0, draft_gpu=0.5)]))
+        experiment.run(load([*llama_pair, *cluster(4, 4, 48.0, draft_gpu=0.5), "cluster.draft_placement=beside"]))
 
 
 def test_validate_refuses_a_cpu_point_larger_than_this_machine_s_memory(

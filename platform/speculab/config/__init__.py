@@ -6,7 +6,8 @@ concern's dataclass, the values its fields take and its checks, which return one
 - `algorithm`: the algorithm and the drafter, against the registry; `sampling`: sampling and
   measurement; `dataset`: the prompts; `runtime`: in-process or Ray, and where the loop runs
   (`loop_host`); `cluster`: where the models run (the cluster, the `Placement` of the model groups,
-  each model's device, the memory footprint); `tracking`: the MLflow store; `report`: a preset's
+  each model's device, where the draft lives, the memory footprint); `nodes`: the cluster's address and
+  the custom resources that pin groups to nodes; `tracking`: the MLflow store; `report`: a preset's
   report layout;
 - `checkpoints`: the checkout's root and a checkpoint's files; `errors`: `ConfigError` and the
   small checks the concerns share;

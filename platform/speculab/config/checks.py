@@ -9,17 +9,11 @@ from pathlib import Path
 
 from speculab.config.algorithm import DEFAULT_L, algorithm_errors
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.cluster import (
-    ClusterConfig,
-    address_errors,
-    cluster_errors,
-    device_errors,
-    local_cluster_errors,
-    resource_errors,
-)
+from speculab.config.cluster import ClusterConfig, cluster_errors, device_errors, local_cluster_errors
 from speculab.config.dataset import dataset_errors
 from speculab.config.errors import ConfigError
 from speculab.config.model import block_length, context_errors, drafter_checkpoint_errors, locate_roles, model_errors
+from speculab.config.nodes import address_errors, resource_errors
 from speculab.config.report import report_errors
 from speculab.config.runtime import runtime_errors
 from speculab.config.sampling import sampling_errors

@@ -1,9 +1,10 @@
 """`cluster.*`: where the models run. The cluster a point's models are placed on (`ClusterConfig`, and
 the `Placement` of its model groups it gives the runtime), each model's device (`model.device`,
 `model.draft_device`) resolved and checked against the GPUs of that place (this machine, an embedded
-Ray cluster on it, or a remote cluster's declared GPUs) and described for the run's tags; the
-cluster's CPUs and GPUs against the model actors, the target's tensor-parallel split, the memory footprint
-(`speculab.models.memory`, from config.json alone) and a cluster address that answers.
+Ray cluster on it, or a remote cluster's declared GPUs) and described for the run's tags; where the draft
+lives (`cluster.draft_placement`); the cluster's CPUs and GPUs against the model actors, the target's
+tensor-parallel split and the memory footprint (`speculab.models.memory`, from config.json alone). The
+cluster's address and the nodes' custom resources are `config.nodes`'.
 
 torch and `speculab.models` are imported by the functions that need them: the dataclasses load with
 `speculab --help`, which needs neither."""
@@ -12,11 +13,9 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlparse
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checkpoints import Checkpoint
@@ -30,12 +29,10 @@ if TYPE_CHECKING:
 DEVICES = ("cpu", "cuda", "cuda:N", "auto")  # auto: cuda where the models run has a GPU, else cpu
 CUDA_INDEX = re.compile(r"cuda:(\d+)")
 OWN_DRAFT_GPU = "cuda:1"  # model.draft_device on Ray: rank 0's bundle asks for a second GPU, the draft's
-ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
-ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
 CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")  # cgroup v2: a container's memory limit, or "max"
 # cluster.draft_placement: own (an actor of its own: runtime.loop=driver), beside (whole, in rank 0's process),
-# sharded (split over the target's ranks, each holding a shard of both), auto (own with runtime.loop=driver,
-# else beside)
+# sharded (split over the target's ranks, each holding a shard of both), auto (own with runtime.loop=driver;
+# else beside, or sharded where only sharded fits the GPUs: `fits_only_sharded`)
 DRAFT_PLACEMENTS = ("auto", "own", "beside", "sharded")
 
 
@@ -151,19 +148,40 @@ def own_draft_gpu(cfg: ClusterView) -> bool:
     return cfg.runtime.kind == "ray" and loop_host(cfg) == "target" and cfg.model.draft_device == OWN_DRAFT_GPU
 
 
-def draft_place(cfg: ClusterView) -> str:
+def draft_place(cfg: ClusterView, found: dict[str, Checkpoint]) -> str:
     """Where the draft lives (`cluster.draft_placement` resolved): own (its own actor, the loop in the
     driver), beside (whole, in the loop's process: inline, or rank 0 of the loop group) or sharded (a shard
-    on each rank of the loop group; at tp_size 1 that is beside)."""
+    on each rank of the loop group; at tp_size 1 that is beside). `auto` is own with the loop in the driver;
+    on rank 0 it is beside, or sharded where only sharded fits (`fits_only_sharded`)."""
     host, chosen = loop_host(cfg), cfg.cluster.draft_placement
     if host == "inline" or (chosen == "sharded" and cfg.cluster.tp_size == 1):
         return "beside"
-    if chosen == "auto":
-        return "own" if host == "driver" else "beside"
-    return chosen
+    if chosen != "auto":
+        return chosen
+    if host == "driver":
+        return "own"
+    return "sharded" if fits_only_sharded(cfg, found) else "beside"
 
 
-def placement_errors(cfg: ClusterView) -> list[str]:
+def fits_only_sharded(cfg: ClusterView, found: dict[str, Checkpoint]) -> bool:
+    """On GPUs at tp_size > 1, by the planner's figures: the whole draft beside a target shard overflows
+    the busiest GPU and a draft shard on each does not (a drafter that can be sharded, without a GPU of its
+    own). Sharding costs collectives every draft pass (benchmarks/RESULTS.md), so `auto` shards only then."""
+    from speculab.algorithms import DRAFTERS
+    from speculab.models.memory import GIB
+
+    c, drafter = cfg.cluster, DRAFTERS.get(cfg.drafter.name)
+    if c.tp_size == 1 or c.num_gpus == 0 or own_draft_gpu(cfg) or drafter is None or drafter.backend:
+        return False
+    if not resolve_device(cfg, cfg.model.device).startswith("cuda"):
+        return False
+    beside, sharded = planned_footprint(cfg, found, "beside"), planned_footprint(cfg, found, "sharded")
+    if beside is None or sharded is None:
+        return False
+    return beside.busiest_gpu > c.gpu_memory_gib * GIB >= sharded.busiest_gpu
+
+
+def placement_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
     """`cluster.draft_placement` against the loop's place and the drafter: a draft actor of its own is
     called by a loop in the driver, one in the loop's group by a loop on rank 0, and a sharded draft
     needs a drafter whose checkpoint loads as tensor-parallel shards (the pair's draft model)."""
@@ -182,7 +200,7 @@ def placement_errors(cfg: ClusterView) -> list[str]:
             f"cluster.draft_placement={c.draft_placement}: the draft in the loop's group needs the loop on rank 0; "
             "set runtime.loop=target (or auto), or cluster.draft_placement=own"
         )
-    if draft_place(cfg) != "sharded":
+    if draft_place(cfg, found) != "sharded":
         return errors
     drafter = DRAFTERS.get(cfg.drafter.name)
     if drafter is not None and drafter.backend:
@@ -259,8 +277,8 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
     at_least(split, "cluster.tp_size", c.tp_size, 1)
     if cfg.runtime.kind == "inline" and c.tp_size > 1:
         split.append(f"cluster.tp_size={c.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
-    errors = _field_errors(c) + placement_errors(cfg)
-    where = gpu_place(cfg)
+    errors = _field_errors(c) + placement_errors(cfg, found)
+    where = gpu_place(cfg, found)
     own_gpu = 1 if where == "own" else 0
     if c.num_gpus > 0 and c.tp_size + own_gpu > c.num_gpus:
         errors.append(
@@ -273,14 +291,14 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
     return split + errors + _memory_errors(cfg, found, where, memory=not errors)
 
 
-def gpu_place(cfg: ClusterView) -> str:
+def gpu_place(cfg: ClusterView, found: dict[str, Checkpoint]) -> str:
     """Where the draft's bytes sit among the GPUs (`models.memory.DRAFT_WHERE`): on a GPU of its own,
     beside one target shard, or sharded over every target GPU. A draft outside the loop group (its own
     actor, or inline) takes the share cluster.draft_gpu gives it; one in rank 0's process has a GPU of its
     own only with model.draft_device=cuda:1."""
     if loop_host(cfg) != "target":
         return "own" if cfg.cluster.draft_gpu >= 1 else "beside"
-    return "own" if own_draft_gpu(cfg) else draft_place(cfg)
+    return "own" if own_draft_gpu(cfg) else draft_place(cfg, found)
 
 
 def tp_backend_for(choice: str, target_config: dict[str, Any]) -> str:
@@ -334,7 +352,7 @@ def _memory_errors(cfg: ClusterView, found: dict[str, Checkpoint], where: str, m
         )
     if errors or not memory:
         return errors
-    footprint = planned_footprint(cfg, found)
+    footprint = planned_footprint(cfg, found, where)
     assert footprint is not None  # both architectures are known (above)
     if resolve_device(cfg, cfg.model.device).startswith("cuda"):
         return fit_errors(footprint, c.gpu_memory_gib) if c.num_gpus > 0 else []
@@ -342,9 +360,9 @@ def _memory_errors(cfg: ClusterView, found: dict[str, Checkpoint], where: str, m
     return host_fit_errors(footprint, host_memory_bytes()) if local else []
 
 
-def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint]) -> MemoryFootprint | None:
+def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint], where: str) -> MemoryFootprint | None:
     """The bytes of the point on each GPU (or host process), planned from both checkpoints' config.json
-    with the draft where `gpu_place` puts it; None where the planner does not know an architecture."""
+    with the draft `where` (`gpu_place`); None where the planner does not know an architecture."""
     from speculab.models.memory import DTYPE_BYTES, Workload, architecture, memory_footprint
 
     c, s = cfg.cluster, cfg.sampling
@@ -355,7 +373,7 @@ def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint]) -> MemoryF
     work = Workload(
         s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg.algorithm), DTYPE_BYTES[cfg.model.dtype]
     )
-    return memory_footprint(target, draft, work, c.tp_size, gpu_place(cfg))
+    return memory_footprint(target, draft, work, c.tp_size, where)
 
 
 def local_cluster_errors(cfg: ClusterView) -> list[str]:
@@ -376,57 +394,3 @@ def local_cluster_errors(cfg: ClusterView) -> list[str]:
             f"set cluster.actor_cpus to a positive value <= {cores / actors:g}"
         ]
     return []
-
-
-def address_errors(cfg: ClusterView) -> list[str]:
-    """A cluster address in a form Ray accepts, which (but for `auto`) accepts a TCP connection within a few
-    seconds, before anything starts: Ray's own connect loop would retry for minutes, deaf to Ctrl-C."""
-    address = cfg.cluster.address
-    if cfg.runtime.kind != "ray" or not address or address == "auto":
-        return []
-    parsed = urlparse(address if "://" in address else f"gcs://{address}")
-    try:
-        host, port = parsed.hostname, parsed.port or (10001 if parsed.scheme == "ray" else None)  # Ray client's default
-    except ValueError:  # a port that is not a number
-        host = port = None
-    if parsed.scheme not in ("ray", "gcs") or not host or not port or parsed.path not in ("", "/"):
-        return [f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}"]
-    try:
-        socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
-    except OSError as err:
-        return [
-            f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
-            f"({err.strerror or err}); start the cluster's head or fix the address"
-        ]
-    return []
-
-
-def resource_errors(cfg: ClusterView) -> list[str]:
-    """Custom resources a group is pinned with: positive amounts, a cluster that can have them (an embedded
-    one offers none), and draft_resources only where the draft has an actor of its own. Whether a node
-    offers them is checked once attached, before any actor starts (`runtime.refuse_unoffered`)."""
-    c, errors = cfg.cluster, []
-    pins = {"cluster.target_resources": c.target_resources, "cluster.draft_resources": c.draft_resources}
-    for key, resources in pins.items():
-        if not resources:
-            continue
-        if not isinstance(resources, dict) or not all(_amount(v) > 0 for v in resources.values()):
-            errors.append(
-                f"{key}={resources!r}: must be a mapping of Ray resource names to amounts > 0, e.g. {{gpu_a: 1}}"
-            )
-        elif cfg.runtime.kind != "ray" or c.address is None:
-            errors.append(
-                f"{key}={resources}: custom resources need runtime=ray attached to a cluster whose nodes "
-                "offer them (cluster.address=auto or host:port; an embedded local Ray offers none)"
-            )
-    if c.draft_resources and cfg.runtime.kind == "ray" and loop_host(cfg) == "target":
-        errors.append(
-            f"cluster.draft_resources={c.draft_resources}: with runtime.loop=target the draft runs in rank "
-            "0's process, placed by cluster.target_resources; set runtime.loop=driver for a draft actor of its own"
-        )
-    return errors
-
-
-def _amount(value: Any) -> float:
-    """A resource amount as a number, or -1 for anything that is not one."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -1.0

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checks import checked
-from speculab.config.cluster import Placement, draft_place, placement, planned_footprint, resolve_device, tp_backend_for
+from speculab.config.cluster import (
+    Placement,
+    draft_place,
+    gpu_place,
+    placement,
+    planned_footprint,
+    resolve_device,
+    tp_backend_for,
+)
 from speculab.config.runtime import loop_host
 from speculab.config.sampling import generate_form
 from speculab.config.schema import Config
@@ -64,7 +72,8 @@ def resolve(cfg: Config) -> RunPlan:
     cfg = replace(cfg, measure=replace(cfg.measure, generate=generate_form(cfg.measure.generate, target_device)))
     backend = tp_backend_for(cfg.cluster.tp_backend, found["target"].config)  # auto resolved by the target
     # and where the draft lives (auto resolved by the loop's place): the run's params say what it ran with
-    cfg = replace(cfg, cluster=replace(cfg.cluster, tp_backend=backend, draft_placement=draft_place(cfg)))
+    placed = draft_place(cfg, found)
+    cfg = replace(cfg, cluster=replace(cfg.cluster, tp_backend=backend, draft_placement=placed))
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     return RunPlan(
         cfg=cfg,
@@ -78,7 +87,7 @@ def resolve(cfg: Config) -> RunPlan:
         largest_tree=largest_tree(cfg.algorithm),
         threads=model_threads(cfg),
         placement=placement(cfg),
-        footprint=planned_footprint(cfg, found),
+        footprint=planned_footprint(cfg, found, gpu_place(cfg, found)),
     )
 
 

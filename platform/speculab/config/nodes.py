@@ -1,0 +1,69 @@
+"""`cluster.address` and the custom resources that pin groups to nodes (`cluster.target_resources`,
+`cluster.draft_resources`): an address Ray accepts and that answers, resources a cluster can offer,
+checked before anything starts."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+from urllib.parse import urlparse
+
+from speculab.config.cluster import ClusterView
+from speculab.config.runtime import loop_host
+
+ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
+ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
+
+
+def address_errors(cfg: ClusterView) -> list[str]:
+    """A cluster address in a form Ray accepts, which (but for `auto`) accepts a TCP connection within a few
+    seconds, before anything starts: Ray's own connect loop would retry for minutes, deaf to Ctrl-C."""
+    address = cfg.cluster.address
+    if cfg.runtime.kind != "ray" or not address or address == "auto":
+        return []
+    parsed = urlparse(address if "://" in address else f"gcs://{address}")
+    try:
+        host, port = parsed.hostname, parsed.port or (10001 if parsed.scheme == "ray" else None)  # Ray client's default
+    except ValueError:  # a port that is not a number
+        host = port = None
+    if parsed.scheme not in ("ray", "gcs") or not host or not port or parsed.path not in ("", "/"):
+        return [f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}"]
+    try:
+        socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
+    except OSError as err:
+        return [
+            f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
+            f"({err.strerror or err}); start the cluster's head or fix the address"
+        ]
+    return []
+
+
+def resource_errors(cfg: ClusterView) -> list[str]:
+    """Custom resources a group is pinned with: positive amounts, a cluster that can have them (an embedded
+    one offers none), and draft_resources only where the draft has an actor of its own. Whether a node
+    offers them is checked once attached, before any actor starts (`runtime.refuse_unoffered`)."""
+    c, errors = cfg.cluster, []
+    pins = {"cluster.target_resources": c.target_resources, "cluster.draft_resources": c.draft_resources}
+    for key, resources in pins.items():
+        if not resources:
+            continue
+        if not isinstance(resources, dict) or not all(_amount(v) > 0 for v in resources.values()):
+            errors.append(
+                f"{key}={resources!r}: must be a mapping of Ray resource names to amounts > 0, e.g. {{gpu_a: 1}}"
+            )
+        elif cfg.runtime.kind != "ray" or c.address is None:
+            errors.append(
+                f"{key}={resources}: custom resources need runtime=ray attached to a cluster whose nodes "
+                "offer them (cluster.address=auto or host:port; an embedded local Ray offers none)"
+            )
+    if c.draft_resources and cfg.runtime.kind == "ray" and loop_host(cfg) == "target":
+        errors.append(
+            f"cluster.draft_resources={c.draft_resources}: with runtime.loop=target the draft runs in rank "
+            "0's process, placed by cluster.target_resources; set runtime.loop=driver for a draft actor of its own"
+        )
+    return errors
+
+
+def _amount(value: Any) -> float:
+    """A resource amount as a number, or -1 for anything that is not one."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -1.0
