@@ -4,6 +4,7 @@ this process attached; node B can crash (its raylet killed, not drained) and com
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,12 +35,18 @@ class TwoNodes:
         return node
 
     def crash_b(self, until_dead: bool = True) -> None:
-        """Node B's raylet and workers killed at once, as a crash (not a drain); with `until_dead`, returns
-        once the cluster reports the node dead, so that the next call meets the loss (a worker can outlive
-        its raylet for a moment and answer one more call)."""
+        """Node B's raylet and every process under it (its workers: the actors placed there) killed at once,
+        as a machine's crash, not a drain; with `until_dead`, returns once the cluster reports the node dead
+        (Ray's health checks), else at once, while Ray may still list it alive."""
+        import psutil
         import ray
 
+        raylet = psutil.Process(self.node_b.all_processes["raylet"][0].process.pid)
+        workers = raylet.children(recursive=True)  # orphaned by the raylet's death, they could answer a call
         self.cluster.remove_node(self.node_b, allow_graceful=False)
+        for worker in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
         deadline = time.monotonic() + 30
         b = str(self.node_b.node_id)
         while until_dead and any(n["NodeID"] == b and n["Alive"] for n in ray.nodes()) and time.monotonic() < deadline:
