@@ -87,16 +87,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files with the most end-to-end (`slow`) tests first, each file's tests in their order: the two
-    workers (`--dist loadfile`) take files in this order as they free up, so the long files start early
-    and the last ones to start are short, rather than one worker finishing a long file alone (the longest
-    first, as in longest-processing-time scheduling). `gpu` tests need CUDA: skipped, saying so, where
-    torch finds none (CI has no GPU). With `--reverse-order`, the tests run last to first: a test that
-    passes only after another fails."""
-    slow: dict[str, int] = {}
-    for item in items:
-        slow[item.nodeid.split("::")[0]] = slow.get(item.nodeid.split("::")[0], 0) + ("slow" in item.keywords)
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])  # stable: a file's own order is kept
+    """`gpu` tests need CUDA: skipped, saying so, where torch finds none (CI has no GPU).
+    With `--reverse-order`, the tests run last to first: a test that passes only after another fails."""
     if config.getoption("reverse_order"):
         items.reverse()
     if torch.cuda.is_available():
