@@ -22,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf
 from speculab import interrupts
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
-from speculab.interrupts import raise_if_received
 
 if TYPE_CHECKING:
     from speculab.config import RunPlan
@@ -57,7 +56,7 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     from speculab.runtime.placement import ClusterError
     from speculab.tracking.callbacks import PLANS, planned
 
-    raise_if_received()
+    interrupts.raise_if_received()
     if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
         refuse(ConfigError.listing(unknown))
     sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -82,7 +81,7 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
             raise
         traceback.print_exc()  # an error speculab did not foresee: its place in the code
         return point_failed(point, err)
-    raise_if_received()  # this point is recorded; the sweep stops before the next
+    interrupts.raise_if_received()  # this point is recorded; the sweep stops before the next
     return outcome
 
 
@@ -93,7 +92,7 @@ def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
     """A sweep point's failure in one line on stderr, remembered for the exit status; the sweep goes on."""
     from speculab.results.point import FailedPoint, PointShape
 
-    raise_if_received()  # an interrupt a library wrapped in its own error is the interrupt
+    interrupts.raise_if_received()  # an interrupt a library wrapped in its own error is the interrupt
     shape = PointShape.of(plan.cfg)
     reason = " ".join(str(err).split()) or type(err).__name__
     print(f"speculab: point failed: {shape.name}: {reason}; the sweep goes on", file=sys.stderr)

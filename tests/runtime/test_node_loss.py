@@ -21,12 +21,9 @@ from speculab.runtime import start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.tracker import NoopTracker
 from support.configs import load
-from support.two_nodes import FAST_HEALTH, CrashOnFirstPrompt, TwoNodes, cluster_of_two, with_node_b
+from support.two_nodes import FAST_HEALTH, CrashOnFirstPrompt, TwoNodes, cluster_of_two, overrides, with_node_b
 
 pytestmark = pytest.mark.slow
-
-SMALL = ["dataset.num_prompts=2", "sampling.batch_size=1", "sampling.max_new_tokens=12", "measure.repeats=1"]
-QUICK = ["tracking=none", "baseline=false", "baseline_hf=false", "runtime.torch_threads=1", *SMALL]
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +36,6 @@ def two_nodes() -> Iterator[TwoNodes]:
 def pool(two_nodes: TwoNodes) -> Iterator[TwoNodes]:
     """Node B up, and no group left open by the test before."""
     yield from with_node_b(two_nodes)
-
-
-def overrides(nodes: TwoNodes, *extra: str) -> list[str]:
-    return [f"cluster.address={nodes.cluster.address}", "cluster.actor_cpus=1", *QUICK, *extra]
 
 
 @pytest.mark.parametrize("loop", ["driver", "target"])

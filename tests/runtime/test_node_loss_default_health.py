@@ -16,12 +16,9 @@ from speculab.experiment import decode_point
 from speculab.results.point import PointShape
 from speculab.runtime.placement import ClusterError
 from support.configs import load
-from support.two_nodes import CrashOnFirstPrompt, TwoNodes, cluster_of_two, with_node_b
+from support.two_nodes import CrashOnFirstPrompt, TwoNodes, cluster_of_two, overrides, with_node_b
 
 pytestmark = pytest.mark.slow
-
-QUICK = ["tracking=none", "baseline=false", "baseline_hf=false", "runtime.torch_threads=1", "measure.repeats=1"]
-SMALL = ["dataset.num_prompts=2", "sampling.max_new_tokens=12", "cluster.actor_cpus=1"]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +34,7 @@ def pool(default_health: TwoNodes) -> Iterator[TwoNodes]:
 def test_a_pinned_group_s_lost_node_is_named_under_ray_s_default_health_checks(pool: TwoNodes) -> None:
     tracker = CrashOnFirstPrompt(pool, until_dead=False)  # the next unit meets the crash as Ray first knows it
     pinned = ["cluster.target_resources={node_b: 1}", "runtime.placement_timeout_s=30"]
-    plan = resolve(load([f"cluster.address={pool.cluster.address}", *QUICK, *SMALL, *pinned]))
+    plan = resolve(load(overrides(pool, *pinned)))
     with pytest.raises(ClusterError) as failed:
         decode_point(plan, PointShape.of(plan.cfg), tracker)
     waited = time.monotonic() - tracker.crashed_at

@@ -13,6 +13,8 @@ from speculab.tracking.tracker import NoopTracker
 
 # Fast node-death detection (Ray's defaults take about 15 s to declare a killed raylet's node dead).
 FAST_HEALTH = {"health_check_period_ms": 300, "health_check_failure_threshold": 3, "health_check_timeout_ms": 300}
+SMALL = ["dataset.num_prompts=2", "sampling.batch_size=1", "sampling.max_new_tokens=12", "measure.repeats=1"]
+QUICK = ["tracking=none", "baseline=false", "baseline_hf=false", "runtime.torch_threads=1", *SMALL]
 
 
 class TwoNodes:
@@ -51,6 +53,11 @@ class TwoNodes:
         b = str(self.node_b.node_id)
         while until_dead and any(n["NodeID"] == b and n["Alive"] for n in ray.nodes()) and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def overrides(nodes: TwoNodes, *extra: str) -> list[str]:
+    """A small untracked point on `nodes` (two units of one prompt, the speculative decode alone), and `extra`."""
+    return [f"cluster.address={nodes.cluster.address}", "cluster.actor_cpus=1", *QUICK, *extra]
 
 
 def cluster_of_two(health: dict[str, int]) -> Iterator[TwoNodes]:

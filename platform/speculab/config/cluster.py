@@ -181,10 +181,11 @@ def fits_only_sharded(cfg: ClusterView, found: dict[str, Checkpoint]) -> bool:
     return beside.busiest_gpu > c.gpu_memory_gib * GIB >= sharded.busiest_gpu
 
 
-def placement_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
+def placement_errors(cfg: ClusterView) -> list[str]:
     """`cluster.draft_placement` against the loop's place and the drafter: a draft actor of its own is
-    called by a loop in the driver, one in the loop's group by a loop on rank 0, and a sharded draft
-    needs a drafter whose checkpoint loads as tensor-parallel shards (the pair's draft model)."""
+    called by a loop in the driver, one in the loop's group by a loop on rank 0, and a draft asked to be
+    sharded needs a drafter whose checkpoint loads as tensor-parallel shards (the pair's draft model) and
+    no GPU of its own (`auto` shards only such a draft: `fits_only_sharded`)."""
     from speculab.algorithms import DRAFTERS
 
     c, errors = cfg.cluster, list[str]()
@@ -200,7 +201,7 @@ def placement_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str
             f"cluster.draft_placement={c.draft_placement}: the draft in the loop's group needs the loop on rank 0; "
             "set runtime.loop=target (or auto), or cluster.draft_placement=own"
         )
-    if draft_place(cfg, found) != "sharded":
+    if c.draft_placement != "sharded" or host == "inline" or c.tp_size == 1:  # sharded as draft_place resolves it
         return errors
     drafter = DRAFTERS.get(cfg.drafter.name)
     if drafter is not None and drafter.backend:
@@ -277,7 +278,7 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint]) -> list[str]:
     at_least(split, "cluster.tp_size", c.tp_size, 1)
     if cfg.runtime.kind == "inline" and c.tp_size > 1:
         split.append(f"cluster.tp_size={c.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
-    errors = _field_errors(c) + placement_errors(cfg, found)
+    errors = _field_errors(c) + placement_errors(cfg)
     where = gpu_place(cfg, found)
     own_gpu = 1 if where == "own" else 0
     if c.num_gpus > 0 and c.tp_size + own_gpu > c.num_gpus:
