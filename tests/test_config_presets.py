@@ -193,3 +193,29 @@ def test_dflash_presets_resolve_to_a_dflash_drafter_fed_by_target_features(
     assert target.feature_layers == tuple(ids) and target.backend == "hf"
     assert draft.backend == "dflash" and draft.target_path == target.path
     assert draft.path == str(checkpoint_dir(cfg.model, "draft"))
+
+
+# docs/runtime.md's replica plan: the smallest tp_size at which each preset pair fits one copy on each GPU
+# preset (config.json files only), and the copies its GPUs hold (2 x 8 H200 nodes: twice h200x8's)
+REPLICA_PLAN = [
+    ("llama3-70b_8b", [], "a6000x4", 4, 1),
+    ("llama3-70b_8b", [], "h200x8", 2, 4),
+    ("qwen3-32b_0.6b", [], "a6000x4", 2, 2),
+    ("qwen3-32b_0.6b", [], "h200x8", 1, 8),
+    ("qwen3-8b_dflash", ["drafter=dflash", "algorithm=ddtree"], "a6000x4", 1, 4),
+    ("qwen3-8b_dflash", ["drafter=dflash", "algorithm=ddtree"], "h200x8", 1, 8),
+]
+
+
+@pytest.mark.parametrize(("model", "extra", "cluster", "tp_size", "replicas"), REPLICA_PLAN)
+def test_the_documented_replica_plan_is_what_the_memory_planner_allows(
+    hub_cache: Path, model: str, extra: list[str], cluster: str, tp_size: int, replicas: int
+) -> None:
+    base = [f"model={model}", *extra, f"cluster={cluster}"]
+    plan = resolve(load([*base, f"cluster.tp_size={tp_size}", f"cluster.replicas={replicas}"]))
+    assert plan.cfg.cluster.num_gpus // tp_size == replicas
+    if tp_size > 1:  # half the ranks do not fit
+        with pytest.raises(ConfigError, match="does not fit"):
+            validate(load([*base, f"cluster.tp_size={tp_size // 2}"]))
+    with pytest.raises(ConfigError, match=f"set cluster.replicas to at most {replicas}"):
+        validate(load([*base, f"cluster.tp_size={tp_size}", f"cluster.replicas={replicas + 1}"]))

@@ -56,9 +56,11 @@ def schema_keys(node: Any, prefix: str = "") -> list[str]:
 
 
 def chosen_options() -> dict[str, str]:
-    """group -> the option conf/config.yaml's defaults list picks."""
+    """group -> the option conf/config.yaml's defaults list picks (Hydra's own groups, `override hydra/...`,
+    left out: they hold no key of `Config`)."""
     entries = OmegaConf.load(CONF / "config.yaml").defaults
-    return {str(k): str(v) for entry in entries if isinstance(entry, DictConfig) for k, v in entry.items()}
+    picked = {str(k): str(v) for entry in entries if isinstance(entry, DictConfig) for k, v in entry.items()}
+    return {group: name for group, name in picked.items() if not group.startswith("override ")}
 
 
 def option(group: str, name: str) -> dict[str, Any]:

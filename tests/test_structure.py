@@ -19,7 +19,8 @@ MAX_MODULE_LINES = 450
 # The package's components (its top-level modules and subpackages), top layer first: a component
 # imports only itself and the layers below its own (docs/architecture.md draws the same picture).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("cli",),
+    ("speculab_launcher",),  # hydra_plugins' module: Hydra's entry into `launcher`
+    ("cli", "launcher"),
     ("cli_args",),
     ("experiment", "report"),
     ("tracking",),
@@ -32,7 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("baselines", "data"),
     ("engine",),
     ("clock", "evidence"),
-    ("records", "measure", "stats", "syncs", "algorithms", "interrupts"),
+    ("records", "measure", "stats", "syncs", "algorithms", "interrupts", "jobs"),
     ("verify",),
     ("drafting",),
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, cast
 
@@ -19,9 +20,10 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from speculab import interrupts
+from speculab import interrupts, jobs
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
+from speculab.jobs import ReplicaLost
 
 if TYPE_CHECKING:
     from speculab.config import RunPlan
@@ -49,9 +51,6 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     """One point; its plan and result are the job's return value (a sweep's parent run summarises them).
     A sweep's point that fails mid-run is FAILED with the units it finished and the sweep goes on."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     from speculab.experiment import run
     from speculab.runtime.placement import ClusterError
     from speculab.tracking.callbacks import PLANS, planned
@@ -59,18 +58,21 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     interrupts.raise_if_received()
     if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
         refuse(ConfigError.listing(unknown))
-    sweeping = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    job = jobs.current()
     # a sweep point's plan, resolved as the sweep started; one run's, by `precheck` before Hydra made its directory
-    point = planned(overrides) if sweeping else None
+    point = planned(list(job.overrides)) if job.sweeping else None
     try:
-        plan = point or PLANS.get(tuple(overrides))
+        plan = point or PLANS.get(job.overrides)
+        if plan is not None and job.replica:  # the replica launcher's copy of the point's groups
+            plan = replace(plan, placement=replace(plan.placement, replica=job.replica))
         outcome = run(cast(Config, OmegaConf.to_object(cfg)), plan)  # a structured config converts to its dataclass
     except ConfigError as err:
         if point is None:
             refuse(err)
         return point_failed(point, err)  # what only loading could tell (a Hugging Face dataset's size)
     except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
+        if point is not None and job.spare():
+            raise ReplicaLost(str(err)) from err  # the launcher runs the point again on another replica
         if point is not None:
             return point_failed(point, err)
         print(f"speculab: point failed: {err}", file=sys.stderr)
@@ -110,6 +112,7 @@ def precheck(args: list[str]) -> None:
 
     from speculab.config import resolve
     from speculab.config.overrides import composition_problem, override_problems, with_range
+    from speculab.config.replicas import AUTO
     from speculab.config.schema import job_config
     from speculab.config.tracking import not_writable
     from speculab.tracking.callbacks import PLANS
@@ -144,6 +147,9 @@ def precheck(args: list[str]) -> None:
         plan = resolve(job_config(cfg))
     except ConfigError as err:
         refuse(err)
+    if (replicas := plan.cfg.cluster.replicas) not in (1, AUTO):
+        one_point = "replicas run a sweep's points side by side (speculab -m ...); a single run has one point"
+        refuse(ConfigError.listing([f"cluster.replicas={replicas}: {one_point}"]))
     PLANS[tuple(o for o in overrides if not o.lstrip("+~").startswith("hydra."))] = plan
 
 

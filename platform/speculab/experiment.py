@@ -12,15 +12,16 @@ prompt and repeated (`speculab.measure`), so each speedup compares measurements 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import matplotlib.pyplot as plt
 import torch
-from rich.progress import Progress
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from speculab import interrupts
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
@@ -47,7 +48,8 @@ from speculab.results.point import PointResult, PointShape
 from speculab.runtime import loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure
-from speculab.tracking.console import console, say, show
+from speculab.tracking.board import point_progress
+from speculab.tracking.console import say, show
 from speculab.tracking.resume import finished_point, point_id
 from speculab.tracking.run_page import (
     acceptance_figure,
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy
 
 
+# pyplot's figures are one process-wide state: points side by side on replicas (`speculab.launcher`) plot in turn
+PLOTTING = threading.Lock()
 MODEL_ROLES = ("target", "draft")  # the groups a loop in this process calls every round (`runtime.loop=driver`)
 
 
@@ -198,6 +202,7 @@ class Decoders:
 
     def method(self, name: str) -> Callable[[int, int], Sample]:
         def run(unit: int, repeat: int) -> Sample:
+            interrupts.raise_if_received()  # a point in a replica's thread stops at a unit's end (`speculab.launcher`)
             ray_s, calls = self.ray_clock(), self.model_call_count()
             done: UnitResult = self.loop.decode_unit(name, unit, repeat)
             if done.host_syncs_per_round is not None:
@@ -291,30 +296,31 @@ def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker,
     chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
     methods = {method: decoders.method(method) for method in METHODS if chosen[method]}
     repeats, finished = cfg.measure.repeats, 0
-    with Progress(console=console(), transient=False) as progress, runtime_metrics(groups) as counted:
+    with runtime_metrics(groups, plan.placement.replica) as counted:
         # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
         # actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
         # restart during the warm-up counts in runtime/restarts like any other.
         for method in methods.values():
             method(0, -1)
         label = f"{shape.name} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
-        task = progress.add_task(label, total=point.units * repeats * len(methods))
 
         def log_prompt(record: PromptRecord) -> None:
             nonlocal finished
             finished += 1
             tracker.log_metrics(flatten(prompt_figures(record)), step=finished)
 
-        def advancing(method: Callable[[int, int], Sample]) -> Callable[[int, int], Sample]:
-            def run(unit: int, repeat: int) -> Sample:
-                sample = method(unit, repeat)
-                progress.advance(task)
-                return sample
+        with point_progress(label, point.units * repeats * len(methods)) as advance:
 
-            return run
+            def advancing(method: Callable[[int, int], Sample]) -> Callable[[int, int], Sample]:
+                def run(unit: int, repeat: int) -> Sample:
+                    sample = method(unit, repeat)
+                    advance()
+                    return sample
 
-        decoders.on_prompt = log_prompt
-        timings = interleave({m: advancing(run) for m, run in methods.items()}, point.units, repeats)
+                return run
+
+            decoders.on_prompt = log_prompt
+            timings = interleave({m: advancing(run) for m, run in methods.items()}, point.units, repeats)
     runtime = counted | ({"time_ray_s": decoders.ray_s} if counted else {})
     if counted and decoders.rounds:
         runtime["ray_calls_per_round"] = decoders.model_calls / decoders.rounds
@@ -411,8 +417,10 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
     try:
         measured = measure(plan, shape, point, tracker, decoders)
     except ClusterError as err:
-        units = log_finished(point, decoders, tracker)
+        with PLOTTING:
+            units = log_finished(point, decoders, tracker)
         raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
     result = summarise(plan, shape, measured)
-    log_point(plan, point, measured, result, tracker)
+    with PLOTTING:
+        log_point(plan, point, measured, result, tracker)
     return result

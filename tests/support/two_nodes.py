@@ -1,5 +1,5 @@
 """A real multi-node Ray on this machine for the node-loss tests (`ray.cluster_utils.Cluster`): a head
-(2 CPUs, 2 of resource `head`) and a node B (1 CPU, resource `node_b`), each a raylet of its own, with
+(2 CPUs unless asked, 2 of resource `head`) and a node B (1 CPU, resource `node_b`), each a raylet of its own, with
 this process attached; node B can crash (its raylet killed, not drained) and come back."""
 
 from __future__ import annotations
@@ -18,15 +18,16 @@ QUICK = ["tracking=none", "baseline=false", "baseline_hf=false", "runtime.torch_
 
 
 class TwoNodes:
-    """The head and node B, under Ray's health checks `health` (its `_system_config`; {}: Ray's defaults)."""
+    """The head (`head_cpus` CPUs) and node B, under Ray's health checks `health` (its `_system_config`; {}:
+    Ray's defaults)."""
 
-    def __init__(self, health: dict[str, int]) -> None:
+    def __init__(self, health: dict[str, int], head_cpus: int = 2) -> None:
         import ray
         from ray.cluster_utils import Cluster
 
         self.cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 2, "resources": {"head": 2}, "_system_config": health},
+            head_node_args={"num_cpus": head_cpus, "resources": {"head": 2}, "_system_config": health},
         )
         self.node_b = self.add_b()
         ray.init(address=self.cluster.address, namespace="speculab-nodeloss")
@@ -60,7 +61,7 @@ def overrides(nodes: TwoNodes, *extra: str) -> list[str]:
     return [f"cluster.address={nodes.cluster.address}", "cluster.actor_cpus=1", *QUICK, *extra]
 
 
-def cluster_of_two(health: dict[str, int]) -> Iterator[TwoNodes]:
+def cluster_of_two(health: dict[str, int], head_cpus: int = 2) -> Iterator[TwoNodes]:
     """A module's own two-node cluster (a fixture's body); the session's embedded one is left, and joined
     again after."""
     import ray
@@ -72,7 +73,7 @@ def cluster_of_two(health: dict[str, int]) -> Iterator[TwoNodes]:
     had = ray.is_initialized()
     POOL.close_all()
     ray.shutdown()
-    nodes = TwoNodes(health)
+    nodes = TwoNodes(health, head_cpus)
     try:
         yield nodes
     finally:

@@ -14,6 +14,7 @@ from speculab.config.dataset import dataset_errors
 from speculab.config.errors import ConfigError
 from speculab.config.model import block_length, context_errors, drafter_checkpoint_errors, locate_roles, model_errors
 from speculab.config.nodes import address_errors, resource_errors
+from speculab.config.replicas import replica_errors
 from speculab.config.report import report_errors
 from speculab.config.runtime import runtime_errors
 from speculab.config.sampling import sampling_errors
@@ -43,6 +44,7 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
         *tracking_errors(cfg.tracking),
         *report_errors(cfg.report),
         *local_cluster_errors(cfg),
+        *replica_errors(cfg),
         *address_errors(cfg),
         *resource_errors(cfg),
     ]

@@ -56,6 +56,9 @@ class ClusterConfig:
     # `cluster.target_resources={gpu_a: 1}` into a typed empty dict under Hydra's struct mode.
     target_resources: Any = None
     draft_resources: Any = None  # runtime.loop=driver only
+    replicas: Any = (
+        1  # copies of a point's model groups running a sweep's points side by side, or auto (`config.replicas`)
+    )
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class Placement:
     # the loop group (runtime.loop=target) takes the target's
     target_resources: dict[str, float] = field(default_factory=dict)
     draft_resources: dict[str, float] = field(default_factory=dict)
+    replica: int = 0  # which copy of a sweep's model groups (`cluster.replicas`): each copy's groups are its own
 
 
 class ClusterView(ModelView, RuntimeView, Protocol):

@@ -21,6 +21,8 @@ from speculab.config.cluster import OWN_DRAFT_GPU, Placement
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.runtime.placement import EMBEDDED
 
+Bundle = dict[str, float]  # a Ray bundle: resource -> amount
+
 if TYPE_CHECKING:
     from speculab.loop import PointWork
     from speculab.runtime.proxy import GroupProxy
@@ -32,19 +34,39 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement 
         if target.tp_size > 1:
             raise ValueError(f"tensor parallelism (tp_size={target.tp_size}) needs runtime=ray")
         return TreeTarget(target), DraftModel(draft)
-    from speculab.runtime.groups import POOL, draft_bundles, pinned, target_bundles
+    from speculab.runtime.groups import POOL
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
     p = placement
     connect(p.address, p.num_cpus)
-    pins = {"cluster.target_resources": p.target_resources, "cluster.draft_resources": p.draft_resources}
-    refuse_unoffered(pins)
-    target_bundle = pinned(target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu), p.target_resources)
+    refuse_unoffered({"cluster.target_resources": p.target_resources, "cluster.draft_resources": p.draft_resources})
+    target_bundle, draft_bundle = model_bundles(target, draft, p)
     target_group = POOL.get("target", target, target_bundle, p)
-    draft_bundle = pinned(draft_bundles(draft.device, p.actor_cpus, p.draft_gpu), p.draft_resources)
     draft_group = POOL.get("draft", draft, draft_bundle, p)
     return GroupProxy(target_group, p.max_restarts), GroupProxy(draft_group, p.max_restarts)
+
+
+def model_bundles(target: LMSpec, draft: LMSpec, p: Placement) -> tuple[list[Bundle], list[Bundle]]:
+    """(the target group's bundles, the draft actor's) for a loop in the driver, each pinned as its field says."""
+    from speculab.runtime.groups import draft_bundles, pinned, target_bundles
+
+    target_bundle = pinned(target_bundles(target.tp_size, target.device, p.actor_cpus, p.draft_gpu), p.target_resources)
+    return target_bundle, pinned(draft_bundles(draft.device, p.actor_cpus, p.draft_gpu), p.draft_resources)
+
+
+def group_bundles(host: str, target: LMSpec, draft: LMSpec, placement: Placement) -> list[list[Bundle]]:
+    """The bundles of each Ray group a point's loop uses (`RunPlan.loop` `host`): the loop group's alone
+    ("target"), or the target's and the draft's ("driver"); what one replica of the point takes."""
+    from speculab.runtime.groups import loop_bundles, pinned
+    from speculab.runtime.loop_host import LoopSpec
+
+    if host != "target":
+        return list(model_bundles(target, draft, placement))
+    bundles = loop_bundles(
+        LoopSpec(target, draft).device, placement.actor_cpus, target.tp_size, draft.device == OWN_DRAFT_GPU
+    )
+    return [pinned(bundles, placement.target_resources)]
 
 
 def refuse_unoffered(pins: dict[str, dict[str, float]]) -> None:
@@ -67,17 +89,15 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
         return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model))
-    from speculab.runtime.groups import POOL, loop_bundles, pinned
+    from speculab.runtime.groups import POOL
     from speculab.runtime.loop_host import LoopSpec
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
 
     connect(placement.address, placement.num_cpus)
     refuse_unoffered({"cluster.target_resources": placement.target_resources})
-    spec = LoopSpec(target, draft)
-    bundles = loop_bundles(spec.device, placement.actor_cpus, target.tp_size, draft.device == OWN_DRAFT_GPU)
-    bundles = pinned(bundles, placement.target_resources)
-    loop = GroupProxy(POOL.get("loop", spec, bundles, placement), placement.max_restarts)
+    (bundles,) = group_bundles(host, target, draft, placement)
+    loop = GroupProxy(POOL.get("loop", LoopSpec(target, draft), bundles, placement), placement.max_restarts)
     loop.start_point(work)
     return loop
 
@@ -105,14 +125,15 @@ def cpu_seconds(target: Any, drafter: Any) -> float:
 
 
 @contextmanager
-def runtime_metrics(groups: dict[str, GroupProxy]) -> Iterator[dict[str, float]]:
+def runtime_metrics(groups: dict[str, GroupProxy], replica: int = 0) -> Iterator[dict[str, float]]:
     """Fills a dict, on exit, with what the Ray runtime counted inside the block (inline: nothing).
 
-    `groups` are the Ray groups in use by role (`loop_groups`). `restarts`: groups recreated after
-    a lost actor; `model_loads`: group loads in this Ray job so far (a sweep that reuses its actors
-    shows the same number at every point); `mem_peak_mb_<role>_<method>`: CUDA peak per call kind
-    (the loop group's `decode_unit` holds both models and the loop); inline on a GPU,
-    `mem_peak_mb_process`: this process's CUDA peak over the block (both models live in it).
+    `groups` are the Ray groups in use by role (`loop_groups`), of copy `replica` of a sweep's groups.
+    `restarts`: groups recreated after a lost actor; `model_loads`: that replica's group loads in this
+    Ray job so far (a sweep that reuses its actors shows the same number at every point);
+    `mem_peak_mb_<role>_<method>`: CUDA peak per call kind (the loop group's `decode_unit` holds both
+    models and the loop); inline on a GPU, `mem_peak_mb_process`: this process's CUDA peak over the
+    block (both models live in it).
     """
     import torch
 
@@ -132,7 +153,7 @@ def runtime_metrics(groups: dict[str, GroupProxy]) -> Iterator[dict[str, float]]
     from speculab.runtime.groups import POOL
 
     found["restarts"] = float(sum(p.stats.restarts for p in groups.values()))
-    found["model_loads"] = float(POOL.model_loads())
+    found["model_loads"] = float(POOL.model_loads(replica))
     for role, proxy in groups.items():
         for method, peak in proxy.stats.peak_bytes.items():
             found[f"mem_peak_mb_{role}_{method}"] = peak / 2**20

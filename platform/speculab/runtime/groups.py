@@ -31,6 +31,7 @@ from speculab.models import LMSpec
 from speculab.runtime.loop_host import LoopSpec
 from speculab.runtime.nodes import (
     Bundle,
+    Node,
     alive_nodes_text,
     bundle_nodes,
     cluster_nodes,
@@ -38,6 +39,7 @@ from speculab.runtime.nodes import (
     lost,
     readable,
     unplaceable,
+    without,
 )
 from speculab.runtime.placement import EMBEDDED, ClusterError
 from speculab.runtime.ray_actors import ModelHost
@@ -91,9 +93,10 @@ def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
     )
 
 
-def group_name(role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle]) -> str:
-    """Stable name from the role, what it loads (`spec_key`) and its placement."""
-    key = "|".join(map(str, (role, *spec_key(spec), bundles)))
+def group_name(role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], replica: int = 0) -> str:
+    """Stable name from the role, what it loads (`spec_key`), its placement and its replica (a sweep's
+    copies of one group, `cluster.replicas`, are separate groups)."""
+    key = "|".join(map(str, (role, *spec_key(spec), bundles, *([replica] if replica else []))))
     return f"speculab-{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
@@ -108,7 +111,7 @@ class ActorGroup:
         placement: Placement = EMBEDDED,
     ) -> None:
         self.role, self.spec, self.bundles, self.placement = role, spec, bundles, placement
-        self.name = group_name(role, spec, bundles)
+        self.name = group_name(role, spec, bundles, placement.replica)
         self.members: list[Any] = []
         self.nodes: list[str] = []  # the node id of each rank's bundle, once placed
         self.loads = 0  # times this driver loaded the group's models (`model_loads`)
@@ -164,7 +167,7 @@ class ActorGroup:
         else waited for up to `runtime.placement_timeout_s`, saying so every few seconds."""
         # Ray's placement group table does not record namespaces: the name carries it, for cleanup.
         name = f"{ray.get_runtime_context().namespace}:{self.name}"
-        if unplaceable(self.bundles, nodes := cluster_nodes()):
+        if unplaceable(self.bundles, nodes := self._nodes()):
             raise ClusterError(self._unplaced("no alive node can hold", lost(self.nodes, nodes), nodes))
         try:
             pg = get_placement_group(name)
@@ -186,7 +189,7 @@ class ActorGroup:
                 ray.get(pg.ready(), timeout=min(1.0, left))
                 return None
             except ray.exceptions.GetTimeoutError:
-                if unplaceable(self.bundles, nodes := cluster_nodes()):
+                if unplaceable(self.bundles, nodes := self._nodes()):
                     return self._unplaced("no alive node can hold", lost(self.nodes, nodes), nodes)
                 if time.monotonic() - reported >= WAIT_REPORT_S:
                     reported = time.monotonic()
@@ -199,13 +202,19 @@ class ActorGroup:
                         readable(ray.available_resources()),
                     )
         waited = f"not placed within runtime.placement_timeout_s={self.placement.placement_timeout_s:g} s:"
-        return self._unplaced(waited, lost(self.nodes, nodes := cluster_nodes()), nodes)
+        return self._unplaced(waited, lost(self.nodes, nodes := self._nodes()), nodes)
+
+    def _nodes(self) -> list[Node]:
+        """The cluster's nodes less what the sweep's other replicas hold there (`cluster.replicas`): a group
+        of a lost replica that only their nodes could hold has nowhere to go while they run."""
+        return without(cluster_nodes(), POOL.held_beside(self.placement.replica))
 
     def _unplaced(self, why: str, lost_nodes: list[Any], nodes: list[Any]) -> str:
         were = f"node {', '.join(n.name for n in lost_nodes)} was lost; " if lost_nodes else ""
+        beside = " beside the sweep's other replicas" if POOL.held_beside(self.placement.replica) else ""
         return (
             f"{self.role} group: {were}{why} its {len(self.bundles)} bundle(s), {readable(demand(self.bundles))} "
-            f"on one node (STRICT_PACK); alive nodes offer: {alive_nodes_text(nodes)}"
+            f"on one node (STRICT_PACK); alive nodes offer{beside}: {alive_nodes_text(nodes)}"
         )
 
     def _member(self, rank: int) -> Any:
@@ -243,19 +252,37 @@ class GroupPool:
         self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], placement: Placement = EMBEDDED
     ) -> ActorGroup:
         """The open group for (role, spec, bundles), created and loaded on first use."""
-        name = group_name(role, spec, bundles)
+        name = group_name(role, spec, bundles, placement.replica)
         if name not in self.groups:
             self.groups[name] = ActorGroup(role, spec, bundles, placement)
         return self.groups[name]
 
-    def model_loads(self) -> int:
-        """Group loads by this driver since its pool was last emptied (a sweep reusing its groups: one each)."""
-        return sum(group.loads for group in self.groups.values())
+    def model_loads(self, replica: int = 0) -> int:
+        """Group loads of one replica by this driver since its pool was last emptied (a sweep reusing its
+        groups: one each)."""
+        return sum(group.loads for group in list(self.groups.values()) if group.placement.replica == replica)
+
+    def held_beside(self, replica: int) -> dict[str, Bundle]:
+        """What the placed groups of the other replicas hold, by node id (empty with one replica)."""
+        held: dict[str, Bundle] = {}
+        for group in list(self.groups.values()):
+            if group.placement.replica == replica:
+                continue
+            for node, bundle in zip(group.nodes, group.bundles):
+                held[node] = demand([held.get(node, {}), bundle])
+        return held
 
     def close_all(self) -> None:
         for group in self.groups.values():
             group.close()
         self.groups = {}
+
+    def close_replica(self, replica: int) -> None:
+        """Close one replica's groups (a replica lost mid-sweep), freeing what is left of them."""
+        for name, group in list(self.groups.items()):
+            if group.placement.replica == replica:
+                group.close()
+                del self.groups[name]
 
 
 POOL = GroupPool()

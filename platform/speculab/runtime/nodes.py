@@ -7,7 +7,7 @@ only for resources that some node has but others are using."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
@@ -68,6 +68,28 @@ def fits(bundles: list[Bundle], resources: dict[str, float]) -> bool:
 def unplaceable(bundles: list[Bundle], nodes: list[Node]) -> bool:
     """No alive node could ever hold the group, however long it waited."""
     return not any(n.alive and fits(bundles, n.resources) for n in nodes)
+
+
+def copies(groups: list[list[Bundle]], nodes: list[Node], most: int) -> int:
+    """How many copies of a point's `groups` (each group on one node, STRICT_PACK) the alive nodes hold at
+    once, placed first-fit in node order, up to `most`."""
+    left = [dict(n.resources) for n in nodes if n.alive]
+    for count in range(most):
+        for need in map(demand, groups):
+            node = next((free for free in left if fits([need], free)), None)
+            if node is None:
+                return count
+            for key, amount in need.items():
+                node[key] -= amount
+    return most
+
+
+def without(nodes: list[Node], held: dict[str, Bundle]) -> list[Node]:
+    """`nodes` with the resources `held` on each (by node id) taken off: what is left for another group."""
+    return [
+        replace(n, resources={k: v - held.get(n.node_id, {}).get(k, 0.0) for k, v in n.resources.items()})
+        for n in nodes
+    ]
 
 
 def alive_nodes_text(nodes: list[Node]) -> str:

@@ -19,6 +19,7 @@ sweep's table (markdown, CSV, an MLflow table), a chart, the best point's metric
 
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 from pathlib import Path
@@ -107,6 +108,10 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     points = sweep_points(config)
     varied = {key for key in {o.split("=", 1)[0] for job in points for o in job} if len(values(points, key)) > 1}
     plans, errors = [], []
+    if len(asked := values(points, "cluster.replicas")) > 1:
+        errors.append(
+            f"cluster.replicas={','.join(sorted(asked))}: one value for the whole sweep (its points share the replicas)"
+        )
     for number, overrides in enumerate(points, start=1):
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in varied)
         try:
@@ -131,9 +136,12 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
 class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.parent: SpooledRun | None = None
-        self.points: list[PointResult] = []  # one per finished point, for the parent's summary
+        self.points: list[PointResult] = []  # one per finished point, in launch order, for the parent's summary
         self.point_ids: list[str] = []  # the same points' ids
+        self.numbers: list[int] = []  # the same points' job numbers (side by side, they end in any order)
         self.failed: list[FailedPoint] = []  # the points that failed mid-run; the sweep went on
+        self.total = 0  # the sweep's points
+        self.overrides = ""
         self.ui_port = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -142,11 +150,11 @@ class MlflowSweepCallback(Callback):
             print("speculab: invalid sweep:\n  " + "\n  ".join(errors), file=sys.stderr)
             raise SystemExit(2)
         tracking = TrackingConfig(**config.tracking)
-        self.ui_port = tracking.ui_port
+        self.ui_port, self.total = tracking.ui_port, len(plans)
         if not tracking.enabled:
             return
         sweep_dir = Path(config.hydra.sweep.dir)
-        overrides = " ".join(config.hydra.overrides.task)
+        self.overrides = overrides = " ".join(config.hydra.overrides.task)
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running.", **provenance_tags(sweep_dir)}
         name = sweep_name(PointShape.of(plans[0].cfg), list(config.hydra.overrides.task))
         self.parent = SpooledRun(
@@ -166,9 +174,16 @@ class MlflowSweepCallback(Callback):
         outcome = job_return.return_value  # `experiment.PointOutcome` of a finished point, or a FailedPoint
         if isinstance(outcome, FailedPoint):
             self.failed.append(outcome)
-            return
-        self.points.append(outcome.result)
-        self.point_ids.append(point_id(outcome.plan.cfg))
+        else:
+            at = bisect.bisect(self.numbers, number := int(config.hydra.job.num))
+            self.numbers.insert(at, number)
+            self.points.insert(at, outcome.result)
+            self.point_ids.insert(at, point_id(outcome.plan.cfg))
+        ended = len(self.points) + len(self.failed)
+        if ended < self.total:  # the parent's page says how far the sweep is, as its points end
+            running = f"**Running: {ended} of {self.total} points ended.**\n\n"
+            description = running + sweep_description(self.overrides, self.points, self.failed)
+            self.parent.set_tags({NOTE_TAG: within_limit(description, DESCRIPTION)})
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         PLANS.clear()

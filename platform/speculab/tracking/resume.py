@@ -23,8 +23,9 @@ from speculab.tracking.store import store_client
 
 def point_id(cfg: Config) -> str:
     """Stable identity of an experiment point: its resolved config but what changes no token it decodes
-    (`config.NOT_IDENTITY`)."""
+    (`config.NOT_IDENTITY`, `cluster.replicas`)."""
     fields = {key: value for key, value in asdict(cfg).items() if key not in NOT_IDENTITY}
+    fields["cluster"].pop("replicas")  # how many copies ran the sweep changes no point's tokens or speed
     return hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -14,8 +14,7 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-
+from speculab import jobs
 from speculab.algorithms import get_algorithm
 from speculab.config import NOT_PARAMS, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.results.point import PointShape
@@ -27,11 +26,12 @@ from speculab.tracking.ui import experiment_tags
 
 SWEEP_ID = uuid.uuid4().hex[:8]  # this process's sweep: the end of its directory's name, its parent file's key
 PARENT_FILE = f"mlflow_parent.{SWEEP_ID}.json"  # in a sweep's directory: the parent run's spool id and run id
+REPLICA_TAG = "speculab.replica"  # a point run on one of several replicas: "2 of 3" (`cluster.replicas`)
 
 
 def output_dir() -> Path:
     """This job's Hydra output directory (outside Hydra: ./outputs)."""
-    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else Path("outputs").resolve()
+    return jobs.current().output_dir
 
 
 def spool_dir(tracking: TrackingConfig, default: Path) -> Path:
@@ -57,19 +57,18 @@ def write_parent_file(sweep_dir: Path, parent: RunRef) -> Path:
 def sweep_parent() -> RunRef | None:
     """This sweep's parent run inside a multirun job (written by `MlflowSweepCallback` of this
     process, `PARENT_FILE`), else None."""
-    if not HydraConfig.initialized():
-        return None
-    hydra = HydraConfig.get()
-    parent = Path(hydra.sweep.dir) / PARENT_FILE
-    if hydra.mode is None or hydra.mode.name != "MULTIRUN" or not parent.is_file():
+    job = jobs.current()
+    if job.sweep_dir is None or not (parent := job.sweep_dir / PARENT_FILE).is_file():
         return None
     return RunRef(**json.loads(parent.read_text()))
 
 
 def start_point_run(plan: RunPlan, point: str, shape: PointShape) -> SpooledRun:
     """Create the point's run now (RUNNING, params, tags, description), nested under the sweep's parent."""
-    cfg = plan.cfg
+    cfg, job = plan.cfg, jobs.current()
+    beside = {REPLICA_TAG: f"{job.replica + 1} of {job.replicas}"} if job.replicas > 1 else {}
     tags = {
+        **beside,
         POINT_TAG: point,
         KIND_TAG: "point",
         "algorithm": cfg.algorithm.name,

@@ -1,0 +1,87 @@
+"""A sweep on one copy of its model groups against the same sweep on N copies side by side.
+
+    PYTHONPATH=platform python benchmarks/replicas.py [--replicas 2] [--runs 1] [-- extra overrides]
+
+Runs the 8-point sweep of issue 50 (block and token, L = 2 and 4, T = 0 and 1, 16 HumanEval prompts x 64
+tokens, one timed repetition, the engine's autoregressive baseline, on the embedded Ray cluster) as
+`speculab -m ...` processes, `cluster.replicas=1` and `cluster.replicas=N` in turn (alternating
+over `--runs`), each in a fresh directory with its own MLflow store. Prints each launch's wall time
+(process start to exit, Ray's start and the models' loads included), the ratio of the medians, and
+whether every point decoded the same tokens in both (its `records.jsonl`, point by point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+SWEEP = [
+    "-m",
+    "algorithm=block,token",
+    "algorithm.L=2,4",
+    "sampling.temperature=0,1",
+    "dataset.num_prompts=16",
+    "sampling.max_new_tokens=64",
+    "measure.repeats=1",
+    "baseline_hf=false",
+    "runtime=ray",
+]
+
+
+def launch(replicas: int, extra: list[str], where: Path) -> float:
+    """One sweep in `where` (its store `where/mlflow.db`); its wall seconds."""
+    where.mkdir(parents=True)
+    args = [*SWEEP, *extra, f"cluster.replicas={replicas}", f"tracking.uri=sqlite:///{where / 'mlflow.db'}"]
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "speculab.cli", *args], cwd=where, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"replicas={replicas} failed:\n{done.stderr[-3000:]}")
+    return wall
+
+
+def tokens(where: Path) -> dict[tuple[str, ...], list[list[int]]]:
+    """Every point's tokens, prompt by prompt, by (algorithm, L, T)."""
+    client = MlflowClient(f"sqlite:///{where / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("speculab")
+    assert experiment is not None
+    found = {}
+    for run in client.search_runs([experiment.experiment_id], "tags.`speculab.kind` = 'point'"):
+        p = run.data.params
+        local = client.download_artifacts(run.info.run_id, "records.jsonl", str(where))
+        key = (p["algorithm.name"], p["algorithm.L"], p["sampling.temperature"])
+        found[key] = [json.loads(line)["tokens"] for line in Path(local).read_text().splitlines()]
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=1, help="launches of each, alternating")
+    parser.add_argument("extra", nargs="*", help="more overrides for both sweeps")
+    args = parser.parse_args()
+    walls: dict[int, list[float]] = {1: [], args.replicas: []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for run in range(args.runs):
+            for replicas in (1, args.replicas) if run % 2 == 0 else (args.replicas, 1):
+                where = Path(scratch) / f"r{replicas}-{run}"
+                walls[replicas].append(launch(replicas, args.extra, where))
+                print(f"replicas={replicas} run {run + 1}: {walls[replicas][-1]:.1f} s", flush=True)
+        one, many = tokens(Path(scratch) / "r1-0"), tokens(Path(scratch) / f"r{args.replicas}-0")
+    same = sorted(one) == sorted(many) and all(one[k] == many[k] for k in one)
+    serial, side = statistics.median(walls[1]), statistics.median(walls[args.replicas])
+    count = sum(len(t) for point in one.values() for t in point)
+    print(f"serial {serial:.1f} s, {args.replicas} replicas {side:.1f} s: {side / serial:.3f}x the serial wall time")
+    print(f"tokens: {'equal' if same else 'DIFFERENT'} at all {len(one)} points ({count} tokens compared)")
+
+
+if __name__ == "__main__":
+    main()

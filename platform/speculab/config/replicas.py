@@ -1,0 +1,65 @@
+"""`cluster.replicas`: how many copies of a point's model groups run a sweep's points side by side.
+
+Each copy (a replica) is a disjoint placement of the point's Ray groups that keeps its loaded models
+across the points it runs, as the one copy of a serial sweep does; speculab's Hydra launcher
+(`speculab.launcher`) hands each point to a free replica. `auto` takes as many copies as the cluster's
+alive nodes hold (`speculab.runtime.nodes.copies`), never more than the sweep has points.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from speculab.config.cluster import ClusterView, own_draft_gpu
+from speculab.config.runtime import loop_host
+
+AUTO = "auto"
+
+
+def asked(value: Any) -> int | None:
+    """The replica count asked for: an integer >= 1, None for auto; ValueError for anything else."""
+    if value == AUTO:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(value)
+    return value
+
+
+def replica_errors(cfg: ClusterView) -> list[str]:
+    """`cluster.replicas` against what can run copies side by side: Ray groups, each copy's decode loop
+    on its own rank 0 (a loop in the driver would share the driver's cores), and, on the embedded
+    cluster, enough CPUs for every copy's actors."""
+    c = cfg.cluster
+    try:
+        count = asked(c.replicas)
+    except ValueError:
+        return [
+            f"cluster.replicas={c.replicas}: must be an integer >= 1, or auto (as many copies of a point's "
+            "model groups as the cluster holds)"
+        ]
+    if count == 1:
+        return []
+    if cfg.runtime.kind != "ray":
+        return [f"cluster.replicas={c.replicas}: replicas are copies of a point's Ray groups; set runtime=ray"]
+    if loop_host(cfg) == "driver":
+        return [
+            f"cluster.replicas={c.replicas}: with the decode loop in the driver (runtime.loop=driver) the replicas "
+            "would share the driver's cores; set runtime.loop=target (or auto)"
+        ]
+    gpus = c.tp_size + own_draft_gpu(cfg)  # one copy's GPUs: a GPU a target rank, and the draft's own if asked
+    if count is not None and c.num_gpus and count * gpus > c.num_gpus:
+        return [
+            f"cluster.replicas={count}: cluster.num_gpus={c.num_gpus} and each copy of the point's groups takes "
+            f"{gpus} GPU(s) (cluster.tp_size={c.tp_size}); set cluster.replicas to at most {max(1, c.num_gpus // gpus)}"
+            ", or auto"
+        ]
+    cores = c.num_cpus or os.cpu_count() or 1
+    each = c.tp_size * c.actor_cpus  # one copy's CPUs: its loop group's ranks
+    if count is not None and c.address is None and count * each > cores:
+        return [
+            f"cluster.replicas={count}: the local Ray cluster has {cores} CPUs and {count} copies of the point's "
+            f"{c.tp_size} model actor(s) need {count * each:g} (cluster.actor_cpus={c.actor_cpus:g} each); set "
+            f"cluster.replicas to at most {max(1, int(cores // each))}, or auto"
+        ]
+    return []

@@ -1,0 +1,113 @@
+"""`cluster.replicas`: a sweep's points side by side on copies of their model groups (`speculab.launcher`).
+
+Without Ray: how many copies the nodes hold, what a lost replica's group has left, the replica checks
+and the board's line. End to end: a 4-point sweep on two replicas of the embedded cluster gives every
+point the tokens the point decodes alone, under one parent, each run naming its replica."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from speculab.config import ConfigError, resolve
+from speculab.config.replicas import asked
+from speculab.models import LMSpec
+from speculab.results.names import mlflow_name
+from speculab.runtime.groups import group_name
+from speculab.runtime.nodes import Node, copies, without
+from speculab.tracking.board import Tally
+from support.cli import speculab
+from support.configs import load
+from support.replicas import alone, logged_tokens, point_overrides
+
+HEAD = Node("h0123456789", "10.0.0.1", True, {"CPU": 4.0, "GPU": 2.0})
+B = Node("b0123456789", "10.0.0.2", True, {"CPU": 2.0})
+LOOP = [[{"CPU": 1.0}]]  # a point's groups with the loop on rank 0: one group of one bundle
+
+
+def test_copies_count_the_groups_each_node_holds_at_once() -> None:
+    assert copies(LOOP, [HEAD, B], most=16) == 6
+    assert copies(LOOP, [HEAD, B], most=3) == 3  # never more than the sweep's points
+    tp2_gpu = [[{"CPU": 1.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}]]  # STRICT_PACK: both ranks on one node
+    assert copies(tp2_gpu, [HEAD, B], most=16) == 1
+    driver_loop = [[{"CPU": 2.0}], [{"CPU": 1.0}]]  # target group and draft actor: a copy is both
+    assert copies(driver_loop, [HEAD, B], most=16) == 2
+    assert copies(LOOP, [Node("d", "10.0.0.3", False, {"CPU": 8.0})], most=4) == 0  # a dead node holds nothing
+
+
+def test_what_other_replicas_hold_is_not_there_for_a_lost_replicas_group() -> None:
+    left = without([HEAD, B], {"h0123456789": {"CPU": 3.0, "GPU": 2.0}})
+    assert left[0].resources == {"CPU": 1.0, "GPU": 0.0} and left[1].resources == B.resources
+
+
+def test_each_replica_has_groups_of_its_own_name() -> None:
+    spec = LMSpec("hf", "tiny")
+    names = {group_name("target", spec, [{"CPU": 1.0}], replica) for replica in (0, 1, 2)}
+    assert len(names) == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"),
+    [
+        (["cluster.replicas=0"], "cluster.replicas=0: must be an integer >= 1, or auto"),
+        (["cluster.replicas=many"], "cluster.replicas=many: must be an integer >= 1, or auto"),
+        (["cluster.replicas=2", "runtime=inline"], "cluster.replicas=2: replicas are copies of a point's Ray groups"),
+        (["cluster.replicas=2", "runtime.loop=driver"], "with the decode loop in the driver (runtime.loop=driver)"),
+        (["cluster.replicas=3", "cluster.num_cpus=2"], "cluster.replicas=3: the local Ray cluster has 2 CPUs"),
+    ],
+)
+def test_replicas_that_cannot_run_are_refused_naming_the_field(overrides: list[str], line: str) -> None:
+    with pytest.raises(ConfigError, match=line.replace("(", r"\(").replace(")", r"\)")):
+        resolve(load(overrides))
+
+
+def test_the_replica_count_is_a_positive_integer_or_auto() -> None:
+    assert (asked(2), asked("auto")) == (2, None)
+    for bad in (0, -1, True, "2", 1.5):
+        with pytest.raises(ValueError):
+            asked(bad)
+
+
+def test_the_sweeps_line_counts_points_by_state() -> None:
+    tally = Tally(total=8, done=3, failed=1, running=2)
+    assert tally.queued == 2
+    assert tally.line(2) == "sweep on 2 replicas: 3 done · 1 failed · 2 running · 2 queued"
+
+
+SWEEP = [
+    "-m",
+    "algorithm=block,token",
+    "sampling.temperature=0,1",
+    "dataset.num_prompts=2",
+    "sampling.max_new_tokens=12",
+    "measure.repeats=1",
+    "baseline_hf=false",
+    "runtime=ray",
+    "runtime.torch_threads=1",
+    "cluster.num_cpus=2",
+]
+
+
+@pytest.mark.slow
+def test_a_sweep_on_two_replicas_decodes_every_point_as_it_does_alone(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = speculab([*SWEEP, "cluster.replicas=2", f"tracking.uri={uri}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "speculab: sweep of 4 points on 2 replicas" in done.stdout
+    assert "sweep on 2 replicas: 4 done · 0 running · 0 queued" in done.stdout
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("speculab")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags["speculab.kind"] == "sweep"]
+    points = [r for r in runs if r.data.tags["speculab.kind"] == "point"]
+    assert parent.info.status == "FINISHED" and len(points) == 4
+    assert {p.data.tags["mlflow.parentRunId"] for p in points} == {parent.info.run_id}
+    assert {p.data.tags["speculab.replica"] for p in points} == {"1 of 2", "2 of 2"}  # both replicas ran points
+    assert all(p.data.metrics[mlflow_name("model_loads")] == 1 for p in points)  # each replica loaded its models once
+    for p in points:
+        point = point_overrides(p.data.params)
+        assert logged_tokens(client, p.info.run_id, tmp_path) == alone([*point, *SWEEP[3:6]]), point

@@ -1,0 +1,34 @@
+"""What the replica tests compare: a point's tokens decoded alone (inline, in this process) and the tokens
+a sweep's point run logged (its `records.jsonl`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from speculab.config import resolve
+from speculab.experiment import point_prompts, prepare
+from support.configs import load
+
+
+def alone(overrides: list[str]) -> list[list[int]]:
+    """What the point of `overrides` decodes alone, inline: its tokens, prompt by prompt."""
+    plan = resolve(load([*overrides, "runtime=inline", "tracking=none", "baseline=false"]))
+    point = prepare(plan, point_prompts(plan))
+    units = [point.loop.decode_unit("speculative", unit, 0).result for unit in range(point.units)]
+    return [list(p.tokens) for result in units for p in result.prompts]
+
+
+def logged_tokens(client: MlflowClient, run_id: str, scratch: Path) -> list[list[int]]:
+    """The tokens a point's run logged, prompt by prompt."""
+    folder = scratch / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    records = Path(client.download_artifacts(run_id, "records.jsonl", str(folder))).read_text()
+    return [json.loads(line)["tokens"] for line in records.splitlines()]
+
+
+def point_overrides(params: dict[str, str]) -> list[str]:
+    """The overrides that tell a sweep's points apart, from a point run's params (algorithm, temperature)."""
+    return [f"algorithm={params['algorithm.name']}", f"sampling.temperature={params['sampling.temperature']}"]
