@@ -18,14 +18,11 @@ PYTEST_ARGS ?=
 # The suite runs in TEST_WORKERS pytest-xdist processes, one test file each at a time (`--dist loadfile`:
 # a file's module fixtures load once), 2 by default: most tests use one core (tiny models, subprocess
 # starts), so two workers halve the suite on a 2-core machine. TEST_WORKERS=0 runs it in this process.
-# Tests marked `alone` (fault injection: a signal or a killed server at a chosen moment) run after the
-# others, with nothing beside them. SUITE PYTHON[,MARKERS] runs both parts (of the tests MARKERS
-# selects); a part with "no tests collected" (exit 5) is not a failure.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# SUITE PYTHON[,MARKERS]: the suite (the tests MARKERS selects); "no tests collected" (exit 5) is not a failure.
 define SUITE
-	$(1) -m pytest $(XDIST) -m "not alone$(if $(2), and $(2))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(1) -m pytest -m "alone$(if $(2), and $(2))" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(1) -m pytest $(XDIST) $(if $(2),-m "$(2)") $(PYTEST_ARGS) || [ $$? -eq 5 ]
 endef
 
 .PHONY: demo test test-fast test-gpu test-latest lint lock bench ui-check install clean

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "launcher"),
     ("cli_args",),
     ("experiment", "report"),
-    ("tracking",),
+    ("tracking", "decoders"),
     ("runtime",),
     ("results",),
     ("config",),

@@ -147,8 +147,11 @@ def precheck(args: list[str]) -> None:
         plan = resolve(job_config(cfg))
     except ConfigError as err:
         refuse(err)
-    if (replicas := plan.cfg.cluster.replicas) not in (1, AUTO):
-        one_point = "replicas run a sweep's points side by side (speculab -m ...); a single run has one point"
+    if (replicas := plan.cfg.cluster.replicas) not in (1, AUTO) and not plan.cfg.cluster.spread:
+        one_point = (
+            "replicas run a sweep's points side by side (speculab -m ...); a single run has one point (its units "
+            "spread over them with cluster.spread=true)"
+        )
         refuse(ConfigError.listing([f"cluster.replicas={replicas}: {one_point}"]))
     PLANS[tuple(o for o in overrides if not o.lstrip("+~").startswith("hydra."))] = plan
 

@@ -14,23 +14,24 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import matplotlib.pyplot as plt
-import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from speculab import interrupts
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
 from speculab.config.dataset import too_many_prompts
+from speculab.config.replicas import asked
 from speculab.data import Prompt, encode_prompt, load_prompts
+from speculab.decoders import Decoders, merged
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
-from speculab.loop import METHODS, PointWork, Unit, UnitResult
-from speculab.measure import Sample, Timings, interleave
+from speculab.loop import METHODS, PointWork, Unit
+from speculab.measure import Sample, Timings, interleave_lanes
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
@@ -45,7 +46,7 @@ from speculab.results.figures import (
 )
 from speculab.results.names import AR_PREFIX, HF_PREFIX, UNTIMED, Figures, flatten, is_acceptance
 from speculab.results.point import PointResult, PointShape
-from speculab.runtime import loop_groups, runtime_metrics, start_loop
+from speculab.runtime import fitting_copies, loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.board import point_progress
@@ -66,12 +67,12 @@ from speculab.tracking.tracker import NoopTracker, Tracker
 from speculab.tracking.ui import where
 
 if TYPE_CHECKING:
-    from speculab.runtime.proxy import GroupProxy
+    pass
 
 
 # pyplot's figures are one process-wide state: points side by side on replicas (`speculab.launcher`) plot in turn
 PLOTTING = threading.Lock()
-MODEL_ROLES = ("target", "draft")  # the groups a loop in this process calls every round (`runtime.loop=driver`)
+SPREAD_TAG = "speculab.spread"  # a point whose units were spread over replicas (`cluster.spread`) says so
 
 
 @dataclass(frozen=True)
@@ -176,56 +177,6 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     return PointOutcome(plan, result)
 
 
-@dataclass
-class Decoders:
-    """The point's methods as the driver sees them: each runs one unit on the loop, wherever the loop
-    runs (`speculab.loop`), and what their first repetition (`repeat` 0) decoded is kept here for the
-    metrics and records; a warm-up call (`repeat` -1) keeps nothing."""
-
-    loop: Any  # a PointLoop in this process, or the target actor's, through its group proxy
-    groups: dict[str, GroupProxy]  # the Ray groups the point uses (none inline), for their Ray time
-    on_prompt: Callable[[PromptRecord], None] = lambda record: None
-    runs: dict[str, list[Any]] = field(default_factory=lambda: {method: [] for method in METHODS})
-    paired: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per unit: [rounds] per verifier
-    ray_s: float = 0.0  # Ray time of the first repetition's speculative decodes
-    model_calls: int = 0  # the Ray calls their loop made to model groups (none for a loop beside the target)
-    rounds: int = 0  # their rounds
-    host_syncs_per_round: float | None = None  # counted on the speculative warm-up, where the loop runs CUDA work
-
-    def ray_clock(self) -> float:
-        return sum(proxy.stats.ray_s for proxy in self.groups.values())
-
-    def model_call_count(self) -> int:
-        """Ray calls made so far to model groups by a loop in this process (the loop group's calls
-        come from the driver, once per unit, not from the loop)."""
-        return sum(proxy.stats.calls for role, proxy in self.groups.items() if role in MODEL_ROLES)
-
-    def method(self, name: str) -> Callable[[int, int], Sample]:
-        def run(unit: int, repeat: int) -> Sample:
-            interrupts.raise_if_received()  # a point in a replica's thread stops at a unit's end (`speculab.launcher`)
-            ray_s, calls = self.ray_clock(), self.model_call_count()
-            done: UnitResult = self.loop.decode_unit(name, unit, repeat)
-            if done.host_syncs_per_round is not None:
-                self.host_syncs_per_round = done.host_syncs_per_round
-            if repeat == 0:
-                self.runs[name].append(done.result)
-            if repeat == 0 and isinstance(done.result, RunResult) and name == "speculative":
-                self.ray_s += self.ray_clock() - ray_s
-                self.model_calls += self.model_call_count() - calls
-                self.rounds += len(done.result.rounds)
-                if done.paired is not None:
-                    self.paired.append(done.paired)
-                for record in done.result.prompts:
-                    self.on_prompt(record)
-            return done.sample
-
-        return run
-
-    def paired_units(self) -> dict[str, torch.Tensor]:
-        """Per compared verifier, [U] the mean accepted length of every sequence-round of the point."""
-        return {name: torch.cat([unit[name] for unit in self.paired]) for name in self.paired[0]}
-
-
 CONDITIONS_TAG = "speculab.conditions"
 
 
@@ -238,11 +189,14 @@ def measured_under(conditions: dict[str, Conditions]) -> str:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A point ready to decode: its prompts, their tokenizer, and its loop with the models started."""
+    """A point ready to decode: its prompts, their tokenizer, and its loop (or one a replica with
+    `cluster.spread`) with the models started."""
 
     prompts: list[Prompt]
     tokenizer: PreTrainedTokenizerBase
-    loop: Any  # `runtime.start_loop`'s: a PointLoop here, or the loop group's proxy
+    loops: list[
+        Any
+    ]  # `runtime.start_loop`'s: a PointLoop here, or loop group proxies (`cluster.spread`: one a replica)
     units: int
 
 
@@ -281,35 +235,54 @@ def point_prompts(plan: RunPlan) -> PointPrompts:
 
 
 def prepare(plan: RunPlan, loaded: PointPrompts) -> Prepared:
-    """Start the point's loop where the plan puts it, with its work cut into units."""
+    """Start the point's loop where the plan puts it (with `cluster.spread`, one on each replica), with
+    its work cut into units."""
     target_spec, draft_spec = model_specs(plan)
     work = point_work(plan.cfg, loaded.encoded, settings_of(plan, loaded.tokenizer.eos_token_id))
-    loop = start_loop(plan.loop, target_spec, draft_spec, work, plan.placement)
-    return Prepared(loaded.prompts, loaded.tokenizer, loop, len(work.units))
+    copies = spread_copies(plan, target_spec, draft_spec, len(work.units))
+    placements = [replace(plan.placement, replica=plan.placement.replica + r) for r in range(copies)]
+    loops = [start_loop(plan.loop, target_spec, draft_spec, work, placement) for placement in placements]
+    return Prepared(loaded.prompts, loaded.tokenizer, loops, len(work.units))
 
 
-def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, decoders: Decoders) -> Measured:
+def spread_copies(plan: RunPlan, target: LMSpec, draft: LMSpec, units: int) -> int:
+    """The replicas a point's units are spread over: 1 without `cluster.spread`, else `cluster.replicas`
+    (auto: the copies the cluster holds), never more than its units."""
+    if not plan.cfg.cluster.spread:
+        return 1
+    count = asked(plan.cfg.cluster.replicas)
+    return min(units, count if count is not None else fitting_copies(plan.loop, target, draft, plan.placement, units))
+
+
+def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, lanes: list[Decoders]) -> Measured:
     """Every method the config asks for on every unit, `measure.repeats` times interleaved, after one
     untimed warm-up each; each prompt's metrics are logged live as the speculative decode finishes it,
-    and what every method decoded is kept in `decoders` as it finishes (a failure keeps it)."""
-    cfg, groups = plan.cfg, decoders.groups
+    and what every method decoded is kept in `lanes` (a loop's `Decoders` each; several with
+    `cluster.spread`) as it finishes (a failure keeps it)."""
+    cfg = plan.cfg
     chosen = {"speculative": True, "autoregressive": cfg.baseline, "generate": cfg.baseline_hf}
-    methods = {method: decoders.method(method) for method in METHODS if chosen[method]}
-    repeats, finished = cfg.measure.repeats, 0
-    with runtime_metrics(groups, plan.placement.replica) as counted:
-        # Untimed, the first unit once by each method: one-off costs (the allocator, lazy imports, Ray
-        # actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
+    methods = [{method: lane.method(method) for method in METHODS if chosen[method]} for lane in lanes]
+    repeats, finished, logging = cfg.measure.repeats, 0, threading.Lock()
+    if len(lanes) > 1:
+        tracker.set_tags({SPREAD_TAG: f"{point.units} units over {len(lanes)} replicas, figures pooled over units"})
+    with ExitStack() as stack:
+        replica = plan.placement.replica  # the first lane's; the others' follow it
+        counted = [stack.enter_context(runtime_metrics(lane.groups, replica + r)) for r, lane in enumerate(lanes)]
+        # Untimed, each lane's first unit once by each method: one-off costs (the allocator, lazy imports,
+        # Ray actors, a sweep's first point) then bias none of them. Inside the block, so that an actor
         # restart during the warm-up counts in runtime/restarts like any other.
-        for method in methods.values():
-            method(0, -1)
-        label = f"{shape.name} · {len(methods)} method(s) × {repeats} interleaved repetition(s)"
+        for first, own in enumerate(methods):
+            for method in own.values():
+                method(first, -1)
+        label = f"{shape.name} · {len(methods[0])} method(s) × {repeats} interleaved repetition(s)"
 
         def log_prompt(record: PromptRecord) -> None:
             nonlocal finished
-            finished += 1
-            tracker.log_metrics(flatten(prompt_figures(record)), step=finished)
+            with logging:  # the lanes' threads log one at a time
+                finished += 1
+                tracker.log_metrics(flatten(prompt_figures(record)), step=finished)
 
-        with point_progress(label, point.units * repeats * len(methods)) as advance:
+        with point_progress(label, point.units * repeats * len(methods[0])) as advance:
 
             def advancing(method: Callable[[int, int], Sample]) -> Callable[[int, int], Sample]:
                 def run(unit: int, repeat: int) -> Sample:
@@ -319,14 +292,29 @@ def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker,
 
                 return run
 
-            decoders.on_prompt = log_prompt
-            timings = interleave({m: advancing(run) for m, run in methods.items()}, point.units, repeats)
-    runtime = counted | ({"time_ray_s": decoders.ray_s} if counted else {})
-    if counted and decoders.rounds:
+            for lane in lanes:
+                lane.on_prompt = log_prompt
+            runs = [{m: advancing(run) for m, run in own.items()} for own in methods]
+            timings = interleave_lanes(runs, point.units, repeats)
+    decoders = merged(lanes)
+    found = pooled(counted)
+    runtime = found | ({"time_ray_s": decoders.ray_s} if found else {})
+    if found and decoders.rounds:
         runtime["ray_calls_per_round"] = decoders.model_calls / decoders.rounds
     if decoders.host_syncs_per_round is not None:
         runtime["host_syncs_per_round"] = decoders.host_syncs_per_round
-    return Measured(timings, decoders, runtime, measured_under(point.loop.conditions()))
+    where = [measured_under(loop.conditions()) for loop in point.loops]
+    return Measured(timings, decoders, runtime, " | ".join(where))
+
+
+def pooled(counted: list[dict[str, float]]) -> dict[str, float]:
+    """The runtime's counts over the lanes: memory peaks the largest, the rest summed."""
+    found: dict[str, float] = {}
+    for lane in counted:
+        for key, value in lane.items():
+            both = (found[key], value) if key in found else (value,)
+            found[key] = max(both) if key.startswith("mem_peak") else sum(both)
+    return found
 
 
 def baseline_figures(cfg: Config, measured: Measured) -> tuple[Figures | None, Figures | None]:
@@ -413,12 +401,12 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
     """Prepare, measure, summarise and log one point (its prompts `loaded` already, or loaded here). A
     cluster failure (`ClusterError`) keeps what the point finished, logged, and is raised again, saying so."""
     point = prepare(plan, loaded or point_prompts(plan))
-    decoders = Decoders(point.loop, loop_groups(point.loop))
+    lanes = [Decoders(loop, loop_groups(loop)) for loop in point.loops]
     try:
-        measured = measure(plan, shape, point, tracker, decoders)
+        measured = measure(plan, shape, point, tracker, lanes)
     except ClusterError as err:
         with PLOTTING:
-            units = log_finished(point, decoders, tracker)
+            units = log_finished(point, merged(lanes), tracker)
         raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
     result = summarise(plan, shape, measured)
     with PLOTTING:

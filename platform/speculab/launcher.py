@@ -65,20 +65,19 @@ class Pending:
 
 
 def replica_count(overrides: Sequence[Sequence[str]]) -> int:
-    """The replicas a sweep's points run on: `cluster.replicas` (one value for the sweep, checked when it
-    started), for auto as many copies of the first point's groups as the alive nodes hold, never more
-    than there are points."""
+    """The replicas a sweep's points run on side by side: `cluster.replicas` (one value for the sweep,
+    checked when it started), for auto as many copies of the first point's groups as the alive nodes
+    hold, never more than there are points; 1 with `cluster.spread` (each point spreads its units over
+    the replicas, one point after another)."""
+    from speculab.experiment import model_specs
+    from speculab.runtime import fitting_copies
+
     plan = planned(list(overrides[0]))
+    if plan.cfg.cluster.spread:
+        return 1
     count = asked(plan.cfg.cluster.replicas)
     if count is None:
-        from speculab.experiment import model_specs
-        from speculab.runtime import group_bundles
-        from speculab.runtime.nodes import cluster_nodes, copies
-        from speculab.runtime.ray_actors import connect
-
-        connect(plan.placement.address, plan.placement.num_cpus)
-        groups = group_bundles(plan.loop, *model_specs(plan), plan.placement)
-        count = max(1, copies(groups, cluster_nodes(), len(overrides)))
+        count = fitting_copies(plan.loop, *model_specs(plan), plan.placement, len(overrides))
     return min(count, len(overrides))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -55,6 +56,25 @@ def interleave(run: dict[str, Callable[[int, int], Sample]], units: int, repeats
         for unit in range(units):
             for method in rotation(methods, repeat * units + unit):
                 timings[method][unit].append(run[method](unit, repeat))
+    return timings
+
+
+def interleave_lanes(runs: list[dict[str, Callable[[int, int], Sample]]], units: int, repeats: int) -> Timings:
+    """`interleave` with the units dealt round-robin to lanes (unit u to runs[u mod N]), each lane in a
+    thread of its own (`cluster.spread`: a replica's loop each); the timings by unit, as one lane gives."""
+    if len(runs) == 1:
+        return interleave(runs[0], units, repeats)
+    timings: Timings = {method: [[] for _ in range(units)] for method in runs[0]}
+
+    def lane(k: int) -> None:
+        mine = list(range(k, units, len(runs)))
+        own = {m: (lambda f: lambda at, repeat: f(mine[at], repeat))(f) for m, f in runs[k].items()}
+        for method, samples in interleave(own, len(mine), repeats).items():
+            for at, unit in enumerate(mine):
+                timings[method][unit] = samples[at]
+
+    with ThreadPoolExecutor(len(runs), thread_name_prefix="speculab-lane") as pool:
+        list(pool.map(lane, range(len(runs))))  # a lane's error is raised here, once the others end
     return timings
 
 

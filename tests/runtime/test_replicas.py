@@ -13,11 +13,17 @@ from mlflow.tracking import MlflowClient
 
 from speculab.config import ConfigError, resolve
 from speculab.config.replicas import asked
+from speculab.decoders import Decoders
+from speculab.experiment import SPREAD_TAG, measure, point_prompts, prepare
 from speculab.models import LMSpec
+from speculab.records import concat_runs
 from speculab.results.names import mlflow_name
+from speculab.results.point import PointShape
+from speculab.runtime import loop_groups
 from speculab.runtime.groups import group_name
 from speculab.runtime.nodes import Node, copies, without
 from speculab.tracking.board import Tally
+from speculab.tracking.tracker import NoopTracker
 from support.cli import speculab
 from support.configs import load
 from support.replicas import alone, logged_tokens, point_overrides
@@ -56,6 +62,7 @@ def test_each_replica_has_groups_of_its_own_name() -> None:
         (["cluster.replicas=2", "runtime=inline"], "cluster.replicas=2: replicas are copies of a point's Ray groups"),
         (["cluster.replicas=2", "runtime.loop=driver"], "with the decode loop in the driver (runtime.loop=driver)"),
         (["cluster.replicas=3", "cluster.num_cpus=2"], "cluster.replicas=3: the local Ray cluster has 2 CPUs"),
+        (["cluster.spread=true"], "cluster.spread=true: spreads a point's units over replicas; set cluster.replicas"),
     ],
 )
 def test_replicas_that_cannot_run_are_refused_naming_the_field(overrides: list[str], line: str) -> None:
@@ -111,3 +118,38 @@ def test_a_sweep_on_two_replicas_decodes_every_point_as_it_does_alone(tmp_path: 
     for p in points:
         point = point_overrides(p.data.params)
         assert logged_tokens(client, p.info.run_id, tmp_path) == alone([*point, *SWEEP[3:6]]), point
+
+
+class Recorded(NoopTracker):
+    """What a point logs: its metrics and tags."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+        self.tags: dict[str, str] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self.metrics |= metrics
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.tags |= tags
+
+
+@pytest.mark.slow
+def test_a_point_spread_over_two_replicas_decodes_as_alone_pooled_over_its_units(ray_pool) -> None:
+    """`cluster.spread`: a single run's 3 units dealt to two replicas' loops (units 0 and 2 to one, 1 to
+    the other), each prompt's tokens those the point decodes alone, the figures over all 3 units."""
+    point = ["dataset.num_prompts=3", "sampling.max_new_tokens=12", "sampling.temperature=1", "measure.repeats=1"]
+    plan = resolve(
+        load([*point, "runtime=ray", "runtime.torch_threads=1", "cluster.replicas=2", "cluster.spread=true"])
+    )
+    prepared = prepare(plan, point_prompts(plan))
+    assert len(prepared.loops) == 2 and prepared.units == 3
+    tracker = Recorded()
+    lanes = [Decoders(loop, loop_groups(loop)) for loop in prepared.loops]
+    measured = measure(plan, PointShape.of(plan.cfg), prepared, tracker, lanes)
+    spec = concat_runs(measured.decoders.runs["speculative"])
+    assert [list(p.tokens) for p in spec.prompts] == alone(point)
+    assert [len(lane.runs["speculative"]) for lane in lanes] == [2, 1]
+    assert all(len(unit) == 1 for method in measured.timings.values() for unit in method)  # every unit timed once
+    assert tracker.tags[SPREAD_TAG] == "3 units over 2 replicas, figures pooled over units"
+    assert measured.runtime["model_loads"] == 2 and " | " in measured.conditions  # one loop a replica, both named

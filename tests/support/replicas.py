@@ -17,7 +17,8 @@ def alone(overrides: list[str]) -> list[list[int]]:
     """What the point of `overrides` decodes alone, inline: its tokens, prompt by prompt."""
     plan = resolve(load([*overrides, "runtime=inline", "tracking=none", "baseline=false"]))
     point = prepare(plan, point_prompts(plan))
-    units = [point.loop.decode_unit("speculative", unit, 0).result for unit in range(point.units)]
+    (loop,) = point.loops
+    units = [loop.decode_unit("speculative", unit, 0).result for unit in range(point.units)]
     return [list(p.tokens) for result in units for p in result.prompts]
 
 

@@ -56,9 +56,9 @@ class ClusterConfig:
     # `cluster.target_resources={gpu_a: 1}` into a typed empty dict under Hydra's struct mode.
     target_resources: Any = None
     draft_resources: Any = None  # runtime.loop=driver only
-    replicas: Any = (
-        1  # copies of a point's model groups running a sweep's points side by side, or auto (`config.replicas`)
-    )
+    # copies of a point's model groups running a sweep's points side by side: an integer, or auto (`config.replicas`)
+    replicas: Any = 1
+    spread: bool = False  # true: each point's units are spread over the replicas instead
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Each copy (a replica) is a disjoint placement of the point's Ray groups that keeps its loaded models
 across the points it runs, as the one copy of a serial sweep does; speculab's Hydra launcher
 (`speculab.launcher`) hands each point to a free replica. `auto` takes as many copies as the cluster's
-alive nodes hold (`speculab.runtime.nodes.copies`), never more than the sweep has points.
+alive nodes hold (`speculab.runtime.nodes.copies`), never more than the sweep has points. With
+`cluster.spread` the copies share each point instead: its units are dealt to them (`speculab.decoders`),
+one point after another, and a single run may use them too.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def replica_errors(cfg: ClusterView) -> list[str]:
             "model groups as the cluster holds)"
         ]
     if count == 1:
-        return []
+        spread = "cluster.spread=true: spreads a point's units over replicas; set cluster.replicas > 1 or auto"
+        return [spread] if c.spread else []
     if cfg.runtime.kind != "ray":
         return [f"cluster.replicas={c.replicas}: replicas are copies of a point's Ray groups; set runtime=ray"]
     if loop_host(cfg) == "driver":

@@ -69,6 +69,16 @@ def group_bundles(host: str, target: LMSpec, draft: LMSpec, placement: Placement
     return [pinned(bundles, placement.target_resources)]
 
 
+def fitting_copies(host: str, target: LMSpec, draft: LMSpec, placement: Placement, most: int) -> int:
+    """How many copies of a point's groups (`group_bundles`) the alive nodes hold at once, at least 1 and
+    at most `most` (`cluster.replicas=auto`)."""
+    from speculab.runtime.nodes import cluster_nodes, copies
+    from speculab.runtime.ray_actors import connect
+
+    connect(placement.address, placement.num_cpus)
+    return max(1, copies(group_bundles(host, target, draft, placement), cluster_nodes(), most))
+
+
 def refuse_unoffered(pins: dict[str, dict[str, float]]) -> None:
     """Before any actor starts: every custom resource a group is pinned with (by its config field) is
     offered by some alive node, or ClusterError naming the field and what the nodes offer."""
