@@ -153,3 +153,11 @@ def test_a_point_spread_over_two_replicas_decodes_as_alone_pooled_over_its_units
     assert all(len(unit) == 1 for method in measured.timings.values() for unit in method)  # every unit timed once
     assert tracker.tags[SPREAD_TAG] == "3 units over 2 replicas, figures pooled over units"
     assert measured.runtime["model_loads"] == 2 and " | " in measured.conditions  # one loop a replica, both named
+
+
+def test_the_replica_count_is_no_part_of_a_points_identity() -> None:
+    """`resume=true` finds a point finished on any number of replicas: they change no token."""
+    from speculab.tracking.resume import point_id
+
+    ids = {point_id(load(["runtime=ray", f"cluster.replicas={n}"])) for n in (1, 2, "auto")}
+    assert len(ids) == 1 and point_id(load(["runtime=ray", "sampling.seed=1"])) not in ids
