@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -107,3 +109,29 @@ def pytest_configure(config: pytest.Config) -> None:
     """A suite stopped by SIGTERM (a CI timeout, `kill`) unwinds as Ctrl-C does: fixtures stop the servers
     they started, and Ray's exit hook stops a local cluster a test started, so nothing is left running."""
     signal.signal(signal.SIGTERM, interrupted)
+
+
+@pytest.fixture
+def sweeps() -> Iterator[Callable[[list[str], Path], subprocess.Popen]]:
+    """Starts sweeps in children whose SIGINT is the default even when this suite runs with it ignored
+    (as a shell's `&` does without job control), so that Python there turns it into KeyboardInterrupt;
+    whatever of them still runs when the test ends, passed or failed, is killed."""
+    started: list[subprocess.Popen] = []
+
+    def launch(args: list[str], cwd: Path) -> subprocess.Popen:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "speculab.cli", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        started.append(sweep)
+        return sweep
+
+    yield launch
+    for sweep in started:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.communicate()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+from mlflow.tracking import MlflowClient
 
 
 def speculab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -37,3 +38,21 @@ def small_run(pair: tuple[Path, Path], store: Path) -> list[str]:
 def runs(store: Path) -> list[mlflow.entities.Run]:
     mlflow.set_tracking_uri(f"sqlite:///{store}")
     return mlflow.search_runs(experiment_names=["speculab"], output_format="list")
+
+
+def runs_by_kind(uri: str, experiment_name: str = "speculab") -> dict[str, list]:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(experiment_name)
+    assert experiment is not None, f"no experiment {experiment_name!r} in {uri}"
+    runs = client.search_runs([experiment.experiment_id])
+    kinds: dict[str, list] = {}
+    for run in runs:
+        kinds.setdefault(run.data.tags["speculab.kind"], []).append(run)
+    return kinds
+
+
+def points_logged(uri: str) -> list:
+    """The point runs of ``uri`` so far (none before the experiment exists)."""
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("speculab")
+    return [] if experiment is None else client.search_runs([experiment.experiment_id])

@@ -9,18 +9,16 @@ from __future__ import annotations
 import csv
 import io
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from mlflow.artifacts import load_text
 from mlflow.tracking import MlflowClient
 
-from support.cli import speculab
+from support.cli import runs_by_kind, speculab
 from support.mlflow_server import mlflow_server
 
 # A signal or a killed server lands when the sweep's first point has FINISHED in the store
@@ -44,32 +42,6 @@ def sweep_args(pair: tuple[Path, Path], uri: str, sweep_dir: Path) -> list[str]:
     ]
 
 
-@pytest.fixture
-def sweeps() -> Iterator[Callable[[list[str], Path], subprocess.Popen]]:
-    """Starts sweeps in children whose SIGINT is the default even when this suite runs with it ignored
-    (as a shell's `&` does without job control), so that Python there turns it into KeyboardInterrupt;
-    whatever of them still runs when the test ends, passed or failed, is killed."""
-    started: list[subprocess.Popen] = []
-
-    def launch(args: list[str], cwd: Path) -> subprocess.Popen:
-        sweep = subprocess.Popen(
-            [sys.executable, "-m", "speculab.cli", *args],
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-        started.append(sweep)
-        return sweep
-
-    yield launch
-    for sweep in started:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.communicate()
-
-
 def finished_children(uri: str) -> list:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("speculab")
@@ -84,17 +56,6 @@ def wait_for_finished_child(uri: str, sweep: subprocess.Popen) -> None:
     while not finished_children(uri):
         assert sweep.poll() is None and time.monotonic() < deadline, "the sweep ended before any point finished"
         time.sleep(0.1)
-
-
-def runs_by_kind(uri: str, experiment_name: str = "speculab") -> dict[str, list]:
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(experiment_name)
-    assert experiment is not None, f"no experiment {experiment_name!r} in {uri}"
-    runs = client.search_runs([experiment.experiment_id])
-    kinds: dict[str, list] = {}
-    for run in runs:
-        kinds.setdefault(run.data.tags["speculab.kind"], []).append(run)
-    return kinds
 
 
 def assert_each_point_once(uri: str, parents: int) -> None:
@@ -224,66 +185,3 @@ def test_two_sweeps_at_once_in_one_directory_keep_their_own_parents(random_llama
         seeds = {r.data.params["sampling.seed"] for r in children}
         assert len(children) == 2 and len(seeds) == 1, (parent.info.run_name, seeds)
         assert parent.data.params["sweep.overrides"].count(f"sampling.seed={seeds.pop()}") == 1
-
-
-@pytest.mark.slow
-def test_a_store_down_from_the_start_keeps_the_run(random_llama_pair, tmp_path: Path) -> None:
-    """A tracking server that never answers (a store path under a file is refused up front instead:
-    tests/test_config.py): the run decodes, spools, and syncs afterwards."""
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    args = [
-        f"model.target_path={random_llama_pair[0]}",
-        f"model.draft_path={random_llama_pair[1]}",
-        "runtime=inline",
-        "dataset.num_prompts=2",
-        "sampling.max_new_tokens=8",
-        f"tracking.uri=http://127.0.0.1:{port}",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    ]
-    result = speculab(args, tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "speculab: MLflow at" in result.stderr and "spooled" in result.stdout
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    subprocess.run(
-        [sys.executable, "-m", "speculab.tracking.sync", str(tmp_path / "run"), "--uri", uri],
-        check=True,
-        capture_output=True,
-        timeout=240,
-    )
-    (point,) = runs_by_kind(uri)["point"]
-    assert point.info.status == "FINISHED" and "block_efficiency" in point.data.metrics
-
-
-@pytest.mark.slow
-def test_sigterm_on_ray_ends_the_run_killed_as_inline(random_llama_pair, tmp_path: Path, sweeps) -> None:
-    """Ray's driver handler (a C stack dump and exit 134 when shutdown is slow) does not replace
-    speculab's: SIGTERM mid-decode ends the run KILLED with exit 130."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    args = [
-        f"model.target_path={random_llama_pair[0]}",
-        f"model.draft_path={random_llama_pair[1]}",
-        "runtime=ray",
-        "dataset.num_prompts=4",
-        "sampling.max_new_tokens=200",
-        f"tracking.uri={uri}",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    ]
-    run = sweeps(args, tmp_path)
-    deadline = time.monotonic() + 300
-    while not any("prompt/generated_tokens" in r.data.metrics for r in points_logged(uri)):  # decoding on Ray
-        assert run.poll() is None and time.monotonic() < deadline, "the run ended before decoding a prompt"
-        time.sleep(0.2)
-    run.send_signal(signal.SIGTERM)
-    _, err = run.communicate(timeout=120)
-    assert run.returncode == 130 and "SIGTERM received" not in err, err
-    (point,) = runs_by_kind(uri)["point"]
-    assert point.info.status == "KILLED"
-
-
-def points_logged(uri: str) -> list:
-    """The point runs of ``uri`` so far (none before the experiment exists)."""
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("speculab")
-    return [] if experiment is None else client.search_runs([experiment.experiment_id])
