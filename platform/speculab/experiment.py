@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import matplotlib.pyplot as plt
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -65,10 +65,6 @@ from speculab.tracking.spool import tracked
 from speculab.tracking.summary import paired_table, print_summary
 from speculab.tracking.tracker import NoopTracker, Tracker
 from speculab.tracking.ui import where
-
-if TYPE_CHECKING:
-    pass
-
 
 # pyplot's figures are one process-wide state: points side by side on replicas (`speculab.launcher`) plot in turn
 PLOTTING = threading.Lock()
@@ -194,9 +190,8 @@ class Prepared:
 
     prompts: list[Prompt]
     tokenizer: PreTrainedTokenizerBase
-    loops: list[
-        Any
-    ]  # `runtime.start_loop`'s: a PointLoop here, or loop group proxies (`cluster.spread`: one a replica)
+    # `runtime.start_loop`'s: a PointLoop here, or loop group proxies (`cluster.spread`: one a replica)
+    loops: list[Any]
     units: int
 
 
@@ -246,12 +241,15 @@ def prepare(plan: RunPlan, loaded: PointPrompts) -> Prepared:
 
 
 def spread_copies(plan: RunPlan, target: LMSpec, draft: LMSpec, units: int) -> int:
-    """The replicas a point's units are spread over: 1 without `cluster.spread`, else `cluster.replicas`
-    (auto: the copies the cluster holds), never more than its units."""
-    if not plan.cfg.cluster.spread:
-        return 1
+    """The replicas a point's units are spread over: 1 without `cluster.spread`, else `replica_copies`."""
+    return replica_copies(plan, target, draft, units) if plan.cfg.cluster.spread else 1
+
+
+def replica_copies(plan: RunPlan, target: LMSpec, draft: LMSpec, most: int) -> int:
+    """`cluster.replicas` as a count, at most `most`: the integer asked for, or for auto the copies of the
+    point's groups that the alive nodes hold."""
     count = asked(plan.cfg.cluster.replicas)
-    return min(units, count if count is not None else fitting_copies(plan.loop, target, draft, plan.placement, units))
+    return min(most, count if count is not None else fitting_copies(plan.loop, target, draft, plan.placement, most))
 
 
 def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, lanes: list[Decoders]) -> Measured:

@@ -38,7 +38,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from speculab import interrupts, jobs
 from speculab.config import RunPlan
-from speculab.config.replicas import asked
 from speculab.results.point import FailedPoint, PointShape
 from speculab.tracking.board import SweepBoard
 from speculab.tracking.callbacks import planned
@@ -69,16 +68,10 @@ def replica_count(overrides: Sequence[Sequence[str]]) -> int:
     checked when it started), for auto as many copies of the first point's groups as the alive nodes
     hold, never more than there are points; 1 with `cluster.spread` (each point spreads its units over
     the replicas, one point after another)."""
-    from speculab.experiment import model_specs
-    from speculab.runtime import fitting_copies
+    from speculab.experiment import model_specs, replica_copies
 
     plan = planned(list(overrides[0]))
-    if plan.cfg.cluster.spread:
-        return 1
-    count = asked(plan.cfg.cluster.replicas)
-    if count is None:
-        count = fitting_copies(plan.loop, *model_specs(plan), plan.placement, len(overrides))
-    return min(count, len(overrides))
+    return 1 if plan.cfg.cluster.spread else replica_copies(plan, *model_specs(plan), len(overrides))
 
 
 def composed(context: HydraContext, base: DictConfig, overrides: Sequence[str], index: int) -> Pending:
