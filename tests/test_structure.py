@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("records", "measure", "stats", "syncs", "algorithms", "interrupts", "jobs"),
     ("verify",),
     ("drafting",),
+    ("hostreads",),
 )
 
 

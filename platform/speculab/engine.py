@@ -86,6 +86,23 @@ def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tenso
     return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
 
 
+# evidence [B, E] (`depth_evidence`), or None when nothing was drafted
+def read_round(
+    verdict: Verdict, tree: DraftTree, evidence: torch.Tensor | None
+) -> tuple[list[list[int]], list[int], list[list[float]]]:
+    """What the host needs of a round, in one host read (on a GPU each read waits for every queued
+    kernel): each row's committed tokens, its tree's real nodes and its evidence. Packed as float64,
+    which holds every token id and node count exactly and every evidence value as it was."""
+    device = verdict.tokens.device
+    parts = [verdict.tokens, verdict.num_tokens[:, None], tree.num_nodes.to(device)[:, None]]
+    if evidence is not None:
+        parts.append(evidence.to(device))
+    width = verdict.tokens.shape[1]
+    rows = torch.cat([part.to(torch.float64) for part in parts], dim=1).tolist()
+    emitted = [[int(token) for token in row[: int(row[width])]] for row in rows]
+    return emitted, [int(row[width + 1]) for row in rows], [row[width + 2 :] for row in rows]
+
+
 def _record(
     batch: list[PromptRecord], emitted: list[list[int]], evidence: list[list[float]], settings: DecodeSettings
 ) -> list[int]:
@@ -195,7 +212,13 @@ def _round(
             p = gather_paths(p_nodes, proposal.tree.path_nodes)
             drafts = (proposal.paths.to(p.device), p, proposal.q.to(p.device))
             verdict = verifier(*drafts, rng=rng, carry=carry)
-        emitted = verdict.rows()
+    L = settings.length
+    if L:
+        p_path, q_path = along_path(p_nodes, proposal, tree, verdict.path, drafts)
+        depths: torch.Tensor | None = depth_evidence(p_path, q_path, verdict, tree_marginals=proposal.paths is None)
+    else:
+        depths = None
+    emitted, tree_nodes, evidence = read_round(verdict, proposal.tree, depths)
     if paired is not None and drafts is not None:
         paired_cpu = time.process_time()
         with clock.phase("paired"):
@@ -205,13 +228,7 @@ def _round(
         features = target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
         drafter.commit(emitted, features=features)
-    taus = [len(tokens) - 1 for tokens in emitted]  # from the rows already on the host: no device read
-    L = settings.length
-    if L:  # one host read, where the first position's figures took one before
-        p_path, q_path = along_path(p_nodes, proposal, tree, verdict.path, drafts)
-        evidence = depth_evidence(p_path, q_path, verdict, tree_marginals=proposal.paths is None).tolist()
-    else:
-        evidence = [[] for _ in batch]
+    taus = [len(tokens) - 1 for tokens in emitted]
     kept = _record(batch, emitted, evidence, settings)
     first = [[row[column] for row in evidence if row] for column in (0, L, L + 1)]  # depth 1, entropies
     live = [i for i, record in enumerate(batch) if not record.stop]
@@ -223,7 +240,7 @@ def _round(
         carry = carry.select(rows.to(verdict.num_tokens.device)) if carry is not None else None
     round_record = RoundRecord(
         rows=len(batch),
-        tree_nodes=proposal.tree.num_nodes.tolist(),
+        tree_nodes=tree_nodes,
         accepted=taus,
         kept=kept,
         time_tree_build_s=proposal.build_s,

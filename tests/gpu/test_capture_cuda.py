@@ -83,4 +83,7 @@ def test_the_cli_runs_with_capture_on_and_off_and_logs_host_syncs(tmp_path: Path
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("speculab").experiment_id])
     assert run.data.params["model.capture"] == capture.title()  # MLflow logs str(bool)
-    assert run.data.metrics["runtime/host_syncs_per_round"] > 0  # counted on the warm-up
+    syncs = run.data.metrics["runtime/host_syncs_per_round"]  # counted on the warm-up
+    assert syncs > 0
+    if capture == "true":  # the round's one read, and a retain's (tests/test_host_reads.py counts them on the CPU)
+        assert syncs <= 2

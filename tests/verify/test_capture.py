@@ -2,7 +2,7 @@
 
 ``torch.compile(decide, fullgraph=True)`` fails on any graph break (a host read, a shape chosen
 by data), so passing here means no host synchronisation inside a call. Traced, the verifiers
-take their static-shape form (`primitives.host_reads_free` is False); eager on the CPU they
+take their static-shape form (`hostreads.reads_free` is False); eager on the CPU they
 prune finished rows and sparse sets. Both must give the same verdict for the same uniforms.
 The "eager" backend keeps compiling cheap; what is checked is the trace, not the kernels.
 """

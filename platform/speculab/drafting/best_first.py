@@ -33,6 +33,7 @@ from array import array
 import torch
 
 from speculab.drafting.tree import DraftTree
+from speculab.hostreads import reads_free, upload
 
 FINE = 64  # largest token chunk whose maximum stands for it when locating reachable tokens
 GROUP = 8  # fine chunks per coarse chunk (the first, cheap bound)
@@ -287,7 +288,7 @@ def best_first_tree_levels(q: torch.Tensor, root: torch.Tensor, budget: int) -> 
     depth_of = chosen // width  # 0-based depth of each node's last token
     parent_slot = (depth_of - 1) * width + flat_parent.gather(1, chosen)
     parents = torch.where(depth_of > 0, node_of.gather(1, parent_slot.clamp(min=0)), 0)
-    tree_tokens = torch.cat([root.to(q.device)[:, None], flat_tokens.gather(1, chosen)], 1)
+    tree_tokens = torch.cat([upload(root, q.device)[:, None], flat_tokens.gather(1, chosen)], 1)
     tree_parents = torch.cat([torch.full((B, 1), -1, device=q.device, dtype=torch.long), parents], 1)
     tree_depth = torch.cat([torch.zeros(B, 1, dtype=torch.long, device=q.device), depth_of + 1], 1)
     valid = torch.ones_like(tree_tokens, dtype=torch.bool)
@@ -297,15 +298,15 @@ def best_first_tree_levels(q: torch.Tensor, root: torch.Tensor, budget: int) -> 
 # q [B, L, V] marginals; root [B] bonus tokens
 def best_first(q: torch.Tensor, root: torch.Tensor, budget: int) -> DraftTree:
     """The DDTree the engine builds: the heap over reachable ranks where q is on the CPU (a few
-    hundred sorted tokens and a Python loop: fastest there), the level sorts on a GPU (no host read)."""
-    build = best_first_tree if q.device.type == "cpu" else best_first_tree_levels
+    hundred sorted tokens and a Python loop: fastest there), the level sorts elsewhere (no host read)."""
+    build = best_first_tree if reads_free(q) else best_first_tree_levels
     return build(q, root, budget)
 
 
 # q [B, L, V] marginals; root [B] bonus tokens
 def chain_tree(q: torch.Tensor, root: torch.Tensor) -> DraftTree:
     """The single-chain baseline (vanilla DFlash): the argmax token at every depth as one path."""
-    return DraftTree.from_paths(root.cpu(), q.argmax(dim=-1).cpu()[:, None, :])
+    return DraftTree.from_paths(upload(root, q.device), q.argmax(dim=-1)[:, None, :])
 
 
 def surrogate_value(tree: DraftTree, q: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from speculab.hostreads import reads_free
+
 
 @dataclass(frozen=True)
 class DraftTree:
@@ -59,7 +61,9 @@ class DraftTree:
         node_of = ids_tk.gather(2, first_equal.transpose(1, 2)).transpose(1, 2)  # [B, K, L]
         path_nodes = torch.cat([torch.zeros(B, K, 1, dtype=torch.long, device=device), node_of], dim=2)
 
-        N = 1 + int(new_tk.sum(dim=1).max()) if L > 0 else 1
+        # the nodes the widest row needs where reading it is free; else room for K distinct paths (a
+        # static shape: the rest are padding)
+        N = 1 + (int(new_tk.sum(dim=1).max()) if reads_free(new_tk) else K * L)
         tokens = torch.zeros(B, N, dtype=torch.long, device=device)
         parents = torch.full((B, N), -1, dtype=torch.long, device=device)
         depth = torch.zeros(B, N, dtype=torch.long, device=device)
@@ -90,17 +94,21 @@ class DraftTree:
         return DraftTree(tokens.where(valid, 0), parents, depth.where(valid, 0), valid)
 
     def ancestor_mask(self) -> torch.Tensor:
-        """[B, N, N] bool: node i attends to node j iff j is i itself or an ancestor of i."""
+        """[B, N, N] bool: node i attends to node j iff j is i itself or an ancestor of i.
+
+        By pointer doubling: after t steps a node holds its ancestors less than 2^t hops up, and
+        `hop` points 2^t hops up; ceil(log2 N) steps reach every ancestor, a count the shape decides
+        (no read of the tree's depth)."""
         B, N = self.tokens.shape
         device = self.tokens.device
-        # Column N is a sink for "no ancestor left", dropped at the end.
-        mask = torch.zeros(B, N, N + 1, dtype=torch.bool, device=device)
-        hop = torch.arange(N, device=device).expand(B, N)
-        mask.scatter_(2, hop[..., None], True)
-        for _ in range(int(self.depth.max())):
-            hop = torch.where(hop >= 0, self.parents.gather(1, hop.clamp(min=0)), hop)
-            mask.scatter_(2, torch.where(hop >= 0, hop, N)[..., None], True)
-        return mask[..., :N]
+        mask = torch.eye(N, dtype=torch.bool, device=device).expand(B, N, N).clone()
+        hop = self.parents  # [B, N] 2^t hops up, -1 past the root
+        for _ in range(max(N - 1, 0).bit_length()):
+            up = hop.clamp(min=0)
+            above = mask.gather(1, up[..., None].expand(-1, -1, N)) & (hop >= 0)[..., None]
+            mask |= above
+            hop = torch.where(hop >= 0, hop.gather(1, up), hop)
+        return mask
 
     def is_chain(self) -> bool:
         """True when every valid node's parent is the valid node before it (-1 for the first):

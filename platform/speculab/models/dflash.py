@@ -35,6 +35,7 @@ from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
 from speculab.drafting.sampling import tempered_probs
+from speculab.hostreads import upload
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
 from speculab.models.lean import key_values, layer_stack, lean_layers, rms_norm
 from speculab.models.parallel import block_allowed
@@ -195,7 +196,7 @@ class DFlashLM:
     @torch.inference_mode()
     def absorb(self, features: torch.Tensor, valid: torch.Tensor) -> None:
         """Append the context keys/values of features [B, T, n * hidden] at valid [B, T] slots."""
-        valid = valid.to(self.device)
+        valid = upload(valid, self.device)
         self.slots.add(valid)
         positions = self.slots.context_len[:, None] + (valid.cumsum(dim=1) - 1).clamp(min=0)
         new = self.model.context_kv(features.to(self.device, self.dtype), positions)
@@ -208,7 +209,7 @@ class DFlashLM:
         """q [B, L, V] after each row's last pending token (the bonus); the context is the absorbed features."""
         B, S = len(pending), self.block_size
         tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
-        tokens[:, 0] = torch.tensor([row[-1] for row in pending], device=self.device)
+        tokens[:, 0] = upload(torch.tensor([row[-1] for row in pending]), self.device)
         positions = self.slots.context_len[:, None] + torch.arange(S, device=self.device)
         if self.graphs is not None:
             return self._fixed_shape_block(tokens, positions, length, temperature)

@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
+from speculab.hostreads import reads_free, upload
 from speculab.models.lean import Decoder, decoder_forward, layer_features, lean_layers, lean_stack, runs_own_layers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
 from speculab.models.static_pass import Graphs, StaticPasses, check_passes
@@ -53,7 +54,7 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
         if row:
             tokens[b, width - len(row) :] = torch.tensor(row)
             valid[b, width - len(row) :] = True
-    return tokens.to(device), valid.to(device)
+    return upload(tokens, device), upload(valid, device)
 
 
 class TreeLM:
@@ -117,8 +118,9 @@ class TreeLM:
         forest = nodes if self.forest is None else _concat_forest(self.forest, nodes)
         N = nodes.tokens.shape[1]
         positions = self.slots.context_len[:, None] + nodes.depth
-        # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there.
-        chain = forest.is_chain()
+        # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there. The
+        # tree mask is exact for a chain too: where the check would read the device, it is skipped.
+        chain = reads_free(forest.valid) and forest.is_chain()
         out = None
         if self.static is not None:
             allowed = causal_allowed(self.slots.valid, N) if chain else self._tree_allowed(forest, N)
@@ -226,7 +228,7 @@ def causal_allowed(slot_valid: torch.Tensor, N: int) -> torch.Tensor:
 def causal_mask(slot_valid: torch.Tensor, N: int) -> torch.Tensor | None:
     """[B, 1, N, S + N] bool `causal_allowed`; None when one node sees every slot (the decoding step
     of generate, which needs no mask)."""
-    if N == 1 and bool(slot_valid.all()):
+    if N == 1 and reads_free(slot_valid) and bool(slot_valid.all()):
         return None
     return causal_allowed(slot_valid, N)[:, None]
 

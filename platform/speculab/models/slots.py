@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from transformers import Cache, DynamicLayer
 
+from speculab.hostreads import reads_free
+
 DEFAULT_CAPACITY = 256  # slots a layer starts with when the caller does not know its workload
 
 
@@ -267,13 +269,14 @@ class SlotCache:
     def commit(self, keep: torch.Tensor) -> torch.Tensor:
         """Commit uncommitted slots keep[b, j], in that order, and drop the rest; the columns no row
         uses hold no slot. Returns the kept offsets, clamped (-1 -> 0: an invalid slot)."""
-        used = (keep >= 0).any(dim=0).nonzero()
-        keep = keep[:, : int(used.max()) + 1 if len(used) else 0]
+        if reads_free(keep):  # the columns some row uses; elsewhere all of them (holes, repacked when full)
+            used = (keep >= 0).any(dim=0).nonzero()
+            keep = keep[:, : int(used.max()) + 1 if len(used) else 0]
         M = keep.shape[1]
         kept = keep.clamp(min=0)
         valid = (keep >= 0) & self.valid[:, self.committed :].gather(1, kept)  # [B, M]
         self._record_peak()
-        if bool(((keep == torch.arange(M, device=keep.device)) | (keep < 0)).all()):
+        if reads_free(keep) and bool(((keep == torch.arange(M, device=keep.device)) | (keep < 0)).all()):
             # Every row keeps a prefix of its nodes (holes at -1): crop, as transformers' cache does.
             for layer in self.filled():
                 layer.truncate(self.committed + M)
@@ -325,8 +328,10 @@ class SlotCache:
 
     def _repack_if_sparse(self) -> None:
         """Repack once fewer than 3/4 of the (all committed) slots are valid: the holes of rows that
-        accepted fewer tokens than others would otherwise widen every later pass."""
-        if int(self.context_len.max()) < self.valid.shape[1] * 3 // 4:
+        accepted fewer tokens than others would otherwise widen every later eager pass. Where that
+        check would read the device, the holes stay until a pass would pass the capacity (`add`):
+        a fixed-shape pass attends over the whole capacity, holes or not."""
+        if reads_free(self.valid) and int(self.context_len.max()) < self.valid.shape[1] * 3 // 4:
             self.repack()
 
     def _record_peak(self) -> None:

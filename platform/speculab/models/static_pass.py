@@ -96,8 +96,11 @@ class StaticInputs:
         self.last.fill_(N - 1)
         minimum = torch.finfo(self.mask.dtype).min
         self.mask.fill_(minimum)[:, 0, :N, : S + N].masked_fill_(allowed, 0.0)
-        own = torch.arange(N, Nb, device=self.mask.device)
-        self.mask[:, 0, own, S + own] = 0.0  # a padding column sees its own slot: a finite softmax, never read
+        # A padding column sees its own slot: a finite softmax, never read. A mask, not an index_put_ of
+        # 0.0: that would copy the scalar to the device and wait for it.
+        column = torch.arange(Nb, device=self.mask.device)[:, None]  # [Nb, 1]
+        own = (torch.arange(C, device=self.mask.device) == S + column) & (column >= N)  # [Nb, C]
+        self.mask[:, 0].masked_fill_(own, 0.0)
 
 
 class StaticSlots:

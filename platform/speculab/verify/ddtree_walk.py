@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 
 from speculab.drafting.tree import DraftTree
+from speculab.hostreads import reads_free
 
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
-from .primitives import host_reads_free
 from .verdict import PAD, Verdict
 
 
@@ -62,7 +62,7 @@ def ddtree_walk_decision(tree: DraftTree, p: torch.Tensor, uniforms: torch.Tenso
         node = torch.where(moves, match.to(torch.int8).argmax(dim=1), node)
         tau = tau + moves.long()
         walking = moves
-        if host_reads_free(walking) and not bool(walking.any()):
+        if reads_free(walking) and not bool(walking.any()):
             break
     path_nodes = tree.path_nodes.to(device)  # [B, K, L+1]
     on_path = path_nodes.gather(2, tau[:, None, None].expand(B, path_nodes.shape[1], 1))[..., 0] == node[:, None]

@@ -20,6 +20,8 @@ from typing import Protocol
 
 import torch
 
+from speculab.hostreads import upload
+
 
 class Decisions(Protocol):
     """The random choices of a scalar reference verifier."""
@@ -33,7 +35,7 @@ class Decisions(Protocol):
 def draw_uniforms(rng: torch.Generator, rows: int, count: int, device: torch.device) -> torch.Tensor:
     """``[rows, count]`` float64 uniforms from ``rng`` (on its device), moved to ``device``."""
     u = torch.rand(rows, count, generator=rng, dtype=torch.float64, device=rng.device)
-    return u.to(device)
+    return upload(u, device)
 
 
 # weights [B, V] non-negative with positive row sums; u [B] uniforms

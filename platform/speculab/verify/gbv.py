@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from speculab.hostreads import reads_free
+
 from .block import (
     block_acceptance,
     block_outcome,
@@ -27,7 +29,6 @@ from .contracts import DrawnPathVerifier
 from .decisions import Decisions, sample_inverse_cdf
 from .primitives import (
     SinglePath,
-    host_reads_free,
     packed_columns,
     residual_mass,
     residual_or_target,
@@ -310,7 +311,7 @@ def skewed_residual_rows(
     w, u = w.unsqueeze(-1), u.unsqueeze(-1)
     bottom, _, bottom_mass, _ = bound_classes(ranking, q, w, u, paths)
     # mostly undecided (u near 1): sorting whole rows costs less than packing them first
-    if host_reads_free(bottom) and 2 * int((~bottom).sum(-1).max()) > p.shape[-1]:
+    if reads_free(bottom) and 2 * int((~bottom).sum(-1).max()) > p.shape[-1]:
         return (w * p.to(torch.float64) - skewed_rows(p, q, u.squeeze(-1), paths).to(torch.float64)).clamp_min(0)
     ids, residual = member_residuals(p, q, ranking, ~bottom, bottom_mass, w, u, paths)
     return torch.zeros(p.shape, dtype=torch.float64, device=p.device).scatter_(-1, ids, residual)

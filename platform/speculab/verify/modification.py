@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .primitives import host_reads_free, positive_part, residual_or_target, select_positions, token_probs
+from speculab.hostreads import reads_free
+
+from .primitives import positive_part, residual_or_target, select_positions, token_probs
 
 
 @dataclass
@@ -97,7 +99,7 @@ def apply_slots(
     row = p_row
     seen = []
     active = carry.remaining > torch.as_tensor(position, device=p_row.device).reshape(-1, 1)  # [B, M]
-    pending = active.any(0).tolist() if host_reads_free(active) else [True] * active.shape[1]
+    pending = active.any(0).tolist() if reads_free(active) else [True] * active.shape[1]
     for j in range(carry.a.shape[1]):
         seen.append(token_probs(row, tokens).to(torch.float64))
         if not pending[j]:

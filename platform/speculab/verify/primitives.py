@@ -10,18 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-# t: any tensor the verifier reads
-def host_reads_free(t: torch.Tensor) -> bool:
-    """Whether reading ``t``'s values on the host is free: it lives on the CPU and no graph is
-    being captured (``torch.compile``).
-
-    Only then may a verifier let data choose a shape or a trip count (skip finished rows, sort a
-    sparse set, stop a loop early), which is what keeps the CPU fast. On a GPU each such read
-    is a device round trip and under capture it breaks the graph, so there the verifiers
-    compute the static-shape form, which gives the same verdict (tests/verify/test_capture.py).
-    """
-    return not torch.compiler.is_compiling() and t.is_cpu
+from speculab.hostreads import reads_free
 
 
 # walking [B] bool
@@ -32,7 +21,7 @@ def rows_to_step(walking: torch.Tensor) -> torch.Tensor:
     n = 0 ends the loop); elsewhere every row, a static shape, and the caller leaves the
     finished rows' state as it is.
     """
-    if host_reads_free(walking):
+    if reads_free(walking):
         return walking.nonzero().squeeze(1)
     return torch.arange(walking.shape[0], device=walking.device)
 
@@ -52,7 +41,7 @@ def packed_columns(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # an unmarked column j goes after the marked ones, at its rank among the unmarked: j - marked
     place = torch.where(mask, marked - 1, (count + index) - marked)
     columns = torch.empty_like(place).scatter_(1, place, index.expand_as(place))
-    width = max(int(count.max()), 1) if host_reads_free(mask) else mask.shape[-1]
+    width = max(int(count.max()), 1) if reads_free(mask) else mask.shape[-1]
     return columns[:, :width], torch.arange(width, device=mask.device) < count
 
 

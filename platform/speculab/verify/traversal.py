@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from speculab.hostreads import reads_free
+
 from .block import block_acceptance
 from .contracts import DrawnPathVerifier
 from .decisions import Decisions, sample_inverse_cdf
-from .primitives import clipped_ratio, host_reads_free, positive_part, rows_to_step, token_probs
+from .primitives import clipped_ratio, positive_part, rows_to_step, token_probs
 from .verdict import Outcome, Verdict, assemble_verdict, reference_verdict
 
 
@@ -241,7 +243,7 @@ def rowwise_choice(
 ) -> torch.Tensor:
     """``torch.where(choose, when_true, when_false)`` by rows; where host reads are free and every
     row chooses alike, only the chosen rows are read (a pass over [n, V] saved at every step)."""
-    if host_reads_free(choose):
+    if reads_free(choose):
         chosen = int(choose.sum())
         if chosen in (0, len(choose)):
             return when_true() if chosen else when_false()

@@ -40,9 +40,9 @@ class Verdict:
         return cls(tokens, num_tokens, path_t)
 
     def rows(self) -> list[list[int]]:
-        """The committed tokens of every prompt, as Python lists: two host reads in all (on a GPU each
-        read waits for the queued kernels), not two per row."""
-        return [row[:n] for row, n in zip(self.tokens.tolist(), self.num_tokens.tolist(), strict=True)]
+        """The committed tokens of every prompt, as Python lists: one host read in all (on a GPU each
+        read waits for the queued kernels), not one per row."""
+        return [row[: row[-1]] for row in torch.cat([self.tokens, self.num_tokens[:, None]], dim=1).tolist()]
 
 
 @dataclass
