@@ -14,10 +14,12 @@ import pytest
 import torch
 
 import speculab.engine as engine
+from speculab.algorithms import PATH_ALGORITHMS, get_verifier
 from speculab.drafting.tree import DraftTree
+from speculab.engine import decode
 from speculab.hostreads import device_form, reads_free
 from speculab.verify.verdict import Verdict
-from support.engine import tiny_pair_batch
+from support.engine import TOY_PROMPTS, settings, tiny_pair_batch, toy_roles
 from support.host_reads import counting_host_reads
 
 READ = "read_round"  # the round's one read (`engine.read_round`)
@@ -47,14 +49,27 @@ def test_a_round_reads_the_host_at_most_twice_and_decodes_the_cpu_tokens(
     with device_form():
         on_device, _, _ = tiny_pair_batch("static", drafter, 1.0)
     assert [p.tokens for p in on_device.prompts] == [p.tokens for p in plain.prompts]
-    counts = [sum(sites.values()) for sites in rounds]
-    assert len(rounds) == len(on_device.rounds) and max(counts) <= 2, counts
+    assert len(rounds) == len(on_device.rounds)
+    _one_read_a_round(rounds)
+    assert any(len(sites) > 1 for sites in rounds)  # rows did leave
+
+
+def _one_read_a_round(rounds: list[Counter[str]]) -> None:
+    """Each round reads once, at the engine's read; else only where rows left the batch: a drafter
+    reads the row list the engine made on the host (counted here, though on a GPU it waits for nothing)."""
+    assert rounds and max(sum(sites.values()) for sites in rounds) <= 2, rounds
     for sites in rounds:
         assert sum(n for site, n in sites.items() if READ in site) == 1
-        # else only where rows left the batch: a drafter reads the row list the engine made on the host
-        # (counted here, though on a GPU it waits for nothing)
         assert all(site.endswith(" retain") for site in sites if READ not in site), sites
-    assert any(len(sites) > 1 for sites in rounds)  # rows did leave
+
+
+@pytest.mark.parametrize("name", PATH_ALGORITHMS)
+def test_every_path_verifier_reads_once_a_round(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds = _counted_rounds(monkeypatch)
+    target, drafter = toy_roles(1)
+    with device_form():
+        decode(target, drafter, get_verifier(name), TOY_PROMPTS, settings(K=3, L=3, T=1.0, batch=4, max_new=10))
+    _one_read_a_round(rounds)
 
 
 def test_the_count_sees_the_cpu_forms_reads(monkeypatch: pytest.MonkeyPatch) -> None:
