@@ -103,3 +103,15 @@ def test_peers_benchmark_quick(tmp_path, monkeypatch) -> None:
     assert {row[2] for row in rows} >= {"generate", "assisted", "speculab autoregressive", "speculab block"}
     assert all(row[-1] in ("-", "2/2") for row in rows)  # T=0 tokens equal generate's
     assert len((tmp_path / "peers.csv").read_text().splitlines()) == 1 + len(rows)
+
+
+def test_families_benchmark_quick(monkeypatch) -> None:
+    """benchmarks/families.py runs every family and the engine's greedy tokens equal generate's."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    sys.modules.pop("families", None)
+    import families
+
+    rows = families.main(["--reps", "1", "--prompts", "2", "--max-new-tokens", "4", "--layers", "2", "--hidden", "64"])
+    assert [row[0] for row in rows] == ["llama", "qwen3", "opt", "opt-350m", "qwen3_moe"]
+    assert all(row[1] == "lean" for row in rows)
+    assert all(row[-1] == "2/2" for row in rows)

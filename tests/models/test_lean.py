@@ -1,4 +1,4 @@
-"""The lean Llama and Qwen3 stacks: the same logits as transformers' own forward, bit for bit, step by step."""
+"""The lean Llama, Qwen3 and OPT stacks: the same logits as transformers' own forward, bit for bit, step by step."""
 
 from __future__ import annotations
 
@@ -10,31 +10,39 @@ from transformers import DynamicCache
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.hf import TreeLM, load_causal_lm
-from speculab.models.lean import lean_layers, lean_stack
-from support.models import save_random_lm
+from speculab.models.lean import decoder_forward, lean_layers, lean_stack, own_decoder
+from support.models import save_random_lm, save_random_opt
 
 
-def lean_logits(model, stack, tokens, cache, positions, mask) -> torch.Tensor:
-    decoder = model.model
-    hidden = decoder.embed_tokens(tokens)
-    cos, sin = decoder.rotary_emb(hidden, positions)
-    return model.lm_head(decoder.norm(lean_layers(stack, hidden, cos, sin, mask, cache)))
+def lean_logits(model, stack, tokens, cache, positions, mask, states=None) -> torch.Tensor:
+    decoder = own_decoder(model, stack)
+    assert decoder is not None
+
+    def layers(hidden, cos, sin, outputs):
+        return lean_layers(stack, hidden, cos, sin, mask, cache, outputs if states is None else states)
+
+    return decoder_forward(decoder, layers, tokens, positions, (), lambda hidden: hidden)[0]
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "qwen3_moe", "opt", "opt-350m"])
 def target(request: pytest.FixtureRequest, random_llama_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random 3-layer target of each lean architecture (Qwen3: per-head q/k norms)."""
+    """A random 3-layer target of each lean architecture (Qwen3: per-head q/k norms; OPT: LayerNorm, biases,
+    learned positions; OPT-350m's shape: norms after each block, embeddings projected in and out; Qwen3-MoE:
+    a dense first layer, then mixture-of-experts layers)."""
+    path = tmp_path_factory.mktemp(request.param) / "target"
     if request.param == "llama":
         return random_llama_pair[0]
-    return save_random_lm(tmp_path_factory.mktemp("qwen3") / "target", 3, 64, seed=3, arch="qwen3")
+    if request.param.startswith("qwen3"):
+        return save_random_lm(path, 3, 64, seed=3, arch=request.param)
+    return save_random_opt(path, 3, 64, norm_before=request.param == "opt", project=32 * (request.param != "opt"))
 
 
 @torch.inference_mode()
 def test_prefill_and_steps_equal_the_model(target: Path) -> None:
-    model = load_causal_lm(target)  # grouped keys: 4 heads over 2 key heads
+    model = load_causal_lm(target)  # Llama, Qwen3: grouped keys, 4 heads over 2 key heads
     stack = lean_stack(model)
-    assert stack is not None and stack.heads > stack.kv_heads
-    assert all((w.q_norm is not None) == (model.config.model_type == "qwen3") for w in stack.layers)
+    assert stack is not None and (stack.heads > stack.kv_heads) == (model.config.model_type != "opt")
+    assert all((w.q_norm is not None) == model.config.model_type.startswith("qwen3") for w in stack.layers)
     tokens = torch.randint(3, 60, (2, 9), generator=torch.Generator().manual_seed(0))
     plain, lean, lean_masked = (DynamicCache(config=model.config) for _ in range(3))
     positions = torch.arange(9).expand(2, -1)
@@ -42,9 +50,7 @@ def test_prefill_and_steps_equal_the_model(target: Path) -> None:
     expected = model(input_ids=tokens, past_key_values=plain, position_ids=positions, use_cache=True).logits
     assert torch.equal(lean_logits(model, stack, tokens, lean, positions, causal), expected)
     states: list[torch.Tensor] = []
-    decoder = model.model
-    hidden = decoder.embed_tokens(tokens)
-    lean_layers(stack, hidden, *decoder.rotary_emb(hidden, positions), causal, lean_masked, states)
+    lean_logits(model, stack, tokens, lean_masked, positions, causal, states)
     reported = model(input_ids=tokens, position_ids=positions, output_hidden_states=True).hidden_states
     assert all(torch.equal(mine, theirs) for mine, theirs in zip(states[:-1], reported[1:-1]))  # the last is normed
     step = expected[:, -1:].argmax(-1)

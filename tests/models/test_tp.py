@@ -2,7 +2,8 @@
 
 The tiny target is re-saved as several safetensors shards with an index (HF format keys, as
 real Llama / Qwen checkpoints ship), once tied in fp32 and once untied in bf16, and so is a
-random-weight Qwen3 (q/k norms, untied head, fp32); two ranks in two plain processes (no Ray:
+random-weight Qwen3 (q/k norms, untied head, fp32) and a random Qwen3-MoE (transformers' tp_plan only:
+DeepSpeed's AutoTP is refused for a mixture of experts); two ranks in two plain processes (no Ray:
 the rendezvous is `join_process_group`'s) load each and score like the single-process model.
 
 What the memory check proves: DeepSpeed builds every real tensor of a meta-device model in
@@ -26,7 +27,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    PreTrainedModel,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from speculab.drafting.tree import DraftTree
 from speculab.models.kinds import DecoderLM
@@ -62,11 +71,34 @@ def random_qwen3() -> PreTrainedModel:
     return Qwen3ForCausalLM(config)
 
 
+def random_qwen3_moe() -> PreTrainedModel:
+    """A dense first layer, then mixture-of-experts layers (4 experts, 2 a token)."""
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=1024,
+        moe_intermediate_size=256,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_experts=4,
+        num_experts_per_tok=2,
+        mlp_only_layers=[0],
+        tie_word_embeddings=False,
+    )
+    return Qwen3MoeForCausalLM(config)
+
+
 CASES = {  # name: (model, dtype it is saved and loaded in)
     "llama-tied-float32": (lambda: tiny_target(True), "float32"),
     "llama-untied-bfloat16": (lambda: tiny_target(False), "bfloat16"),
     "qwen3-untied-float32": (random_qwen3, "float32"),
+    "qwen3moe-untied-float32": (random_qwen3_moe, "float32"),
 }
+TRANSFORMERS_ONLY = {"qwen3moe-untied-float32"}  # DeepSpeed AutoTP is refused for a mixture of experts
+BACKENDS = ("", "-transformers")  # DeepSpeed's AutoTP, then the model's own tp_plan
 
 
 def save_sharded(model: PreTrainedModel, out: Path, dtype: str) -> Path:
@@ -136,6 +168,10 @@ def rank_main(rank: int, port: int, checkpoints: dict[str, str], out: str) -> No
     join_process_group(rank, WORLD, "127.0.0.1", port, "cpu")
     samples = observe_loading()
     for case, path in checkpoints.items():
+        if case in TRANSFORMERS_ONLY:
+            lm = build_lm(LMSpec("hf", path, CASES[case][1], threads=1, tp_size=WORLD, tp_backend="transformers"))
+            torch.save({"logits": scores(lm)}, f"{out}/{case}-transformers-{rank}.pt")
+            continue
         samples.clear()
         lm = build_lm(LMSpec("hf", path, CASES[case][1], threads=1, tp_size=WORLD))
         samples.append(materialised_bytes(lm.model))  # rotary buffers and the sliced lm head come last
@@ -161,7 +197,7 @@ def tp_runs(tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
     return {
         f"{case}{backend}": (path, [torch.load(root / f"{case}{backend}-{r}.pt") for r in range(WORLD)])
         for case, path in checkpoints.items()
-        for backend in ("", "-transformers")
+        for backend in (BACKENDS[1:] if case in TRANSFORMERS_ONLY else BACKENDS)
     }
 
 
@@ -178,11 +214,16 @@ def test_the_checkpoint_is_really_sharded(tp_runs) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["", "-transformers"])
-@pytest.mark.parametrize("case", ["llama-tied-float32", "qwen3-untied-float32"])
+@pytest.mark.parametrize(
+    "case, backend",
+    [
+        *((case, backend) for case in ("llama-tied-float32", "qwen3-untied-float32") for backend in BACKENDS),
+        ("qwen3moe-untied-float32", "-transformers"),
+    ],
+)
 def test_tp2_sharded_fp32_logits_equal_the_single_process_model(tp_runs, case: str, backend: str) -> None:
-    """Both backends (DeepSpeed's AutoTP, and with `-transformers` the model's own tp_plan), through a
-    tree pass after the prefill and another after a round's cache edits."""
+    """Both backends (DeepSpeed's AutoTP, and with `-transformers` the model's own tp_plan; a mixture of
+    experts on the latter only), through a tree pass after the prefill and another after a round's cache edits."""
     path, ranks = tp_runs[case + backend]
     reference = forward(LMSpec("hf", str(path), "float32", threads=1))
     for rank in ranks:

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    OPTConfig,
+    OPTForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_PAIR = REPO / "assets" / "tiny-pycode"
@@ -24,7 +34,13 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
 
 
-ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+ARCHITECTURES = {
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+}
+# Qwen3-MoE: 4 experts, 2 a token, every layer sparse but the first (Qwen3-30B-A3B's 128 and 8, scaled down)
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "mlp_only_layers": [0]}
 
 
 def save_random_lm(
@@ -42,8 +58,29 @@ def save_random_lm(
         num_key_value_heads=2,
         head_dim=hidden // 4,
         max_position_embeddings=2048,  # room for a HumanEval prompt in characters (speculab refuses longer)
+        **(MOE | {"moe_intermediate_size": hidden} if arch == "qwen3_moe" else {}),
     )
     model_class(config).save_pretrained(path)
+    char_tokenizer().save_pretrained(path)
+    return path
+
+
+def save_random_opt(path: Path, layers: int, hidden: int, norm_before: bool = True, project: int = 0) -> Path:
+    """A random-weight OPT (4 heads, LayerNorm, biases, learned positions) with the character tokenizer;
+    `norm_before=False` and a `project` width below `hidden` give OPT-350m's shape (norms after each
+    block, embeddings projected in and out)."""
+    torch.manual_seed(5)
+    config = OPTConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        ffn_dim=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        max_position_embeddings=2048,
+        do_layer_norm_before=norm_before,
+        word_embed_proj_dim=project or hidden,
+    )
+    OPTForCausalLM(config).save_pretrained(path)
     char_tokenizer().save_pretrained(path)
     return path
 

@@ -27,7 +27,7 @@ from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 from speculab.hostreads import reads_free, upload
-from speculab.models.lean import Decoder, decoder_forward, layer_features, lean_layers, lean_stack, runs_own_layers
+from speculab.models.lean import decoder_forward, layer_features, lean_layers, lean_stack, own_decoder
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
 from speculab.models.static_pass import Graphs, StaticPasses, check_passes
 
@@ -71,10 +71,7 @@ class TreeLM:
         self.lean = lean_stack(model)  # None: another architecture or a tensor-parallel model runs its modules
         self.feature_layers = feature_layers
         # None: transformers' own forward runs it (another architecture, a sliding-window layer)
-        self.decoder: Decoder | None = None
-        if runs_own_layers(model.config):
-            d = model.model
-            self.decoder = Decoder(d.embed_tokens, d.rotary_emb, d.norm, model.lm_head)
+        self.decoder = own_decoder(model, self.lean)
         self.static: StaticPasses | None = None
         fixed = None  # the static passes' cache buffers are allocated at reset, and kept while (B, C) stays
         if passes != "eager" and self.lean is not None and self.decoder is not None:
@@ -158,10 +155,14 @@ class TreeLM:
         # The model's own weights, without transformers' per-call wrappers and module calls
         # (models/lean.py): a fifth of a tiny model's step; the logits are the same.
         def layers(
-            hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, outputs: list[torch.Tensor] | None
+            hidden: torch.Tensor,
+            cos: torch.Tensor | None,
+            sin: torch.Tensor | None,
+            outputs: list[torch.Tensor] | None,
         ) -> torch.Tensor:
             if self.lean is not None:
                 return lean_layers(self.lean, hidden, cos, sin, mask, self.slots.cache, outputs)
+            assert cos is not None and sin is not None  # only rotary stacks run their layers as modules
             for layer in self.model.model.layers:  # not a lean stack (an AutoTP shard, whose projections all-reduce)
                 hidden = layer(
                     hidden,

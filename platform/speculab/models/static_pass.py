@@ -133,7 +133,7 @@ def static_forward(
     cache = StaticSlots(buffers, inputs.slots)
 
     def layers(
-        hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, outputs: list[torch.Tensor] | None
+        hidden: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None, outputs: list[torch.Tensor] | None
     ) -> torch.Tensor:
         return lean_layers(stack, hidden, cos, sin, inputs.mask, cache, outputs)
 
