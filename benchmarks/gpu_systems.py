@@ -30,10 +30,15 @@ speculab's default on a GPU: passes of up to 256 nodes replayed from CUDA graphs
     transformers' generate (eager; static cache + compile), speculab's autoregressive loop and
     DDTree (B = 64) on the DFlash drafter, over the fastest generate (the issue's limits: 1.0x
     and 0.5x);
-(p) a projection: from the measured costs of a DFlash round (block pass, DDTree build, target
-    pass over the tree, verification, the loop's rest), the speedup over speculab's captured
-    autoregressive loop at acceptance lengths tau = 2..10, beside the DDTree paper's Qwen3-8B
-    HumanEval T = 0 points (DFlash tau 6.61 at 4.84x, DDTree tau 9.67 at 6.90x).
+(p) a DFlash round at each tree size of (b) from 16 nodes (16: the DFlash chain; else DDTree with
+    B = nodes - 1): the block pass, the tree build, the target pass over the tree, its verification,
+    the loop's rest (commit included); the break-even gain in acceptance length a tree needs over
+    the chain (its round over the chain's); and a projection: the speedup over speculab's captured
+    autoregressive loop at the DDTree paper's Qwen3-8B HumanEval T = 0 acceptance (Table 1: DFlash
+    tau 6.61 at 4.84x, DDTree at its best budget tau 9.67 at 6.90x), beside the paper's speedups;
+(q) the shipped tiny pair's own acceptance by DDTree budget (T = 0, 4 HumanEval prompts): tau of the
+    DFlash chain and of DDTree at B = 15 ... 1023 (up to 255 on the CPU), and the gain over the
+    chain: the shape of the curve, measured.
 Random weights make the draft disagree with the target, so few tokens are accepted: times per
 pass and per round mean something, block efficiency does not. On a GPU every time comes from
 CUDA events around the call after a warm-up; on the CPU from the host clock. Tables (b), (c) and
@@ -68,7 +73,7 @@ from speculab.drafting.tree import DraftTree
 from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash import DFlashDraft, block_allowed, draft_logits
-from speculab.models.dflash_layout import read_layout
+from speculab.models.dflash_layout import DFlashLayout, read_layout
 from speculab.models.hf import TreeLM
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.static_pass import BUCKETS, Graphs
@@ -87,6 +92,7 @@ ARCHS: dict[str, tuple[Size, Size, int]] = {
     "small": ((512, 6, 8, 2, 1408), (128, 2, 4, 2, 352), 8192),
 }
 VOCABS = (128256, 151936)
+BUDGETS = (15, 31, 63, 127, 255, 511, 1023)  # DDTree budgets of table (q): 16 ... 1024 nodes (CPU shapes: 5)
 
 
 def config_of(arch: str, size: Size, vocab: int) -> LlamaConfig | Qwen3Config:
@@ -392,18 +398,24 @@ def generate_loop(model: PreTrainedModel, ids: torch.Tensor, static: bool) -> Ca
     return lambda n: model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0, **extra)
 
 
+def tiny_dflash_pair(device: str, passes: str) -> tuple[list[list[int]], TreeTarget, DraftModel, DFlashLayout]:
+    """The shipped tiny pair with its DFlash drafter on `device`, and 4 HumanEval prompts."""
+    tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
+    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 4)]
+    target_path, dflash = str(TINY_PAIR / "target"), str(TINY_PAIR / "dflash")
+    layout = read_layout(dflash)
+    target = TreeTarget(LMSpec("hf", target_path, device=device, feature_layers=layout.target_layer_ids, passes=passes))
+    source = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path, passes=passes))
+    return prompts, target, source, layout
+
+
 def tiny_pair_table(device: str, compile_: bool, repeats: int, max_new: int, budget: int = 64) -> Table:
     """(t): the shipped tiny pair on this device, batch 1, T = 0, 4 HumanEval prompts of `max_new`
     tokens each: ms per token (prefill included) of transformers' generate, speculab's
     autoregressive loop and DDTree on the DFlash drafter (both with the default passes: captured on
     a GPU), over the fastest generate."""
-    tokenizer = AutoTokenizer.from_pretrained(TINY_PAIR / "target")
-    prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 4)]
-    target_path, dflash = str(TINY_PAIR / "target"), str(TINY_PAIR / "dflash")
-    layout = read_layout(dflash)
     passes = "graphs" if device == "cuda" else "eager"
-    target = TreeTarget(LMSpec("hf", target_path, device=device, feature_layers=layout.target_layer_ids, passes=passes))
-    source = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path, passes=passes))
+    prompts, target, source, layout = tiny_dflash_pair(device, passes)
     drafter = TreeDrafter(source, tree_builder("best_first", budget))
     ar = DecodeSettings(1, 0, SamplingParams(0.0), max_new, 1, 0, None)
     ddtree = DecodeSettings(1, layout.block_size - 1, SamplingParams(0.0), max_new, 1, 0, None, budget + 1)
@@ -481,7 +493,14 @@ def autoregressive_table(
 
 
 # The DDTree paper's Qwen3-8B HumanEval T = 0 points: (method, tau, speedup over its autoregressive baseline).
-PAPER_POINTS = (("DFlash (chain of 16)", 6.61, 4.84), ("DDTree", 9.67, 6.90))
+# The DDTree paper's Table 1, Qwen3-8B, HumanEval, T = 0: (tau including the bonus token, speedup over
+# autoregressive decoding on its H200s) of vanilla DFlash (a chain of 16) and of DDTree at its best budget.
+PAPER_CHAIN, PAPER_TREE = (6.61, 4.84), (9.67, 6.90)
+
+
+def round_rows(nodes: int) -> str:
+    """A round's name in (p): the DFlash chain (16 nodes, its block) or a DDTree of `nodes` nodes."""
+    return "DFlash chain" if nodes == 16 else f"DDTree, B = {nodes - 1}"
 
 
 def projection_table(
@@ -492,37 +511,74 @@ def projection_table(
     other_ms: float,
     verify_ms: dict[int, float],
 ) -> Table:
-    """(p): speedup over speculab's captured autoregressive loop at acceptance length tau (tokens a
-    round emits): tau x (ms per autoregressive token) / (ms per round), a round being the DFlash
-    block pass, the tree build, the target pass over the tree, its verification and the loop's rest."""
-    taus = (2, 4, 6, 8, 10)
+    """(p): a DFlash round's measured costs at each tree size (the block pass, the tree build, the target
+    pass over the tree, its verification, the loop's rest with the commit), what a tree must gain in
+    acceptance length over the chain to pay for its round (round ms over the chain's: the break-even
+    tau ratio), and the speedup over speculab's captured autoregressive loop projected with the DDTree
+    paper's acceptance (tau x ms a token / ms a round; labelled a projection: the paper's tau, this
+    run's costs)."""
     table = Table(
-        "method",
+        "round",
+        "block ms",
+        "build ms",
+        "tree pass ms",
+        "verify ms",
+        "rest ms",
         "round ms",
-        *(f"tau {t}" for t in taus),
-        "paper tau",
-        "projected",
+        "break-even tau / chain's",
+        "needs tau",
+        "projected at the paper's tau",
         "paper",
-        "projected / paper",
-        title="(p) projected speedup over speculab's captured autoregressive loop (limit: 90% of the paper's)",
+        title=(
+            "(p) a DFlash round by tree size; projected speedups over speculab's captured autoregressive loop use "
+            f"the DDTree paper's Qwen3-8B HumanEval T = 0 acceptance (Table 1: chain tau {PAPER_CHAIN[0]}, "
+            f"DDTree at its best budget {PAPER_TREE[0]})"
+        ),
     )
-    rounds = {"DFlash (chain of 16)": 16, "DDTree, B = 256": 256, "DDTree, B = 512": 512}
-    for method, nodes in rounds.items():
-        if nodes not in tree_ms:  # the CPU-sized run stops at 256 nodes
-            continue
-        build = build_ms.get(nodes, 0.0) if method.startswith("DDTree") else 0.0
-        round_ms = block_ms + build + tree_ms[nodes] + verify_ms[nodes] + other_ms
-        paper = next(point for point in PAPER_POINTS if method.startswith(point[0].split(" ")[0]))
-        projected = paper[1] * ar_ms / round_ms
+    # the chain's tree is its block's argmaxes, built in the block pass's wake: no build of its own
+    rounds = {n: block_ms + (build_ms[n] if n != 16 else 0.0) + tree_ms[n] + verify_ms[n] + other_ms for n in build_ms}
+    chain = rounds[16]
+    for n, round_ms in rounds.items():
+        tau, paper = PAPER_CHAIN if n == 16 else PAPER_TREE
         table.add_row(
-            method,
-            f"{round_ms:.2f}",
-            *(f"{t * ar_ms / round_ms:.2f}x" for t in taus),
-            f"{paper[1]:.2f}",
-            f"{projected:.2f}x",
-            f"{paper[2]:.2f}x",
-            f"{projected / paper[2]:.0%}",
+            round_rows(n),
+            f"{block_ms:.3f}",
+            f"{build_ms[n]:.3f}" if n != 16 else "-",
+            f"{tree_ms[n]:.3f}",
+            f"{verify_ms[n]:.3f}",
+            f"{other_ms:.3f}",
+            f"{round_ms:.3f}",
+            f"{round_ms / chain:.2f}",
+            f"{PAPER_CHAIN[0] * round_ms / chain:.2f}",
+            f"{tau * ar_ms / round_ms:.2f}x",
+            f"{paper:.2f}x",
         )
+    return table
+
+
+def acceptance_table(device: str, max_new: int, budgets: tuple[int, ...]) -> Table:
+    """(q): the shipped tiny pair's own acceptance by DDTree budget, T = 0, 4 HumanEval prompts: tau
+    (tokens a round emits, the bonus included) of the DFlash chain and of DDTree at each budget, and its
+    gain over the chain: the measured shape of the curve the projection's paper points sit on."""
+    prompts, target, source, layout = tiny_dflash_pair(device, "eager")
+    L = layout.block_size - 1
+    builders = {
+        "DFlash chain": (tree_builder("chain", 0), L + 1),
+        **{f"DDTree, B = {b}": (tree_builder("best_first", b), b + 1) for b in budgets},
+    }
+    table = Table(
+        "tree",
+        "tau",
+        "gain over the chain",
+        title=f"(q) the tiny pair's acceptance by budget, T = 0, {max_new} tokens a prompt",
+    )
+    chain_tau = 0.0
+    for name, (build, nodes) in builders.items():
+        settings = DecodeSettings(1, L, SamplingParams(0.0), max_new, 1, 0, None, nodes)
+        run = decode(target, TreeDrafter(source, build), get_verifier("ddtree"), prompts, settings)
+        tau = sum(map(len, (p.tokens for p in run.prompts))) / len(run.rounds)
+        chain_tau = chain_tau or tau
+        table.add_row(name, f"{tau:.2f}", f"{tau / chain_tau:.2f}")
     return table
 
 
@@ -559,7 +615,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--compile", action="store_true", help="also time generate's static-cache compile on the CPU")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--tables", default="becdatp", help="the tables to run, by letter (default: all, becdatp)")
+    parser.add_argument("--tables", default="becdatpq", help="the tables to run, by letter (default: all, becdatpq)")
     parser.add_argument("--sizes", type=ints, default=None, help="tree nodes of table (b), comma-separated")
     parser.add_argument("--contexts", type=ints, default=None, help="context lengths of table (b), comma-separated")
     parser.add_argument("--vocabs", type=ints, default=None, help="vocabularies of table (c), comma-separated")
@@ -623,9 +679,11 @@ def main(argv: list[str] | None = None) -> None:
     if "t" in tables:
         console.print(tiny_pair_table(device, compile_, args.repeats, max_new if small else 128))
     if {"b", "e", "d", "a", "p"} <= tables:  # the projection reads the other tables' figures
-        projected = tuple(n for n in (16, 256, 512) if n in tree_ms)
+        projected = tuple(n for n in sorted(tree_ms) if n >= 16)  # the chain's 16 nodes, then every tree
         build_ms, verify_ms = tree_costs(vocab, device, args.repeats, projected)
         console.print(projection_table(ar_ms, block[-1].median, tree_ms, build_ms, other_ms, verify_ms))
+    if "q" in tables:
+        console.print(acceptance_table(device, max_new if small else 128, BUDGETS[:5] if small else BUDGETS))
     console.print(f"done in {time.perf_counter() - start:.0f} s")
 
 

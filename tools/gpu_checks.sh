@@ -10,6 +10,7 @@
 #   bash tools/gpu_checks.sh cli       # speculab on cuda: inline, Ray, capture off, a refused device
 #   bash tools/gpu_checks.sh bench     # benchmarks/gpu_systems.py (8B shapes), verify.py, ddtree.py
 #   bash tools/gpu_checks.sh qwen3     # gpu_systems.py --arch qwen3, the random Qwen3-8B + DFlash pair
+#   bash tools/gpu_checks.sh trees     # gpu_systems.py (p) and (q): a DFlash round by budget, break-even, projection
 #   bash tools/gpu_checks.sh baselines # (9 min) tests/gpu, a run against compiled and eager generate, table (a)
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
@@ -84,6 +85,10 @@ qwen3)  # real scale end to end: an 8B checkpoint in the published layout, read 
     step runs 20 "${runs[@]}" 'budget|block_efficiency|speedup_vs_ar$|tokens_per_s$|memory'
     step gpu_systems_qwen3 130 python benchmarks/gpu_systems.py --arch qwen3 --tables bt
     ;;
+trees)  # issue 52's question: what a tree must gain over the chain to pay, by budget, at 8B shapes
+    step tree_costs 420 python benchmarks/gpu_systems.py --tables bedapq --sizes 1,16,32,64,128,256,512,1024 \
+        --contexts 1024 --max-new-tokens 64
+    ;;
 baselines)  # the baseline a GPU user runs: generate with a static cache + torch.compile (measure.generate)
     step tests_in_process 170 python -m pytest -q -m gpu -p no:cacheprovider --timeout 120 -rfE --durations=5 \
         --basetemp=/tmp/pt_in_process tests/gpu -k "not cli and not ray and not logs_its_device"
@@ -93,6 +98,6 @@ baselines)  # the baseline a GPU user runs: generate with a static cache + torch
     step figures 170 python benchmarks/gpu_systems.py --tables a --contexts 1024 --max-new-tokens 64
     ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench, qwen3 or baselines" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees or baselines" && exit 2
     ;;
 esac
