@@ -55,40 +55,28 @@ def tiny_target(tied: bool) -> PreTrainedModel:
     return model
 
 
+# Layers outweigh embedding and head 3:1 as in real models (DeepSpeed slices the head last).
+QWEN3_SHAPE = dict(
+    vocab_size=4096,
+    hidden_size=256,
+    intermediate_size=1024,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    tie_word_embeddings=False,
+)
+
+
 def random_qwen3() -> PreTrainedModel:
-    """Layers outweigh embedding and head 3:1 as in real models (DeepSpeed slices the head last)."""
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=4096,
-        hidden_size=256,
-        intermediate_size=1024,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        tie_word_embeddings=False,
-    )
-    return Qwen3ForCausalLM(config)
+    return Qwen3ForCausalLM(Qwen3Config(**QWEN3_SHAPE, num_hidden_layers=6))
 
 
 def random_qwen3_moe() -> PreTrainedModel:
-    """A dense first layer, then mixture-of-experts layers (4 experts, 2 a token)."""
+    """The Qwen3 case's shape, a dense first layer, then mixture-of-experts layers (4 experts, 2 a token)."""
     torch.manual_seed(0)
-    config = Qwen3MoeConfig(
-        vocab_size=4096,
-        hidden_size=256,
-        intermediate_size=1024,
-        moe_intermediate_size=256,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_experts=4,
-        num_experts_per_tok=2,
-        mlp_only_layers=[0],
-        tie_word_embeddings=False,
-    )
-    return Qwen3MoeForCausalLM(config)
+    moe = dict(moe_intermediate_size=256, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[0])
+    return Qwen3MoeForCausalLM(Qwen3MoeConfig(**QWEN3_SHAPE, num_hidden_layers=3, **moe))
 
 
 CASES = {  # name: (model, dtype it is saved and loaded in)

@@ -108,6 +108,12 @@ def runs_own_layers(config: PretrainedConfig) -> bool:
     return config.model_type in LEAN_MODEL_TYPES and all(t == "full_attention" for t in types)
 
 
+def _unsharded_linear(m: torch.nn.Module) -> bool:
+    """A plain `nn.Linear` whose weight is whole: a DTensor weight is a shard of transformers' tensor
+    parallelism, and an `nn.Linear` subclass (an AutoTP shard) all-reduces; their module hooks communicate."""
+    return type(m) is torch.nn.Linear and not isinstance(m.weight, DTensor)
+
+
 def _is_matrix(weight: object) -> bool:
     return isinstance(weight, torch.Tensor) and weight.ndim == 2
 
@@ -129,10 +135,8 @@ def plain_projections(layers: Iterable[Any]) -> bool:  # transformers decoder la
     children = [m for layer in layers for m in layer.self_attn.children()]
     children += [m for layer in layers if not _experts(layer) for m in layer.mlp.children()]
     projections = [m for m in children if _is_matrix(getattr(m, "weight", None))]  # not Qwen3's head norms
-    # A DTensor weight is a shard of transformers' tensor parallelism, whose module hooks communicate.
     sharded = any(isinstance(w, DTensor) for layer in layers if _experts(layer) for w in layer.mlp.parameters())
-    plain = (type(m) is torch.nn.Linear and m.bias is None and not isinstance(m.weight, DTensor) for m in projections)
-    return all(plain) and not sharded
+    return all(_unsharded_linear(m) and m.bias is None for m in projections) and not sharded
 
 
 def _ffn(layer: Any) -> SwiGLU | torch.nn.Module:
@@ -185,7 +189,7 @@ def opt_stack(model: PreTrainedModel) -> LeanStack | None:
     norms = [m for layer in layers for m in (layer.self_attn_layer_norm, layer.final_layer_norm)]
     if config.activation_function != "relu" or any(m.weight is None or m.bias is None for m in norms):
         return None
-    if not all(type(m) is torch.nn.Linear and not isinstance(m.weight, DTensor) for m in projections):
+    if not all(_unsharded_linear(m) for m in projections):
         return None
     weights = tuple(
         LeanLayer(
