@@ -8,6 +8,8 @@ downloads, no checkpoint written.
 Tables, printed as they are measured (the slowest, with torch.compile, last). "captured" is
 speculab's default on a GPU: passes of up to 256 nodes replayed from CUDA graphs
 (`models.static_pass`); on the CPU the same fixed-shape passes run eagerly ("fixed shapes").
+"captured + inductor" (on a GPU, or with --compile) is the same with each layer compiled by inductor
+first (`model.compile=true`): the fused norms, rotary and residual adds.
 (b) one target pass of speculab's TreeLM over a random tree of 1..1024 nodes after 1024 and
     4096 context tokens, eager and captured, as a ratio to the 1-node pass (the issue's limits:
     16 nodes 1.1x, 64 1.25x, 256 1.8x) and against the FLOP roofline (2 x parameters x nodes
@@ -613,7 +615,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-new-tokens", type=int, default=None, help="decode steps timed (default 128 GPU, 16 small)"
     )
-    parser.add_argument("--compile", action="store_true", help="also time generate's static-cache compile on the CPU")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="on the CPU too: time generate's static-cache compile and speculab's inductor-compiled layers",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--tables", default="becdatpq", help="the tables to run, by letter (default: all, becdatpq)")
     parser.add_argument("--sizes", type=ints, default=None, help="tree nodes of table (b), comma-separated")
@@ -639,10 +645,21 @@ def main(argv: list[str] | None = None) -> None:
 
     model = random_model(arch, target_shape, vocab, dtype, device, seed=1)
     draft = random_model(arch, draft_shape, vocab, dtype, device, seed=2)
+    compile_ = device == "cuda" or args.compile
     captured = "captured" if device == "cuda" else "fixed shapes"
-    passes = {"eager": "eager", captured: "graphs" if device == "cuda" else "static"}
-    targets = {name: TreeTarget(LMSpec("hf", model=model, device=device, passes=p)) for name, p in passes.items()}
-    drafts = {name: DraftModel(LMSpec("hf", model=draft, device=device, passes=p)) for name, p in passes.items()}
+    fixed = "graphs" if device == "cuda" else "static"
+    # name -> (passes, layers compiled by inductor): the last one is each table's headline
+    passes = {"eager": ("eager", False), captured: (fixed, False)} | (
+        {f"{captured} + inductor": (fixed, True)} if compile_ else {}
+    )
+    targets = {
+        name: TreeTarget(LMSpec("hf", model=model, device=device, passes=p, compile=c))
+        for name, (p, c) in passes.items()
+    }
+    drafts = {
+        name: DraftModel(LMSpec("hf", model=draft, device=device, passes=p, compile=c))
+        for name, (p, c) in passes.items()
+    }
     bandwidth = bandwidth_gbs(device, args.repeats)
     flop_rate = matmul_tflops(device, dtype, args.repeats)
     where = (
@@ -671,7 +688,6 @@ def main(argv: list[str] | None = None) -> None:
     if "c" in tables:
         vocabs = args.vocabs or ((vocab,) if small else VOCABS)
         console.print(verifier_table(vocabs, args.verifiers, device, bandwidth, args.repeats))
-    compile_ = device == "cuda" or args.compile
     if "a" in tables:
         prompt = torch.randint(0, vocab, (64 if small else 512,), generator=gen).tolist()
         table, ar_ms = autoregressive_table(model, targets, prompt, max_new, device, bandwidth, compile_, args.repeats)

@@ -12,11 +12,12 @@
 #   bash tools/gpu_checks.sh qwen3     # gpu_systems.py --arch qwen3, the random Qwen3-8B + DFlash pair
 #   bash tools/gpu_checks.sh trees     # gpu_systems.py (p) and (q): a DFlash round by budget, break-even, projection
 #   bash tools/gpu_checks.sh baselines # (9 min) tests/gpu, a run against compiled and eager generate, table (a)
+#   bash tools/gpu_checks.sh fused     # (6 min) inductor-compiled layers in the graphs: tests, a run, tables (b) and (a)
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|baselines}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -97,7 +98,15 @@ baselines)  # the baseline a GPU user runs: generate with a static cache + torch
     step runs 20 "${runs[@]}" 'measure.generate|speedup_vs_ar$|speedup_vs_hf$|tokens_per_s$'
     step figures 170 python benchmarks/gpu_systems.py --tables a --contexts 1024 --max-new-tokens 64
     ;;
+fused)  # issue 52, item 3: each layer compiled by inductor inside the captured pass (model.compile=true)
+    step tests_compiled 200 python -m pytest -q -m gpu -p no:cacheprovider --timeout 150 -rfE --durations=5 \
+        --basetemp=/tmp/pt_compiled tests/gpu/test_capture_cuda.py -k True  # the compiled cases (ids end in True, or true-true)
+    step cli_compiled 90 "${cli[@]}" model.device=cuda runtime=inline model.compile=true
+    step runs 20 "${runs[@]}" 'model.compile|speedup_vs_ar$|tokens_per_s$'
+    # the goals: 16 and 64 nodes at most 1.10x and 1.25x a 1-node pass; autoregressive at most 1.35x the roofline
+    step figures 240 python benchmarks/gpu_systems.py --tables ba --sizes 1,16,64 --contexts 1024 --max-new-tokens 64
+    ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees or baselines" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines or fused" && exit 2
     ;;
 esac

@@ -97,6 +97,7 @@ def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
         tp_size=cfg.cluster.tp_size if sharded else 1,
         tp_backend=cfg.cluster.tp_backend,
         passes=plan.draft_passes,
+        compile=cfg.model.compile,
         target_path=str(plan.target_dir) if drafter.target_features else "",
     )
     target = LMSpec(
@@ -109,6 +110,7 @@ def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
         tp_backend=cfg.cluster.tp_backend,
         feature_layers=features,
         passes=plan.target_passes,
+        compile=cfg.model.compile,
     )
     return target, draft
 

@@ -1,6 +1,7 @@
 """CUDA graphs of the models' fixed-shape passes (`models.static_pass`, `model.capture`) on one GPU:
 captured passes give the eager passes' logits and features, a batch decodes the same tokens
-(graphs captured once per shape, then replayed round after round), phases are timed with CUDA
+(graphs captured once per shape, then replayed round after round), with and without inductor's
+compiled layers inside the graphs (`model.compile`), phases are timed with CUDA
 events and no synchronise, and the CLI runs with capture on (the default on CUDA) and off and
 logs the round's host synchronisations."""
 
@@ -25,10 +26,12 @@ TARGET = str(TINY_PAIR / "target")
 CAPTURE_FILE = str(Path("torch", "cuda", "graphs.py"))
 
 
+@pytest.mark.parametrize("compile", [False, True])
 @torch.inference_mode()
-def test_captured_tree_passes_give_the_eager_logits_and_features() -> None:
+def test_captured_tree_passes_give_the_eager_logits_and_features(compile: bool) -> None:
+    """Captured as they are, and with inductor's compiled layers inside the graphs (`model.compile`)."""
     model = load_causal_lm(TARGET, device="cuda")
-    graphs, eager = TreeLM(model, (0, 1), "graphs"), TreeLM(model, (0, 1))
+    graphs, eager = TreeLM(model, (0, 1), "graphs", compile), TreeLM(model, (0, 1))
     gen = torch.Generator().manual_seed(0)
     for lm in (graphs, eager):
         lm.reset(2, 128)
@@ -49,9 +52,12 @@ def test_captured_tree_passes_give_the_eager_logits_and_features() -> None:
     assert graphs.static is not None and graphs.static.graphs.captured  # replayed from CUDA graphs
 
 
-@pytest.mark.parametrize(("drafter", "temperature"), [("draft", 0.0), ("draft", 1.0), ("dflash", 0.0)])
-def test_captured_passes_decode_the_eager_tokens(drafter: str, temperature: float) -> None:
-    captured, target, _ = tiny_pair_batch("graphs", drafter, temperature, device="cuda")
+@pytest.mark.parametrize(
+    ("drafter", "temperature", "compile"),
+    [("draft", 0.0, False), ("draft", 1.0, False), ("dflash", 0.0, False), ("draft", 0.0, True), ("dflash", 0.0, True)],
+)
+def test_captured_passes_decode_the_eager_tokens(drafter: str, temperature: float, compile: bool) -> None:
+    captured, target, _ = tiny_pair_batch("graphs", drafter, temperature, device="cuda", compile=compile)
     assert target.lm.static is not None and target.lm.static.shapes
     eager = tiny_pair_batch("eager", drafter, temperature, device="cuda")[0]
     assert [p.tokens for p in captured.prompts] == [p.tokens for p in eager.prompts]
@@ -74,15 +80,17 @@ def test_the_round_never_waits_for_the_gpu_to_time_a_phase(monkeypatch: pytest.M
     assert all(r.time_target_s > 0 and r.time_draft_s > 0 and r.time_verify_s > 0 for r in run.rounds)
 
 
-@pytest.mark.parametrize("capture", ["true", "false"])
-def test_the_cli_runs_with_capture_on_and_off_and_logs_host_syncs(tmp_path: Path, capture: str) -> None:
+@pytest.mark.parametrize(("capture", "compile"), [("true", "false"), ("false", "false"), ("true", "true")])
+def test_the_cli_runs_with_capture_on_and_off_and_logs_host_syncs(tmp_path: Path, capture: str, compile: str) -> None:
     uri = file_store(tmp_path)
-    args = ["runtime=inline", "model.device=cuda", f"model.capture={capture}", "dataset.num_prompts=2"]
+    args = ["runtime=inline", "model.device=cuda", f"model.capture={capture}", f"model.compile={compile}"]
+    args.append("dataset.num_prompts=2")
     result = speculab([*args, "sampling.max_new_tokens=16", f"tracking.uri={uri}"], tmp_path)
     assert result.returncode == 0, result.stderr
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("speculab").experiment_id])
     assert run.data.params["model.capture"] == capture.title()  # MLflow logs str(bool)
+    assert run.data.params["model.compile"] == compile.title()
     syncs = run.data.metrics["runtime/host_syncs_per_round"]  # counted on the warm-up
     assert syncs > 0
     if capture == "true":  # the round's one read, and a retain's (tests/test_host_reads.py counts them on the CPU)

@@ -19,7 +19,9 @@ def lean_logits(model, stack, tokens, cache, positions, mask, states=None) -> to
     assert decoder is not None
 
     def layers(hidden, cos, sin, outputs):
-        return lean_layers(stack, hidden, cos, sin, mask, cache, outputs if states is None else states)
+        return lean_layers(
+            stack, hidden, cos, sin, mask, cache.layers.__getitem__, outputs if states is None else states
+        )
 
     return decoder_forward(decoder, layers, tokens, positions, (), lambda hidden: hidden)[0]
 

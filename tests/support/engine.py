@@ -40,12 +40,12 @@ def toy_roles(seed: int = 0) -> tuple[TreeTarget, DraftModel]:
 
 
 def tiny_pair_batch(
-    passes: str, drafter: str, temperature: float, device: str = "cpu"
+    passes: str, drafter: str, temperature: float, device: str = "cpu", compile: bool = False
 ) -> tuple[RunResult, TreeTarget, DraftModel]:
     """The tiny pair decodes three prompts of different lengths as one batch (holes, repacks, rows
-    leaving; 20 new tokens each) with both models' passes as given (`models.static_pass.PASSES`): the run, the
-    target role and the draft model role. drafter: "draft" (GBV over K = 2 paths of 4) or "dflash"
-    (DDTree, budget 16, on the DFlash drafter)."""
+    leaving; 20 new tokens each) with both models' passes as given (`models.static_pass.PASSES`, compiled
+    with `compile`): the run, the target role and the draft model role. drafter: "draft" (GBV over K = 2
+    paths of 4) or "dflash" (DDTree, budget 16, on the DFlash drafter)."""
     from speculab.algorithms import get_verifier
     from speculab.drafting.ddtree import TreeDrafter, tree_builder
     from speculab.engine import decode
@@ -55,13 +55,17 @@ def tiny_pair_batch(
     target_path, draft_path, dflash = (str(TINY_PAIR / name) for name in ("target", "draft", "dflash"))
     if drafter == "dflash":
         layers = read_layout(dflash).target_layer_ids
-        target = TreeTarget(LMSpec("hf", target_path, device=device, feature_layers=layers, passes=passes))
-        draft_model = DraftModel(LMSpec("dflash", dflash, device=device, target_path=target_path, passes=passes))
+        target = TreeTarget(
+            LMSpec("hf", target_path, device=device, feature_layers=layers, passes=passes, compile=compile)
+        )
+        draft_model = DraftModel(
+            LMSpec("dflash", dflash, device=device, target_path=target_path, passes=passes, compile=compile)
+        )
         roles: Any = TreeDrafter(draft_model, tree_builder("best_first", 16))
         verifier, tree_nodes = get_verifier("ddtree"), 17
     else:
-        target = TreeTarget(LMSpec("hf", target_path, device=device, passes=passes))
-        draft_model = roles = DraftModel(LMSpec("hf", draft_path, device=device, passes=passes))
+        target = TreeTarget(LMSpec("hf", target_path, device=device, passes=passes, compile=compile))
+        draft_model = roles = DraftModel(LMSpec("hf", draft_path, device=device, passes=passes, compile=compile))
         verifier, tree_nodes = get_verifier("gbv"), 2 * 4 + 1
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(3, 60, (n,), generator=g).tolist() for n in (6, 19, 12)]

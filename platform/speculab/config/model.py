@@ -42,6 +42,8 @@ class ModelConfig:
     # cuda:1 is a GPU of the draft's own in rank 0's bundle (config.cluster.OWN_DRAFT_GPU)
     draft_device: str | None = None
     capture: bool = True  # on CUDA: the models' passes replayed from CUDA graphs (models.static_pass); false: eager
+    # the captured passes compiled by inductor first (fused norms, rotary, residuals); off until a GPU run checks it
+    compile: bool = False
 
 
 class ModelView(DraftView, Protocol):

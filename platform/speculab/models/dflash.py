@@ -37,26 +37,26 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMS
 from speculab.drafting.sampling import tempered_probs
 from speculab.hostreads import upload
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
-from speculab.models.lean import key_values, layer_stack, lean_layers, rms_norm
+from speculab.models.lean import LayerFn, key_values, layer_stack, lean_layer, lean_layers, rms_norm
 from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
-from speculab.models.static_pass import Graphs, check_passes
+from speculab.models.static_pass import Graphs, check_passes, compiled_pass
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
 
-class ContextKV:
-    """The lean layers' `KVStore` of a block pass: each layer attends to its context's keys and values,
-    then the block's own, which nothing keeps (the block is drafted anew every round)."""
+@dataclass(frozen=True)
+class ContextLayer:
+    """A lean layer's `LayerKV` in a block pass: it attends to its context's keys and values, then the
+    block's own, which nothing keeps (the block is drafted anew every round)."""
 
-    def __init__(self, context: list[KV]) -> None:
-        self.context = context
+    keys: torch.Tensor  # [B, H_kv, S, D]
+    values: torch.Tensor
 
     # key_states, value_states [B, H_kv, Q, D] -> [B, H_kv, S + Q, D]
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int) -> KV:
-        keys, values = self.context[layer_idx]
-        return torch.cat([keys, key_states], dim=2), torch.cat([values, value_states], dim=2)
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor) -> KV:
+        return torch.cat([self.keys, key_states], dim=2), torch.cat([self.values, value_states], dim=2)
 
 
 class DFlashDraft(nn.Module):
@@ -86,10 +86,16 @@ class DFlashDraft(nn.Module):
 
     # block [B, Q, hidden] embedded tokens, positions [B, Q], allowed [B, 1, Q, S + Q] -> [B, Q, hidden]
     def forward(
-        self, block: torch.Tensor, positions: torch.Tensor, context: list[KV], allowed: torch.Tensor
+        self,
+        block: torch.Tensor,
+        positions: torch.Tensor,
+        context: list[KV],
+        allowed: torch.Tensor,
+        layer: LayerFn = lean_layer,
     ) -> torch.Tensor:
+        """The block's last hidden states, each layer run by `layer` (`lean_layer`, or it compiled)."""
         cos, sin = self.rotary_emb(block, positions)
-        hidden = lean_layers(self.stack, block, cos, sin, allowed, ContextKV(context))
+        hidden = lean_layers(self.stack, block, cos, sin, allowed, lambda i: ContextLayer(*context[i]), layer=layer)
         return rms_norm(hidden, self.norm.weight, self.stack.eps)
 
 
@@ -159,7 +165,8 @@ class DFlashLM:
 
     passes (`models.static_pass.PASSES`): "eager" runs the block pass over the valid context slots; "static"
     and "graphs" run it over the cache's whole capacity (fixed shapes), "graphs" replaying a CUDA
-    graph per (batch size, capacity, length, temperature). Absorbing features stays eager."""
+    graph per (batch size, capacity, length, temperature); compile: that fixed-shape block pass's layers
+    compiled by inductor (`models.static_pass.compiled_pass`). Absorbing features stays eager."""
 
     def __init__(
         self,
@@ -168,6 +175,7 @@ class DFlashLM:
         dtype: str = "float32",
         device: str = "cpu",
         passes: str = "eager",
+        compile: bool = False,
     ) -> None:
         check_passes(passes)
         torch_dtype = getattr(torch, dtype)
@@ -183,6 +191,8 @@ class DFlashLM:
         fixed = None if self.graphs is None else FixedShape(stack.kv_heads, stack.head_dim, torch_dtype)
         self.slots = SlotCache(len(stack.layers), self.device, fixed)  # per draft layer, its context keys and values
         self.block_inputs: dict[tuple[float, ...], BlockInputs] = {}
+        # how the fixed-shape block pass runs each layer: compiled, or as it is
+        self.layer: LayerFn = compiled_pass(lean_layer) if compile and self.graphs else lean_layer
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """No context yet for batch_size rows, with room for `capacity` context slots per row."""
@@ -238,7 +248,7 @@ class DFlashLM:
     ) -> tuple[torch.Tensor]:
         layout = self.model.layout
         block = F.embedding(tokens, self.embed) * layout.embedding_scale
-        hidden = self.model(block, positions, context, allowed)
+        hidden = self.model(block, positions, context, allowed, self.layer)
         return (tempered_probs(draft_logits(hidden[:, 1 : 1 + length], self.head, layout), temperature),)
 
     def _fixed_shape_block(

@@ -27,9 +27,9 @@ from transformers.utils import logging as hf_logging
 
 from speculab.drafting.tree import DraftTree
 from speculab.hostreads import reads_free, upload
-from speculab.models.lean import decoder_forward, layer_features, lean_layers, lean_stack, own_decoder
+from speculab.models.lean import decoder_forward, layer_features, lean_layer, lean_layers, lean_stack, own_decoder
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
-from speculab.models.static_pass import Graphs, StaticPasses, check_passes
+from speculab.models.static_pass import Graphs, StaticPasses, check_passes, compiled_pass
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -60,10 +60,13 @@ def padded_rows(rows: list[list[int]], device: torch.device | str = "cpu") -> tu
 class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
-    def __init__(self, model: PreTrainedModel, feature_layers: tuple[int, ...] = (), passes: str = "eager") -> None:
+    def __init__(
+        self, model: PreTrainedModel, feature_layers: tuple[int, ...] = (), passes: str = "eager", compile: bool = False
+    ) -> None:
         """passes: "eager" (each pass at its own shapes), "static" (fixed shapes, `models.static_pass`,
         run eagerly: the CPU check of what graphs replay) or "graphs" (fixed shapes replayed from CUDA
-        graphs). Fixed shapes need the lean stack; other models always run eagerly."""
+        graphs). Fixed shapes need the lean stack; other models always run eagerly. compile: the
+        fixed-shape passes' layers compiled by inductor (`compiled_pass`); eager passes never are."""
         check_passes(passes)
         self.model = model
         self.device = next(model.parameters()).device
@@ -75,7 +78,8 @@ class TreeLM:
         self.static: StaticPasses | None = None
         fixed = None  # the static passes' cache buffers are allocated at reset, and kept while (B, C) stays
         if passes != "eager" and self.lean is not None and self.decoder is not None:
-            self.static = StaticPasses(self.lean, self.decoder, feature_layers, Graphs(passes == "graphs"))
+            layer = compiled_pass(lean_layer) if compile else lean_layer
+            self.static = StaticPasses(self.lean, self.decoder, feature_layers, Graphs(passes == "graphs"), layer)
             fixed = FixedShape(self.lean.kv_heads, self.lean.head_dim, self.dtype)
         layers = model.config.get_text_config(decoder=True).num_hidden_layers
         self.slots = SlotCache(layers, self.device, fixed)
@@ -161,7 +165,7 @@ class TreeLM:
             outputs: list[torch.Tensor] | None,
         ) -> torch.Tensor:
             if self.lean is not None:
-                return lean_layers(self.lean, hidden, cos, sin, mask, self.slots.cache, outputs)
+                return lean_layers(self.lean, hidden, cos, sin, mask, self.slots.layers.__getitem__, outputs)
             assert cos is not None and sin is not None  # only rotary stacks run their layers as modules
             for layer in self.model.model.layers:  # not a lean stack (an AutoTP shard, whose projections all-reduce)
                 hidden = layer(

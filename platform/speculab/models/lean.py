@@ -31,14 +31,13 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 
-class KVStore(Protocol):
-    """Where a layer's new keys and values go: a transformers `Cache` (the eager pass), the static
-    pass's buffers (`models.static_pass.StaticSlots`) or a DFlash block's context (`models.dflash.ContextKV`);
-    each hands back the keys and values to attend to."""
+class LayerKV(Protocol):
+    """Where one layer's new keys and values go: a layer of the eager pass's cache (`models.slots`), a
+    static pass's buffers (`models.static_pass.LayerSlots`) or a DFlash block's context
+    (`models.dflash.ContextLayer`); each hands back the keys and values to attend to. Tensors only: a
+    compiled layer (`models.static_pass.compiled_pass`) serves every layer of a stack with one compile."""
 
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -297,6 +296,37 @@ def mlp(w: LeanLayer, x: torch.Tensor) -> torch.Tensor:
     return f(x)
 
 
+# hidden [B, N, D]; cos, sin [B, 1, N, hd] or None (learned positions); mask [B, 1, N, S + N] or None
+def lean_layer(
+    stack: LeanStack,
+    w: LeanLayer,
+    hidden: torch.Tensor,
+    cos: torch.Tensor | None,
+    sin: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    kv: LayerKV,
+) -> torch.Tensor:
+    """One decoder layer over hidden, its keys and values handed to kv: [B, N, D]."""
+    B, N, _ = hidden.shape
+    scale = 1.0 if stack.query_scale is not None else None
+    first, second = (w.biases.input_norm, w.biases.post_norm) if w.biases else (None, None)
+    x = norm(stack, hidden, w.input_norm, first) if stack.pre_norm else hidden
+    k, v = kv.update(*key_values(stack, w, x, cos, sin))
+    out = attention(queries(stack, w, x, cos, sin), k, v, mask, scale)
+    hidden = hidden + F.linear(out.transpose(1, 2).reshape(B, N, -1), w.o, None if w.biases is None else w.biases.o)
+    if not stack.pre_norm:
+        hidden = norm(stack, hidden, w.input_norm, first)
+    x = norm(stack, hidden, w.post_norm, second) if stack.pre_norm else hidden
+    hidden = hidden + mlp(w, x)
+    return norm(stack, hidden, w.post_norm, second) if not stack.pre_norm else hidden
+
+
+LayerFn = Callable[
+    [LeanStack, LeanLayer, torch.Tensor, "torch.Tensor | None", "torch.Tensor | None", "torch.Tensor | None", LayerKV],
+    torch.Tensor,
+]
+
+
 # hidden [B, N, D]; cos, sin [B, N, hd] or None (learned positions); mask [B, 1, N, S + N] or None
 def lean_layers(
     stack: LeanStack,
@@ -304,27 +334,17 @@ def lean_layers(
     cos: torch.Tensor | None,
     sin: torch.Tensor | None,
     mask: torch.Tensor | None,
-    cache: KVStore,
+    kv: Callable[[int], LayerKV],
     outputs: list[torch.Tensor] | None = None,
+    layer: LayerFn = lean_layer,
 ) -> torch.Tensor:
-    """Every decoder layer over hidden, handing each layer's keys and values to ``cache`` (and
-    each layer's output to ``outputs``, when given: transformers' hidden states after the embeddings)."""
-    B, N, _ = hidden.shape
+    """Every decoder layer over hidden by `layer` (`lean_layer`, or it compiled), layer i handing its
+    keys and values to kv(i) (and each layer's output to ``outputs``, when given: transformers' hidden
+    states after the embeddings)."""
     if cos is not None and sin is not None:
         cos, sin = cos[:, None], sin[:, None]
-    scale = 1.0 if stack.query_scale is not None else None
     for index, w in enumerate(stack.layers):
-        first, second = (w.biases.input_norm, w.biases.post_norm) if w.biases else (None, None)
-        x = norm(stack, hidden, w.input_norm, first) if stack.pre_norm else hidden
-        k, v = cache.update(*key_values(stack, w, x, cos, sin), index)
-        out = attention(queries(stack, w, x, cos, sin), k, v, mask, scale)
-        hidden = hidden + F.linear(out.transpose(1, 2).reshape(B, N, -1), w.o, None if w.biases is None else w.biases.o)
-        if not stack.pre_norm:
-            hidden = norm(stack, hidden, w.input_norm, first)
-        x = norm(stack, hidden, w.post_norm, second) if stack.pre_norm else hidden
-        hidden = hidden + mlp(w, x)
-        if not stack.pre_norm:
-            hidden = norm(stack, hidden, w.post_norm, second)
+        hidden = layer(stack, w, hidden, cos, sin, mask, kv(index))
         if outputs is not None:
             outputs.append(hidden)
     return hidden

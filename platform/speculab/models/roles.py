@@ -54,6 +54,7 @@ class LMSpec:
     feature_layers: tuple[int, ...] = ()  # target: return hidden_states[id + 1] of the tokens it commits
     target_path: str = ""  # dflash: the target checkpoint whose input embeddings and lm_head it uses
     passes: str = "eager"  # hf, dflash: eager, static or graphs (fixed-shape passes, CUDA graphs; `models.static_pass`)
+    compile: bool = False  # hf, dflash: the fixed-shape passes compiled by inductor (`static_pass.compiled_pass`)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _transformers_lm(spec: LMSpec) -> DecoderLM:
         model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size, spec.tp_backend)
         return TreeLM(model, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
     model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
-    return TreeLM(model, spec.feature_layers, spec.passes)
+    return TreeLM(model, spec.feature_layers, spec.passes, spec.compile)
 
 
 def _toy_lm(spec: LMSpec) -> DecoderLM:
@@ -106,7 +107,7 @@ def _parallel_lm(spec: LMSpec) -> OnePassDrafterLM:
 def _dflash_lm(spec: LMSpec) -> OnePassDrafterLM:
     from speculab.models.dflash import DFlashLM
 
-    return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes)
+    return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes, spec.compile)
 
 
 Loader = Callable[[LMSpec], DecoderLM | OnePassDrafterLM]

@@ -18,7 +18,8 @@ would pass the capacity, and after a commit that leaves fewer than 3/4 of the sl
 
 Its layers form a transformers `Cache` of `DynamicLayer` subclasses, so a model's own modules
 (other architectures, a tensor-parallel target, the parallel drafter) update it through the same
-`update(keys, values, layer_idx)` the lean stack calls, and read `get_seq_length()` from it.
+`update(keys, values, layer_idx)`, and read `get_seq_length()` from it; the lean stack updates each
+`SlotLayer` directly.
 """
 
 from __future__ import annotations

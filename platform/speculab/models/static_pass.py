@@ -11,10 +11,15 @@ pass removes both from the shapes:
   so S is data, not a shape or a Python number. The padding columns' slots lie past S + N,
   where the next pass writes anyway.
 
-`StaticSlots` is the cache the lean layers (`models.lean.lean_layers`) see: its `update` writes
-in place and hands back the whole buffers, so the static and the eager pass share one layer
+`LayerSlots` is a layer's cache as the lean layers (`models.lean.lean_layers`) see it: its `update`
+writes in place and hands back the whole buffers, so the static and the eager pass share one layer
 function. The logits equal the eager pass's (masked slots add exact zeros to the softmax; the
 tests compare them on the CPU, eager and compiled).
+
+`compiled_pass` compiles that layer function with inductor (`model.compile`): the kernels between
+the matmuls (float32 norms, rotary, residual adds) fuse into a few. Every layer of a stack has the
+same shapes and hands in only tensors, so one compile per pass shape serves them all: seconds, where
+compiling a whole 32-layer pass per bucket would take minutes each.
 
 `StaticPasses` runs them for a `TreeLM` (`model.capture`) through `Graphs`: on CUDA each
 (batch size, bucket, last-only) shape is captured once as a CUDA graph over the cache's buffers
@@ -27,12 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
+from functools import partial, wraps
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 
-from speculab.models.lean import Decoder, LeanStack, decoder_forward, lean_layers
+from speculab.models.lean import Decoder, LayerFn, LeanStack, decoder_forward, lean_layer, lean_layers
 from speculab.models.slots import Buffers
 from speculab.syncs import sync_debug_off
 
@@ -103,20 +108,20 @@ class StaticInputs:
         self.mask[:, 0].masked_fill_(own, 0.0)
 
 
-class StaticSlots:
-    """The cache of a static pass: per layer, (keys, values) buffers [B, Hkv, C, hd] written in place."""
+@dataclass(frozen=True)
+class LayerSlots:
+    """A layer's cache in a static pass (`models.lean.LayerKV`): its keys and values buffers
+    [B, Hkv, C, hd], written in place at `slots`."""
 
-    def __init__(self, buffers: Buffers, slots: torch.Tensor) -> None:
-        self.buffers, self.slots = buffers, slots
+    keys: torch.Tensor
+    values: torch.Tensor
+    slots: torch.Tensor  # [Nb] long
 
     # keys, values [B, Hkv, Nb, hd] -> the whole buffers [B, Hkv, C, hd]
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        cache_keys, cache_values = self.buffers[layer_idx]
-        cache_keys.index_copy_(2, self.slots, key_states)
-        cache_values.index_copy_(2, self.slots, value_states)
-        return cache_keys, cache_values
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys.index_copy_(2, self.slots, key_states)
+        self.values.index_copy_(2, self.slots, value_states)
+        return self.keys, self.values
 
 
 def static_forward(
@@ -126,21 +131,49 @@ def static_forward(
     inputs: StaticInputs,
     feature_layers: tuple[int, ...] = (),
     last_only: bool = False,
+    layer: LayerFn = lean_layer,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logits [B, Nb, V] or, last_only, [B, 1, V] at `inputs.last`; features [B, Nb, n * hidden] at
     feature_layers or None) of one pass over fixed shapes, its keys and values written into
-    `buffers` at `inputs.slots`."""
-    cache = StaticSlots(buffers, inputs.slots)
+    `buffers` at `inputs.slots`, each layer run by `layer` (`lean_layer`, or it compiled)."""
 
     def layers(
         hidden: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None, outputs: list[torch.Tensor] | None
     ) -> torch.Tensor:
-        return lean_layers(stack, hidden, cos, sin, inputs.mask, cache, outputs)
+        kv = [LayerSlots(keys, values, inputs.slots) for keys, values in buffers]
+        return lean_layers(stack, hidden, cos, sin, inputs.mask, kv.__getitem__, outputs, layer)
 
     def pick(hidden: torch.Tensor) -> torch.Tensor:
         return hidden.index_select(1, inputs.last) if last_only else hidden
 
     return decoder_forward(decoder, layers, inputs.tokens, inputs.positions, feature_layers, pick)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Each fixed shape (batch size, bucket, capacity, last-only; a drafter's length and temperature) is one
+# compile of the same function, and every model's passes share its code: far more than dynamo's default
+# of 8 compiles a function, past which it would stop compiling.
+RECOMPILE_LIMIT = 512
+# torch.compile's backend for `compiled_pass`: inductor generates fused kernels (Triton on a GPU, C++ on
+# the CPU); the suite's decodes swap in "eager" (the same whole-graph capture, no code generation: seconds)
+BACKEND = "inductor"
+
+
+def compiled_pass(fn: Callable[P, R]) -> Callable[P, R]:
+    """fn compiled by torch.compile (`BACKEND`): whole (fullgraph, so a graph break fails instead of
+    running parts eagerly) and once per shape (dynamic=False: the shapes are a few buckets, each worth
+    kernels of its own). Captured in a CUDA graph after its first run, the compiled code runs only at
+    capture: `mode` stays the default, as the graphs are `Graphs`'."""
+    compiled = torch.compile(fn, backend=BACKEND, fullgraph=True, dynamic=False)
+
+    @wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT):
+            return compiled(*args, **kwargs)
+
+    return run
 
 
 class Graphs:
@@ -200,13 +233,15 @@ class Graphs:
 
 @dataclass
 class StaticPasses:
-    """A lean model's passes over fixed shapes on its cache's buffers, replayed from CUDA graphs when
-    `graphs` is enabled."""
+    """A lean model's passes over fixed shapes on its cache's buffers (`static_forward`), each layer run
+    by `layer` (`lean_layer`, or it compiled: `compiled_pass`), replayed from CUDA graphs when `graphs`
+    is enabled."""
 
     stack: LeanStack
     decoder: Decoder
     feature_layers: tuple[int, ...]
     graphs: Graphs
+    layer: LayerFn = lean_layer
     shapes: dict[tuple[int, ...], StaticInputs] = field(default_factory=dict)
 
     # tokens, positions [B, N]; allowed [B, N, S + N] bool
@@ -226,7 +261,9 @@ class StaticPasses:
         if inputs is None:
             inputs = self.shapes[key] = StaticInputs.empty(B, Nb, C, buffers[0][0].dtype, tokens.device)
         inputs.fill(tokens, positions, allowed)
-        forward = partial(static_forward, self.stack, self.decoder, buffers, inputs, self.feature_layers, last_only)
+        forward = partial(
+            static_forward, self.stack, self.decoder, buffers, inputs, self.feature_layers, last_only, self.layer
+        )
         logits, features = self.graphs.run(key, forward)
         assert logits is not None
         return logits if last_only else logits[:, :N], None if features is None else features[:, :N]
