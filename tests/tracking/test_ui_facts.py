@@ -45,6 +45,7 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             f"model.draft_path={random_llama_pair[1]}",
             "dataset.num_prompts=2",
             "sampling.max_new_tokens=8",
+            "measure.repeats=1",  # what the UI shows, not the figures: one timed repetition
             f"tracking.uri={uri}",
         ]
         result = speculab(args, tmp_path)
