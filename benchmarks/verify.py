@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_reference, get_verifier
+from speculab.verify.contracts import DrawnPathVerifier, PathVerifier
 from speculab.verify.decisions import generator_decisions
 
 
@@ -131,11 +132,14 @@ def numpy_baseline(inputs: Inputs) -> Callable[[], object]:
     return lambda: [block_verification_appendix_a(ps[b], qs[b], drafts[b], rng) for b in range(len(ps))]
 
 
-def batched_call(name: str, inputs: Inputs) -> Callable[[], object]:
+def batched_call(
+    name: str, inputs: Inputs, replay: Callable[[DrawnPathVerifier], PathVerifier] | None = None
+) -> Callable[[], object]:
     """One round per call; a verifier's carry goes into its next call (greedy_block is timed with
-    the modification the previous round left pending, as in decoding, not as a first round)."""
+    the modification the previous round left pending, as in decoding, not as a first round).
+    replay: as `get_verifier`'s (`captured.replayed`: the decision replayed from CUDA graphs)."""
     rng = torch.Generator().manual_seed(0)  # on the CPU, as the engine's: its uniforms move to p's device
-    verifier = get_verifier(name)
+    verifier = get_verifier(name, replay=replay)
     pending: list[object] = [None]
 
     def run() -> None:

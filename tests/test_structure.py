@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("baselines", "data"),
     ("engine",),
     ("clock", "evidence"),
+    ("captured",),
     ("records", "measure", "stats", "syncs", "algorithms", "interrupts", "jobs"),
     ("verify",),
     ("drafting",),

@@ -12,7 +12,7 @@
 #   bash tools/gpu_checks.sh qwen3     # gpu_systems.py --arch qwen3, the random Qwen3-8B + DFlash pair
 #   bash tools/gpu_checks.sh trees     # gpu_systems.py (p) and (q): a DFlash round by budget, break-even, projection
 #   bash tools/gpu_checks.sh baselines # (9 min) tests/gpu, a run against compiled and eager generate, table (a)
-#   bash tools/gpu_checks.sh fused     # (6 min) inductor-compiled layers in the graphs: tests, a run, tables (b) and (a)
+#   bash tools/gpu_checks.sh fused     # (8 min) compiled layers and captured verifiers: tests, a run, tables (b), (c), (a)
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
@@ -98,13 +98,16 @@ baselines)  # the baseline a GPU user runs: generate with a static cache + torch
     step runs 20 "${runs[@]}" 'measure.generate|speedup_vs_ar$|speedup_vs_hf$|tokens_per_s$'
     step figures 170 python benchmarks/gpu_systems.py --tables a --contexts 1024 --max-new-tokens 64
     ;;
-fused)  # issue 52, item 3: each layer compiled by inductor inside the captured pass (model.compile=true)
+fused)  # issue 52, items 3 and 4: layers compiled by inductor in the captured pass, verifiers captured
+    # the compiled cases (ids end in True, or true-true) and the captured verifiers
     step tests_compiled 200 python -m pytest -q -m gpu -p no:cacheprovider --timeout 150 -rfE --durations=5 \
-        --basetemp=/tmp/pt_compiled tests/gpu/test_capture_cuda.py -k True  # the compiled cases (ids end in True, or true-true)
-    step cli_compiled 90 "${cli[@]}" model.device=cuda runtime=inline model.compile=true
-    step runs 20 "${runs[@]}" 'model.compile|speedup_vs_ar$|tokens_per_s$'
-    # the goals: 16 and 64 nodes at most 1.10x and 1.25x a 1-node pass; autoregressive at most 1.35x the roofline
-    step figures 240 python benchmarks/gpu_systems.py --tables ba --sizes 1,16,64 --contexts 1024 --max-new-tokens 64
+        --basetemp=/tmp/pt_compiled tests/gpu/test_capture_cuda.py tests/gpu/test_verify_cuda.py -k "True or captured"
+    step cli_compiled 90 "${cli[@]}" model.device=cuda runtime=inline model.compile=true model.capture_verifier=true
+    step runs 20 "${runs[@]}" 'model.compile|model.capture_verifier|speedup_vs_ar$|tokens_per_s$'
+    # the goals: 16 and 64 nodes at most 1.10x and 1.25x a 1-node pass; autoregressive at most 1.35x the
+    # roofline; a captured verifier call at most 50 us (token, block) or 250 us (multi-path, K <= 8)
+    step figures 240 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64 --contexts 1024 \
+        --vocabs 128256 --verifiers token,block,gbv,spectr,traversal --max-new-tokens 64
     ;;
 *)
     echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines or fused" && exit 2

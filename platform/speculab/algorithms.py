@@ -21,7 +21,13 @@ from typing import Any, Literal, cast
 
 from speculab.drafting.ddtree import CHAIN
 from speculab.verify.block import block_verify, block_verify_reference, token_verify, token_verify_reference
-from speculab.verify.contracts import PathVerifier, TreeVerifier, checked_path_verifier, checked_tree_verifier
+from speculab.verify.contracts import (
+    DrawnPathVerifier,
+    PathVerifier,
+    TreeVerifier,
+    checked_path_verifier,
+    checked_tree_verifier,
+)
 from speculab.verify.ddtree_walk import ddtree_walk, ddtree_walk_reference
 from speculab.verify.exact import Reference
 from speculab.verify.gbv import gbv_verify, gbv_verify_reference
@@ -288,16 +294,22 @@ def _unchecked_verifier(spec: AlgorithmSpec, node_rule: str) -> PathVerifier | T
     return partial(rowwise_walk_verify, rule=_scalar_node_rule(node_rule))
 
 
-def get_verifier(name: str, node_rule: str = "kseq") -> Any:
+def get_verifier(
+    name: str, node_rule: str = "kseq", replay: Callable[[DrawnPathVerifier], PathVerifier] | None = None
+) -> Any:
     """The batched verifier of ``name`` (with ``node_rule`` for spectr), behind the contract's shape check.
 
     A `PathVerifier` ``(paths, p, q, *, rng, carry)`` or, for tree algorithms, a `TreeVerifier`
-    ``(tree, p, *, rng)``. ValueError naming the field and its choices for an unknown name or rule.
+    ``(tree, p, *, rng)``. ``replay``: how a `DrawnPathVerifier` runs (`captured.CapturedPaths`: from
+    CUDA graphs); None, and every other verifier, as it is. ValueError naming the field and its choices
+    for an unknown name or rule.
     """
     spec = get_algorithm(name)
     if (error := node_rule_error(spec, node_rule)) is not None:
         raise ValueError(error)
     verify = _unchecked_verifier(spec, node_rule)
+    if replay is not None and isinstance(verify, DrawnPathVerifier):
+        verify = replay(verify)
     # the registry pairs tree_builder with a TreeVerifier and every other algorithm with a PathVerifier
     return (
         checked_tree_verifier(cast(TreeVerifier, verify))

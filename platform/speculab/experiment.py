@@ -134,7 +134,9 @@ def units_of(prompts: list[list[int]], batch_size: int) -> tuple[Unit, ...]:
     return tuple((first, prompts[first : first + batch_size]) for first in range(0, len(prompts), batch_size))
 
 
-def point_work(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) -> PointWork:
+def point_work(
+    cfg: Config, prompts: list[list[int]], settings: DecodeSettings, verifier_passes: str = "eager"
+) -> PointWork:
     a = cfg.algorithm
     form = GenerateForm.of(cfg.measure.generate, prompts, settings.max_new_tokens)
     return PointWork(
@@ -148,6 +150,7 @@ def point_work(cfg: Config, prompts: list[list[int]], settings: DecodeSettings) 
         units_of(prompts, settings.batch_size),
         settings,
         form,
+        verifier_passes,
     )
 
 
@@ -235,7 +238,7 @@ def prepare(plan: RunPlan, loaded: PointPrompts) -> Prepared:
     """Start the point's loop where the plan puts it (with `cluster.spread`, one on each replica), with
     its work cut into units."""
     target_spec, draft_spec = model_specs(plan)
-    work = point_work(plan.cfg, loaded.encoded, settings_of(plan, loaded.tokenizer.eos_token_id))
+    work = point_work(plan.cfg, loaded.encoded, settings_of(plan, loaded.tokenizer.eos_token_id), plan.verifier_passes)
     copies = spread_copies(plan, target_spec, draft_spec, len(work.units))
     placements = [replace(plan.placement, replica=plan.placement.replica + r) for r in range(copies)]
     loops = [start_loop(plan.loop, target_spec, draft_spec, work, placement) for placement in placements]

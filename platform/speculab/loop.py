@@ -31,6 +31,7 @@ import torch
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
 from speculab.autoregressive import autoregressive
 from speculab.baselines import BaselineResult, GenerateForm
+from speculab.captured import replayed
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.engine import DecodeSettings, Drafter, decode
 from speculab.measure import Sample, timed
@@ -58,6 +59,8 @@ class PointWork:
     settings: DecodeSettings
     # how `baseline_hf` runs transformers' generate (default: eager)
     generate: GenerateForm = field(default_factory=GenerateForm)
+    # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `captured.CapturedPaths`)
+    verifier_passes: str = "eager"
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class PointLoop:
         self.target, self.draft_model, self.work, self.cpu = target, draft_model, work, cpu
         self.autoregressive: AutoregressiveRun = whole_autoregressive or partial(autoregressive, target)
         self.drafter = point_drafter(draft_model, work)
-        self.verifier = get_verifier(work.algorithm, work.node_rule)
+        self.verifier = get_verifier(work.algorithm, work.node_rule, replayed(work.verifier_passes))
 
     def conditions(self) -> dict[str, Conditions]:
         """Where each figure is measured: the target's process (transformers' generate runs there too),

@@ -1,5 +1,6 @@
-"""Every registered verifier on CUDA: the verdicts the CPU gives for the same draws, and tokens
-drawn on the GPU that follow the target (chi-square over the first four tokens)."""
+"""Every registered verifier on CUDA: the verdicts the CPU gives for the same draws, eager and
+replayed from a CUDA graph (`captured.CapturedPaths`), and tokens drawn on the GPU that follow the
+target (chi-square over the first four tokens)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.captured import replayed
 from speculab.drafting.best_first import best_first_tree
 from support.toy_instances import decoded_joint_pvalue, sample_batch, toy_pair
 
@@ -27,6 +29,26 @@ def test_the_same_draws_give_the_cpu_verdict_on_cuda(name: str) -> None:
     assert on_cuda.tokens.device.type == "cuda"
     for field in ("tokens", "num_tokens", "path"):
         assert torch.equal(getattr(on_cpu, field), getattr(on_cuda, field).cpu()), field
+
+
+@pytest.mark.parametrize("name", PATH_ALGORITHMS)
+def test_the_captured_decision_gives_the_cpu_verdicts_round_after_round(name: str) -> None:
+    """Three rounds on one batch, each the previous round's carry in: the first of each shape (carry or
+    none) captures its graph, the rest replay it; every verdict is the CPU's for the same draws."""
+    spec = ALGORITHMS[name]
+    paths_per_row = 3 if spec.multi_path and spec.lossless(3) else 1
+    target, draft = toy_pair(6, "full", False, False, seed=3)
+    paths, p, q = sample_batch(target, draft, batch=64, paths=paths_per_row, length=4, seed=5)
+    eager, captured = get_verifier(name), get_verifier(name, replay=replayed("graphs"))
+    cpu_carry = cuda_carry = None
+    for round_index in range(3):
+        on_cpu = eager(paths, p, q, rng=torch.Generator().manual_seed(round_index), carry=cpu_carry)
+        on_cuda = captured(
+            paths.cuda(), p.cuda(), q.cuda(), rng=torch.Generator().manual_seed(round_index), carry=cuda_carry
+        )
+        for field in ("tokens", "num_tokens", "path"):
+            assert torch.equal(getattr(on_cpu, field), getattr(on_cuda, field).cpu()), (round_index, field)
+        cpu_carry, cuda_carry = on_cpu.carry, on_cuda.carry
 
 
 @pytest.mark.parametrize("name", PATH_ALGORITHMS)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import speculab.models.static_pass as static_pass
+from speculab.captured import Graphs
 from speculab.config import Config, passes_on
 from speculab.drafting.tree import DraftTree
 from speculab.models.hf import TreeLM, load_causal_lm
@@ -126,7 +127,7 @@ def test_capture_is_on_by_default_on_cuda_only() -> None:
 def test_graphs_are_dropped_when_the_cache_buffers_move() -> None:
     """A graph replays over the addresses it was captured on: once the buffers move, every graph goes,
     and the old first buffer is held so that a new allocation cannot return at its address meanwhile."""
-    graphs = static_pass.Graphs(enabled=False)
+    graphs = Graphs(enabled=False)
     first, second = torch.zeros(2), torch.zeros(2)
     graphs.bind(first)
     graphs.captured["shape"] = None  # type: ignore[assignment]  # stands for a captured graph

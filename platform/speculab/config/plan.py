@@ -43,6 +43,7 @@ class RunPlan:
     loop: str  # where the decode loop runs: inline, target (beside the target, in its actor) or driver
     target_passes: str  # eager, or graphs (replayed from CUDA graphs: model.capture on a GPU)
     draft_passes: str
+    verifier_passes: str  # eager, or graphs: a path verifier's decision replayed (model.capture_verifier)
     largest_tree: int  # the most nodes a round's draft tree has, root included: it sizes the KV caches
     threads: int  # torch's intra-op threads in each model process (`runtime.torch_threads`, resolved)
     placement: Placement  # the Ray placement of the model groups (unused inline)
@@ -84,6 +85,7 @@ def resolve(cfg: Config) -> RunPlan:
         loop=loop_host(cfg),
         target_passes=passes_on(target_device, model.capture),
         draft_passes=passes_on(draft_device, model.capture),
+        verifier_passes=passes_on(target_device, model.capture and model.capture_verifier),
         largest_tree=largest_tree(cfg.algorithm),
         threads=model_threads(cfg),
         placement=placement(cfg),

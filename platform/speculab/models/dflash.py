@@ -34,6 +34,7 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
+from speculab.captured import Graphs
 from speculab.drafting.sampling import tempered_probs
 from speculab.hostreads import upload
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
@@ -41,7 +42,7 @@ from speculab.models.lean import LayerFn, key_values, layer_stack, lean_layer, l
 from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
-from speculab.models.static_pass import Graphs, check_passes, compiled_pass
+from speculab.models.static_pass import check_passes, compiled_pass
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 

@@ -25,11 +25,12 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
+from speculab.captured import Graphs
 from speculab.drafting.tree import DraftTree
 from speculab.hostreads import reads_free, upload
 from speculab.models.lean import decoder_forward, layer_features, lean_layer, lean_layers, lean_stack, own_decoder
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
-from speculab.models.static_pass import Graphs, StaticPasses, check_passes, compiled_pass
+from speculab.models.static_pass import StaticPasses, check_passes, compiled_pass
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
