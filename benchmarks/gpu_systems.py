@@ -55,6 +55,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -406,8 +407,8 @@ def step_ms(run: Callable[[int], object], device: str, max_new: int, repeats: in
     each the fastest of at least 3 runs: a difference of two single runs on a busy machine can come out
     below zero, and the least disturbed run is the one that measures the loop."""
     runs = max(repeats, 3)
-    fastest = (elapsed(lambda: run(n), device, runs).low for n in (max_new, 1))
-    return (next(fastest) - next(fastest)) / (max_new - 1)
+    longest, single = (elapsed(partial(run, n), device, runs).low for n in (max_new, 1))
+    return (longest - single) / (max_new - 1)
 
 
 def generate_loop(model: PreTrainedModel, ids: torch.Tensor, static: bool) -> Callable[[int], object]:

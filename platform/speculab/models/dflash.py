@@ -42,7 +42,7 @@ from speculab.models.lean import LayerFn, key_values, layer_stack, lean_layer, l
 from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
-from speculab.models.static_pass import check_passes, compiled_pass
+from speculab.models.static_pass import check_passes, pass_layer
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
@@ -193,7 +193,7 @@ class DFlashLM:
         self.slots = SlotCache(len(stack.layers), self.device, fixed)  # per draft layer, its context keys and values
         self.block_inputs: dict[tuple[float, ...], BlockInputs] = {}
         # how the fixed-shape block pass runs each layer: compiled, or as it is
-        self.layer: LayerFn = compiled_pass(lean_layer) if compile and self.graphs else lean_layer
+        self.layer = pass_layer(compile and self.graphs is not None)
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """No context yet for batch_size rows, with room for `capacity` context slots per row."""

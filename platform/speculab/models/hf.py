@@ -28,9 +28,9 @@ from transformers.utils import logging as hf_logging
 from speculab.captured import Graphs
 from speculab.drafting.tree import DraftTree
 from speculab.hostreads import reads_free, upload
-from speculab.models.lean import decoder_forward, layer_features, lean_layer, lean_layers, lean_stack, own_decoder
+from speculab.models.lean import decoder_forward, layer_features, lean_layers, lean_stack, own_decoder
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
-from speculab.models.static_pass import StaticPasses, check_passes, compiled_pass
+from speculab.models.static_pass import StaticPasses, check_passes, pass_layer
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -79,8 +79,8 @@ class TreeLM:
         self.static: StaticPasses | None = None
         fixed = None  # the static passes' cache buffers are allocated at reset, and kept while (B, C) stays
         if passes != "eager" and self.lean is not None and self.decoder is not None:
-            layer = compiled_pass(lean_layer) if compile else lean_layer
-            self.static = StaticPasses(self.lean, self.decoder, feature_layers, Graphs(passes == "graphs"), layer)
+            graphs = Graphs(passes == "graphs")
+            self.static = StaticPasses(self.lean, self.decoder, feature_layers, graphs, pass_layer(compile))
             fixed = FixedShape(self.lean.kv_heads, self.lean.head_dim, self.dtype)
         layers = model.config.get_text_config(decoder=True).num_hidden_layers
         self.slots = SlotCache(layers, self.device, fixed)

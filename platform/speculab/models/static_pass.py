@@ -152,9 +152,9 @@ def static_forward(
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Each fixed shape (batch size, bucket, capacity, last-only; a drafter's length and temperature) is one
-# compile of the same function, and every model's passes share its code: far more than dynamo's default
-# of 8 compiles a function, past which it would stop compiling.
+# Each shape a compiled layer meets (batch size, bucket, capacity; each model's own widths) is one compile
+# of the same function, whose code every model shares: far more than dynamo's default of 8 compiles a
+# function, past which it would stop compiling.
 RECOMPILE_LIMIT = 512
 # torch.compile's backend for `compiled_pass`: inductor generates fused kernels (Triton on a GPU, C++ on
 # the CPU); the suite's decodes swap in "eager" (the same whole-graph capture, no code generation: seconds)
@@ -174,6 +174,11 @@ def compiled_pass(fn: Callable[P, R]) -> Callable[P, R]:
             return compiled(*args, **kwargs)
 
     return run
+
+
+def pass_layer(compile: bool) -> LayerFn:
+    """The function a fixed-shape pass runs each layer with: `lean_layer`, compiled when asked."""
+    return compiled_pass(lean_layer) if compile else lean_layer
 
 
 @dataclass
