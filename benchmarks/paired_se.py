@@ -1,13 +1,15 @@
-"""Standard error of a block efficiency difference: paired on the same drafts vs separate runs.
+"""Standard error of one verifier's acceptance length over another's: paired on the same drafts vs
+separate runs.
 
     PYTHONPATH=platform python benchmarks/paired_se.py [--prompts 16] [--tokens 64] [--repeats 1,8]
 
-On the tiny pair and HumanEval prompts (T = 1, K = 1, L = 4), the difference block minus token
-is estimated two ways: unpaired, from two separate runs (one per verifier, each decoding its
-own drafts: SE = sqrt(se_block^2 + se_token^2) over their sequence-rounds), and paired, from
-one run with `algorithm.compare=[token]` (both verifiers on every round's drafts, `repeats`
-verifications each, SE of the per-round differences). The ratio is unpaired SE over paired SE.
-This measures statistical efficiency, not speed.
+On the tiny pair and HumanEval prompts (T = 1, K = 1, L = 4), token's acceptance length (1 + accepted
+a round) over block's is estimated two ways, both as ratios of sums over prompts with their
+linearised standard error on the log scale: unpaired, from two separate runs (one per verifier, each
+decoding its own drafts: the two runs' errors add), and paired, from one run with
+`algorithm.compare=[token]` (both verifiers on every round's drafts, `repeats` verifications each,
+the sums paired prompt by prompt: `compare/token/relative`). The last column is unpaired SE over
+paired SE. This measures statistical efficiency, not speed.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ from rich.table import Table
 from speculab.algorithms import get_verifier
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings, decode
-from speculab.paired import PairedComparison, mean_and_se
+from speculab.paired import PairedComparison
 from speculab.records import RunResult
+from speculab.results.figures import relative
+from speculab.stats import LogRatio, Totals, log_ratio
 
 
-def round_taus(run: RunResult) -> torch.Tensor:
-    """[U] the accepted length of every sequence-round of a run."""
-    return torch.tensor([tau for r in run.rounds for tau in r.accepted], dtype=torch.float64)
+def acceptance_length(run: RunResult) -> LogRatio:
+    """A run's acceptance length, a ratio of sums over prompts: (accepted + rounds) over rounds."""
+    rounds = [float(len(p.accepted)) for p in run.prompts]
+    accepted = [float(sum(p.accepted)) for p in run.prompts]
+    return log_ratio(Totals.of((1, [a + r for a, r in zip(accepted, rounds)]), (-1, rounds)))
 
 
 def main() -> None:
@@ -47,18 +53,20 @@ def main() -> None:
     def run(name: str, paired: PairedComparison | None = None) -> RunResult:
         return decode(pair.target, pair.drafter, get_verifier(name), pair.prompts, settings, None, paired)
 
-    (block_mean, block_se), (token_mean, token_se) = (mean_and_se(round_taus(run(n))) for n in ("block", "token"))
-    unpaired_se = math.hypot(block_se, token_se)
-    table = Table(title=f"block minus token accepted length, tiny pair, {args.prompts} prompts x {args.tokens} tokens")
-    for column in ("estimate", "difference", "standard error", "unpaired SE / SE"):
+    block, token = (acceptance_length(run(name)) for name in ("block", "token"))
+    unpaired_se = math.hypot(block.se, token.se)
+    title = f"token's acceptance length over block's, tiny pair, {args.prompts} prompts x {args.tokens} tokens"
+    table = Table(title=title)
+    for column in ("estimate", "ratio", "standard error (log)", "unpaired SE / SE"):
         table.add_column(column, justify="left" if column == "estimate" else "right")
-    table.add_row("unpaired (two runs)", f"{block_mean - token_mean:+.4f}", f"{unpaired_se:.4f}", "1.0")
+    table.add_row("unpaired (two runs)", f"{token.value / block.value:.4f}", f"{unpaired_se:.4f}", "1.0")
     for repeats in map(int, args.repeats.split(",")):
-        paired = PairedComparison({"block": get_verifier("block"), "token": get_verifier("token")}, repeats, seed=1)
+        verifiers = {"block": get_verifier("block"), "token": get_verifier("token")}
+        paired = PairedComparison(verifiers, repeats, 1, len(pair.prompts))
         run("block", paired)
-        units = paired.units()
-        diff, se = mean_and_se(units["block"] - units["token"])
-        table.add_row(f"paired, {repeats} verification(s) each", f"{diff:+.4f}", f"{se:.4f}", f"{unpaired_se / se:.1f}")
+        found = log_ratio(relative(paired.sums(), "token", "block"))
+        row = (f"{found.value:.4f}", f"{found.se:.4f}", f"{unpaired_se / found.se:.1f}")
+        table.add_row(f"paired, {repeats} verification(s) each", *row)
     Console(width=120).print(table)
 
 

@@ -482,6 +482,11 @@ CRASHING_VALUES: list[tuple[list[str], str]] = [
         "dataset.num_prompts=5: dataset.path='{tmp}/one.jsonl' holds 1 prompt; "
         "must be an integer >= 1 and <= 1, or null (every prompt)",
     ),
+    (
+        ["dataset.sample_seed=-1"],
+        "dataset.sample_seed=-1: must be an integer >= 0 (a random sample of the prompts) or null (the first "
+        "dataset.num_prompts)",
+    ),
 ]
 
 
@@ -504,6 +509,8 @@ def test_values_that_would_crash_mid_run_are_refused_in_one_line(
         ["sampling.temperature=0"],
         ["dataset.num_prompts=164"],
         ["dataset.num_prompts=null"],
+        ["dataset.sample_seed=null"],
+        ["dataset.sample_seed=12345"],
         ["dataset=jsonl", "dataset.path={tmp}/one.jsonl", "dataset.num_prompts=1"],
         ["dataset=jsonl", "dataset.path={tmp}/one.jsonl", "dataset.num_prompts=null"],
     ],

@@ -1,10 +1,10 @@
-"""`speculab.measure`: interleaved order and paired ratios, on made-up clocks."""
+"""`speculab.measure`: interleaved order, paired ratios and totals per unit, on made-up clocks."""
 
 from __future__ import annotations
 
 import pytest
 
-from speculab.measure import Sample, interleave, paired_ratios, rotation, throughputs
+from speculab.measure import Sample, UnitTotals, interleave, paired_ratios, rotation, throughputs
 from speculab.results.figures import speed_figures
 
 
@@ -53,7 +53,27 @@ def test_pairing_cancels_load_that_changes_between_turns() -> None:
     figures = speed_figures(timings, "fast", "slow", None)
     speedup = figures["speedup_vs_ar"]  # four units: the value alone, too few for an interval
     assert speedup.value == pytest.approx(2.0) and speedup.n == 4 and not speedup.has_interval
+    assert figures["typical_speedup_vs_ar"].value == pytest.approx(2.0)
     assert figures["speedup_vs_ar_cpu"].value == pytest.approx(2.0)
+
+
+def test_the_headline_is_the_throughput_ratio_and_the_typical_unit_sits_beside_it() -> None:
+    """Two units: a long one the speculative method decodes 3x faster, a short one it decodes at half
+    speed. The throughput speedup is total over total (mostly the long unit's); the typical unit's is
+    the median of the two per-unit ratios."""
+    timings = {
+        "fast": [[Sample(90, 10.0, 10.0)], [Sample(10, 4.0, 4.0)]],
+        "slow": [[Sample(90, 30.0, 30.0)], [Sample(10, 2.0, 2.0)]],
+    }
+    figures = speed_figures(timings, "fast", "slow", None)
+    assert figures["speedup_vs_ar"].value == pytest.approx((100 / 14) / (100 / 32))
+    assert figures["typical_speedup_vs_ar"].value == pytest.approx((3.0 + 0.5) / 2)
+    assert figures["tokens_per_s"].value == pytest.approx(100 / 14)
+
+
+def test_unit_totals_sum_each_units_repetitions() -> None:
+    found = UnitTotals.of([[Sample(10, 1.0, 2.0), Sample(10, 3.0, 4.0)], [Sample(5, 0.5, 0.5)]])
+    assert found == UnitTotals((20.0, 5.0), (4.0, 0.5), (6.0, 0.5)) and found.seconds(cpu=True) == (6.0, 0.5)
 
 
 def test_cpu_ratios_use_cpu_seconds() -> None:
@@ -65,5 +85,6 @@ def test_speed_figures_without_baselines_have_no_speedups() -> None:
     timings = {"s": [[Sample(10, 0.5, 0.5), Sample(10, 0.25, 0.25)]]}
     figures = speed_figures(timings, "s", None, None)
     assert list(figures) == ["tokens_per_s", "ms_per_token", "units"]
-    assert figures["tokens_per_s"].value == 30.0 and figures["ms_per_token"].value == pytest.approx(1000 / 30)
+    assert figures["tokens_per_s"].value == pytest.approx(20 / 0.75)  # total tokens over total seconds
+    assert figures["ms_per_token"].value == pytest.approx(1000 * 0.75 / 20)
     assert not figures["tokens_per_s"].has_interval  # one unit: its repetitions are not units

@@ -19,12 +19,14 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from speculab.measure import UnitTotals
 from speculab.report.cli import main
 from speculab.report.figures import plot_lines
 from speculab.report.points import Point
+from speculab.results.figures import per_prompt_ratio
 from speculab.results.names import Figures, flatten
-from speculab.results.point import PointResult, PointShape
-from speculab.stats import Estimate, ratio_estimate
+from speculab.results.point import UNITS_ARTIFACT, PointResult, PointShape, PointUnits
+from speculab.stats import Estimate
 from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
 from support.cli import small_run, speculab
 
@@ -34,14 +36,21 @@ Prompt = tuple[float, float]  # (kept tokens, sequence-rounds) of one prompt
 def log_point(
     client: MlflowClient, experiment: str, parent: str | None, params: dict[str, object], prompts: list[Prompt]
 ) -> str:
-    """A finished point run as speculab logs one: params, final metrics, per-prompt histories."""
+    """A finished point run as speculab logs one: params, final metrics, per-prompt histories and units
+    (one prompt each, decoded in 1 / (100 K) seconds a token)."""
     tags = {KIND_TAG: "point", POINT_TAG: str(sorted(params.items()))} | ({PARENT_TAG: parent} if parent else {})
     run = client.create_run(experiment, run_name=str(params), tags=tags).info.run_id
     tokens, rounds = [g for g, _ in prompts], [r for _, r in prompts]
     k = float(params.get("algorithm.K", 1))  # type: ignore[arg-type]
+    seconds = tuple(g / (100.0 * k) for g in tokens)
+    units = PointUnits(
+        tuple((f"p{i}",) for i in range(len(prompts))), UnitTotals(tuple(tokens), seconds, seconds), None, None,
+        tuple(tokens), tuple(rounds),
+    )  # fmt: skip
+    client.log_text(run, units.to_json(), UNITS_ARTIFACT)
     figures = {
-        "block_efficiency": ratio_estimate(tokens, rounds),
-        "accepted_mean": ratio_estimate([g - r for g, r in prompts], rounds),
+        "block_efficiency": per_prompt_ratio(tokens, rounds),
+        "accepted_mean": per_prompt_ratio([g - r for g, r in prompts], rounds),
         "tokens_per_s": 100.0 * k,
         "ms_per_token": 10.0 / k,
         "speedup_vs_ar": 1.5 * k,
@@ -126,13 +135,32 @@ def test_a_sweep_becomes_the_gbv_tables_with_intervals(sweep: tuple[str, str], t
     assert "K=1 se" not in table2[0]  # walltime is one whole-run measurement
     tables = (tmp_path / "out" / "tables.md").read_text()
     assert "| Model pair | Dataset | L | K=1 | K=2 |" in tables  # as the paper's Table 1
-    assert "| tiny-pycode | humaneval | 4 | 2.000 ± 0.289 | **2.667 ± " in tables  # the best of a row in bold
-    assert "| tiny-pycode | humaneval | 4 | 10.000 | **5.000** |" in tables  # walltime: lower is better
-    assert "| 4 | 1 | 2.000 ± 0.289 | 10.000 |" in tables and "| 4 | 2 | **2.667 ± " in tables  # Table 6: per L
+    # three prompts a point: too few for the verdict rule to separate a best, so nothing is bold
+    assert "| tiny-pycode | humaneval | 4 | 2.000 ± 0.289 | 2.667 ± " in tables and "**" not in tables
+    assert "| tiny-pycode | humaneval | 4 | 10.000 | 5.000 |" in tables  # walltime
+    assert "| 4 | 1 | 2.000 ± 0.289 | 10.000 |" in tables and "| 4 | 2 | 2.667 ± " in tables  # Table 6: per L
     assert "Model pair tiny-pycode, Dataset humaneval, Method GBV, T 1.0, Prompts 3, New tokens 8" in tables
     logged = {a.path for a in MlflowClient(uri).list_artifacts(parent, "report")}
     expected = {"tables.md", "table1.csv", "table2.csv", "table6.csv", "block_efficiency_vs_K.png", "speedup_vs_L.png"}
     assert {f"report/{name}" for name in expected | {"time_split.png", "kv_vs_tree_size.png"}} <= logged
+
+
+def test_the_best_of_a_row_is_bold_where_the_rule_separates_it(tmp_path: Path) -> None:
+    """Eight prompts a point, K = 2 keeping more tokens a round on every prompt and twice as fast: its
+    block efficiency and walltime are set in bold (paired by prompt); a row where the two points are
+    equal has none."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("gbv_table1")
+    rounds = [4.0, 3.0, 5.0, 4.0, 6.0, 3.0, 4.0, 5.0]
+    for K, L in ((1, 4), (2, 4), (1, 8), (2, 8)):
+        kept = [r * (2.0 + 0.1 * (i % 3)) * (1.3 if (K, L) == (2, 4) else 1.0) for i, r in enumerate(rounds)]
+        log_point(client, experiment, None, shape(K, L) | {"dataset.num_prompts": 8}, list(zip(kept, rounds)))
+    main(["--experiment", "gbv_table1", "--uri", uri, "--out", str(tmp_path / "out")])
+    tables = (tmp_path / "out" / "tables.md").read_text()
+    assert "| tiny-pycode | humaneval | 4 | 2.088 [2.017, 2.162] | **2.715 [2.623, 2.810]** |" in tables
+    assert "| tiny-pycode | humaneval | 8 | 2.088 [2.017, 2.162] | 2.088 [2.017, 2.162] |" in tables  # equal: none
+    assert "| tiny-pycode | humaneval | 8 | 10.000 | **5.000** |" in tables  # twice as fast on every prompt
 
 
 def test_runs_with_compare_metrics_get_the_paired_comparison(tmp_path: Path) -> None:
@@ -141,18 +169,18 @@ def test_runs_with_compare_metrics_get_the_paired_comparison(tmp_path: Path) -> 
     experiment = client.create_experiment("paired")
     run = log_point(client, experiment, None, shape(1, 4), PROMPTS[(1, 4)])
     log_point(client, experiment, None, shape(2, 4), PROMPTS[(2, 4)])  # no compare/ metrics: its cells are empty
-    compare = {"block_efficiency": Estimate(2.4, se=0.1), "accepted_mean": Estimate(1.4, se=0.05)}
-    compare |= {"diff_block_efficiency": Estimate(-0.3, se=0.02)}
+    compare = {"acceptance_length": Estimate(2.4, se=0.1), "accepted_mean": Estimate(1.4, se=0.05)}
+    compare |= {"relative": Estimate(0.9, se=0.02)}
     logged = flatten(Figures({f"compare/{v}/{key}": e for v in ("token", "block") for key, e in compare.items()}))
     for name, value in logged.items():
         client.log_metric(run, name, value)
     main(["--experiment", "paired", "--uri", uri, "--out", str(tmp_path / "out")])
     (row_k1, row_k2) = read_csv(tmp_path / "out" / "paired_comparison.csv")
     for verifier in ("block", "token"):
-        assert float(row_k1[f"{verifier} · block efficiency"]) == 2.4
-        assert float(row_k1[f"{verifier} · block efficiency se"]) == 0.1
-        assert float(row_k1[f"{verifier} · Δ block efficiency"]) == -0.3
-        assert row_k2[f"{verifier} · block efficiency"] == ""
+        assert float(row_k1[f"{verifier} · acceptance length"]) == 2.4
+        assert float(row_k1[f"{verifier} · acceptance length se"]) == 0.1
+        assert float(row_k1[f"{verifier} · relative"]) == 0.9
+        assert row_k2[f"{verifier} · acceptance length"] == ""
     assert "Paired comparison" in (tmp_path / "out" / "tables.md").read_text()
     report_runs = client.search_runs([experiment], f"tags.`{KIND_TAG}` = 'report'")
     assert len(report_runs) == 1 and "Paired comparison" in report_runs[0].data.tags["mlflow.note.content"]
@@ -249,7 +277,7 @@ def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path
             for key in ("prompt/generated_tokens", "prompt/block_efficiency")
         }
         rounds = [g / b for g, b in zip(history["prompt/generated_tokens"], history["prompt/block_efficiency"])]
-        again = ratio_estimate(history["prompt/generated_tokens"], rounds)
+        again = per_prompt_ratio(history["prompt/generated_tokens"], rounds)
         assert (again.value, again.se) == pytest.approx((float(row[f"K={K}"]), float(row[f"K={K} se"])), rel=1e-3)
 
 

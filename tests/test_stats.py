@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from speculab.stats import MEDIAN, RATIO, STANDARD_ERROR, Estimate, mean_estimate, median_estimate, ratio_estimate
+from speculab.stats import (
+    BOOTSTRAP_T,
+    MEDIAN,
+    MIN_CLUSTERS,
+    RATIO,
+    Estimate,
+    Totals,
+    log_ratio,
+    median_estimate,
+    ratio_of_totals,
+    ratio_text,
+)
 
 
 def test_the_median_of_unit_medians_with_the_interval_of_a_median() -> None:
@@ -22,19 +34,56 @@ def test_below_six_units_a_median_has_no_interval() -> None:
     assert not median_estimate([[1.0], [2.0], [3.0], [4.0], [5.0]]).has_interval
 
 
-def test_ratio_estimate_by_hand() -> None:
-    # R = 18/8; residuals -0.5, 1.5, -1; se = sqrt(3.5 / 6) / (8/3)
-    found = ratio_estimate([4, 6, 8], [2, 2, 4])
+def test_a_ratio_of_totals_and_its_standard_error_by_hand() -> None:
+    # R = 18/8; residuals y - R x: -0.5, 1.5, -1; the ratio estimator's se = sqrt(3.5 / 6) / (8/3)
+    found = ratio_of_totals(Totals.of((1, [4, 6, 8]), (-1, [2, 2, 4])), se_below=True)
     assert found.value == 18 / 8 and found.n == 3 and found.method == RATIO and not found.has_interval
     assert found.se == pytest.approx(math.sqrt(3.5 / 6) / (8 / 3))
-    assert ratio_estimate([3, 6], [1, 2]).se == 0.0  # one ratio everywhere: no spread
-    assert not ratio_estimate([3], [1]).has_se and math.isnan(ratio_estimate([0, 0], [0, 0]).value)
+    speed = ratio_of_totals(Totals.of((1, [4, 6, 8]), (-1, [2, 2, 4])))  # a speed below 8 units: the value alone
+    assert speed.value == 18 / 8 and not speed.has_se and not speed.has_interval
+    assert ratio_of_totals(Totals.of((1, [3, 6]), (-1, [1, 2])), se_below=True).se == 0.0  # one ratio: no spread
+    assert math.isnan(ratio_of_totals(Totals.of((1, [0, 0]), (-1, [0, 0]))).value)
+    assert ratio_of_totals(Totals.of((1, [0, 0]), (-1, [1, 2]))).value == 0.0
 
 
-def test_the_mean_with_its_standard_error() -> None:
-    found = mean_estimate([1.0, 2.0, 3.0, 4.0])
-    assert found.value == 2.5 and found.se == pytest.approx(math.sqrt(5 / 3) / 2) and found.method == STANDARD_ERROR
-    assert math.isnan(mean_estimate([1.0]).se) and math.isnan(mean_estimate([]).value)
+def test_the_linearised_variance_is_the_delta_methods_for_any_product_of_totals() -> None:
+    """log of (sum a / sum b) / (sum c / sum d): its influence per unit is a_u/A - b_u/B - c_u/C + d_u/D."""
+    rng = np.random.default_rng(3)
+    a, b, c, d = rng.uniform(1, 4, (4, 12))
+    found = log_ratio(Totals.of((1, a), (-1, b), (-1, c), (1, d)))
+    influence = a / a.sum() - b / b.sum() - c / c.sum() + d / d.sum()
+    influence -= influence.mean()
+    assert found.se == pytest.approx(math.sqrt(12 / 11 * (influence**2).sum()))
+    assert found.value == pytest.approx(a.sum() / b.sum() / (c.sum() / d.sum()))
+
+
+def test_an_interval_from_eight_units_the_same_for_the_same_sums() -> None:
+    rng = np.random.default_rng(4)
+    tokens, seconds = rng.uniform(10, 60, 8), rng.uniform(1, 3, 8)
+    found = ratio_of_totals(Totals.of((1, tokens), (-1, seconds)))
+    assert found.has_interval and found.method == BOOTSTRAP_T and found.n == MIN_CLUSTERS == 8
+    assert found.low < found.value < found.high
+    assert found == ratio_of_totals(Totals.of((1, tokens), (-1, seconds)))  # seeded: reproducible
+    assert not ratio_of_totals(Totals.of((1, tokens[:7]), (-1, seconds[:7]))).has_interval
+
+
+def test_the_p_value_and_the_interval_agree_on_one() -> None:
+    """The symmetric bootstrap-t interval at 95% excludes 1 exactly where p < 0.05."""
+    rng = np.random.default_rng(5)
+    for shift in (1.0, 1.05, 1.1, 1.2, 1.4):
+        fast, slow = rng.uniform(1, 2, 16), rng.uniform(1, 2, 16)
+        found = log_ratio(Totals.of((1, fast * shift), (-1, slow)))
+        low, high = found.interval()
+        assert (found.p_value() < 0.05) == (not low <= 1 <= high) or abs(found.p_value() - 0.05) < 0.002
+    assert math.isnan(log_ratio(Totals.of((1, [1.0, 2.0]), (-1, [2.0, 1.0]))).p_value())  # too few units
+
+
+def test_unpaired_groups_add_their_variances() -> None:
+    rng = np.random.default_rng(6)
+    a, b = Totals.of((1, rng.uniform(1, 2, 10))), Totals.of((-1, rng.uniform(1, 2, 12)))
+    both = log_ratio(a, b)
+    assert both.log == pytest.approx(log_ratio(a).log + log_ratio(b).log)
+    assert both.se == pytest.approx(math.hypot(log_ratio(a).se, log_ratio(b).se)) and both.n == 10
 
 
 def test_one_formatter_for_every_figure() -> None:
@@ -44,3 +93,9 @@ def test_one_formatter_for_every_figure() -> None:
     assert Estimate(2.0, se=0.5).bar() == (1.5, 2.5) and Estimate(2.0, 1.0, 4.0).bar() == (1.0, 4.0)
     assert Estimate(0.95, se=0.1).bar(0.0, 1.0) == (0.85, 1.0) and Estimate(3.0).bar() == (3.0, 3.0)
     assert Estimate(2.0, 1.0, 3.0).cells("x") == {"x": 2.0, "x low": 1.0, "x high": 3.0}
+
+
+def test_a_ratio_keeps_its_side_of_one_visible() -> None:
+    assert ratio_text(Estimate(1.09, 1.001, 1.24)) == "1.09 [1.001, 1.24]"  # not [1, 1.24] beside "faster"
+    assert ratio_text(Estimate(0.95, 0.9, 0.9996)) == "0.95 [0.9, 0.9996]"
+    assert ratio_text(Estimate(2.5, 2.1, 3.3)) == "2.5 [2.1, 3.3]" and ratio_text(Estimate(1.0004)) == "1.0004"

@@ -248,13 +248,16 @@ def main() -> None:
             check("accepted" in text and "stop" in text, "the per-prompt records show as a table")
             text = page_text(driver, parent_page, "Ranked by speedup_vs_ar")
             driver.save_screenshot(str(args.out / "parent_run.png"))
-            verdict = [word for word in ("Best:", "No single best", "No verdict") if word in text]
+            verdict = [word for word in ("Fastest:", "No single fastest point", "No verdict") if word in text]
             check(
                 verdict != unseen(driver, verdict),
                 f"at {WINDOW[0]}x{WINDOW[1]}, the parent run's verdict shows without scrolling",
             )
-            answer = ("Best:" in text and "best/speedup_vs_ar" in text) or "No single best" in text
-            check(answer and "sweep/tied_points" in text, "the parent run names its best point, or the points that tie")
+            answer = ("Fastest:" in text and "best/speedup_vs_ar" in text) or "No single fastest point" in text
+            check(
+                answer and "sweep/first_place_points" in text,
+                "the parent run names its fastest point, or the points not separated from the leader",
+            )
             text = page_text(driver, parent_page.replace("?", "/artifacts?"), "sweep_table.md")
             check("sweep_points.png" in text and "sweep_table.csv" in text, "the parent run holds the sweep's table")
             driver.find_element(By.XPATH, "//*[normalize-space(text())='sweep_points.png']").click()

@@ -14,11 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from speculab import interrupts
 from speculab.loop import METHODS, UnitResult
 from speculab.measure import Sample
+from speculab.paired import PromptSums
 from speculab.records import PromptRecord, RunResult
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ class Decoders:
     groups: dict[str, GroupProxy]  # the Ray groups the point uses (none inline), for their Ray time
     on_prompt: Callable[[PromptRecord], None] = lambda record: None
     runs: dict[str, list[Any]] = field(default_factory=lambda: {method: [] for method in METHODS})
-    paired: list[dict[str, torch.Tensor]] = field(default_factory=list)  # per unit: [rounds] per verifier
+    paired: list[PromptSums] = field(default_factory=list)  # per unit: the paired comparison's sums per prompt
     ray_s: float = 0.0  # Ray time of the first repetition's speculative decodes
     model_calls: int = 0  # the Ray calls their loop made to model groups (none for a loop beside the target)
     rounds: int = 0  # their rounds
@@ -72,9 +71,9 @@ class Decoders:
 
         return run
 
-    def paired_units(self) -> dict[str, torch.Tensor]:
-        """Per compared verifier, [U] the mean accepted length of every sequence-round of the point."""
-        return {name: torch.cat([unit[name] for unit in self.paired]) for name in self.paired[0]}
+    def paired_sums(self) -> PromptSums:
+        """The paired comparison's sums of every prompt of the point, in prompt order."""
+        return PromptSums.concat(self.paired)
 
 
 def round_robin(parts: list[list[Any]]) -> list[Any]:

@@ -48,8 +48,9 @@ class Drafter(Protocol):
 
 
 Verifier = Callable[..., Verdict]
-# (paths [B, K, L], p [B, K, L+1, V], q [B, K, L, V]) of a round's i.i.d. drafts, after its verdict
-PairedCheck = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
+# (paths [B, K, L], p [B, K, L+1, V], q [B, K, L, V]) of a round's i.i.d. drafts, after its verdict, and the
+# prompt each row decodes (its index among the decode's prompts)
+PairedCheck = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, list[int]], None]
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ def _round(
     if paired is not None and drafts is not None:
         paired_cpu = time.process_time()
         with clock.phase("paired"):
-            paired(*drafts)
+            paired(*drafts, [record.index for record in batch])
         paired_cpu = time.process_time() - paired_cpu
     with clock.phase("target"):
         features = target.commit(accepted_nodes(proposal.tree, verdict))

@@ -31,7 +31,7 @@ from speculab.decoders import Decoders, merged
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
 from speculab.loop import METHODS, PointWork, Unit
-from speculab.measure import Sample, Timings, interleave_lanes
+from speculab.measure import Sample, Timings, UnitTotals, interleave_lanes
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
@@ -45,7 +45,8 @@ from speculab.results.figures import (
     speed_figures,
 )
 from speculab.results.names import AR_PREFIX, HF_PREFIX, UNTIMED, Figures, flatten, is_acceptance
-from speculab.results.point import PointResult, PointShape
+from speculab.results.point import UNITS_ARTIFACT, PointResult, PointShape, PointUnits
+from speculab.results.verdicts import compared
 from speculab.runtime import fitting_copies, loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
 from speculab.tracking.acceptance import depth_figure
@@ -62,7 +63,7 @@ from speculab.tracking.run_page import (
 )
 from speculab.tracking.runs import NOTE_TAG, start_point_run
 from speculab.tracking.spool import tracked
-from speculab.tracking.summary import paired_table, print_summary
+from speculab.tracking.summary import paired_table, print_summary, summary_title
 from speculab.tracking.tracker import NoopTracker, Tracker
 from speculab.tracking.ui import where
 
@@ -167,11 +168,11 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     point, shape = point_id(plan.cfg), PointShape.of(plan.cfg)
     if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
         say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
-        return PointOutcome(plan, PointResult.from_logged(shape, found.metrics, resumed=True))
+        return PointOutcome(plan, PointResult.from_logged(shape, found.metrics, found.units, resumed=True))
     loaded = point_prompts(plan)  # what loading refuses, before the point's run exists
     if not plan.cfg.tracking.enabled:
         return PointOutcome(plan, decode_point(plan, shape, NoopTracker(), loaded))
-    tracked_run = start_point_run(plan, point, shape)
+    tracked_run = start_point_run(plan, point, shape, [p.id for p in loaded.prompts])
     with tracked(tracked_run):
         result = decode_point(plan, shape, tracked_run, loaded)
     say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
@@ -224,7 +225,8 @@ def point_prompts(plan: RunPlan) -> PointPrompts:
     """Load and encode the prompts; ConfigError for what only loading tells (a Hugging Face dataset's
     size, a prompt too long for the target's context), before the point's run exists."""
     cfg = plan.cfg
-    prompts = load_prompts(cfg.dataset.name, cfg.dataset.num_prompts, cfg.dataset.path)
+    d = cfg.dataset
+    prompts = load_prompts(d.name, d.num_prompts, d.path, d.sample_seed)
     if cfg.dataset.num_prompts is not None and len(prompts) < cfg.dataset.num_prompts:  # a dataset counted on load
         raise ConfigError.listing([too_many_prompts(cfg.dataset, len(prompts))])
     tokenizer = AutoTokenizer.from_pretrained(str(plan.target_dir))
@@ -330,7 +332,24 @@ def baseline_figures(cfg: Config, measured: Measured) -> tuple[Figures | None, F
     return ar, hf
 
 
-def summarise(plan: RunPlan, shape: PointShape, measured: Measured) -> PointResult:
+def point_units(prompts: list[Prompt], batch_size: int, timings: Timings, spec: RunResult) -> PointUnits:
+    """Each unit's prompt ids, each method's sums per unit (None: not run) and the speculative decode's
+    kept tokens and rounds per prompt."""
+    ids = tuple(
+        tuple(p.id for p in prompts[first : first + batch_size]) for first in range(0, len(prompts), batch_size)
+    )
+
+    def sums(method: str) -> UnitTotals | None:
+        return UnitTotals.of(timings[method]) if method in timings else None
+
+    speculative = sums("speculative")
+    assert speculative is not None  # every point decodes speculatively
+    kept = tuple(float(len(p.tokens)) for p in spec.prompts)
+    rounds = tuple(float(len(p.accepted)) for p in spec.prompts)
+    return PointUnits(ids, speculative, sums("autoregressive"), sums("generate"), kept, rounds)
+
+
+def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: list[Prompt]) -> PointResult:
     """The point's result; prints the summary table and, with a paired comparison, its table."""
     cfg, decoders = plan.cfg, measured.decoders
     spec = concat_runs(decoders.runs["speculative"])
@@ -342,16 +361,15 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured) -> PointResu
     )
     figures = run_figures(spec) | speed | Figures(measured.runtime)
     if decoders.paired:
-        compared = paired_figures(decoders.paired_units(), cfg.algorithm.name)
-        figures |= compared | {"time_paired_s": spec.paired_s}
+        figures |= paired_figures(decoders.paired_sums(), cfg.algorithm.name) | {"time_paired_s": spec.paired_s}
     ar, hf = baseline_figures(cfg, measured)
-    result = PointResult(shape, figures, ar, hf)
-    title = (
-        f"{result.shape.name} · medians of {cfg.measure.repeats} interleaved repetition(s), 95% intervals over prompts"
-    )
-    print_summary(title, result, measured.conditions, cfg.measure.generate)
+    result = PointResult(shape, figures, ar, hf, point_units(prompts, cfg.sampling.batch_size, measured.timings, spec))
+    print_summary(summary_title(result, cfg.measure.repeats), result, measured.conditions, cfg.measure.generate)
     if decoders.paired:
-        show(paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats))
+        sums = decoders.paired_sums()
+        show(
+            paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats, compared(sums, cfg.algorithm.name))
+        )
     return result
 
 
@@ -369,6 +387,8 @@ def log_point(plan: RunPlan, point: Prepared, measured: Measured, result: PointR
     tracker.set_tags({CONDITIONS_TAG: measured.conditions})
     tracker.log_metrics(logged_figures(result))
     tracker.set_tags({NOTE_TAG: point_description(result.shape, plan.cfg.runtime.kind, result)})
+    if result.units is not None:
+        tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
     log_records(point, spec, tracker)
     if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
         tracker.log_figure(by_depth, "acceptance_by_depth.png")
@@ -411,7 +431,7 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
         with PLOTTING:
             units = log_finished(point, merged(lanes), tracker)
         raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
-    result = summarise(plan, shape, measured)
+    result = summarise(plan, shape, measured, point.prompts)
     with PLOTTING:
         log_point(plan, point, measured, result, tracker)
     return result

@@ -36,7 +36,7 @@ from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_buil
 from speculab.engine import DecodeSettings, Drafter, decode
 from speculab.measure import Sample, timed
 from speculab.models.roles import Conditions, process_conditions
-from speculab.paired import PairedComparison
+from speculab.paired import PairedComparison, PromptSums
 from speculab.records import RunResult
 from speculab.syncs import counting_host_syncs
 
@@ -69,7 +69,7 @@ class UnitResult:
 
     sample: Sample
     result: RunResult | BaselineResult | None  # None on repetitions other than 0
-    paired: dict[str, torch.Tensor] | None  # speculative, repetition 0, with a comparison: [rounds] per verifier
+    paired: PromptSums | None  # speculative, repetition 0, with a comparison: its sums per prompt
     host_syncs_per_round: float | None = None  # the speculative warm-up on CUDA: synchronisations per round
 
 
@@ -121,20 +121,20 @@ class PointLoop:
             "loop": process_conditions(),
         }
 
-    def paired(self, first: int) -> PairedComparison | None:
+    def paired(self, first: int, prompts: int) -> PairedComparison | None:
         """The unit's paired comparison (configured verifier first), seeded by the unit like its decode."""
         p = self.work
         if not p.compare:
             return None
         verifiers = {p.algorithm: get_verifier(p.algorithm, p.node_rule)}
         verifiers |= {name: get_verifier(name) for name in p.compare if name != p.algorithm}
-        return PairedComparison(verifiers, p.compare_repeats, p.settings.seed + 1 + first)
+        return PairedComparison(verifiers, p.compare_repeats, p.settings.seed + 1 + first, prompts)
 
     def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
         """`method` (one of METHODS) on unit `unit`; repetition 0 keeps what it decoded, -1 is a warm-up."""
         first, prompts = self.work.units[unit]
         settings = unit_settings(self.work.settings, first)
-        paired = self.paired(first) if method == "speculative" and repeat == 0 else None
+        paired = self.paired(first, len(prompts)) if method == "speculative" and repeat == 0 else None
         runs: dict[str, Callable[[], RunResult | BaselineResult]] = {
             "speculative": lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, None, paired),
             "autoregressive": lambda: self.autoregressive(prompts, settings),
@@ -153,4 +153,4 @@ class PointLoop:
             )
         else:
             sample = Sample(sum(map(len, result.tokens)), wall, cpu)
-        return UnitResult(sample, result if repeat == 0 else None, paired.units() if paired else None, per_round)
+        return UnitResult(sample, result if repeat == 0 else None, paired.sums() if paired else None, per_round)

@@ -6,8 +6,10 @@ seconds, so timing every prompt of one method, then every prompt of the next, co
 different machines. `interleave` instead runs each unit (the prompts one batch decodes
 together: one prompt at batch 1) with every method back to back, in an order that rotates
 from turn to turn, `repeats` times over. A speedup is then a ratio of two measurements taken
-seconds apart on the same unit (`paired_ratios`); the point's speed figures are estimates over
-units of these (`speculab.results.figures.speed_figures`). Decoding is seeded per unit, so each
+seconds apart on the same unit. A point's speed figures are ratios of totals over units and
+repetitions (`UnitTotals`: total tokens over total seconds, the throughput the field reports), and a
+typical unit's speedup is the median of the per-unit paired ratios (`paired_ratios`); both are in
+`speculab.results.figures.speed_figures`. Decoding is seeded per unit, so each
 repetition decodes the same tokens and only the clock differs between them.
 """
 
@@ -33,6 +35,27 @@ class Sample:
 
 # method -> [unit][repetition]
 Timings = dict[str, list[list[Sample]]]
+
+
+@dataclass(frozen=True)
+class UnitTotals:
+    """One method's samples summed per unit over its repetitions: what its ratios of totals are over
+    (tokens per second, a speedup), unit by unit, so that a comparison can pair two methods or two
+    points on the units they share."""
+
+    tokens: tuple[float, ...]  # [unit]
+    wall_s: tuple[float, ...]  # [unit]
+    cpu_s: tuple[float, ...]  # [unit]
+
+    @classmethod
+    def of(cls, samples: list[list[Sample]]) -> UnitTotals:
+        """The sums of [unit][repetition] samples."""
+        sums = [(sum(s.tokens for s in u), sum(s.wall_s for s in u), sum(s.cpu_s for s in u)) for u in samples]
+        tokens, wall, cpu = zip(*sums) if sums else ((), (), ())
+        return cls(tuple(map(float, tokens)), tuple(wall), tuple(cpu))
+
+    def seconds(self, cpu: bool = False) -> tuple[float, ...]:
+        return self.cpu_s if cpu else self.wall_s
 
 
 def timed(cpu_clock: Callable[[], float], work: Callable[[], T]) -> tuple[T, float, float]:

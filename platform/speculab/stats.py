@@ -6,30 +6,41 @@ of units it is over and the method behind the spread. An estimate is built once,
 measured, and every renderer (the console, MLflow, the sweep's table and plots, the report) shows it
 through the one formatter, `format(estimate, spec)`.
 
-- A speed figure is a median over units, and its interval is the distribution-free one of a median
-  (order statistics): it covers the population median with probability at least CONFIDENCE whatever
-  the distribution of the units' values, and exists from MIN_UNITS units on (6 at 95%); below, the
-  figure has none. `tests/test_coverage.py` checks the coverage by simulation, and the exact level.
-- A ratio of sums over prompts (block efficiency, acceptance by depth) carries the ratio estimator's
-  standard error: no interval, because the usual ones (Student t on the linearised ratio, the
-  bootstrap) cover 75-96% from 4 to 64 prompts, under 95% in most cells up to 32, when prompts differ
-  as much as code and prose do
-  (`benchmarks/coverage.py`, benchmarks/RESULTS.md).
+- A ratio of totals (throughput: tokens over seconds; a speedup: one throughput over another; block
+  efficiency and acceptance by depth: counts over sequence-rounds) is estimated as the ratio of its
+  sums over units (`ratio_of_totals`), what the field reports, and its interval is a studentised
+  bootstrap over units on the log scale (bootstrap-t): units are resampled whole, so what one unit's
+  sums share (a long prompt's tokens and its seconds) stays together. It exists from MIN_CLUSTERS
+  units on (8: below, simulated coverage falls under 95%); below, the figure carries the ratio
+  estimator's standard error where it is an acceptance figure, and nothing where it is a speed.
+  `LogRatio.p_value` tests a ratio of 1 by the same bootstrap, for the verdicts
+  (`speculab.results.verdicts`).
+- A typical unit's speedup (`typical_speedup_vs_*`) is a median over units, and its interval is the
+  distribution-free one of a median (order statistics): it covers the population median with
+  probability at least CONFIDENCE whatever the distribution of the units' values, from MIN_UNITS units
+  on (6 at 95%).
+`tests/test_coverage.py` checks every interval's coverage by simulation, against its exact level.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 
+import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
 # How a spread was found (`Estimate.method`): docs/measuring.md says what each one estimates.
 MEDIAN = "distribution-free interval of the median over units (order statistics)"
-RATIO = "standard error of the ratio estimator over prompts (linearised)"
-STANDARD_ERROR = "standard error of the mean over sequence-rounds"
+BOOTSTRAP_T = "bootstrap-t interval over units of a ratio of totals (log scale)"
+RATIO = "standard error of the ratio estimator over units (linearised)"
+MIN_CLUSTERS = 8  # units a bootstrap-t interval needs: from 8 on it covers within simulation error of 95%
+RESAMPLES = 1999  # bootstrap resamples of an interval; a verdict among many asks for more (`LogRatio`)
+CHUNK = 1000  # resamples drawn at once: bounds the memory of a bootstrap over many units
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,16 @@ class Estimate:
         return f"{self.value:{spec}}"
 
 
+def ratio_text(estimate: Estimate, digits: int = 3) -> str:
+    """A ratio (a speedup, one point over another) written with `digits` significant digits, more where
+    fewer would print an end of its interval (or its value) as 1 though it is not: a lower end of 1.001
+    under a "faster" verdict reads 1.001, not 1."""
+    ends = [estimate.value, *((estimate.low, estimate.high) if estimate.has_interval else ())]
+    while digits < 6 and any(x != 1 and f"{x:.{digits}g}" == "1" for x in ends if not math.isnan(x)):
+        digits += 1
+    return f"{estimate:.{digits}g}"
+
+
 def min_units(confidence: float = CONFIDENCE) -> int:
     """The fewest units whose median has an interval at ``confidence``: the widest one, [min, max], misses
     the median only when every unit falls on one side of it, with probability 2 / 2^n."""
@@ -109,26 +130,139 @@ def median_estimate(values: list[list[float]]) -> Estimate:
     return Estimate(value, float(found.low), float(found.high), len(per_unit), MEDIAN)
 
 
-def ratio_estimate(numerators: list[float], denominators: list[float]) -> Estimate:
-    """sum(numerators) / sum(denominators) over prompts (block efficiency, acceptance by depth) with the
-    ratio estimator's linearised standard error over prompts (none below two), NaN where the
-    denominators are all 0 (nothing to count)."""
-    n, total = len(numerators), sum(denominators)
-    if total <= 0:
-        return Estimate(math.nan, n=n)
-    ratio = sum(numerators) / total
-    if n < 2:
-        return Estimate(ratio, n=n)
-    residuals = sum((y - ratio * x) ** 2 for y, x in zip(numerators, denominators))
-    se = math.sqrt(residuals / ((n - 1) * n)) / (total / n)
-    return Estimate(ratio, n=n, method=RATIO, se=se)
+@dataclass(frozen=True)
+class Totals:
+    """Per-unit sums of what a ratio figure is made of, over one set of units: the figure is
+    prod_k (sum_u values[k, u]) ** signs[k] (tokens over seconds: signs +1, -1)."""
+
+    values: np.ndarray  # [k, U]
+    signs: tuple[int, ...]  # [k]: +1 multiplies, -1 divides
+
+    @classmethod
+    def of(cls, *terms: tuple[int, Sequence[float] | np.ndarray]) -> Totals:
+        """(sign, per-unit sums) terms over the same units: `Totals.of((1, tokens), (-1, seconds))`."""
+        return cls(np.array([np.asarray(v, dtype=np.float64) for _, v in terms]), tuple(s for s, _ in terms))
+
+    @property
+    def units(self) -> int:
+        return int(self.values.shape[1])
 
 
-def mean_estimate(values: list[float]) -> Estimate:
-    """The mean over units and its standard error (none below two units)."""
-    n = len(values)
-    if n == 0:
-        return Estimate(math.nan)
-    mean = sum(values) / n
-    se = statistics.stdev(values) / math.sqrt(n) if n > 1 else math.nan
-    return Estimate(mean, n=n, method=STANDARD_ERROR if n > 1 else "", se=se)
+# counts [B, U]: how often each of the group's units is drawn (ones: the sample itself) -> ([B], [B])
+def _weighted(group: Totals, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The log of the ratio of totals of each weighting of the units, and its linearised variance over
+    units (the delta method): var = U / (U - 1) sum_u c_u (d_u - mean d)^2, d_u = sum_k s_k y_ku / T_k,
+    with sum_u c_u d_u^2 found as a quadratic form in the products y_ku y_lu (no [B, U, k] array)."""
+    signs, values, units = np.array(group.signs, dtype=np.float64), group.values, group.units
+    totals = counts @ values.T  # [B, k]
+    kinds = len(signs)
+    products = (values[:, None, :] * values[None, :, :]).reshape(kinds * kinds, units)  # [k * k, U]
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero total: non-finite, dropped by the caller
+        log = np.log(totals) @ signs
+        scaled = signs / totals  # [B, k]
+        outer = (scaled[:, :, None] * scaled[:, None, :]).reshape(-1, kinds * kinds)  # [B, k * k]
+        square = ((counts @ products.T) * outer).sum(1)
+    correction = units / (units - 1) if units > 1 else math.nan  # one unit has no spread
+    return log, correction * (square - signs.sum() ** 2 / units)
+
+
+@lru_cache(maxsize=16)  # a sweep asks for a few sizes, each many times
+def _counts(units: int, resamples: int, seed: int) -> np.ndarray:
+    """[resamples, units] draw counts of a bootstrap over `units` (multinomial: units drawn with
+    replacement), the same for the same arguments: every comparison over the same units in a sweep
+    shares them, as common random numbers."""
+    counts = np.random.default_rng(seed).multinomial(units, np.full(units, 1 / units), size=resamples)
+    counts = counts.astype(np.float64)
+    counts.flags.writeable = False
+    return counts
+
+
+@dataclass(frozen=True)
+class LogRatio:
+    """A ratio of totals on the log scale: its value, the linearised standard error and the studentised
+    bootstrap statistics t* = (log* - log) / se* over resampled units (non-finite resamples dropped)."""
+
+    log: float
+    se: float  # NaN below two units
+    n: int  # units (of the smallest group)
+    t: np.ndarray = field(default_factory=lambda: np.empty(0))  # [resamples]
+
+    @property
+    def value(self) -> float:
+        return math.exp(self.log)
+
+    @property
+    def testable(self) -> bool:
+        """Enough units for an interval and a test (and a resampled spread, or none at all to resample)."""
+        return self.n >= MIN_CLUSTERS and math.isfinite(self.log) and (len(self.t) > 0 or self.se == 0)
+
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
+        """The symmetric bootstrap-t interval exp(log -+ c se), c the `confidence` quantile of |t*|."""
+        half = float(np.quantile(np.abs(self.t), confidence)) * self.se if self.se else 0.0
+        return math.exp(self.log - half), math.exp(self.log + half)
+
+    def estimate(self, se_below: bool = False) -> Estimate:
+        """The ratio as an `Estimate`: with its bootstrap-t CONFIDENCE interval from MIN_CLUSTERS units on;
+        below, its linearised standard error where ``se_below`` (acceptance figures), else the value alone
+        (a speed: no spread claims what too few units cannot show). NaN where a total it divides by is 0,
+        0 where a total it multiplies is (with a standard error of 0 where ``se_below``: no interval can
+        be resampled from units that all count 0)."""
+        if math.isnan(self.log) or self.log == math.inf:
+            return Estimate(math.nan, n=self.n)
+        if self.log == -math.inf:
+            return (
+                Estimate(0.0, n=self.n, method=RATIO, se=0.0) if se_below and self.n >= 2 else Estimate(0.0, n=self.n)
+            )
+        if self.testable:
+            low, high = self.interval()
+            return Estimate(self.value, low, high, self.n, BOOTSTRAP_T)
+        if se_below and self.n >= 2:
+            return Estimate(self.value, n=self.n, method=RATIO, se=self.value * self.se)
+        return Estimate(self.value, n=self.n)
+
+    def p_value(self) -> float:
+        """Two-sided p-value of "the ratio is 1" by the same bootstrap: the share of |t*| at least
+        |log / se| (the interval at level 1 - p just reaches 1); NaN where there is no interval (fewer
+        than MIN_CLUSTERS units). Symmetric rather than equal-tailed: simulated, its small p-values hold
+        their level where the equal-tailed ones fall 2-3 times too often (docs/measuring.md)."""
+        if not self.testable:
+            return math.nan
+        if self.se == 0:  # every unit gives the same ratio
+            return 1.0 if self.log == 0 else 0.0
+        observed = abs(self.log / self.se)
+        return (1 + int((np.abs(self.t) >= observed).sum())) / (len(self.t) + 1)
+
+
+def _resampled_t(groups: tuple[Totals, ...], log: float, resamples: int, seed: int) -> np.ndarray:
+    """t* of `resamples` bootstrap resamples (non-finite ones dropped): each group's units drawn with
+    replacement, independently of the other groups' (paired sums are one group's rows, so they are
+    drawn together), CHUNK at a time."""
+    found = []
+    for start in range(0, resamples, CHUNK):
+        logs = variances = np.zeros(min(CHUNK, resamples - start))
+        for g, group in enumerate(groups):
+            drawn, spread = _weighted(group, _counts(group.units, resamples, seed + g)[start : start + CHUNK])
+            logs, variances = logs + drawn, variances + spread
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (logs - log) / np.sqrt(variances)
+        found.append(t[np.isfinite(t)])
+    return np.concatenate(found)
+
+
+def log_ratio(*groups: Totals, resamples: int = RESAMPLES, seed: int = 0) -> LogRatio:
+    """The ratio of totals that multiplies every group's (unpaired groups: a comparison between points
+    that share no units), with its bootstrap-t over units from MIN_CLUSTERS units on. Seeded: the same
+    sums give the same interval."""
+    observed = [_weighted(g, np.ones((1, g.units))) for g in groups]
+    log, n = float(sum(found[0][0] for found in observed)), min(g.units for g in groups)
+    if n < 2 or not math.isfinite(log):
+        return LogRatio(log, math.nan, n)
+    se = math.sqrt(max(float(sum(found[1][0] for found in observed)), 0.0))
+    if n < MIN_CLUSTERS or se == 0:
+        return LogRatio(log, se, n)
+    return LogRatio(log, se, n, _resampled_t(groups, log, resamples, seed))
+
+
+def ratio_of_totals(*groups: Totals, se_below: bool = False) -> Estimate:
+    """The ratio of totals as an `Estimate` (`LogRatio.estimate`)."""
+    return log_ratio(*groups).estimate(se_below)

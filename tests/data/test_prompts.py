@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerFast
 
 from speculab.config import PROJECT_ROOT
 from speculab.data import DATASETS, HF_SPECS, Prompt, check_dataset, encode_prompt, load_prompts
+from speculab.data.prompts import chosen
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|user|> {{ m['content'] }} {% endfor %}"
@@ -29,6 +30,18 @@ def test_humaneval_loads_all_in_order_and_respects_num_prompts() -> None:
     assert [p.id for p in prompts[:2]] == ["HumanEval/0", "HumanEval/1"]
     assert prompts[0].text.startswith("from typing import List") and not prompts[0].chat
     assert load_prompts("humaneval", num_prompts=3) == prompts[:3]
+
+
+def test_a_seeded_sample_is_drawn_from_the_whole_dataset_in_its_order() -> None:
+    """A random sample, not the head of the file: a dataset stored by category would otherwise give
+    one category. The same seed gives the same prompts; every prompt when all are asked for."""
+    everything = load_prompts("humaneval")
+    sample = load_prompts("humaneval", 16, sample_seed=0)
+    indices = [everything.index(p) for p in sample]
+    assert len(set(indices)) == 16 and indices == sorted(indices) and max(indices) > 16
+    assert load_prompts("humaneval", 16, sample_seed=0) == sample != load_prompts("humaneval", 16, sample_seed=1)
+    assert load_prompts("humaneval", None, sample_seed=3) == everything
+    assert chosen(10, 4, None) == [0, 1, 2, 3] and chosen(3, 5, 0) == [0, 1, 2]
 
 
 def test_dataset_configs_match_the_registry() -> None:

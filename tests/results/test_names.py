@@ -20,7 +20,7 @@ from speculab.results.names import (
     names_markdown,
     parse,
 )
-from speculab.stats import RATIO, STANDARD_ERROR, Estimate
+from speculab.stats import BOOTSTRAP_T, RATIO, Estimate
 
 
 def test_every_figure_has_one_mlflow_name_and_back() -> None:
@@ -29,9 +29,16 @@ def test_every_figure_has_one_mlflow_name_and_back() -> None:
     assert mlflow_name("time_draft_s") == "time/draft_s"
     assert mlflow_name("mem_peak_mb_target_score") == "memory/peak_mb_target_score"
     assert mlflow_name("compare/gbv/accepted_mean") == "compare/gbv/accepted_mean"
-    for key in ("time_draft_s", "alpha_12", "mem_peak_mb_loop_decode_unit", "compare/token/diff_block_efficiency"):
+    for key in (
+        "time_draft_s",
+        "alpha_12",
+        "mem_peak_mb_loop_decode_unit",
+        "compare/token/relative",
+        "typical_speedup_vs_ar",
+    ):
         assert key_of(mlflow_name(key)) == key
     assert key_of("accept/alpha_3_ci_low") is None and key_of("best/tokens_per_s") is None
+    assert mlflow_name("typical_speedup_vs_ar") == "typical/speedup_vs_ar"
 
 
 def test_a_misspelt_figure_fails_where_it_is_built() -> None:
@@ -43,7 +50,7 @@ def test_figures_written_to_mlflow_read_back_as_they_were() -> None:
     figures = Figures(
         {
             "speedup_vs_ar": Estimate(1.21, 1.1, 1.3, 8, "x"),
-            "block_efficiency": Estimate(2.5, 2.25, 2.75, 8, RATIO),
+            "block_efficiency": Estimate(2.5, 2.25, 2.75, 8, BOOTSTRAP_T),
             "alpha_2": Estimate(0.5, 0.4, 0.6),
             "alpha_10": 0.1,
             "compare/gbv/accepted_mean": Estimate(1.5, se=0.25),
@@ -52,7 +59,7 @@ def test_figures_written_to_mlflow_read_back_as_they_were() -> None:
     )
     logged = flatten(figures)
     assert logged["speedup_vs_ar_ci_low"] == 1.1 and logged["accept/alpha_2_ci_high"] == 0.6
-    assert logged["compare/gbv/accepted_se"] == 0.25 and logged["runtime/restarts"] == 0.0
+    assert logged["compare/gbv/accepted_mean_se"] == 0.25 and logged["runtime/restarts"] == 0.0
     back = parse(logged)
     assert list(back) == [
         "block_efficiency",
@@ -62,8 +69,8 @@ def test_figures_written_to_mlflow_read_back_as_they_were() -> None:
         "restarts",
         "compare/gbv/accepted_mean",
     ]
-    assert (back["block_efficiency"].low, back["block_efficiency"].method) == (2.25, RATIO)
-    assert back["compare/gbv/accepted_mean"].se == 0.25 and back["compare/gbv/accepted_mean"].method == STANDARD_ERROR
+    assert (back["block_efficiency"].low, back["block_efficiency"].method) == (2.25, BOOTSTRAP_T)
+    assert back["compare/gbv/accepted_mean"].se == 0.25 and back["compare/gbv/accepted_mean"].method == RATIO
     assert not back["alpha_10"].has_interval
 
 

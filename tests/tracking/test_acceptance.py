@@ -101,8 +101,9 @@ def test_token_verification_of_one_path_accepts_each_depth_with_its_overlap() ->
     figures = run_figures(run)
     for j in range(1, L + 1):
         alpha, overlap = figures[f"alpha_{j}"], figures[f"overlap_{j}"]
-        assert max(alpha.se, overlap.se) < 0.06, (j, alpha, overlap)  # enough rounds reach every depth to tell
-        assert abs(alpha.value - overlap.value) <= 3 * math.hypot(alpha.se, overlap.se), (j, alpha, overlap)
+        spreads = [(e.high - e.low) / (2 * 1.96) for e in (alpha, overlap)]  # each interval's standard error
+        assert max(spreads) < 0.06, (j, alpha, overlap)  # enough rounds reach every depth to tell
+        assert abs(alpha.value - overlap.value) <= 3 * math.hypot(*spreads), (j, alpha, overlap)
     assert 0.2 < figures["overlap_1"].value < 0.9
 
 

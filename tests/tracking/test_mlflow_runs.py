@@ -20,6 +20,8 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
     (run,) = runs(store)
     assert {m.mlflow for m in METRICS} <= set(run.data.metrics)  # every figure of a point, nothing left out
     assert {"block_efficiency_se", "accept/alpha_1_se"} <= set(run.data.metrics)  # acceptance: standard errors
+    assert run.data.params["dataset.prompt_ids"].count(",") == 1  # the two prompts it drew
+    assert "units.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert not any(name.endswith(("_ci_low", "_ci_high")) for name in run.data.metrics)  # two prompts: no interval
     assert run.data.params["algorithm.name"] == "block" and run.data.tags["lossless"] == "true"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
@@ -35,7 +37,7 @@ def test_a_lossy_run_says_so_and_logs_its_paired_comparison(random_llama_pair, t
     (run,) = runs(store)
     assert run.data.tags["lossless"] == "false" and run.data.params["algorithm.allow_lossy"] == "True"
     assert "**Not lossless** at K=2" in run.data.tags["mlflow.note.content"]
-    assert {"compare/spectr_gbv/block_efficiency_se", "compare/gbv/diff_block_efficiency", "time/paired_s"} <= set(
+    assert {"compare/spectr_gbv/acceptance_length_se", "compare/gbv/relative", "time/paired_s"} <= set(
         run.data.metrics
     )
     assert "paired comparison on the same drafts" in result.stdout

@@ -1,21 +1,26 @@
 """A point's console summary (`speculab.tracking.summary`): the headline rows first, whole names, a
-sentence per speedup interval, and everything shown also in the run's log."""
+sentence per speedup with its verdict, and everything shown also in the run's log."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
-from speculab.results.names import Figures
+import numpy as np
+
+from speculab.results.names import HEADLINE, Figures
 from speculab.results.point import PointResult, PointShape
 from speculab.stats import Estimate
 from speculab.tracking.console import plain
 from speculab.tracking.summary import GLOSSARY, print_summary, speedup_verdicts, summary_rows, summary_table
+from support.sweeps import QUIET, draw_units, point, truth
 
 FIGURES = Figures(
     {
         "block_efficiency": 1.8,
         "tokens_per_s": Estimate(80.0, 75.0, 85.0),
         "speedup_vs_ar": Estimate(0.75, 0.7, 0.8),
+        "typical_speedup_vs_ar": Estimate(0.8, 0.7, 0.9),
         "speedup_vs_hf": Estimate(1.154, 0.885, 1.316),
         "feature_bytes_per_round": 0.0,
         "first_entropy_target": 5.1,
@@ -27,22 +32,28 @@ SHAPE = PointShape("block", None, 1, 4, None, None, 1.0, "iid", "humaneval", 8, 
 
 def test_the_headline_rows_come_first_in_their_order_then_the_rest_in_the_tables() -> None:
     head, rest = summary_rows(FIGURES)
-    assert head == ["speedup_vs_ar", "speedup_vs_hf", "tokens_per_s", "block_efficiency", "accepted_mean"]
+    assert head == list(HEADLINE) and head[:2] == ["speedup_vs_ar", "typical_speedup_vs_ar"]  # the field's first
     assert rest == ["first_entropy_target", "feature_bytes_per_round"]
 
 
-def test_every_speedup_interval_is_said_in_words() -> None:
-    faster = FIGURES | {"speedup_vs_ar": Estimate(1.5, 1.2, 1.7)}
-    assert speedup_verdicts(FIGURES) == [
-        "speedup_vs_ar 0.75 [0.7, 0.8]: slower than the autoregressive baseline",
-        "speedup_vs_hf 1.154 [0.885, 1.316]: not distinguishable from transformers' generate (eager, dynamic cache) "
-        "(the interval includes 1)",
-    ]
-    compiled = speedup_verdicts(FIGURES, "compiled")[1]  # the baseline named with the form that was timed
-    assert "transformers' generate (static cache + torch.compile)" in compiled
-    assert speedup_verdicts(faster)[0].endswith("faster than the autoregressive baseline")
-    too_few = FIGURES | {"speedup_vs_hf": Estimate(1.154, n=4)}  # no interval below six prompts: no verdict
-    assert speedup_verdicts(too_few)[1] == "speedup_vs_hf 1.154: too few prompts to tell (n = 4, needs at least 6)"
+def test_every_speedup_is_said_with_its_verdict() -> None:
+    rng = np.random.default_rng(0)
+    faster = point(rng, draw_units(rng, 16), truth() / 1.5, QUIET, generate=1.0)  # 1.5x both baselines
+    lines = speedup_verdicts(faster)
+    assert lines[0].startswith("speedup_vs_ar 1.") and "faster than the autoregressive baseline (p = " in lines[0]
+    assert "Holm over 2 tests, 5% family-wise" in lines[0]
+    compiled = speedup_verdicts(faster, "compiled")[1]  # the baseline named with the form that was timed
+    assert "faster than transformers' generate (static cache + torch.compile)" in compiled
+    even = point(rng, draw_units(rng, 16), truth(), QUIET)  # truly as fast as autoregressive decoding
+    assert "inconclusive against the autoregressive baseline" in speedup_verdicts(even)[0]
+    few = point(rng, draw_units(rng, 4), truth() / 1.5, QUIET)
+    assert speedup_verdicts(few)[0].endswith(
+        "no verdict against the autoregressive baseline, too few to tell: 4 prompts, needs at least 8"
+    )
+    batched = replace(few, shape=replace(few.shape, batch_size=8))
+    assert "4 units (batches of 8 prompts)" in speedup_verdicts(batched)[0]
+    old = replace(faster, units=None)  # a run logged before units were kept
+    assert "no per-unit measurements kept" in speedup_verdicts(old)[0]
 
 
 def test_without_a_terminal_names_are_whole_and_nothing_wraps(caplog, capsys) -> None:
@@ -53,5 +64,5 @@ def test_without_a_terminal_names_are_whole_and_nothing_wraps(caplog, capsys) ->
     with caplog.at_level(logging.INFO, logger="speculab"):
         print_summary("title", PointResult(SHAPE, FIGURES))
     printed = capsys.readouterr().out
-    assert "not distinguishable from transformers' generate" in printed and GLOSSARY in printed
+    assert "no per-unit measurements kept" in printed and GLOSSARY in printed
     assert printed.strip() in caplog.text  # the run's log (Hydra's cli.log) holds what was shown

@@ -3,26 +3,19 @@ named only when its interval clears the runner-up's, and the tables and plot tha
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape
+from speculab.results.verdicts import rank_key, ranked, sweep_answer
 from speculab.stats import Estimate
 from speculab.tracking.console import plain
-from speculab.tracking.sweep import (
-    against_baselines,
-    best_metrics,
-    labels,
-    rank_key,
-    ranked,
-    sweep_name,
-    verdict,
-    verdict_line,
-)
+from speculab.tracking.sweep import FIRST_PLACE, best_metrics, labels, sweep_name
 from speculab.tracking.sweep_page import (
+    LEADER_OVER,
     TOP,
     ranking_table,
     sweep_csv,
@@ -31,13 +24,15 @@ from speculab.tracking.sweep_page import (
     sweep_markdown,
     table_rows,
 )
+from support.sweeps import QUIET, draw_units, point, truth
 
 SHARED = "iid · humaneval×4 · tiny-pycode"
 SHAPE = PointShape("gbv", None, 2, 4, None, None, 1.0, "iid", "humaneval", 4, "tiny-pycode", 0, 64, 1, 0)
 
 
 def row(name: str, speedup: float, low: float, high: float) -> PointResult:
-    """A point named `<algorithm> K=<K> L=<L>` (or a DDTree `ddtree best_first B=<B> L=<L>`) with its speeds."""
+    """A point named `<algorithm> K=<K> L=<L>` (or a DDTree `ddtree best_first B=<B> L=<L>`) with its speeds
+    (no units kept: its verdicts cannot be tested)."""
     algorithm, *draft, length = name.split()
     shape = replace(SHAPE, algorithm=algorithm, L=int(length.removeprefix("L=")))
     if algorithm == "ddtree":
@@ -52,29 +47,44 @@ def row(name: str, speedup: float, low: float, high: float) -> PointResult:
     return PointResult(shape, Figures(figures), generate=Figures({"speedup_vs_ar": 0.9}))
 
 
-def test_a_leader_clear_of_the_runner_up_is_the_best() -> None:
-    rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("block K=1 L=8", 1.6, 1.5, 1.7), row("token K=1 L=4", 1.0, 0.9, 1.1)]
-    found = verdict(rows)
-    assert found.key == "speedup_vs_ar" and found.best is rows[1] and found.tied == [rows[1]]
-    assert best_metrics(found) == {
-        "sweep/tied_points": 1.0,
-        **{f"best/{k}": rows[1].figures[k].value for k in ("block_efficiency", "tokens_per_s", "speedup_vs_ar")},
+def measured(*speedups: float) -> list[PointResult]:
+    """Points measured on the same 32 simulated prompts on a quiet machine, `gbv K=2 L=<i + 4>` truly
+    speedups[i] times faster than autoregressive decoding."""
+    rng = np.random.default_rng(len(speedups))
+    units = draw_units(rng, 32)
+    found = [point(rng, units, truth() / s, QUIET) for s in speedups]
+    return [
+        replace(p, shape=replace(SHAPE, L=4 + i), generate=Figures({"speedup_vs_ar": 0.9})) for i, p in enumerate(found)
+    ]
+
+
+def test_a_leader_separated_from_every_other_point_is_the_best() -> None:
+    rows = measured(1.2, 1.6, 1.0)
+    answer = sweep_answer(rows)
+    assert answer.key == "speedup_vs_ar" and answer.best is rows[1]
+    assert best_metrics(answer) == {
+        FIRST_PLACE: 1.0,
+        **{f"best/{k}": rows[1].figures[k].value for k in ("speedup_vs_ar", "tokens_per_s")},
     }
-    assert "Best: **block K=1 L=8" in sweep_description("algorithm=gbv,block", rows, [])
+    description = sweep_description("algorithm.L=4,5,6", rows, [])
+    assert description.startswith("Fastest: **gbv K=2 L=5 T=1.0**, speedup_vs_ar 1.")
+    assert "Of the points: against the autoregressive baseline," in description
 
 
-def test_overlapping_intervals_tie_and_name_no_best() -> None:
-    rows = [row("gbv K=2 L=4", 1.5, 1.3, 1.7), row("block K=1 L=8", 1.6, 1.45, 1.75), row("nss K=2 L=4", 1.0, 0.9, 1.1)]
-    found = verdict(rows)
-    assert found.best is None and found.tied == [rows[1], rows[0]]
-    assert best_metrics(found) == {"sweep/tied_points": 2.0}
-    description = sweep_description("algorithm=gbv,block,nss", rows, [])
-    assert "No single best: 2 points tie" in description and "block K=1 L=8 T=1.0; gbv K=2 L=4 T=1.0" in description
+def test_points_not_separated_share_first_place_and_no_best_is_named() -> None:
+    rows = measured(1.3, 1.3, 1.0)
+    answer = sweep_answer(rows)
+    assert answer.best is None and best_metrics(answer)[FIRST_PLACE] == 2.0
+    description = sweep_description("algorithm.L=4,5,6", rows, [])
+    assert "No single fastest point:" in description and "separate it from 1 point(s)" in description
+    assert "sweep points, ranked by their figures; no single fastest" in sweep_figure(answer).axes[0].get_title()
 
 
-def test_points_without_an_interval_cannot_be_told_apart() -> None:
-    rows = [row("gbv K=2 L=4", 1.5, math.nan, math.nan), row("block K=1 L=8", 1.1, math.nan, math.nan)]
-    assert verdict(rows).best is None and len(verdict(rows).tied) == 2
+def test_points_without_their_units_cannot_be_told_apart() -> None:
+    rows = [row("gbv K=2 L=4", 1.5, 1.4, 1.6), row("block K=1 L=8", 1.1, 1.0, 1.2)]
+    answer = sweep_answer(rows)
+    assert answer.best is None and len(answer.versus) == 1
+    assert "no per-unit measurements kept" in sweep_description("x", rows, [])
 
 
 def test_without_the_autoregressive_baseline_points_rank_by_tokens_per_s() -> None:
@@ -101,12 +111,12 @@ def test_labels_keep_what_tells_points_apart() -> None:
 
 def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
     rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("block K=1 L=8", 1.6, 1.5, 1.7)]
-    figure = sweep_figure(rows)
+    figure = sweep_figure(sweep_answer(rows))
     axes = figure.axes[0]
     lines = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines() if not line.get_label().startswith("_")}
     assert lines == {"autoregressive (1.0)": 1.0, "transformers generate (0.90)": 0.9}
     names = [t.get_text() for t in axes.get_yticklabels()]
-    assert names == ["gbv K=2 L=4 T=1.0\nblock eff. 2.00", "block K=1 L=8 T=1.0\nblock eff. 2.00"]  # best on top
+    assert names == ["gbv K=2 L=4 T=1.0\nblock eff. 2.00", "block K=1 L=8 T=1.0\nblock eff. 2.00"]  # first on top
     assert len(axes.containers) == 2  # the bars and their error bars
     assert "every point: iid · humaneval×4 · tiny-pycode" in axes.get_title()
     plt.close(figure)
@@ -128,30 +138,14 @@ def test_the_parent_is_named_by_what_is_swept_and_what_every_point_shares() -> N
 
 def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_are() -> None:
     rows = [row(f"gbv K={k} L=4", 1 + k / 100, 1, 1.5) for k in range(1, TOP + 3)]
-    shown = plain(ranking_table(rows, "ranking"))
+    shown = plain(ranking_table(sweep_answer(rows), "ranking"))
     assert f"top {TOP} of {TOP + 2} points; all of them: the parent run's sweep_table.md" in shown
     assert "K=12" in shown and "K=2 " not in shown  # best first, the last two left out
-    assert "top" not in plain(ranking_table(rows[:TOP], "ranking"))  # every point shown: nothing to say
+    assert "top" not in plain(ranking_table(sweep_answer(rows[:TOP]), "ranking"))  # every point shown
 
 
-def test_too_few_prompts_give_no_verdict_and_say_so() -> None:
-    rows = [row("gbv K=2 L=4", 1.5, math.nan, math.nan), row("block K=1 L=8", 1.1, math.nan, math.nan)]
-    rows = [
-        replace(r, figures=r.figures | {"speedup_vs_ar": Estimate(r.figures.value("speedup_vs_ar"), n=4)}) for r in rows
-    ]
-    line = verdict_line(verdict(rows))
-    assert line.startswith(
-        "No verdict: too few prompts to tell the points apart on speedup_vs_ar (n = 4, needs at least 6)"
-    )
-    assert against_baselines(rows) == "Of the points: against autoregressive decoding, 2 with too few prompts to tell."
-
-
-def test_the_points_are_counted_against_each_baseline() -> None:
-    rows = [row("gbv K=2 L=4", 1.5, 1.2, 1.7), row("block K=1 L=8", 0.8, 0.7, 0.9), row("nss K=2 L=4", 1.0, 0.9, 1.1)]
-    rows[0] = replace(rows[0], figures=rows[0].figures | {"speedup_vs_hf": Estimate(0.9, 0.8, 0.95)})
-    assert against_baselines(rows) == (
-        "Of the points: against autoregressive decoding, 1 faster, 1 slower, 1 not distinguishable; "
-        "against transformers' generate, 1 slower."
-    )
-    description = sweep_description("algorithm=gbv,block,nss", rows, [])
-    assert "Ranked by block_efficiency:" in description and against_baselines(rows) in description
+def test_the_ranking_shows_the_leaders_ratio_over_each_point_with_its_verdict() -> None:
+    rows = measured(1.2, 1.6)
+    shown = plain(ranking_table(sweep_answer(rows), "ranking"))
+    assert LEADER_OVER in shown and "1.3" in shown and " faster" in shown
+    assert f"| {LEADER_OVER} |" in sweep_description("algorithm.L=4,5", rows, [])

@@ -1,5 +1,7 @@
-"""`dataset.*`: the prompts a point decodes, and their checks (a known dataset, a positive prompt count
-no larger than the dataset holds, a file that reads as prompts). The check imports `speculab.data` when
+"""`dataset.*`: the prompts a point decodes (`num_prompts` of them, a random sample drawn with
+`sample_seed`, or the first ones where it is null), and their checks (a known dataset, a positive
+prompt count no larger than the dataset holds, a seed that is an integer >= 0 or null, a file that
+reads as prompts). The check imports `speculab.data` when
 it runs: the dataclass loads with `speculab --help`, which needs no dataset."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ class DatasetConfig:
     name: str = "humaneval"
     num_prompts: int | None = 8
     path: str | None = None
+    sample_seed: int | None = 0  # the prompts are a random sample drawn with it; null: the first num_prompts
 
 
 def dataset_errors(d: DatasetConfig) -> list[str]:
@@ -24,6 +27,11 @@ def dataset_errors(d: DatasetConfig) -> list[str]:
     errors: list[str] = []
     if d.num_prompts is not None:
         at_least(errors, "dataset.num_prompts", d.num_prompts, 1)
+    if d.sample_seed is not None and (isinstance(d.sample_seed, bool) or d.sample_seed < 0):
+        errors.append(
+            f"dataset.sample_seed={d.sample_seed!r}: must be an integer >= 0 (a random sample of the prompts) or null "
+            "(the first dataset.num_prompts)"
+        )
     if d.name not in DATASETS:
         choice(errors, "dataset.name", d.name, DATASETS)
         return errors

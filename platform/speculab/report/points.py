@@ -1,9 +1,10 @@
 """The finished point runs of an experiment or a sweep, read back from MLflow for the report.
 
-Everything comes through MLflow's client (`MlflowClient.search_runs`), never from the store's
-files. A point keeps its shape (`PointShape.from_params`, from its flattened config) and its
-figures as it logged them (`results.names.parse`: each with the interval it was measured with),
-its autoregressive baseline's beside them.
+Everything comes through MLflow's client (`MlflowClient.search_runs`, its artifacts), never from the
+store's files. A point keeps its shape (`PointShape.from_params`, from its flattened config), its
+figures as it logged them (`results.names.parse`: each with the interval it was measured with), its
+autoregressive baseline's beside them, and its per-unit sums (`units.json`), on which the report's
+bold cells are decided (`results.verdicts.winners`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from mlflow.tracking import MlflowClient
 from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
 from speculab.config.report import DIMENSIONS
 from speculab.results.point import PointResult, PointShape
+from speculab.tracking.resume import logged_units
 from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
 
 REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")  # every finished point logs these
@@ -75,16 +77,16 @@ def sweep_children(client: MlflowClient, parent_id: str) -> list[Run]:
     return children
 
 
-def read_point(run: Run) -> Point:
+def read_point(client: MlflowClient, run: Run) -> Point:
     """A run's result, as it logged it."""
     shape = PointShape.from_params(run.data.params)
-    result = PointResult.from_logged(shape, dict(run.data.metrics))
+    result = PointResult.from_logged(shape, dict(run.data.metrics), logged_units(client, run.info.run_id))
     return Point(run.info.run_id, run.info.run_name or run.info.run_id, run.info.start_time, result)
 
 
-def read_points(runs: list[Run]) -> list[Point]:
+def read_points(client: MlflowClient, runs: list[Run]) -> list[Point]:
     """The runs' points; ReportError naming every run that lacks a figure the tables need."""
-    points = [read_point(run) for run in runs]
+    points = [read_point(client, run) for run in runs]
     missing = [
         f"{p.run_id} ({p.name}): no {', '.join(absent)}"
         for p in points

@@ -40,10 +40,16 @@ def layout_of(report: ReportConfig) -> tuple[Table, ...]:
 
 
 CI_NOTE = (
-    "[low, high]: a speed figure's 95% interval over prompts (none below six); ± : an acceptance figure's standard "
-    "error over prompts; walltime and the time split are one measurement a run"
+    "[low, high]: a 95% interval over units (bootstrap-t of a ratio of totals, from 8 units; a typical unit's speedup: "
+    "order statistics, from 6); ± : an acceptance figure's standard error below 8 prompts; the time split is one "
+    "measurement a run; bold: the best of its row or group where the verdict rule separates it from every other "
+    "(paired over shared prompts, Holm over the table's pairs, 5% family-wise)"
 )
-SE_NOTE = "± : one standard error, paired over the same prompts and drafts; Δ is against the run's own verifier"
+SE_NOTE = (
+    "[low, high]: a 95% interval over prompts (± : a standard error below 8); relative: the verifier's acceptance "
+    "length over the run's own verifier's on the same drafts, paired by prompt"
+)
+LABELS = {"acceptance_length": "acceptance length", "accepted_mean": "accepted", "relative": "relative"}
 
 
 def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
@@ -78,11 +84,11 @@ def acceptance_tables(points: list[Point], paper: str) -> tuple[Table, ...]:
 
 
 def compare_columns(points: list[Point]) -> tuple[ReportColumn, ...]:
-    """Per verifier found under `compare/<verifier>/`: its block efficiency, accepted tokens and its
-    difference to the run's own verifier, each ± its standard error."""
+    """Per verifier found under `compare/<verifier>/`: its acceptance length, accepted tokens and its ratio
+    to the run's own verifier, each with its interval (or standard error)."""
     verifiers = sorted({v for p in points for v in compared_verifiers(p.result.figures)})
     return tuple(
-        ReportColumn(f"{verifier} · {figure.replace('diff_', 'Δ ').replace('_', ' ')}", compare_key(verifier, figure))
+        ReportColumn(f"{verifier} · {LABELS[figure]}", compare_key(verifier, figure))
         for verifier in verifiers
         for figure in COMPARED
     )

@@ -2,21 +2,22 @@
 (`speculab.records`) and the interleaved timings of its methods (`speculab.measure`).
 
 Acceptance figures come from the speculative decode's first repetition (every repetition decodes
-the same tokens); speed figures from every repetition, paired turn by turn. Nothing here reads a
-clock or a model: the same records give the same figures.
+the same tokens); speed figures from every repetition, paired turn by turn. Every figure that is a
+ratio (throughput, a speedup, block efficiency, acceptance by depth) is a ratio of totals over units
+(`stats.ratio_of_totals`): sums over prompts (or units), then divided. Nothing here reads a clock or a
+model: the same records give the same figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
-import torch
-
-from speculab.measure import Sample, Timings, paired_ratios, throughputs
+from speculab.measure import Sample, Timings, UnitTotals, paired_ratios
+from speculab.paired import PromptSums
 from speculab.records import PromptRecord, RunResult, concat_runs
 from speculab.results.names import BASELINE_AR, Figures, compare_key
-from speculab.stats import Estimate, mean_estimate, median_estimate, ratio_estimate
+from speculab.results.ratios import speedup, throughput
+from speculab.stats import Estimate, Totals, median_estimate, ratio_of_totals
 
 PHASES = ("draft", "target", "verify", "other")  # the wall time's split: `time_<phase>_s`, `share_<phase>`
 
@@ -60,11 +61,17 @@ def run_figures(run: RunResult) -> Figures:
     return Figures(figures) | acceptance_by_depth(run)
 
 
+def per_prompt_ratio(numerators: list[float], denominators: list[float]) -> Estimate:
+    """An acceptance figure: a ratio of sums over prompts, with its bootstrap-t interval over prompts
+    from MIN_CLUSTERS prompts on and the ratio estimator's standard error below."""
+    return ratio_of_totals(Totals.of((1, numerators), (-1, denominators)), se_below=True)
+
+
 def per_round(run: RunResult, count: Callable[[PromptRecord], int]) -> Estimate:
     """A count per sequence-round (kept tokens: block efficiency; accepted tokens), as a ratio of sums
-    over prompts with the ratio estimator's interval. ``count``: a prompt's total of the count."""
+    over prompts. ``count``: a prompt's total of the count."""
     prompts = [p for p in run.prompts if p.accepted]
-    return ratio_estimate([float(count(p)) for p in prompts], [float(len(p.accepted)) for p in prompts])
+    return per_prompt_ratio([float(count(p)) for p in prompts], [float(len(p.accepted)) for p in prompts])
 
 
 def first_position(run: RunResult) -> dict[str, float]:
@@ -100,9 +107,9 @@ def acceptance_by_depth(run: RunResult) -> Figures:
     for j in range(1, L + 1):
         # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
         overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
-        figures[f"alpha_{j}"] = ratio_estimate(reached[j], reached[j - 1])
-        figures[f"position_{j}"] = ratio_estimate(reached[j], reached[0])  # over every round, as vLLM counts
-        figures[f"overlap_{j}"] = ratio_estimate(overlap, reached[j - 1])
+        figures[f"alpha_{j}"] = per_prompt_ratio(reached[j], reached[j - 1])
+        figures[f"position_{j}"] = per_prompt_ratio(reached[j], reached[0])  # over every round, as vLLM counts
+        figures[f"overlap_{j}"] = per_prompt_ratio(overlap, reached[j - 1])
     figures |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
     if any(p.left_chain for p in prompts):
         figures["left_chain"] = sum(sum(p.left_chain) for p in prompts) / rounds
@@ -111,22 +118,28 @@ def acceptance_by_depth(run: RunResult) -> Figures:
 
 def speed_figures(timings: Timings, spec: str, ar: str | None, hf: str | None) -> Figures:
     """The point's speed from interleaved timings of the speculative method `spec` and its baselines
-    (None: not run): tokens_per_s and the speedups with their intervals, and the CPU-time speedup."""
-    rate = median_estimate(throughputs(timings[spec]))
+    (None: not run): its throughput and its speedups over each baseline (total tokens over total
+    seconds, paired by unit and repetition: the field's figure) with their intervals; the CPU-time
+    speedup; a typical unit's speedup (the median of per-unit paired ratios) beside each."""
+    own = UnitTotals.of(timings[spec])
+    rate = ratio_of_totals(throughput(own))
     figures: dict[str, Estimate | float] = {"tokens_per_s": rate, "ms_per_token": 1000.0 / rate.value}
     figures["units"] = float(len(timings[spec]))
-    if ar is not None:
-        figures["speedup_vs_ar"] = median_estimate(paired_ratios(timings[spec], timings[ar]))
-        figures["speedup_vs_ar_cpu"] = median_estimate(paired_ratios(timings[spec], timings[ar], cpu=True)).value
-    if hf is not None:
-        figures["speedup_vs_hf"] = median_estimate(paired_ratios(timings[spec], timings[hf]))
+    for key, baseline in (("ar", ar), ("hf", hf)):
+        if baseline is None:
+            continue
+        other = UnitTotals.of(timings[baseline])
+        figures[f"speedup_vs_{key}"] = ratio_of_totals(speedup(own, other))
+        figures[f"typical_speedup_vs_{key}"] = median_estimate(paired_ratios(timings[spec], timings[baseline]))
+        if key == "ar":
+            figures["speedup_vs_ar_cpu"] = ratio_of_totals(speedup(own, other, cpu=True)).value
     return Figures(figures)
 
 
 def baseline_speed(samples: list[list[Sample]]) -> Figures:
-    """A baseline's tokens_per_s (the median over units, as the point's own) and ms_per_token; its
-    interval is the point's speedup's, which pairs it with the point's own decodes."""
-    rate = median_estimate(throughputs(samples)).value
+    """A baseline's tokens_per_s (total tokens over total seconds, as the point's own) and ms_per_token;
+    its interval is the point's speedup's, which pairs it with the point's own decodes."""
+    rate = ratio_of_totals(throughput(UnitTotals.of(samples))).value
     return Figures({"tokens_per_s": rate, "ms_per_token": 1000.0 / rate})
 
 
@@ -137,11 +150,11 @@ def autoregressive_figures(runs: list[RunResult], samples: list[list[Sample]]) -
 
 def generate_figures(tokens: list[list[int]], timings: Timings, paired_with_ar: bool) -> Figures:
     """transformers' generate as a baseline: what it generated, its speed and, beside the engine's loop,
-    its own paired speedup over it (the sweep plot's reference line)."""
+    its own speedup over it (the sweep plot's reference line)."""
     figures = Figures({"generated_tokens": float(sum(map(len, tokens)))}) | baseline_speed(timings["generate"])
     if paired_with_ar:
-        ratio = median_estimate(paired_ratios(timings["generate"], timings["autoregressive"])).value
-        figures |= {"speedup_vs_ar": ratio}
+        own, ar = UnitTotals.of(timings["generate"]), UnitTotals.of(timings["autoregressive"])
+        figures |= {"speedup_vs_ar": ratio_of_totals(speedup(own, ar)).value}
     return figures
 
 
@@ -166,15 +179,23 @@ def acceptance_histogram(run: RunResult) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
-def paired_figures(units: dict[str, torch.Tensor], configured: str) -> Figures:
-    """`compare/<verifier>/...` figures, each with its standard error over sequence-rounds: accepted
-    length, block efficiency (1 + accepted, the untruncated tokens per round) and the paired
-    difference from ``configured``."""
+def paired_figures(sums: PromptSums, configured: str) -> Figures:
+    """`compare/<verifier>/...` figures, ratios of sums over prompts (`per_prompt_ratio`): the mean
+    accepted length, the acceptance length (1 + accepted: the untruncated tokens a round) and, against
+    ``configured``, the ratio of its acceptance length to the configured verifier's on the same drafts,
+    paired prompt by prompt (`results.verdicts.compared` says which differ)."""
+    rounds = sums.rounds.tolist()
     figures: dict[str, Estimate] = {}
-    for name, values in units.items():
-        accepted = mean_estimate(values.tolist())
-        figures[compare_key(name, "accepted_mean")] = accepted
-        figures[compare_key(name, "block_efficiency")] = replace(accepted, value=1.0 + accepted.value)
+    for name, accepted in sums.accepted.items():
+        figures[compare_key(name, "accepted_mean")] = per_prompt_ratio(accepted.tolist(), rounds)
+        figures[compare_key(name, "acceptance_length")] = per_prompt_ratio((accepted + sums.rounds).tolist(), rounds)
         if name != configured:
-            figures[compare_key(name, "diff_block_efficiency")] = mean_estimate((values - units[configured]).tolist())
+            figures[compare_key(name, "relative")] = ratio_of_totals(relative(sums, name, configured), se_below=True)
     return Figures(figures)
+
+
+def relative(sums: PromptSums, name: str, configured: str) -> Totals:
+    """`name`'s acceptance length over `configured`'s, on the same drafts: sums paired by prompt."""
+    return Totals.of(
+        (1, (sums.accepted[name] + sums.rounds).numpy()), (-1, (sums.accepted[configured] + sums.rounds).numpy())
+    )

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from speculab.stats import MEDIAN, RATIO, STANDARD_ERROR, Estimate
+from speculab.stats import BOOTSTRAP_T, MEDIAN, MIN_CLUSTERS, RATIO, Estimate
 
 LOW, HIGH, SE = "_ci_low", "_ci_high", "_se"  # an interval's ends and a standard error, after the MLflow name
 
@@ -28,46 +28,67 @@ class Metric:
     key: str  # the code's and the console's name; `<j>`, `<n>`, `<verifier>`, `<what>`: a family
     mlflow: str  # the name logged to MLflow
     meaning: str
-    spread: str = ""  # how its spread is found (`speculab.stats`): an interval (`<mlflow>_ci_low`, `_ci_high`)
-    se: str = ""  # or a standard error, its MLflow name where it is not `<mlflow>_se`
+    spread: str = ""  # how its interval is found (`speculab.stats`): `<mlflow>_ci_low`, `_ci_high` beside it
+    over: str = ""  # the count it is a figure over (`units` or `prompts`), where it has a spread
 
 
+PER_PROMPT = dict(spread=BOOTSTRAP_T, over="prompts")  # an acceptance figure: a ratio of sums over prompts
+PER_UNIT = dict(spread=BOOTSTRAP_T, over="units")  # a speed figure: a ratio of totals over units
+TYPICAL = dict(spread=MEDIAN, over="units")  # a typical unit's figure: a median over units
 METRICS: tuple[Metric, ...] = (
     Metric(
-        "block_efficiency", "block_efficiency", "kept tokens per sequence-round (per target call per sequence)", RATIO
+        "block_efficiency",
+        "block_efficiency",
+        "kept tokens per sequence-round (per target call per sequence): kept tokens over sequence-rounds, summed "
+        "over prompts",
+        **PER_PROMPT,
     ),
     Metric(
         "tokens_per_s",
         "tokens_per_s",
-        "kept tokens per wall second, prefill included: the median over prompts (units of a batch) of each one's "
-        "median over measure.repeats interleaved repetitions",
-        MEDIAN,
+        "throughput: kept tokens over wall seconds, prefill included, totalled over every unit and measure.repeats "
+        "interleaved repetition",
+        **PER_UNIT,
     ),
     Metric(
         "speedup_vs_ar",
         "speedup_vs_ar",
-        "over the engine's own autoregressive loop: the median over prompts of paired throughput ratios, each "
-        "of two decodes run back to back (docs/measuring.md)",
-        MEDIAN,
+        "the throughput speedup over the engine's own autoregressive loop (the field's figure): the point's "
+        "tokens_per_s over the loop's, both totalled over the same units and repetitions, each unit's two decodes "
+        "run back to back (docs/measuring.md)",
+        **PER_UNIT,
+    ),
+    Metric(
+        "typical_speedup_vs_ar",
+        "typical/speedup_vs_ar",
+        "a typical unit's speedup over the engine's autoregressive loop: the median over units of each unit's "
+        "paired throughput ratio (its median over repetitions); differs from speedup_vs_ar where units differ",
+        **TYPICAL,
     ),
     Metric(
         "speedup_vs_ar_cpu",
         "speedup_vs_ar_cpu",
-        "the same paired ratio in tokens per CPU second (this process and the model actors): robust to a busy machine",
+        "speedup_vs_ar in tokens per CPU second (this process and the model actors): what a busy machine moves least",
     ),
     Metric(
         "speedup_vs_hf",
         "speedup_vs_hf",
-        "over transformers' generate on the same target: paired like speedup_vs_ar",
-        MEDIAN,
+        "the throughput speedup over transformers' generate on the same target, totalled like speedup_vs_ar",
+        **PER_UNIT,
     ),
-    Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round", RATIO),
+    Metric(
+        "typical_speedup_vs_hf",
+        "typical/speedup_vs_hf",
+        "a typical unit's speedup over transformers' generate: the median of per-unit paired ratios",
+        **TYPICAL,
+    ),
+    Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round", **PER_PROMPT),
     Metric(
         "acceptance_length",
         "acceptance_length",
         "mean acceptance length with the bonus token, 1 + accepted_mean (vLLM's mean acceptance length, "
         "SGLang's accept length): block_efficiency before eos or max-new-tokens cut a round",
-        RATIO,
+        **PER_PROMPT,
     ),
     Metric(
         "first_accept_rate",
@@ -119,7 +140,7 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
         "accept/alpha_<j>",
         "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
         "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
-        RATIO,
+        **PER_PROMPT,
     ),
     Metric(
         "overlap_<j>",
@@ -127,7 +148,7 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
         "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
         "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
         "one sampled path; a DDTree's q_j is its depth-j marginal)",
-        RATIO,
+        **PER_PROMPT,
     ),
     Metric(
         "position_<j>",
@@ -135,7 +156,7 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
         "per-position acceptance rate: sequence-rounds that accepted the depth-j draft token over all "
         "sequence-rounds (tau >= j; vLLM's num_accepted_tokens_per_pos / num_drafts, as SPEED-Bench reports "
         "it): unconditional, unlike alpha_<j>; they sum over j to accepted_mean",
-        RATIO,
+        **PER_PROMPT,
     ),
     Metric("hist_<n>", "accept/hist_<n>", "share of sequence-rounds that accepted exactly n draft tokens, n = 0..L"),
     Metric(
@@ -173,23 +194,24 @@ COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compa
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
     Metric(
-        "compare/<verifier>/block_efficiency",
-        "compare/<verifier>/block_efficiency",
-        "algorithm.compare: the verifier's block efficiency on the run's own drafts (1 + its accepted_mean)",
-        STANDARD_ERROR,
+        "compare/<verifier>/acceptance_length",
+        "compare/<verifier>/acceptance_length",
+        "algorithm.compare: the verifier's acceptance length (1 + its accepted_mean, before eos or max-new-tokens "
+        "cut a round) on the run's own drafts, averaged over compare_repeats verifications of each",
+        **PER_PROMPT,
     ),
     Metric(
         "compare/<verifier>/accepted_mean",
         "compare/<verifier>/accepted_mean",
-        "algorithm.compare: the verifier's mean accepted length on the run's own drafts",
-        STANDARD_ERROR,
-        se="compare/<verifier>/accepted_se",
+        "algorithm.compare: the verifier's mean accepted draft tokens a round on the run's own drafts",
+        **PER_PROMPT,
     ),
     Metric(
-        "compare/<verifier>/diff_block_efficiency",
-        "compare/<verifier>/diff_block_efficiency",
-        "algorithm.compare: its block efficiency minus the configured verifier's, paired round by round",
-        STANDARD_ERROR,
+        "compare/<verifier>/relative",
+        "compare/<verifier>/relative",
+        "algorithm.compare: its acceptance_length over the configured verifier's on the same drafts, paired prompt "
+        "by prompt (docs/algorithms.md, Paired comparison)",
+        **PER_PROMPT,
     ),
 )
 COMPARED = tuple(m.key.rsplit("/", 1)[1] for m in PAIRED_METRICS if m.key.startswith(COMPARE))  # per verifier
@@ -200,7 +222,14 @@ LIVE_METRICS: tuple[Metric, ...] = tuple(
 EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
 
 # The headline figures, in the order every table, description and view shows them: the ranking figure first.
-HEADLINE = ("speedup_vs_ar", "speedup_vs_hf", "tokens_per_s", "block_efficiency", "accepted_mean")
+HEADLINE = (
+    "speedup_vs_ar",
+    "typical_speedup_vs_ar",
+    "speedup_vs_hf",
+    "tokens_per_s",
+    "block_efficiency",
+    "accepted_mean",
+)
 # What a pass shows without timing it: a failed point logs these for the units it finished.
 UNTIMED = (
     "block_efficiency",
@@ -339,14 +368,8 @@ def flatten(figures: Mapping[str, Estimate], prefix: str = "") -> dict[str, floa
         if estimate.has_interval:
             metrics |= {name + LOW: _logged(estimate.low), name + HIGH: _logged(estimate.high)}
         if estimate.has_se:
-            metrics[se_name(key) if not prefix else name + SE] = _logged(estimate.se)
+            metrics[name + SE] = _logged(estimate.se)
     return metrics
-
-
-def se_name(key: str) -> str:
-    """The MLflow name of a figure's standard error: `<mlflow name>_se`, or its row's own name."""
-    metric, hole = lookup(key)
-    return _fill(metric.se, hole) if metric.se else mlflow_name(key) + SE
 
 
 def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
@@ -363,8 +386,8 @@ def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
             continue
         metric = lookup(key)[0]
         low, high = logged.get(name + LOW, math.nan), logged.get(name + HIGH, math.nan)
-        se = logged.get(name + SE if prefix else se_name(key), math.nan)
-        method = metric.spread if not math.isnan(low + high) or not math.isnan(se) else ""
+        se = logged.get(name + SE, math.nan)
+        method = metric.spread if not math.isnan(low + high) else RATIO if not math.isnan(se) else ""
         figures[key] = Estimate(value, low, high, _units(logged, metric, prefix), method, se)
     return Figures(figures)
 
@@ -372,7 +395,7 @@ def parse(logged: Mapping[str, float], prefix: str = "") -> Figures:
 def _units(logged: Mapping[str, float], metric: Metric, prefix: str) -> int:
     """What a read-back estimate is over, from the counts the run logged beside it: the units timed for a
     speed figure, the prompts for an acceptance figure (0: not known)."""
-    count = {MEDIAN: "units", RATIO: "prompts"}.get(metric.spread)
+    count = metric.over
     name = (prefix + count if prefix else mlflow_name(count)) if count else ""
     return int(logged.get(name, 0))
 
@@ -392,8 +415,10 @@ def names_markdown() -> str:
         beside = ""
         if m.spread == MEDIAN:
             beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}"
-        elif m.spread:
-            beside = f"; beside it `{m.se or m.mlflow + SE}`: the {m.spread}"
+        elif m.spread == BOOTSTRAP_T:
+            beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}, from {MIN_CLUSTERS} {m.over} on"
+            if m.over == "prompts":
+                beside += f" (below: `{m.mlflow}{SE}`, the {RATIO})"
         lines.append(f"| `{m.key}` | `{m.mlflow}` | {m.meaning}{beside} |")
     lines += [
         f"| (baseline) | `{AR_PREFIX}<key>` | the engine's autoregressive loop's {', '.join(BASELINE_AR)} |",

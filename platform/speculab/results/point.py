@@ -9,13 +9,15 @@ tree algorithm, and the budget for a best-first tree only (a chain has none).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from speculab.algorithms import ALGORITHMS, method_label
 from speculab.config import Config
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
+from speculab.measure import UnitTotals
 from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, parse
 
 
@@ -127,23 +129,71 @@ class PointShape:
         )
 
 
+UNITS_ARTIFACT = "units.json"  # a point's `PointUnits`, logged with its run
+
+
+@dataclass(frozen=True)
+class PointUnits:
+    """What a point measured unit by unit: each unit's prompt ids and each method's sums
+    (`measure.UnitTotals`; None: not run). Its comparisons with its baselines and with other points
+    pair on these units (`results.verdicts`); a run logs them as UNITS_ARTIFACT, so a resumed sweep
+    and the report compare points measured in other processes."""
+
+    prompts: tuple[tuple[str, ...], ...]  # [unit]: the ids of the prompts one batch decodes together
+    speculative: UnitTotals
+    autoregressive: UnitTotals | None = None
+    generate: UnitTotals | None = None
+    kept: tuple[float, ...] = ()  # [prompt]: tokens the speculative decode kept (block efficiency's numerator)
+    rounds: tuple[float, ...] = ()  # [prompt]: its sequence-rounds (the denominator)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> PointUnits:
+        found = json.loads(text)
+
+        def totals(key: str) -> UnitTotals | None:
+            sums = found.get(key)
+            return None if sums is None else UnitTotals(*(tuple(sums[f]) for f in ("tokens", "wall_s", "cpu_s")))
+
+        speculative = totals("speculative")
+        assert speculative is not None  # every point decodes speculatively
+        units = tuple(tuple(unit) for unit in found["prompts"])
+        per_prompt = (tuple(found.get(key, ())) for key in ("kept", "rounds"))
+        return cls(units, speculative, totals("autoregressive"), totals("generate"), *per_prompt)
+
+    @property
+    def prompt_ids(self) -> tuple[str, ...]:
+        """Every prompt's id, in order (what per-prompt sums pair on)."""
+        return tuple(i for unit in self.prompts for i in unit)
+
+    @property
+    def batch_size(self) -> int:
+        return max(map(len, self.prompts), default=1)
+
+
 @dataclass(frozen=True)
 class PointResult:
-    """A finished point: its shape, its own figures and its baselines' (None: not run), and whether it
-    finished in an earlier launch of a resumed sweep (its figures then read back from its run)."""
+    """A finished point: its shape, its own figures and its baselines' (None: not run), what it measured
+    unit by unit (None: a run logged before units were kept), and whether it finished in an earlier
+    launch of a resumed sweep (its figures then read back from its run)."""
 
     shape: PointShape
     figures: Figures
     autoregressive: Figures | None = None
     generate: Figures | None = None
+    units: PointUnits | None = None
     resumed: bool = False
 
     @classmethod
-    def from_logged(cls, shape: PointShape, logged: Mapping[str, float], resumed: bool = False) -> PointResult:
-        """A point's result read back from the metrics its run logged (MLflow names): a point a resumed
-        sweep skips, or a run the report reads."""
+    def from_logged(
+        cls, shape: PointShape, logged: Mapping[str, float], units: PointUnits | None = None, resumed: bool = False
+    ) -> PointResult:
+        """A point's result read back from the metrics its run logged (MLflow names) and its units: a
+        point a resumed sweep skips, or a run the report reads."""
         ar, hf = parse(logged, AR_PREFIX), parse(logged, HF_PREFIX)
-        return cls(shape, parse(logged), ar or None, hf or None, resumed)
+        return cls(shape, parse(logged), ar or None, hf or None, units, resumed)
 
     @property
     def generate_vs_ar(self) -> float:

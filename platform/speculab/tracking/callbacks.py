@@ -33,22 +33,14 @@ from speculab.config import ConfigError, RunPlan, TrackingConfig, resolve, track
 from speculab.config.overrides import composition_problem, with_range
 from speculab.config.schema import job_config
 from speculab.results.point import FailedPoint, PointResult, PointShape
+from speculab.results.verdicts import SweepAnswer, baselines_sentence, leader_sentence, sweep_answer
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.resume import point_id
 from speculab.tracking.runs import SWEEP_ID, spool_dir, write_parent_file
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, SpooledRun
-from speculab.tracking.sweep import (
-    SweepVerdict,
-    against_baselines,
-    best_metrics,
-    labels,
-    shared_name,
-    sweep_name,
-    verdict,
-    verdict_line,
-)
+from speculab.tracking.sweep import best_metrics, labels, shared_name, sweep_name
 from speculab.tracking.sweep_page import (
     failure_line,
     ranking_table,
@@ -190,12 +182,12 @@ class MlflowSweepCallback(Callback):
         if self.parent is None:
             return
         overrides = " ".join(config.hydra.overrides.task)
-        found = verdict(self.points) if self.points else None
-        if self.points:
+        found = sweep_answer(self.points) if self.points else None
+        if found is not None:
             self.parent.log_table(table_rows(self.points), "sweep_points.json")
             self.parent.log_text(sweep_markdown(self.points), "sweep_table.md")
             self.parent.log_text(sweep_csv(self.points), "sweep_table.csv")
-            self.parent.log_figure(sweep_figure(self.points), "sweep_points.png")
+            self.parent.log_figure(sweep_figure(found), "sweep_points.png")
             self.log_acceptance()
         if found is not None:
             self.parent.log_metrics(best_metrics(found))
@@ -224,13 +216,15 @@ class MlflowSweepCallback(Callback):
             self.parent.log_text(depth_markdown(curves), "acceptance_by_depth.md")
             self.parent.log_text(depth_csv(curves), "acceptance_by_depth.csv")
 
-    def print_ranking(self, found: SweepVerdict) -> None:
-        """The top points with their intervals, and the best point's run (or the tie) in one line."""
-        title = f"sweep ranking by {found.key} (median, 95% interval over prompts)"
-        console().print(ranking_table(self.points, title))
-        print(f"speculab: {verdict_line(found, labels(self.points)).replace('**', '')}")
-        if counts := against_baselines(self.points):
+    def print_ranking(self, found: SweepAnswer) -> None:
+        """The top points with their intervals, the verdict in one line (the fastest point's run, or the
+        points not separated from the leader) and the points against each baseline."""
+        title = f"sweep ranking by {found.key} (totals over units, 95% intervals)"
+        console().print(ranking_table(found, title))
+        short = labels(self.points)
+        print(f"speculab: {leader_sentence(found, lambda point: short[point.shape.name]).replace('**', '')}")
+        if counts := baselines_sentence(found):
             print(f"speculab: {counts}")
-        best = self.point_ids[self.points.index(found.best)] if found.best is not None else None
+        best = next((i for p, i in zip(self.points, self.point_ids) if p is found.best), None)
         if self.parent is not None and best is not None and (link := point_link(self.parent, best, self.ui_port)):
             print(f"speculab: best point's run: {link}")

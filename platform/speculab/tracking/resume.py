@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+from mlflow.tracking import MlflowClient
+
 from speculab.config import NOT_IDENTITY, Config, tracking_uri
+from speculab.results.point import UNITS_ARTIFACT, PointUnits
 from speculab.tracking.spool import DEFAULT_ROOTS, POINT_TAG, fail_fast, read_spool, spool_files
 from speculab.tracking.store import store_client
+
+PROGRESS_BAR = MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name
 
 
 def point_id(cfg: Config) -> str:
@@ -31,10 +39,21 @@ def point_id(cfg: Config) -> str:
 
 @dataclass(frozen=True)
 class Finished:
-    """Where a point already finished, and that run's final metrics (MLflow names)."""
+    """Where a point already finished, that run's final metrics (MLflow names) and what it measured unit
+    by unit (None: a run logged before units were kept)."""
 
     where: str  # an MLflow run id, or the path of a spool
     metrics: dict[str, float]
+    units: PointUnits | None = None
+
+
+def logged_units(client: MlflowClient, run_id: str) -> PointUnits | None:
+    """A run's UNITS_ARTIFACT, None where it has none."""
+    os.environ.setdefault(PROGRESS_BAR, "false")  # a resumed sweep's console is no place for download bars
+    if UNITS_ARTIFACT not in {a.path for a in client.list_artifacts(run_id)}:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        return PointUnits.from_json(Path(client.download_artifacts(run_id, UNITS_ARTIFACT, folder)).read_text())
 
 
 def store_key(uri: str) -> str:
@@ -58,9 +77,10 @@ def finished_in_store(cfg: Config, point: str) -> Finished | None:
             return None
         query = f"tags.`{POINT_TAG}` = '{point}' and attributes.status = 'FINISHED'"
         runs = client.search_runs([experiment.experiment_id], query, max_results=1)
+        units = logged_units(client, runs[0].info.run_id) if runs else None
     except Exception:  # store down: the spools still answer
         return None
-    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics)) if runs else None
+    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics), units) if runs else None
 
 
 def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str) -> Finished | None:
@@ -77,10 +97,13 @@ def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str)
         if store_key(str(start.get("uri", ""))) != store:
             continue
         metrics: dict[str, float] = {}
+        units = None
         for record in records:
             if record.get("op") == "metrics":
                 metrics |= record["metrics"]
-        return Finished(str(path), metrics)
+            if record.get("op") == "text" and record.get("artifact") == UNITS_ARTIFACT:
+                units = PointUnits.from_json(record["text"])
+        return Finished(str(path), metrics, units)
     return None
 
 

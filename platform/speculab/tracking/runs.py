@@ -63,8 +63,21 @@ def sweep_parent() -> RunRef | None:
     return RunRef(**json.loads(parent.read_text()))
 
 
-def start_point_run(plan: RunPlan, point: str, shape: PointShape) -> SpooledRun:
-    """Create the point's run now (RUNNING, params, tags, description), nested under the sweep's parent."""
+PARAM_LIMIT = 6000  # characters of a param's value MLflow keeps
+PROMPT_IDS = "dataset.prompt_ids"  # which prompts the point decodes (a sample: `dataset.sample_seed`)
+
+
+def prompt_ids_param(ids: list[str]) -> str:
+    """The prompts' ids, comma-separated, cut at a whole id within MLflow's limit saying how many there are."""
+    text = ",".join(ids)
+    if len(text) <= PARAM_LIMIT:
+        return text
+    return f"{text[: text.rfind(',', 0, PARAM_LIMIT - 80)]},… ({len(ids)} in all; units.json lists every one)"
+
+
+def start_point_run(plan: RunPlan, point: str, shape: PointShape, prompt_ids: list[str]) -> SpooledRun:
+    """Create the point's run now (RUNNING, params with the ids of the prompts it decodes, tags,
+    description), nested under the sweep's parent."""
     cfg, job = plan.cfg, jobs.current()
     beside = {REPLICA_TAG: f"{job.replica + 1} of {job.replicas}"} if job.replicas > 1 else {}
     tags = {
@@ -88,5 +101,6 @@ def start_point_run(plan: RunPlan, point: str, shape: PointShape) -> SpooledRun:
         sweep_parent(),
         experiment_tags(),
     )
-    run.log_params(flat_params({key: value for key, value in asdict(cfg).items() if key not in NOT_PARAMS}))
+    params = flat_params({key: value for key, value in asdict(cfg).items() if key not in NOT_PARAMS})
+    run.log_params(params | {PROMPT_IDS: prompt_ids_param(prompt_ids)})
     return run

@@ -1,5 +1,6 @@
 """What the console shows of a finished point: its figures beside its baselines', a sentence per
-speedup saying whether it is distinguishable from its baseline, and the paired comparison's table."""
+speedup with its verdict (`results.verdicts`: faster, slower or inconclusive), and the paired
+comparison's table."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ from rich.table import Table
 from speculab.config.sampling import GENERATE_FORMS
 from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance
 from speculab.results.point import PointResult
-from speculab.stats import MIN_UNITS
+from speculab.results.verdicts import OVER, Verdict, baseline_sentence, call_words, run_verdicts
+from speculab.stats import MIN_CLUSTERS, MIN_UNITS
 from speculab.tracking.console import show
 
 GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
-# What a speedup is over, for the sentence that says whether its interval lies above, below or around 1
-# (generate's form, `measure.generate`, named after it).
-SPEEDUP_OVER = {"speedup_vs_ar": "the autoregressive baseline", "speedup_vs_hf": "transformers' generate"}
 NO_DRAFT = ("kv_peak_mb_draft",)  # a baseline has no draft: its column stays empty there
 
 
@@ -52,30 +51,26 @@ def summary_rows(figures: Figures) -> tuple[list[str], list[str]]:
 
 def generate_name(form: str) -> str:
     """transformers' generate named with its form (a resolved `measure.generate`)."""
-    return f"{SPEEDUP_OVER['speedup_vs_hf']} ({GENERATE_FORMS[form]})"
+    return f"{OVER['speedup_vs_hf']} ({GENERATE_FORMS[form]})"
 
 
-def speedup_verdicts(figures: Figures, generate_form: str = "eager") -> list[str]:
-    """One sentence per speedup: faster than, slower than, or not distinguishable from its baseline, as
-    its interval lies above 1, below 1 or around it; too few prompts to tell where it has none."""
-    lines = []
-    over = SPEEDUP_OVER | {"speedup_vs_hf": generate_name(generate_form)}
-    for key, baseline in over.items():
-        speedup = figures.get(key)
-        if speedup is None:
-            continue
-        if not speedup.has_interval:
-            lines.append(f"{key} {speedup}: too few prompts to tell (n = {speedup.n}, needs at least {MIN_UNITS})")
-            continue
-        verdict = (
-            f"faster than {baseline}"
-            if speedup.low > 1
-            else f"slower than {baseline}"
-            if speedup.high < 1
-            else f"not distinguishable from {baseline} (the interval includes 1)"
-        )
-        lines.append(f"{key} {speedup}: {verdict}")
-    return lines
+def speedup_verdicts(result: PointResult, generate_form: str = "eager") -> list[str]:
+    """One sentence per speedup: faster than, slower than or inconclusive against its baseline
+    (`results.verdicts.run_verdicts`), or too few units to tell."""
+    over = OVER | {"speedup_vs_hf": generate_name(generate_form)}
+    verdicts = run_verdicts(result)
+    return [baseline_sentence(key, v, over[key], result.shape.batch_size) for key, v in verdicts.items()]
+
+
+def summary_title(result: PointResult, repeats: int) -> str:
+    """The table's title: the point, how it was timed and what its intervals are over, where it has any."""
+    units = result.figures.value("units")
+    spread = (
+        f", 95% intervals over {int(units)} {'prompts' if result.shape.batch_size == 1 else 'units'}"
+        if units >= min(MIN_CLUSTERS, MIN_UNITS)
+        else ""
+    )
+    return f"{result.shape.name} · totals of {repeats} interleaved repetition(s){spread}"
 
 
 def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
@@ -111,21 +106,27 @@ def print_summary(title: str, result: PointResult, caption: str = "", generate_f
     if result.generate is not None:
         columns[f"generate, {generate_form}"] = result.generate
     table = summary_table(title, result.figures, columns, caption)
-    show(table, *speedup_verdicts(result.figures, generate_form), f"every row explained: {GLOSSARY}")
+    show(table, *speedup_verdicts(result, generate_form), f"every row explained: {GLOSSARY}")
 
 
-def paired_table(figures: Figures, configured: str, repeats: int) -> Table:
-    """The console's side-by-side table of `paired_figures`."""
+def paired_table(figures: Figures, configured: str, repeats: int, verdicts: dict[str, Verdict]) -> Table:
+    """The console's side-by-side table of `paired_figures`, each compared verifier's ratio to the
+    configured one with its verdict (`results.verdicts.compared`: one family)."""
     names = compared_verifiers(figures)
-    table = Table(title=f"paired comparison on the same drafts ({repeats} verifications each, ± standard error)")
-    for column in ("verifier", "block efficiency", "accepted", f"minus {configured}"):
-        table.add_column(column, justify="left" if column == "verifier" else "right")
+    table = Table(
+        title=f"paired comparison on the same drafts ({repeats} verifications each; 95% intervals over prompts)",
+        caption=f"over {configured}: higher, lower or inconclusive, Holm over {len(verdicts)} tests, 5% family-wise",
+    )
+    for column in ("verifier", "acceptance length", "accepted", f"over {configured}", "verdict"):
+        table.add_column(column, justify="left" if column in ("verifier", "verdict") else "right")
     for name in names:
-        diff = "-" if name == configured else f"{figures[compare_key(name, 'diff_block_efficiency')]:+.4f}"
+        ratio = "-" if name == configured else f"{figures[compare_key(name, 'relative')]:.4f}"
+        verdict = "-" if name == configured else call_words(verdicts[name], "higher", "lower")
         table.add_row(
             name,
-            f"{figures[compare_key(name, 'block_efficiency')]:.4f}",
+            f"{figures[compare_key(name, 'acceptance_length')]:.4f}",
             f"{figures[compare_key(name, 'accepted_mean')]:.4f}",
-            diff,
+            ratio,
+            verdict,
         )
     return table

@@ -1,6 +1,7 @@
-"""What a sweep's parent run shows of its answer (`tracking.sweep`): one row per finished point,
-ranked, as markdown, CSV and a console table, a chart of the points, and a description that opens
-with the verdict. A point that a resumed sweep (`resume=true`) skipped returns the figures its
+"""What a sweep's parent run shows of its answer (`results.verdicts.sweep_answer`): one row per
+finished point, ranked, as markdown, CSV and a console table (with the leader's ratio over each
+point and its verdict), a chart of the points, and a description that opens with the verdict. A
+point that a resumed sweep (`resume=true`) skipped returns the figures its
 earlier run logged, so the parent of the resumed launch still reports every point of the sweep,
 those rows marked `resumed`.
 """
@@ -19,18 +20,17 @@ from rich.table import Table
 
 from speculab.results.names import HEADLINE, HF_PREFIX
 from speculab.results.point import FailedPoint, PointResult
-from speculab.tracking.sweep import (
-    against_baselines,
-    cell,
-    figure,
-    labels,
-    rank_key,
+from speculab.results.verdicts import (
+    SweepAnswer,
+    Verdict,
+    baselines_sentence,
+    call_words,
+    leader_sentence,
     ranked,
-    ranking_line,
-    shared_name,
-    verdict,
-    verdict_line,
+    sweep_answer,
 )
+from speculab.stats import ratio_text
+from speculab.tracking.sweep import cell, figure, labels, ranking_line, shared_name
 
 TOP = 10  # rows of the ranking the console shows; beyond, it says how many more and where they are
 RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
@@ -82,31 +82,40 @@ def sweep_csv(points: list[PointResult]) -> str:
     return out.getvalue()
 
 
-def ranking_table(points: list[PointResult], title: str) -> Table:
-    """The console's end of a sweep: the top points with their intervals, named by what sets them apart
-    (what they share is the caption)."""
-    key = rank_key(points)
+LEADER_OVER = "#1 over it"  # the ranking's column: the leader's ratio over the point, and its verdict
+
+
+def leader_cell(verdict: Verdict) -> str:
+    """The leader's ratio over a point with its interval and verdict: `1.08 [1.03, 1.13] faster`."""
+    return f"{ratio_text(verdict.ratio)} {call_words(verdict)}"
+
+
+def ranking_table(answer: SweepAnswer, title: str) -> Table:
+    """The console's end of a sweep: the top points with their intervals and the leader's ratio over
+    each with its verdict, named by what sets them apart (what they share is the caption)."""
+    points, key = answer.ranked, answer.key
     shared = f"every point: {shared_name(points)}" if shared_name(points) else ""
     rest = (
         f"top {TOP} of {len(points)} points; all of them: the parent run's sweep_table.md" if len(points) > TOP else ""
     )
     table = Table(title=title, caption="\n".join(filter(None, (rest, shared))) or None)
     other = "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf"
-    for column in ("#", "point", key, other, "block eff."):
+    for column in ("#", "point", key, LEADER_OVER, other, "block eff."):
         table.add_column(column, justify="left" if column == "point" else "right")
     short = labels(points)
-    for place, point in enumerate(ranked(points)[:TOP], start=1):
-        cells = (cell(point, key), cell(point, other), f"{figure(point, 'block_efficiency').value:.3g}")
+    versus = ["", *(leader_cell(v) for v in answer.versus)]
+    for place, (point, over) in enumerate(zip(points[:TOP], versus), start=1):
+        cells = (cell(point, key), over, cell(point, other), f"{figure(point, 'block_efficiency').value:.3g}")
         table.add_row(str(place), short[point.shape.name], *cells)
     return table
 
 
-def sweep_figure(points: list[PointResult]) -> Figure:
-    """The ranking key per point (best on top) with its 95% interval, each point labelled with its
-    block efficiency; on the speedup axis, reference lines at 1 (autoregressive) and at
-    transformers' generate, the legend below the axes so that it hides no bar."""
-    key = rank_key(points)
-    ordered = ranked(points)[::-1]
+def sweep_figure(answer: SweepAnswer) -> Figure:
+    """The ranking key per point (first on top) with its 95% interval, each point labelled with its
+    block efficiency, the title saying what the verdict is; on the speedup axis, reference lines at 1
+    (autoregressive) and at transformers' generate, the legend below the axes so that it hides no bar."""
+    key, points = answer.key, answer.ranked
+    ordered = points[::-1]
     figure_, axes = plt.subplots(figsize=(9, 2.2 + 0.45 * len(ordered)))
     shown = [figure(p, key) for p in ordered]
     values = [e.value for e in shown]
@@ -127,23 +136,36 @@ def sweep_figure(points: list[PointResult]) -> Figure:
             axes.axvline(hf, color="#228833", linestyle=":", linewidth=1.5, label=f"transformers generate ({hf:.2f})")
             right = max(right, hf)
         axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)
-        axes.set_xlabel("speedup over the engine's autoregressive loop (median of paired ratios, 95% interval)")
+        axes.set_xlabel("throughput speedup over the engine's autoregressive loop (95% interval)")
     else:
-        axes.set_xlabel("tokens/s (median over prompts, 95% interval)")
+        axes.set_xlabel("tokens/s, total over the units (95% interval)")
     axes.set_xlim(0, right * 1.1)
     axes.grid(axis="x", alpha=0.3)
     shared = shared_name(points)
-    axes.set_title("sweep points, best on top" + (f"\nevery point: {shared}" if shared else ""), fontsize=10)
+    axes.set_title(
+        f"sweep points, {chart_verdict(answer)}" + (f"\nevery point: {shared}" if shared else ""), fontsize=10
+    )
     figure_.tight_layout()
     return figure_
 
 
-def ranking_markdown(points: list[PointResult]) -> str:
-    """Every point in ranking order, named by what sets it apart, each figure with its interval."""
+def chart_verdict(answer: SweepAnswer) -> str:
+    """The chart's title, as the verdict has it: the fastest point on top, or the first not separated."""
+    if answer.best is not None:
+        return "the fastest on top (separated from every other point)"
+    return "ranked by their figures; no single fastest (see the parent run's description)"
+
+
+def ranking_markdown(answer: SweepAnswer) -> str:
+    """Every point in ranking order, named by what sets it apart, each figure with its interval, and the
+    leader's ratio over it with its verdict."""
+    points = answer.ranked
     short, shown = labels(points), [key for key in HEADLINE if any(key in p.figures for p in points)]
-    lines = ["| # | point | " + " | ".join(shown) + " |", "|" + "---|" * (len(shown) + 2)]
-    for place, point in enumerate(ranked(points), start=1):
-        lines.append(f"| {place} | {short[point.shape.name]} | " + " | ".join(cell(point, f) for f in shown) + " |")
+    lines = [f"| # | point | {' | '.join(shown)} | {LEADER_OVER} |", "|" + "---|" * (len(shown) + 3)]
+    versus = ["", *(leader_cell(v) for v in answer.versus)]
+    for place, (point, over) in enumerate(zip(points, versus), start=1):
+        figures = " | ".join(cell(point, f) for f in shown)
+        lines.append(f"| {place} | {short[point.shape.name]} | {figures} | {over} |")
     return "\n".join(lines) + "\n"
 
 
@@ -162,7 +184,9 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
     failures = f"{failure_line(failed, len(points) + len(failed))}\n\n" if failed else ""
     if not points:
         return f"{failures}Sweep `{overrides}`: no point finished."
-    answer = verdict_line(verdict(points), labels(points))
+    answer = sweep_answer(points)
+    short = labels(points)
+    verdict = leader_sentence(answer, lambda point: short[point.shape.name])
     shared = f" Every point: {shared_name(points)}." if shared_name(points) else ""
     resumed = sum(point.resumed for point in points)
     earlier = (
@@ -173,11 +197,11 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
     )
     by_efficiency = ranking_line(points, "block_efficiency")
     return (
-        f"{failures}{answer} {against_baselines(points)} {ranking_line(points)}\n\n{by_efficiency} (± one standard "
-        f"error over prompts; the same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked "
-        f"by {rank_key(points)} (medians of paired, interleaved measurements; 95% intervals over prompts).{shared}"
-        f"{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance "
-        f"by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(points)}"
+        f"{failures}{verdict} {baselines_sentence(answer)} {ranking_line(points)}\n\n{by_efficiency} (the "
+        f"same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked by {answer.key} "
+        f"(totals of paired, interleaved measurements; 95% intervals over units, conditional on this machine and its "
+        f"load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; "
+        f"acceptance by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(answer)}"
     )
 
 

@@ -1,0 +1,27 @@
+"""The sums behind each speed figure and comparison, as `stats.Totals`: a throughput is a method's
+tokens over its seconds, a speedup one throughput over another's on the same units, and the effect of
+one point over another the ratio of their speedups (or throughputs). Each is a ratio of totals over
+units (`stats.ratio_of_totals`, `stats.log_ratio`), so a figure and the test of it are one computation.
+"""
+
+from __future__ import annotations
+
+from speculab.measure import UnitTotals
+from speculab.stats import Totals
+
+Term = tuple[int, tuple[float, ...]]  # (sign, per-unit sums): +1 multiplies, -1 divides
+
+
+def rate_terms(method: UnitTotals, sign: int = 1, cpu: bool = False) -> list[Term]:
+    """tokens / seconds (its inverse with sign -1), unit by unit."""
+    return [(sign, method.tokens), (-sign, method.seconds(cpu))]
+
+
+def throughput(method: UnitTotals, cpu: bool = False) -> Totals:
+    """Total tokens over total seconds (wall, or CPU)."""
+    return Totals.of(*rate_terms(method, cpu=cpu))
+
+
+def speedup(fast: UnitTotals, slow: UnitTotals, cpu: bool = False) -> Totals:
+    """`fast`'s throughput over `slow`'s, measured on the same units (paired: resampled together)."""
+    return Totals.of(*rate_terms(fast, cpu=cpu), *rate_terms(slow, -1, cpu))
