@@ -55,6 +55,26 @@ def test_every_edit_stays_in_the_buffers_allocated_first() -> None:
     assert [buffer.data_ptr() for buffer in layer.buffers] == pointers  # no reallocation, ever
 
 
+@pytest.mark.parametrize("step_valid", [[True, True], [True, False]])
+def test_keeping_every_node_in_order_commits_as_the_general_path(step_valid: list[bool]) -> None:
+    """`SlotCache.commit`'s shortcut (every row keeps all its nodes, as each autoregressive step does; an
+    invalid node stays invalid) leaves the cache as the general path does, which a column no row uses forces."""
+    caches = [SlotCache(1, torch.device("cpu")) for _ in range(2)]
+    for cache in caches:
+        cache.reset(B, 16)
+        cache.add(torch.tensor([[False, True, True], [True, True, True], [True, True, True]]))
+        cache.layers[0].update(*kv(3, 0))
+        cache.commit_all()
+        cache.add(torch.tensor([*step_valid, True])[:, None])  # one node per row
+        cache.layers[0].update(*kv(1, 1))
+    every = torch.zeros(B, 1, dtype=torch.long)
+    shortcut, general = caches
+    assert torch.equal(shortcut.commit(every), every)
+    assert torch.equal(general.commit(torch.cat([every, torch.full((B, 1), -1)], dim=1)), every)
+    assert torch.equal(shortcut.valid, general.valid) and shortcut.committed == general.committed == 4
+    assert torch.equal(shortcut.layers[0].keys, general.layers[0].keys)
+
+
 @torch.inference_mode()
 def test_a_model_s_own_modules_give_the_same_logits_over_slots() -> None:
     """The tiny target's transformers forward, prompt then two steps, with each cache."""

@@ -13,14 +13,16 @@ the backends apart. Backends (`LMSpec.backend`):
 - `toy`: `toy.BigramLM`, analytic bigram tables for exact and statistical tests.
 
 What they share: `slots.SlotCache`, the KV cache of preallocated slots written in place with
-their validity, context lengths and repacking (`TreeLM` and `DFlashLM`); `lean`, Llama and Qwen3
-layers as plain tensor functions (the target's eager and fixed-shape passes and the DFlash
-drafter's layers); `static_pass`, fixed-shape passes replayed from CUDA graphs;
+their validity, context lengths and repacking (`TreeLM` and `DFlashLM`); `lean`, decoder layers
+as plain tensor functions (the target's eager and fixed-shape passes and the DFlash drafter's
+layers), and `families`, which model families run on them and where each keeps its weights
+(`runs_lean`: whether a loaded model does); `static_pass`, fixed-shape passes replayed from CUDA graphs;
 `parallel.block_allowed`, the mask of a one-pass drafter's block (the parallel drafter's and
 DFlash's); `rotary`, rotary buffers kept in float32. `memory` plans GPU memory from config.json
 alone.
 """
 
+from speculab.models.families import runs_lean
 from speculab.models.roles import DraftModel, LMSpec, TreeTarget, build_lm
 
-__all__ = ["DraftModel", "LMSpec", "TreeTarget", "build_lm"]
+__all__ = ["DraftModel", "LMSpec", "TreeTarget", "build_lm", "runs_lean"]

@@ -38,7 +38,8 @@ from speculab.captured import Graphs
 from speculab.drafting.sampling import tempered_probs
 from speculab.hostreads import upload
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
-from speculab.models.lean import LayerFn, key_values, layer_stack, lean_layer, lean_layers, rms_norm
+from speculab.models.families import layer_stack
+from speculab.models.lean import LayerFn, key_values, lean_layer, lean_layers, rms_norm
 from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache

@@ -28,7 +28,8 @@ from transformers.utils import logging as hf_logging
 from speculab.captured import Graphs
 from speculab.drafting.tree import DraftTree
 from speculab.hostreads import reads_free, upload
-from speculab.models.lean import decoder_forward, layer_features, lean_layers, lean_stack, own_decoder
+from speculab.models.families import lean_stack, own_decoder
+from speculab.models.lean import decoder_forward, layer_features, lean_layers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
 from speculab.models.static_pass import StaticPasses, check_passes, pass_layer
 
@@ -72,7 +73,7 @@ class TreeLM:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.lean = lean_stack(model)  # None: another architecture or a tensor-parallel model runs its modules
+        self.lean = lean_stack(model)  # None: its layers run as transformers' modules (`models.families` says when)
         self.feature_layers = feature_layers
         # None: transformers' own forward runs it (another architecture, a sliding-window layer)
         self.decoder = own_decoder(model, self.lean)
@@ -121,8 +122,9 @@ class TreeLM:
         N = nodes.tokens.shape[1]
         positions = self.slots.context_len[:, None] + nodes.depth
         # A chain's ancestors are exactly the valid slots before it: a causal mask is exact there. The
-        # tree mask is exact for a chain too: where the check would read the device, it is skipped.
-        chain = reads_free(forest.valid) and forest.is_chain()
+        # tree mask is exact for a chain too: where the check would read the device, it is skipped. A lone
+        # node (each autoregressive step) is a chain without the check's ten small ops.
+        chain = reads_free(forest.valid) and (forest.tokens.shape[1] == 1 or forest.is_chain())
         out = None
         if self.static is not None:
             allowed = causal_allowed(self.slots.valid, N) if chain else self._tree_allowed(forest, N)
