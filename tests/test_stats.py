@@ -99,3 +99,13 @@ def test_a_ratio_keeps_its_side_of_one_visible() -> None:
     assert ratio_text(Estimate(1.09, 1.001, 1.24)) == "1.09 [1.001, 1.24]"  # not [1, 1.24] beside "faster"
     assert ratio_text(Estimate(0.95, 0.9, 0.9996)) == "0.95 [0.9, 0.9996]"
     assert ratio_text(Estimate(2.5, 2.1, 3.3)) == "2.5 [2.1, 3.3]" and ratio_text(Estimate(1.0004)) == "1.0004"
+
+
+def test_resamples_without_spread_widen_the_interval_instead_of_breaking_it() -> None:
+    """Eight prompts where only one reached a depth: most resamples hold no spread (their t* infinite),
+    so the interval is unbounded rather than an overflow or a falsely narrow one."""
+    reached = Totals.of((1, [1, 0, 0, 0, 0, 0, 0, 0]), (-1, [2, 1, 1, 1, 1, 1, 1, 1]))
+    assert log_ratio(reached).interval() == (0.0, math.inf) or log_ratio(reached).testable is False
+    rng = np.random.default_rng(8)
+    found = log_ratio(Totals.of((1, rng.uniform(1, 2, 8)), (-1, rng.uniform(1, 2, 8))))
+    assert np.isinf(found.t).sum() == 0 and found.testable

@@ -11,14 +11,17 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from speculab.results.names import Figures
 from speculab.results.verdicts import (
     Call,
     baselines_sentence,
     decide,
     effect_groups,
     first_place,
+    headline_note,
     holm,
     leader_sentence,
+    rank_key,
     resamples_for,
     sweep_answer,
 )
@@ -131,3 +134,19 @@ def test_a_verdict_is_shown_with_the_figure_as_logged() -> None:
     verdicts = decide([ratio, None], [p.figures["speedup_vs_ar"], p.figures["tokens_per_s"]])
     assert verdicts[0].call is Call.INCONCLUSIVE and verdicts[0].ratio == p.figures["speedup_vs_ar"]
     assert verdicts[1].call is Call.TOO_FEW and verdicts[0].family == 1
+
+
+def test_a_target_off_the_lean_layers_is_judged_against_the_faster_baseline() -> None:
+    """Where the engine's loop ran on transformers' own code and generate was faster, speedup_vs_ar would
+    read high: the headline becomes speedup_vs_hf, and the run says why."""
+    rng = np.random.default_rng(7)
+    units = draw_units(rng, 16)
+    points = [point(rng, units, truth() / s, QUIET, n, generate=0.8) for s, n in ((1.2, "a"), (1.5, "b"))]
+    lean = [replace(p, generate=Figures({"speedup_vs_ar": 1.25})) for p in points]
+    assert rank_key(lean) == "speedup_vs_ar" and headline_note(lean) == ""
+    slow = [replace(p, figures=p.figures | {"ar_lean": 0.0}) for p in lean]
+    assert rank_key(slow) == "speedup_vs_hf" and "the headline is speedup_vs_hf" in headline_note(slow)
+    answer = sweep_answer(slow)
+    assert answer.key == "speedup_vs_hf" and answer.best is slow[1]
+    no_hf = [replace(p, figures=Figures({k: v for k, v in p.figures.items() if k != "speedup_vs_hf"})) for p in slow]
+    assert rank_key(no_hf) == "speedup_vs_ar" and "speedup_vs_ar may read high" in headline_note(no_hf)

@@ -30,7 +30,7 @@ from speculab.data import Prompt, encode_prompt, load_prompts
 from speculab.decoders import Decoders, merged
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
-from speculab.loop import METHODS, PointWork, Unit
+from speculab.loop import METHODS, TARGET_ROLE, PointWork, Unit
 from speculab.measure import Sample, Timings, UnitTotals, interleave_lanes
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
@@ -308,8 +308,9 @@ def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker,
         runtime["ray_calls_per_round"] = decoders.model_calls / decoders.rounds
     if decoders.host_syncs_per_round is not None:
         runtime["host_syncs_per_round"] = decoders.host_syncs_per_round
-    where = [measured_under(loop.conditions()) for loop in point.loops]
-    return Measured(timings, decoders, runtime, " | ".join(where))
+    conditions = [loop.conditions() for loop in point.loops]
+    runtime["ar_lean"] = float(all(c[TARGET_ROLE].lean for c in conditions))
+    return Measured(timings, decoders, runtime, " | ".join(map(measured_under, conditions)))
 
 
 def pooled(counted: list[dict[str, float]]) -> dict[str, float]:

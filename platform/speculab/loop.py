@@ -42,6 +42,7 @@ from speculab.syncs import counting_host_syncs
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
 METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
+TARGET_ROLE = "target and generate"  # `PointLoop.conditions`' key of the target's process (generate runs there)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class PointLoop:
         """Where each figure is measured: the target's process (transformers' generate runs there too),
         the draft's, and the loop's own."""
         return {
-            "target and generate": self.target.conditions(),
+            TARGET_ROLE: self.target.conditions(),
             "draft": self.draft_model.conditions(),
             "loop": process_conditions(),
         }

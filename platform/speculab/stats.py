@@ -198,7 +198,9 @@ class LogRatio:
 
     def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
         """The symmetric bootstrap-t interval exp(log -+ c se), c the `confidence` quantile of |t*|."""
-        half = float(np.quantile(np.abs(self.t), confidence)) * self.se if self.se else 0.0
+        half = float(np.quantile(np.abs(self.t), confidence, method="higher")) * self.se if self.se else 0.0
+        if not math.isfinite(self.log + half):  # too many resamples with no spread to bound it: no bound
+            return 0.0, math.inf
         return math.exp(self.log - half), math.exp(self.log + half)
 
     def estimate(self, se_below: bool = False) -> Estimate:
@@ -233,10 +235,12 @@ class LogRatio:
         return (1 + int((np.abs(self.t) >= observed).sum())) / (len(self.t) + 1)
 
 
-def _resampled_t(groups: tuple[Totals, ...], log: float, resamples: int, seed: int) -> np.ndarray:
-    """t* of `resamples` bootstrap resamples (non-finite ones dropped): each group's units drawn with
-    replacement, independently of the other groups' (paired sums are one group's rows, so they are
-    drawn together), CHUNK at a time."""
+def _resampled_t(groups: tuple[Totals, ...], log: float, se: float, resamples: int, seed: int) -> np.ndarray:
+    """t* of `resamples` bootstrap resamples: each group's units drawn with replacement, independently
+    of the other groups' (paired sums are one group's rows, so they are drawn together), CHUNK at a
+    time. A resample with no spread (its units all give one ratio) or a ratio of 0 (a zero total it
+    multiplies) has |t*| infinite unless it gives the sample's own ratio, so the quantiles count it
+    rather than drop it; one whose ratio is undefined (a zero total it divides by) is dropped."""
     found = []
     for start in range(0, resamples, CHUNK):
         logs = variances = np.zeros(min(CHUNK, resamples - start))
@@ -245,7 +249,10 @@ def _resampled_t(groups: tuple[Totals, ...], log: float, resamples: int, seed: i
             logs, variances = logs + drawn, variances + spread
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (logs - log) / np.sqrt(variances)
-        found.append(t[np.isfinite(t)])
+            flat = ~(variances > 1e-12 * se**2)  # no spread, to float precision (NaN included)
+            t = np.where(flat & np.isfinite(logs), np.where(logs == log, 0.0, np.inf), t)
+            t = np.where(logs == -np.inf, np.inf, t)
+        found.append(t[~np.isnan(t) & (logs != np.inf)])
     return np.concatenate(found)
 
 
@@ -260,7 +267,7 @@ def log_ratio(*groups: Totals, resamples: int = RESAMPLES, seed: int = 0) -> Log
     se = math.sqrt(max(float(sum(found[1][0] for found in observed)), 0.0))
     if n < MIN_CLUSTERS or se == 0:
         return LogRatio(log, se, n)
-    return LogRatio(log, se, n, _resampled_t(groups, log, resamples, seed))
+    return LogRatio(log, se, n, _resampled_t(groups, log, se, resamples, seed))
 
 
 def ratio_of_totals(*groups: Totals, se_below: bool = False) -> Estimate:

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, PreTrainedModel
 
 from speculab.drafting.tree import DraftTree
+from speculab.models import LMSpec, TreeTarget
 from speculab.models.families import lean_stack, own_decoder, runs_lean
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.models.lean import FusedQKV, decoder_forward, lean_layers
@@ -87,7 +88,7 @@ def test_prefill_and_steps_equal_the_model(target: tuple[str, Path]) -> None:
     family, path = target
     model = load_causal_lm(path)
     stack = lean_stack(model)
-    assert stack is not None and runs_lean(model)
+    assert stack is not None and runs_lean(model) and TreeTarget(LMSpec("hf", model=model)).conditions().lean
     assert all((w.q_norm is not None) == family.startswith("qwen3") for w in stack.layers)
     fused = family.startswith(("phi3", "gpt", "falcon"))
     assert all(isinstance(w.qkv, FusedQKV) == fused for w in stack.layers)
@@ -140,6 +141,7 @@ def test_models_the_lean_layers_would_not_reproduce_keep_their_modules(family: s
     """transformers' forward runs them whole, over speculab's cache and mask: its own logits."""
     model = random_model(family, **overrides)
     assert lean_stack(model) is None and not runs_lean(model)
+    assert not TreeTarget(LMSpec("hf", model=model)).conditions().lean  # what the run is told (`ar_lean`)
     lm = TreeLM(model)
     assert lm.lean is None and lm.decoder is None and lm.static is None
     lm.reset(1, 32)

@@ -110,8 +110,9 @@ def test_a_new_point_reuses_the_loaded_actor_and_brings_its_paired_comparison(be
     again = start_loop("target", TARGET, DRAFT, plan("token", 0.0, ("token", "block")))
     assert again.group is beside.group  # the pool's group: loaded once
     done = again.decode_unit("speculative", 1, 0)
-    assert set(done.paired) == {"token", "block"}
-    assert done.paired["token"].numel() == len(done.result.rounds) > 0
+    assert done.paired is not None and set(done.paired.accepted) == {"token", "block"}
+    assert done.paired.rounds.tolist() == [float(len(p.accepted)) for p in done.result.prompts]  # summed per prompt
+    assert sum(done.paired.rounds.tolist()) == sum(r.rows for r in done.result.rounds) > 0
     assert again.decode_unit("speculative", 1, 3).result is None  # only repetition 0 keeps its tokens
 
 

@@ -37,9 +37,7 @@ def test_a_lossy_run_says_so_and_logs_its_paired_comparison(random_llama_pair, t
     (run,) = runs(store)
     assert run.data.tags["lossless"] == "false" and run.data.params["algorithm.allow_lossy"] == "True"
     assert "**Not lossless** at K=2" in run.data.tags["mlflow.note.content"]
-    assert {"compare/spectr_gbv/acceptance_length_se", "compare/gbv/relative", "time/paired_s"} <= set(
-        run.data.metrics
-    )
+    assert {"compare/spectr_gbv/acceptance_length_se", "compare/gbv/relative", "time/paired_s"} <= set(run.data.metrics)
     assert "paired comparison on the same drafts" in result.stdout
 
 

@@ -22,6 +22,7 @@ from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
+from speculab.models.families import runs_lean
 from speculab.models.kinds import (
     DecoderLM,
     FeatureConditionedLM,
@@ -65,18 +66,20 @@ class Conditions:
     pid: int
     torch_threads: int  # torch's intra-op threads in that process (Ray sets one per reserved CPU)
     peers: tuple[Conditions, ...] = ()  # ranks 1.. of a tensor-parallel target, in rank order
+    lean: bool = True  # its decoder layers run as speculab's lean functions (False: transformers' own code)
 
     def describe(self, here: int) -> str:
         place = "this process" if self.pid == here else f"process {self.pid}"
         threads = f"{self.torch_threads} torch thread{'s' if self.torch_threads != 1 else ''}"
+        layers = "" if self.lean else ", layers on transformers' modules"
         if not self.peers:
-            return f"{place}, {threads}"
+            return f"{place}, {threads}{layers}"
         ranks = ", ".join(f"rank {r} process {p.pid} ({p.torch_threads})" for r, p in enumerate(self.peers, 1))
-        return f"rank 0 {place}, {threads}; {ranks}"
+        return f"rank 0 {place}, {threads}{layers}; {ranks}"
 
 
-def process_conditions() -> Conditions:
-    return Conditions(os.getpid(), torch.get_num_threads())
+def process_conditions(lean: bool = True) -> Conditions:
+    return Conditions(os.getpid(), torch.get_num_threads(), lean=lean)
 
 
 def _transformers_lm(spec: LMSpec) -> DecoderLM:
@@ -172,8 +175,9 @@ class TreeTarget:
         return self.lm.peak_bytes
 
     def conditions(self) -> Conditions:
-        """This model's process and torch threads (the same inline for both roles)."""
-        return process_conditions()
+        """This model's process and torch threads (the same inline for both roles), and whether its layers
+        run lean (`models.families.runs_lean`: the autoregressive baseline's speed depends on it)."""
+        return process_conditions(lean=not isinstance(self.lm, TransformersLM) or runs_lean(self.lm.model))
 
     def cpu_seconds(self) -> float:
         """CPU seconds so far of this model's process, every thread (a tensor-parallel loop sums its ranks')."""

@@ -183,6 +183,13 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
     ),
     Metric("model_loads", "runtime/model_loads", "Ray: model group loads in this job so far"),
     Metric(
+        "ar_lean",
+        "runtime/ar_lean",
+        "1 where the target's layers ran as speculab's lean functions (`models.runs_lean`), 0 where on "
+        "transformers' own code: its autoregressive loop may then trail generate, so the headline speedup is "
+        "over the faster of the two baselines (docs/measuring.md)",
+    ),
+    Metric(
         "units_finished",
         "runtime/units_finished",
         "a point that failed (a lost node, restarts used up): units whose speculative decode finished and is "

@@ -33,7 +33,7 @@ from speculab.config import ConfigError, RunPlan, TrackingConfig, resolve, track
 from speculab.config.overrides import composition_problem, with_range
 from speculab.config.schema import job_config
 from speculab.results.point import FailedPoint, PointResult, PointShape
-from speculab.results.verdicts import SweepAnswer, baselines_sentence, leader_sentence, sweep_answer
+from speculab.results.verdicts import SweepAnswer, baselines_sentence, headline_note, leader_sentence, sweep_answer
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
 from speculab.tracking.console import console
 from speculab.tracking.provenance import launch_label, provenance_tags
@@ -225,6 +225,8 @@ class MlflowSweepCallback(Callback):
         print(f"speculab: {leader_sentence(found, lambda point: short[point.shape.name]).replace('**', '')}")
         if counts := baselines_sentence(found):
             print(f"speculab: {counts}")
+        if note := headline_note(self.points):
+            print(f"speculab: note: {note}")
         best = next((i for p, i in zip(self.points, self.point_ids) if p is found.best), None)
         if self.parent is not None and best is not None and (link := point_link(self.parent, best, self.ui_port)):
             print(f"speculab: best point's run: {link}")

@@ -11,7 +11,7 @@ from rich.table import Table
 from speculab.config.sampling import GENERATE_FORMS
 from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance
 from speculab.results.point import PointResult
-from speculab.results.verdicts import OVER, Verdict, baseline_sentence, call_words, run_verdicts
+from speculab.results.verdicts import OVER, Verdict, baseline_sentence, call_words, headline_note, run_verdicts
 from speculab.stats import MIN_CLUSTERS, MIN_UNITS
 from speculab.tracking.console import show
 
@@ -59,7 +59,8 @@ def speedup_verdicts(result: PointResult, generate_form: str = "eager") -> list[
     (`results.verdicts.run_verdicts`), or too few units to tell."""
     over = OVER | {"speedup_vs_hf": generate_name(generate_form)}
     verdicts = run_verdicts(result)
-    return [baseline_sentence(key, v, over[key], result.shape.batch_size) for key, v in verdicts.items()]
+    lines = [baseline_sentence(key, v, over[key], result.shape.batch_size) for key, v in verdicts.items()]
+    return [note, *lines] if (note := headline_note([result])) else lines
 
 
 def summary_title(result: PointResult, repeats: int) -> str:

@@ -25,6 +25,7 @@ from speculab.results.verdicts import (
     Verdict,
     baselines_sentence,
     call_words,
+    headline_note,
     leader_sentence,
     ranked,
     sweep_answer,
@@ -137,6 +138,10 @@ def sweep_figure(answer: SweepAnswer) -> Figure:
             right = max(right, hf)
         axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)
         axes.set_xlabel("throughput speedup over the engine's autoregressive loop (95% interval)")
+    elif key == "speedup_vs_hf":
+        axes.axvline(1.0, color="#228833", linestyle=":", linewidth=1.5, label="transformers generate (1.0)")
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=8, frameon=False)
+        axes.set_xlabel("throughput speedup over transformers' generate, the faster baseline (95% interval)")
     else:
         axes.set_xlabel("tokens/s, total over the units (95% interval)")
     axes.set_xlim(0, right * 1.1)
@@ -196,8 +201,9 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
         else ""
     )
     by_efficiency = ranking_line(points, "block_efficiency")
+    note = f" Note: {headline_note(points)}." if headline_note(points) else ""
     return (
-        f"{failures}{verdict} {baselines_sentence(answer)} {ranking_line(points)}\n\n{by_efficiency} (the "
+        f"{failures}{verdict} {baselines_sentence(answer)}{note} {ranking_line(points)}\n\n{by_efficiency} (the "
         f"same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked by {answer.key} "
         f"(totals of paired, interleaved measurements; 95% intervals over units, conditional on this machine and its "
         f"load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; "
