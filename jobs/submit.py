@@ -41,7 +41,7 @@ from urllib.parse import urlparse
 from speculab.cli_args import multirun_first
 from speculab.config import TrackingConfig
 from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
-from speculab.tracking.ui import job_links
+from speculab.tracking.ui import job_links, ui_port
 
 
 def token_mode(environ: Mapping[str, str], home: Path) -> dict[str, str]:
@@ -168,16 +168,16 @@ async def stream_logs(client: JobSubmissionClient, job_id: str, write: Callable[
         write(chunk)
 
 
-def print_links(uri: str, job_id: str, ui_port: int) -> None:
+def print_links(uri: str, job_id: str, port: int | None) -> None:
     """The job's MLflow runs and their pages (or why they cannot be listed)."""
     try:
-        links = job_links(uri, job_id, ui_port)
+        links = job_links(uri, job_id, port)
     except Exception as err:  # the store is down or unreachable from here: the job's spool still has the runs
         print(f"MLflow at {uri} did not answer ({type(err).__name__}); the runs are in the job's spool")
         return
     print(f"MLflow runs of {job_id} ({len(links)}):", *(f"  {link}" for link in links), sep="\n")
     if not uri.startswith("http"):
-        print(f"(serve the store: `mlflow ui --backend-store-uri {uri} --port {ui_port}`)")
+        print(f"(serve the store: `mlflow ui --backend-store-uri {uri} --port {ui_port(uri, port)}`)")
 
 
 def remote_needs(parser: argparse.ArgumentParser, value: T | None, option: str) -> T:
@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(stream_logs(client, job_id))
     status = follow(client, job_id)
     print(f"{job_id}: {status}")
-    print_links(uri, job_id, int(override(args.overrides, "tracking.ui_port") or TrackingConfig.ui_port))
+    given = override(args.overrides, "tracking.ui_port")
+    print_links(uri, job_id, int(given) if given not in (None, "null") else TrackingConfig.ui_port)
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 

@@ -78,7 +78,8 @@ def test_ddtree_experiment_runs_inline_on_the_tiny_pair(tree: str) -> None:
     # batch 1: one sequence-round per target call, so block efficiency is kept tokens over target calls
     calls, kept = figures.value("target_calls"), figures.value("generated_tokens")
     assert figures.value("block_efficiency") == pytest.approx(kept / calls)
-    assert figures.value("accepted_mean") == pytest.approx(kept / calls - 1, abs=1 / calls)  # eos / length cut
+    # eos or the token budget cuts at most each prompt's last round, by at most its L = 4 drafts
+    assert figures.value("accepted_mean") == pytest.approx(kept / calls - 1, abs=figures.value("prompts") * 4 / calls)
     # a chain is the root and L = 4 nodes every round; a best-first tree at most its budget and the root
     assert figures.value("tree_nodes_mean") == 5 if tree == "chain" else 5 < figures.value("tree_nodes_mean") <= 33
 

@@ -158,7 +158,7 @@ def test_the_best_of_a_row_is_bold_where_the_rule_separates_it(tmp_path: Path) -
         log_point(client, experiment, None, shape(K, L) | {"dataset.num_prompts": 8}, list(zip(kept, rounds)))
     main(["--experiment", "gbv_table1", "--uri", uri, "--out", str(tmp_path / "out")])
     tables = (tmp_path / "out" / "tables.md").read_text()
-    assert "| tiny-pycode | humaneval | 4 | 2.088 [2.017, 2.162] | **2.715 [2.623, 2.810]** |" in tables
+    assert "| tiny-pycode | humaneval | 4 | 2.088 [2.017, 2.162] | **2.715 [2.622, 2.811]** |" in tables
     assert "| tiny-pycode | humaneval | 8 | 2.088 [2.017, 2.162] | 2.088 [2.017, 2.162] |" in tables  # equal: none
     assert "| tiny-pycode | humaneval | 8 | 10.000 | **5.000** |" in tables  # twice as fast on every prompt
 

@@ -21,6 +21,7 @@ from typing import Any, cast
 import matplotlib.pyplot as plt
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from speculab import jobs
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
@@ -61,9 +62,9 @@ from speculab.tracking.run_page import (
     records_table,
     time_split_figure,
 )
-from speculab.tracking.runs import NOTE_TAG, start_point_run
+from speculab.tracking.runs import NOTE_TAG, join_sweep, start_point_run
 from speculab.tracking.spool import tracked
-from speculab.tracking.summary import paired_table, print_summary, summary_title
+from speculab.tracking.summary import SUMMARY_FILE, paired_table, print_summary, summary_title
 from speculab.tracking.tracker import NoopTracker, Tracker
 from speculab.tracking.ui import where
 
@@ -165,8 +166,14 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     plan = plan or resolve(cfg)
     for note in config_warnings(plan.cfg):
         say(f"speculab: warning: {note}")
+    if plan.preset_name:
+        say(
+            f"speculab: model: the checkpoints loaded are not preset {plan.preset_name}'s: filed as "
+            f"{plan.cfg.model.name}, after their directories (model.name=NAME names the pair)"
+        )
     point, shape = point_id(plan.cfg), PointShape.of(plan.cfg)
     if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
+        join_sweep(plan.cfg, found)
         say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
         return PointOutcome(plan, PointResult.from_logged(shape, found.metrics, found.units, resumed=True))
     loaded = point_prompts(plan)  # what loading refuses, before the point's run exists
@@ -350,8 +357,9 @@ def point_units(prompts: list[Prompt], batch_size: int, timings: Timings, spec: 
     return PointUnits(ids, speculative, sums("autoregressive"), sums("generate"), kept, rounds)
 
 
-def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: list[Prompt]) -> PointResult:
-    """The point's result; prints the summary table and, with a paired comparison, its table."""
+def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: list[Prompt]) -> tuple[PointResult, str]:
+    """The point's result and its whole summary as text; prints the summary table (a sweep's point: its
+    headline rows) and, with a paired comparison, its table."""
     cfg, decoders = plan.cfg, measured.decoders
     spec = concat_runs(decoders.runs["speculative"])
     speed = speed_figures(
@@ -365,13 +373,13 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
         figures |= paired_figures(decoders.paired_sums(), cfg.algorithm.name) | {"time_paired_s": spec.paired_s}
     ar, hf = baseline_figures(cfg, measured)
     result = PointResult(shape, figures, ar, hf, point_units(prompts, cfg.sampling.batch_size, measured.timings, spec))
-    print_summary(summary_title(result, cfg.measure.repeats), result, measured.conditions, cfg.measure.generate)
+    brief = jobs.current().output_dir if jobs.current().sweeping else None  # a sweep's console ends on its ranking
+    title = summary_title(result, cfg.measure.repeats)
+    whole = print_summary(title, result, measured.conditions, cfg.measure.generate, brief)
     if decoders.paired:
-        sums = decoders.paired_sums()
-        show(
-            paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats, compared(sums, cfg.algorithm.name))
-        )
-    return result
+        verdicts = compared(decoders.paired_sums(), cfg.algorithm.name)
+        show(paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats, verdicts))
+    return result, whole
 
 
 def logged_figures(result: PointResult) -> dict[str, float]:
@@ -381,15 +389,18 @@ def logged_figures(result: PointResult) -> dict[str, float]:
     return flatten(result.figures) | ar | hf
 
 
-def log_point(plan: RunPlan, point: Prepared, measured: Measured, result: PointResult, tracker: Tracker) -> None:
+def log_point(
+    plan: RunPlan, point: Prepared, measured: Measured, result: PointResult, summary: str, tracker: Tracker
+) -> None:
     """The point's final figures (and its baselines'), its description and where it was measured, its
-    per-prompt records and plots."""
+    whole console summary, its per-prompt records and plots."""
     spec = concat_runs(measured.decoders.runs["speculative"])
     tracker.set_tags({CONDITIONS_TAG: measured.conditions})
     tracker.log_metrics(logged_figures(result))
     tracker.set_tags({NOTE_TAG: point_description(result.shape, plan.cfg.runtime.kind, result)})
     if result.units is not None:
         tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
+    tracker.log_text(summary + "\n", SUMMARY_FILE)
     log_records(point, spec, tracker)
     if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
         tracker.log_figure(by_depth, "acceptance_by_depth.png")
@@ -432,7 +443,7 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
         with PLOTTING:
             units = log_finished(point, merged(lanes), tracker)
         raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
-    result = summarise(plan, shape, measured, point.prompts)
+    result, summary = summarise(plan, shape, measured, point.prompts)
     with PLOTTING:
-        log_point(plan, point, measured, result, tracker)
+        log_point(plan, point, measured, result, summary, tracker)
     return result

@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from speculab import interrupts, jobs
 from speculab.config import RunPlan
+from speculab.experiment import PointOutcome
 from speculab.results.point import FailedPoint, PointShape
 from speculab.tracking.board import SweepBoard
 from speculab.tracking.callbacks import planned
@@ -228,7 +229,8 @@ class SideBySide:
             self.unfinished -= 1
             self.context.callbacks.on_job_end(config=pending.config, job_return=done)
             ok = done.status == JobStatus.COMPLETED and not isinstance(done.return_value, FailedPoint)
-            self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica)
+            resumed = isinstance(done.return_value, PointOutcome) and done.return_value.result.resumed
+            self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica, resumed)
             self.cond.notify_all()
 
     def give_back(self, pending: Pending, replica: int, why: str) -> None:

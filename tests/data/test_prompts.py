@@ -131,19 +131,15 @@ def _offline(*args, **kwargs):
     raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)")
 
 
-@pytest.mark.parametrize("datasets_module", ["offline", "missing"])
-def test_hf_loader_unavailable_raises_clear_error(monkeypatch: pytest.MonkeyPatch, datasets_module: str) -> None:
-    if datasets_module == "offline":
-        _fake_datasets(monkeypatch, _offline)
-    else:
-        monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
+def test_hf_loader_unavailable_raises_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_datasets(monkeypatch, _offline)
     with pytest.raises(RuntimeError) as err:
         load_prompts("gsm8k", num_prompts=2)
     message = str(err.value)
     for needle in (
         "'gsm8k'",
         HF_SPECS["gsm8k"].hub_id,
-        "offline",
+        "the Hub does not answer",
         "not in the local",
         "HF_HUB_OFFLINE=1",
         "HF_DATASETS_CACHE",
@@ -152,17 +148,26 @@ def test_hf_loader_unavailable_raises_clear_error(monkeypatch: pytest.MonkeyPatc
         assert needle in message
 
 
-def test_check_dataset_is_cheap_and_flags_missing_datasets_package(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_check_dataset_is_cheap(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _fake_datasets(monkeypatch, _offline)  # would fail if check_dataset downloaded a benchmark
     local = tmp_path / "prompts.jsonl"
     local.write_text('{"prompt": "def add(a, b):"}\n')
     for name in DATASETS:
         check_dataset(name, str(local) if name == "jsonl" else None)
-    monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(RuntimeError, match="math500.*HuggingFaceH4/MATH-500"):
-        check_dataset("math500", None)
+
+
+def test_the_locked_datasets_package_loads_a_dataset_through_the_presets_code_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`datasets` is in the lock: MATH-500's loader, through the real package, reads a local directory
+    named as its hub id (what `datasets.load_dataset` looks at first), offline."""
+    folder = tmp_path / HF_SPECS["math500"].hub_id
+    folder.mkdir(parents=True)
+    (folder / "test.jsonl").write_text("".join(json.dumps({"problem": f"What is {i} + {i}?"}) + "\n" for i in range(5)))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    prompts = load_prompts("math500", 3, sample_seed=None)
+    assert prompts == [Prompt(f"math500/{i}", f"What is {i} + {i}?", True) for i in range(3)]
 
 
 def _tokenizer(chat_template: str | None) -> PreTrainedTokenizerFast:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from mlflow.artifacts import load_text
 from mlflow.tracking import MlflowClient
 
+from speculab.report.cli import main as report_main
 from speculab.tracking.sync import main as sync_main
 from support.cli import runs_by_kind, speculab
 from support.mlflow_server import mlflow_server
@@ -159,6 +161,33 @@ def test_resume_skips_only_points_finished_in_the_same_store_and_experiment(rand
     newest = max(kinds["sweep"], key=lambda run: run.info.start_time)
     assert newest.info.status == "FINISHED" and [row["resumed"] for row in sweep_table(newest)] == ["yes", "yes"]
     assert len(runs_by_kind(a, "X")["point"]) == 2  # and nothing was added to the first store
+
+
+@pytest.mark.slow
+def test_a_sweep_resumed_with_a_point_added_links_and_reports_all_its_points(random_llama_pair, tmp_path: Path) -> None:
+    """The resumed launch's parent is the whole sweep: its runs-table link searches every point (those
+    found finished keep their first parent and carry this launch's tag too), and `speculab-report
+    --run` lays out all of them."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = speculab(small_sweep(random_llama_pair, uri, "X"), tmp_path)
+    assert first.returncode == 0, first.stderr
+    more = [arg.replace("algorithm.K=1,2", "algorithm.K=1,2,3") for arg in small_sweep(random_llama_pair, uri, "X")]
+    resumed = speculab([*more, "resume=true"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.count("already finished") == 2
+    newest = max(runs_by_kind(uri, "X")["sweep"], key=lambda run: run.info.start_time)
+    client = MlflowClient(uri)
+    view = json.loads(
+        client.get_experiment(newest.info.experiment_id).tags[
+            f"mlflow.sharedViewState.speculab-{newest.info.run_id[:12]}"
+        ]
+    )
+    found = client.search_runs([newest.info.experiment_id], view["searchFilter"])
+    assert sorted(r.data.params["algorithm.K"] for r in found) == ["1", "2", "3"]  # what the printed link shows
+    out = tmp_path / "report"
+    report_main(["--run", newest.info.run_id, "--uri", uri, "--out", str(out)])
+    rows = list(csv.DictReader((out / "points.csv").open()))
+    assert sorted(row["K"] for row in rows) == ["1", "2", "3"]
 
 
 @pytest.mark.slow

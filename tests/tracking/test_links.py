@@ -6,6 +6,9 @@ no browser (`make ui-check` opens them)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import parse_qs, urlsplit
@@ -15,11 +18,14 @@ from mlflow.tracking import MlflowClient
 from speculab.results.names import HEADLINE, mlflow_name
 from speculab.tracking.ui import (
     TABLE_METRICS,
+    UI_PORT_ENV,
     VIEW_TAG,
     points_owner,
     run_page,
     runs_table,
+    serving_port,
     share_points_view,
+    ui_port,
     view_state,
 )
 
@@ -34,7 +40,7 @@ def test_a_sweeps_link_opens_a_view_of_its_points_in_model_training_mode(tmp_pat
     assert (
         points_owner(parent, sweep=True)
         == points_owner(point, sweep=False)
-        == ("tags.`mlflow.parentRunId` = 'p1'", "p1")
+        == ("tags.`speculab.sweep.p1` = 'point'", "p1")  # the launch's own points and those a resume found
     )
     assert points_owner(SimpleNamespace(run_id="r9", parent_run_id=None), sweep=False)[0] == "attributes.run_id = 'r9'"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -42,7 +48,7 @@ def test_a_sweeps_link_opens_a_view_of_its_points_in_model_training_mode(tmp_pat
     experiment = client.create_experiment("speculab")
     key = share_points_view(SimpleNamespace(uri=uri, experiment_id=experiment, **vars(point)), sweep=False)
     state = json.loads(client.get_experiment(experiment).tags[f"{VIEW_TAG}{key}"])
-    assert state["searchFilter"] == "tags.`mlflow.parentRunId` = 'p1'" and state["orderByAsc"] is False
+    assert state["searchFilter"] == "tags.`speculab.sweep.p1` = 'point'" and state["orderByAsc"] is False
     url = runs_table(uri, experiment, key, 5000)
     assert url.startswith(f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?")
     assert query(url) == {"workflowType": ["machine_learning"], "viewStateShareKey": [key]}  # no search in the URL
@@ -58,3 +64,29 @@ def test_the_view_shows_the_headline_speeds_sorted_by_the_first() -> None:
     assert metrics == sorted(metrics) and set(TABLE_METRICS) <= set(HEADLINE)
     assert metrics == [f"metrics.`{mlflow_name(key)}`" for key in TABLE_METRICS]
     assert state["orderByKey"] == "metrics.`speedup_vs_ar`" and state["orderByAsc"] is False
+
+
+def test_links_follow_the_port_of_the_mlflow_ui_serving_the_store(tmp_path: Path, monkeypatch) -> None:
+    """A running `mlflow ui` of this user serving the store (a stand-in process with its command line),
+    its relative store path read from its own directory: its port. None running: $SPECULAB_UI_PORT, else
+    5000; `tracking.ui_port` wins."""
+    store = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{store}"
+    monkeypatch.delenv(UI_PORT_ENV, raising=False)
+    assert ui_port(uri, None) == 5000 and ui_port(uri, 6001) == 6001
+    monkeypatch.setenv(UI_PORT_ENV, "5050")
+    assert ui_port(uri, None) == 5050
+    fake = tmp_path / "mlflow"
+    fake.write_text("import time\ntime.sleep(60)\n")
+    command = [sys.executable, str(fake), "ui", "--backend-store-uri", "sqlite:///mlflow.db", "--port", "5123"]
+    serving = subprocess.Popen(command, cwd=tmp_path)
+    try:
+        for _ in range(50):  # its command line shows once the interpreter has started
+            if serving_port(uri) is not None:
+                break
+            time.sleep(0.1)
+        assert serving_port(uri) == 5123 and ui_port(uri, None) == 5123
+        assert serving_port(f"sqlite:///{tmp_path / 'other.db'}") is None
+    finally:
+        serving.kill()
+        serving.wait()

@@ -95,7 +95,7 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
 
         parent_tags = tags(parent["data"])
         assert parent["info"]["run_name"].startswith(  # then the launch (job id or start time)
-            "sweep algorithm.K=1,2 sampling.temperature=0,1 · gbv L=4 · iid · humaneval×2 · tiny-pycode · "
+            "sweep algorithm.K=1,2 sampling.temperature=0,1 · gbv L=4 · iid · humaneval×2 · target_draft · "
         )
         note = parent_tags[NOTE_TAG]
         # two prompts: no speed interval, so no leader is named (stats.MIN_CLUSTERS)

@@ -22,6 +22,7 @@ from speculab.config.cluster import (
     resolve_device,
     tp_backend_for,
 )
+from speculab.config.pair import digest, pair_name
 from speculab.config.runtime import loop_host
 from speculab.config.sampling import generate_form
 from speculab.config.schema import Config
@@ -38,6 +39,9 @@ class RunPlan:
     # records and decodes with
     target_dir: Path
     draft_dir: Path  # the draft role's weights: the pair's draft model, or the drafter's own (drafter.path)
+    target_digest: str  # what the checkpoints hold, in 12 hex digits (`config.pair.digest`)
+    draft_digest: str
+    preset_name: str  # the `model.name` the config gave, where `cfg.model.name` is the pair's own instead
     target_device: str  # torch's name for it where the models run (`auto` resolved)
     draft_device: str
     loop: str  # where the decode loop runs: inline, target (beside the target, in its actor) or driver
@@ -67,6 +71,9 @@ def resolve(cfg: Config) -> RunPlan:
     """The run's plan; ConfigError listing every invalid field first (`config.checks.checked`, whose
     draft length and checkpoints the plan keeps)."""
     cfg, found = checked(cfg)
+    # the pair is named after what it loads, not after a preset whose checkpoints it does not load
+    given = cfg.model.name
+    cfg = replace(cfg, model=replace(cfg.model, name=pair_name(cfg.model, found["target"], found["draft"])))
     model = cfg.model
     target_device = resolve_device(cfg, model.device)
     # the form of generate the run times and logs (measure.generate), auto resolved by the target's device
@@ -80,6 +87,9 @@ def resolve(cfg: Config) -> RunPlan:
         cfg=cfg,
         target_dir=found["target"].path,
         draft_dir=found["draft"].path,
+        target_digest=digest(found["target"].path),
+        draft_digest=digest(found["draft"].path),
+        preset_name=given if given != model.name else "",
         target_device=target_device,
         draft_device=draft_device,
         loop=loop_host(cfg),

@@ -33,7 +33,9 @@ class TrackingConfig:
     uri: str | None = None  # None: sqlite:///<cwd>/mlflow.db
     experiment: str = "speculab"
     spool_dir: str | None = None  # every run's local record, for speculab-sync; None: <Hydra output dir>/spool
-    ui_port: int = 5000  # a database store's links point at `mlflow ui --port ui_port` (an http uri: its own pages)
+    # a database store's links point at `mlflow ui --port ui_port` (an http uri: its own pages); null: the port of
+    # a running `mlflow ui` serving this store, else $SPECULAB_UI_PORT, else 5000 (`tracking.ui.ui_port`)
+    ui_port: int | None = None
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -94,7 +96,8 @@ def tracking_errors(t: TrackingConfig) -> list[str]:
     paths the run will create (a store's file or directory, the spool): refused when an ancestor is a
     regular file."""
     errors: list[str] = []
-    within(errors, "tracking.ui_port", t.ui_port, UI_PORT_RANGE)
+    if t.ui_port is not None:
+        within(errors, "tracking.ui_port", t.ui_port, UI_PORT_RANGE)
     if not t.enabled:
         return errors
     if not t.experiment.strip():

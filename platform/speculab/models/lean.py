@@ -159,9 +159,9 @@ def attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
 
 
-# x [B, N, D] -> [B, N, heads, hd]
+# x [B, N, D] -> [B, N, heads, hd]; the head count from the projection, so that N = 0 (an empty context) views too
 def _heads(stack: LeanStack, p: Linear, x: torch.Tensor) -> torch.Tensor:
-    return linear(p, x).view(*x.shape[:2], -1, stack.head_dim)
+    return linear(p, x).view(*x.shape[:2], p.weight.shape[0] // stack.head_dim, stack.head_dim)
 
 
 # x [B, N, D] a layer's normed input -> q [B, N, H, hd], k, v [B, N, Hkv, hd]
@@ -172,12 +172,12 @@ def projections(stack: LeanStack, w: LeanLayer, x: torch.Tensor) -> tuple[torch.
         return _heads(stack, q, x), _heads(stack, k, x), _heads(stack, v, x)
     fused = linear(w.qkv.proj, x)
     if w.qkv.per_head:  # [B, N, Hkv, groups + 2, hd]: a key head's query heads, its key, its value
-        grouped = fused.view(*x.shape[:2], stack.kv_heads, -1, stack.head_dim)
+        grouped = fused.view(*x.shape[:2], stack.kv_heads, stack.heads // stack.kv_heads + 2, stack.head_dim)
         return grouped[..., :-2, :].flatten(2, 3), grouped[..., -2, :], grouped[..., -1, :]
     kv_width = stack.kv_heads * stack.head_dim
     q, k, v = fused.split([stack.heads * stack.head_dim, kv_width, kv_width], dim=-1)
-    shape = (*x.shape[:2], -1, stack.head_dim)
-    return q.view(shape), k.view(shape), v.view(shape)
+    q, k, v = (t.view(*x.shape[:2], t.shape[-1] // stack.head_dim, stack.head_dim) for t in (q, k, v))
+    return q, k, v
 
 
 # heads [B, N, h, hd]; head_norm [hd] or None; cos, sin [B, 1, N, r] or None (learned positions) -> [B, h, N, hd]

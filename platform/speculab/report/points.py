@@ -19,7 +19,7 @@ from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
 from speculab.config.report import DIMENSIONS
 from speculab.results.point import PointResult, PointShape
 from speculab.tracking.resume import logged_units
-from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
+from speculab.tracking.spool import KIND_TAG, MEMBER, PARENT_TAG, POINT_TAG, member_tag
 
 REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")  # every finished point logs these
 
@@ -67,7 +67,9 @@ def sweep_children(client: MlflowClient, parent_id: str) -> list[Run]:
         parent = client.get_run(parent_id)
     except Exception as err:  # MlflowException: RESOURCE_DOES_NOT_EXIST
         raise ReportError(f"no MLflow run {parent_id!r} in this store ({err})") from None
-    children = point_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")
+    # every point of the launch (those a resumed launch found finished too), or an older sweep's children
+    children = point_runs(client, [parent.info.experiment_id], f"tags.`{member_tag(parent_id)}` = '{MEMBER}'")
+    children = children or point_runs(client, [parent.info.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")
     if not children:
         kind = parent.data.tags.get(KIND_TAG, "unknown")
         raise ReportError(

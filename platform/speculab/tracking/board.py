@@ -99,8 +99,9 @@ class SweepBoard:
             self.tally.running += 1
             self._refresh(0)
 
-    def ended(self, name: str, ok: bool, seconds: float, replica: int) -> None:
-        """A point ended (`ok`: finished, else failed): the sweep's line, and one line for the point."""
+    def ended(self, name: str, ok: bool, seconds: float, replica: int, resumed: bool = False) -> None:
+        """A point ended (`ok`: finished, else failed; `resumed`: found finished by an earlier launch, so
+        skipped): the sweep's line, and one line for the point."""
         with self.lock:
             self.tally.running -= 1
             if ok:
@@ -109,6 +110,7 @@ class SweepBoard:
                 self.tally.failed += 1
             self._refresh(1)
             what = f"{'done' if ok else 'failed'} in {seconds:.1f} s on replica {replica + 1}"
+            what = "already finished in an earlier launch (resume=true)" if resumed else what
             say(f"speculab: {name}: {what}; {self.tally.line(self.replicas)}")
 
     def requeued(self) -> None:

@@ -134,7 +134,7 @@ class MlflowSweepCallback(Callback):
         self.failed: list[FailedPoint] = []  # the points that failed mid-run; the sweep went on
         self.total = 0  # the sweep's points
         self.overrides = ""
-        self.ui_port = TrackingConfig.ui_port
+        self.ui_port: int | None = TrackingConfig.ui_port
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         plans, errors = sweep_plans(config)

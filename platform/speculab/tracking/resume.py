@@ -45,6 +45,7 @@ class Finished:
     where: str  # an MLflow run id, or the path of a spool
     metrics: dict[str, float]
     units: PointUnits | None = None
+    run_id: str | None = None  # where it is a run in the store (not a spool's)
 
 
 def logged_units(client: MlflowClient, run_id: str) -> PointUnits | None:
@@ -80,7 +81,7 @@ def finished_in_store(cfg: Config, point: str) -> Finished | None:
         units = logged_units(client, runs[0].info.run_id) if runs else None
     except Exception:  # store down: the spools still answer
         return None
-    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics), units) if runs else None
+    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics), units, runs[0].info.run_id) if runs else None
 
 
 def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str) -> Finished | None:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 from speculab import jobs
 from speculab.algorithms import get_algorithm
-from speculab.config import NOT_PARAMS, RunPlan, TrackingConfig, describe_device, tracking_uri
+from speculab.config import NOT_PARAMS, Config, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.results.point import PointShape
 from speculab.tracking.provenance import provenance_tags
+from speculab.tracking.resume import Finished
 from speculab.tracking.run_page import point_description
-from speculab.tracking.spool import KIND_TAG, LOSSLESS_TAG, NOTE_TAG, POINT_TAG, RunRef, SpooledRun
+from speculab.tracking.spool import KIND_TAG, LOSSLESS_TAG, MEMBER, NOTE_TAG, POINT_TAG, RunRef, SpooledRun, member_tag
+from speculab.tracking.store import store_client
 from speculab.tracking.tracker import flat_params
 from speculab.tracking.ui import experiment_tags
 
@@ -75,6 +77,19 @@ def prompt_ids_param(ids: list[str]) -> str:
     return f"{text[: text.rfind(',', 0, PARAM_LIMIT - 80)]},… ({len(ids)} in all; units.json lists every one)"
 
 
+def join_sweep(cfg: Config, found: Finished) -> None:
+    """Tag a run a resumed sweep found finished as a point of this launch too (its parent's `member_tag`;
+    it stays nested under the parent it ran under), so that the launch's link and `speculab-report --run`
+    show every point of the sweep; nothing for a spool's run or a store that does not answer."""
+    parent = sweep_parent()
+    if parent is None or parent.run_id is None or found.run_id is None:
+        return
+    try:
+        store_client(tracking_uri(cfg.tracking)).set_tag(found.run_id, member_tag(parent.run_id), MEMBER)
+    except Exception:  # the parent's table still lists the point; only the link misses it
+        return
+
+
 def start_point_run(plan: RunPlan, point: str, shape: PointShape, prompt_ids: list[str]) -> SpooledRun:
     """Create the point's run now (RUNNING, params with the ids of the prompts it decodes, tags,
     description), nested under the sweep's parent."""
@@ -102,5 +117,11 @@ def start_point_run(plan: RunPlan, point: str, shape: PointShape, prompt_ids: li
         experiment_tags(),
     )
     params = flat_params({key: value for key, value in asdict(cfg).items() if key not in NOT_PARAMS})
-    run.log_params(params | {PROMPT_IDS: prompt_ids_param(prompt_ids)})
+    loaded = {
+        "model.target_dir": str(plan.target_dir),
+        "model.draft_dir": str(plan.draft_dir),
+        "model.target_digest": plan.target_digest,
+        "model.draft_digest": plan.draft_digest,
+    }  # what the pair named `model.name` holds (`config.pair`)
+    run.log_params(params | loaded | {PROMPT_IDS: prompt_ids_param(prompt_ids)})
     return run

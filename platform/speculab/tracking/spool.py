@@ -43,6 +43,15 @@ POINT_TAG = "speculab.point_id"  # a point's identity (`tracking.resume.point_id
 KIND_TAG = "speculab.kind"  # point, sweep (a sweep's parent) or report (`speculab-report`'s files)
 LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certified lossless (spectr_gbv, K >= 2)
 NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page
+MEMBER = "point"  # the value of `member_tag`
+
+
+def member_tag(parent_run_id: str) -> str:
+    """The tag every point of a sweep's launch carries, its own runs and the runs a resumed launch found
+    finished (which stay nested under their first parent): what the launch's link and report search."""
+    return f"speculab.sweep.{parent_run_id}"
+
+
 DEFAULT_ROOTS = ("outputs", "multirun")  # where Hydra writes, so where spools are looked for by default
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 # One retry per call: an unreachable server must not hold a run for minutes of retries (MLflow's
@@ -128,7 +137,7 @@ def create_run(client: MlflowClient, start: dict[str, Any], parent_run_id: str |
     if "pid_start" in start:  # spools written before runs carried their owner have none
         tags[OWNER_TAG] = owner(start["host"], start["pid"], start["pid_start"])
     if parent_run_id:
-        tags[PARENT_TAG] = parent_run_id
+        tags |= {PARENT_TAG: parent_run_id, member_tag(parent_run_id): MEMBER}
     experiment = experiment_id(client, start["experiment"], start.get("experiment_tags", {}))
     close_orphans(client, start["uri"], experiment)  # what a killed process left RUNNING, before this run
     run = client.create_run(experiment, start["time_ms"], tags, start["name"])

@@ -5,6 +5,7 @@ comparison's table."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from rich.table import Table
 
@@ -13,10 +14,13 @@ from speculab.results.names import HEADLINE, Figures, compare_key, compared_veri
 from speculab.results.point import PointResult
 from speculab.results.verdicts import OVER, Verdict, baseline_sentence, call_words, headline_note, run_verdicts
 from speculab.stats import MIN_CLUSTERS, MIN_UNITS
-from speculab.tracking.console import show
+from speculab.tracking.console import plain, show
 
 GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
 NO_DRAFT = ("kv_peak_mb_draft",)  # a baseline has no draft: its column stays empty there
+# A baseline's own speedup over the engine's loop is no figure of the point's: its column stays empty there too
+NOT_THE_BASELINES = (*NO_DRAFT, "speedup_vs_ar")
+SUMMARY_FILE = "summary.txt"  # the whole table, in the job's directory and as the run's artifact
 
 
 def summary_table(title: str, figures: Figures, baselines: dict[str, Figures], caption: str = "") -> Table:
@@ -32,7 +36,7 @@ def summary_table(title: str, figures: Figures, baselines: dict[str, Figures], c
     head, rest = summary_rows(figures)
     for keys in (head, rest):
         for key in keys:
-            shown = [b.get(key) if key not in NO_DRAFT else None for b in baselines.values()]
+            shown = [b.get(key) if key not in NOT_THE_BASELINES else None for b in baselines.values()]
             table.add_row(key, f"{figures[key]}", *("" if e is None or math.isnan(e.value) else f"{e}" for e in shown))
             if key == "accepted_mean":
                 for name, line in acceptance_rows(figures):
@@ -100,14 +104,27 @@ def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
     return rows
 
 
-def print_summary(title: str, result: PointResult, caption: str = "", generate_form: str = "eager") -> None:
+def print_summary(
+    title: str, result: PointResult, caption: str = "", generate_form: str = "eager", brief_in: Path | None = None
+) -> str:
     """Print the point's figures beside the engine's autoregressive loop's and transformers' generate's
-    (its column named with its form, a resolved `measure.generate`)."""
+    (its column named with its form, a resolved `measure.generate`), and the verdicts; return the whole
+    table as text. ``brief_in`` (a sweep's point): print the headline rows alone and write the whole
+    table to SUMMARY_FILE there, so that a sweep's console reads point by point and ends on its ranking."""
     columns = {"autoregressive": result.autoregressive} if result.autoregressive is not None else {}
     if result.generate is not None:
         columns[f"generate, {generate_form}"] = result.generate
     table = summary_table(title, result.figures, columns, caption)
-    show(table, *speedup_verdicts(result, generate_form), f"every row explained: {GLOSSARY}")
+    verdicts = speedup_verdicts(result, generate_form)
+    whole = plain(table, *verdicts, f"every row explained: {GLOSSARY}")
+    if brief_in is None:
+        show(table, *verdicts, f"every row explained: {GLOSSARY}")
+        return whole
+    brief_in.mkdir(parents=True, exist_ok=True)
+    (brief_in / SUMMARY_FILE).write_text(whole + "\n")
+    headline = summary_table(title, result.figures.only(HEADLINE), columns, caption)
+    show(headline, *verdicts, f"every figure: {brief_in / SUMMARY_FILE} (and the run's {SUMMARY_FILE})")
+    return whole
 
 
 def paired_table(figures: Figures, configured: str, repeats: int, verdicts: dict[str, Verdict]) -> Table:

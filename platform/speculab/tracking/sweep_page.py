@@ -196,7 +196,8 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
     resumed = sum(point.resumed for point in points)
     earlier = (
         f" {resumed} of these points finished in an earlier launch of this sweep (`resume=true`, column `{RESUMED}`): "
-        "their runs stay nested under that launch's parent."
+        "their runs stay nested under that launch's parent and are tagged as points of this one, so this run's "
+        "link and `speculab-report --run` show them."
         if resumed
         else ""
     )

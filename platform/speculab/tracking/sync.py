@@ -29,12 +29,14 @@ from typing import Any
 
 from speculab.tracking.spool import (
     DEFAULT_ROOTS,
+    MEMBER,
     PARENT_TAG,
     TERMINAL,
     apply_record,
     create_run,
     fail_fast,
     find_spooled_run,
+    member_tag,
     now_ms,
     read_spool,
     run_content,
@@ -78,6 +80,7 @@ def sync_spool(
     held = run_content(client, run_id)
     if parent and held.tags.get(PARENT_TAG) != parent:
         client.set_tag(run_id, PARENT_TAG, parent)
+        client.set_tag(run_id, member_tag(parent), MEMBER)
     for record in records[1:]:
         apply_record(client, run_id, record, spool_dir, held)
     if held.status not in TERMINAL and not writer_alive(start):

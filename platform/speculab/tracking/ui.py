@@ -8,13 +8,19 @@ and opens it from `?viewStateShareKey=<key>` (docs/mlflow-ui.md).
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import psutil
+
 from speculab.results.names import HEADLINE, mlflow_name
 from speculab.tracking.provenance import JOB_TAG
-from speculab.tracking.spool import KIND_TAG, NOTE_TAG, PARENT_TAG, POINT_TAG, SpooledRun
+from speculab.tracking.resume import store_key
+from speculab.tracking.spool import KIND_TAG, MEMBER, NOTE_TAG, POINT_TAG, SpooledRun, member_tag
 from speculab.tracking.store import retrying_busy, store_client
 
 VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
@@ -72,6 +78,51 @@ def experiment_tags() -> dict[str, str]:
 
 
 UI_MODE = "workflowType=machine_learning"  # MLflow 3's UI opens experiments in its GenAI mode otherwise
+UI_PORT_ENV = "SPECULAB_UI_PORT"  # set once in a shell: the port printed links use when no `mlflow ui` is found
+DEFAULT_UI_PORT = 5000  # `mlflow ui`'s own default
+
+
+def option(command: list[str], *names: str) -> str | None:
+    """The value of a command line's option (`--port 5001` or `--port=5001`), None where absent."""
+    for at, part in enumerate(command):
+        for name in names:
+            if part == name and at + 1 < len(command):
+                return command[at + 1]
+            if part.startswith(f"{name}="):
+                return part.split("=", 1)[1]
+    return None
+
+
+def serving_port(uri: str) -> int | None:
+    """The port of a running `mlflow ui` or `mlflow server` of this user whose backend store is `uri`
+    (its relative paths read from that process's directory), None where none is found."""
+    for process in psutil.process_iter(["cmdline", "cwd", "username"]):
+        command = process.info["cmdline"] or []
+        if process.info["username"] != getpass.getuser() or not any(Path(p).name == "mlflow" for p in command[:3]):
+            continue
+        if not {"ui", "server"} & set(command):
+            continue
+        store = option(command, "--backend-store-uri") or "sqlite:///mlflow.db"  # MLflow 3's default store
+        if store_key(served_store(store, process.info["cwd"] or ".")) == store_key(uri):
+            return int(option(command, "--port", "-p") or DEFAULT_UI_PORT)
+    return None
+
+
+def served_store(store: str, cwd: str) -> str:
+    """A store URI as a process working in `cwd` reads it: a relative file path made absolute there."""
+    for scheme in ("sqlite:///", "file://", ""):
+        if store.startswith(scheme) and (scheme or "://" not in store):
+            path = Path(store.removeprefix(scheme))
+            return scheme + str(path if path.is_absolute() else Path(cwd) / path)
+    return store
+
+
+def ui_port(uri: str, configured: int | None) -> int:
+    """The port printed links use for a database store: `tracking.ui_port` where set, else a running
+    `mlflow ui`'s serving it, else $SPECULAB_UI_PORT, else 5000."""
+    if configured is not None:
+        return configured
+    return serving_port(uri) or int(os.environ.get(UI_PORT_ENV, "") or DEFAULT_UI_PORT)
 
 
 def ui_base(uri: str, ui_port: int) -> str:
@@ -92,10 +143,11 @@ def runs_table(uri: str, experiment_id: str | None, share_key: str, ui_port: int
 
 def points_owner(run: SpooledRun, sweep: bool) -> tuple[str, str]:
     """(search, run id) of the points `run` belongs with: its sweep's (the run's own when it is the
-    sweep's parent, `sweep`), found by their parent, else the run alone; never the rest of the experiment."""
+    sweep's parent, `sweep`), found by the tag every point of the launch carries (`member_tag`: the
+    points a resumed launch found finished too), else the run alone; never the rest of the experiment."""
     parent = run.run_id if sweep else run.parent_run_id
     if parent:
-        return f"tags.`{PARENT_TAG}` = '{parent}'", parent
+        return f"tags.`{member_tag(parent)}` = '{MEMBER}'", parent
     return f"attributes.run_id = '{run.run_id}'", str(run.run_id)
 
 
@@ -116,15 +168,15 @@ def share_points_view(run: SpooledRun, sweep: bool) -> str:
     return key
 
 
-def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
-    """The MLflow page of the sweep point `point`: its run under `parent`, else (a point a resumed
-    sweep skipped) its newest FINISHED run in the experiment; None: the store is unreachable."""
+def point_link(parent: SpooledRun, point: str, port: int | None) -> str | None:
+    """The MLflow page of the sweep point `point`: its run among `parent`'s points (a point a resumed
+    sweep skipped included), else its newest FINISHED run in the experiment; None: the store is unreachable."""
     if not parent.online or parent.experiment_id is None:
         return None
     try:
         client = store_client(parent.uri)
         query = f"tags.`{POINT_TAG}` = '{point}'"
-        child = f"{query} and tags.`{PARENT_TAG}` = '{parent.run_id}'"
+        child = f"{query} and tags.`{member_tag(str(parent.run_id))}` = '{MEMBER}'"
         finished = f"{query} and attributes.status = 'FINISHED'"
         newest = ["attributes.start_time DESC"]
         runs = client.search_runs([parent.experiment_id], child, max_results=1) or client.search_runs(
@@ -132,29 +184,35 @@ def point_link(parent: SpooledRun, point: str, ui_port: int) -> str | None:
         )
     except Exception:  # the store went away since: the ranking above stands without the link
         return None
-    return run_page(parent.uri, parent.experiment_id, runs[0].info.run_id, ui_port) if runs else None
+    found = runs[0].info.run_id if runs else None
+    return run_page(parent.uri, parent.experiment_id, found, ui_port(parent.uri, port)) if found else None
 
 
-def job_links(uri: str, job_id: str, ui_port: int) -> list[str]:
+def job_links(uri: str, job_id: str, port: int | None) -> list[str]:
     """ "<run name>: <its MLflow page>" for each run the Ray job ``job_id`` recorded, sweep parents
     first (raises what MLflow raises when the store is unreachable)."""
     client = store_client(uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(experiments, f"tags.`{JOB_TAG}` = '{job_id}'", order_by=["attributes.start_time ASC"])
     runs.sort(key=lambda run: run.data.tags.get(KIND_TAG) != "sweep")
-    return [f"{run.info.run_name}: {run_page(uri, run.info.experiment_id, run.info.run_id, ui_port)}" for run in runs]
+    shown = ui_port(uri, port)
+    return [f"{run.info.run_name}: {run_page(uri, run.info.experiment_id, run.info.run_id, shown)}" for run in runs]
 
 
-def where(run: SpooledRun, ui_port: int, sweep: bool = False) -> str:
+def where(run: SpooledRun, configured: int | None, sweep: bool = False) -> str:
     """Which run was written and how to see it: its page, and the runs table on its sweep's points (the
-    parent's own when `sweep`) or on the run alone, in a view written for them (`share_points_view`)."""
+    parent's own when `sweep`) or on the run alone, in a view written for them (`share_points_view`); at
+    the port of the `mlflow ui` serving the store where one runs (`ui_port`), else how to serve it."""
     if run.online:
-        page = run_page(run.uri, run.experiment_id, run.run_id, ui_port)
-        serve = f"mlflow ui --backend-store-uri {run.uri} --port {ui_port}"
-        serve = "" if run.uri.startswith("http") else f" (serve the store: `{serve}`)"
+        port = ui_port(run.uri, configured)
+        page = run_page(run.uri, run.experiment_id, run.run_id, port)
+        serve = ""
+        if not run.uri.startswith("http") and configured is None and serving_port(run.uri) is None:
+            serve = f" (serve the store: `mlflow ui --backend-store-uri {run.uri} --port {port}`; "
+            serve += f"for another port, set {UI_PORT_ENV}=N once in your shell)"
         what = "the sweep's points" if sweep or run.parent_run_id else "this run"
         try:
-            table = runs_table(run.uri, run.experiment_id, share_points_view(run, sweep), ui_port)
+            table = runs_table(run.uri, run.experiment_id, share_points_view(run, sweep), port)
         except Exception:  # the store went away since the run's last write: its page stands alone
             table = "not linked (the store did not take the view)"
         return f"MLflow run {run.run_id}: {page} ; {what} in the runs table: {table}{serve}"
