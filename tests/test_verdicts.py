@@ -98,7 +98,7 @@ def test_points_the_data_do_not_separate_are_listed_and_none_is_named() -> None:
     points = [point(rng, units, truth() / 1.3, LOADED, n) for n in ("block", "gbv", "spectr")]
     answer = sweep_answer(points)
     assert answer.best is None and len(first_place(answer)) >= 2
-    assert "No single fastest point:" in leader_sentence(answer, name) and "inconclusive over 16 prompts" in (
+    assert "No single fastest point:" in leader_sentence(answer, name) and "Inconclusive over 16 prompts" in (
         leader_sentence(answer, name)
     )
 

@@ -11,6 +11,7 @@ prompt and repeated (`speculab.measure`), so each speedup compares measurements 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -45,7 +46,16 @@ from speculab.results.figures import (
     run_figures,
     speed_figures,
 )
-from speculab.results.names import AR_PREFIX, HF_PREFIX, UNTIMED, Figures, flatten, is_acceptance
+from speculab.results.names import (
+    AR_PREFIX,
+    FIGURES_ARTIFACT,
+    HF_PREFIX,
+    UNTIMED,
+    Figures,
+    flatten,
+    is_acceptance,
+    split_spreads,
+)
 from speculab.results.point import UNITS_ARTIFACT, PointResult, PointShape, PointUnits
 from speculab.results.verdicts import compared
 from speculab.runtime import fitting_copies, loop_groups, runtime_metrics, start_loop
@@ -396,7 +406,9 @@ def log_point(
     whole console summary, its per-prompt records and plots."""
     spec = concat_runs(measured.decoders.runs["speculative"])
     tracker.set_tags({CONDITIONS_TAG: measured.conditions})
-    tracker.log_metrics(logged_figures(result))
+    logged = logged_figures(result)
+    tracker.log_metrics(split_spreads(logged))  # values; every spread is in FIGURES_ARTIFACT
+    tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
     tracker.set_tags({NOTE_TAG: point_description(result.shape, plan.cfg.runtime.kind, result)})
     if result.units is not None:
         tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
@@ -426,7 +438,9 @@ def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
     if finished:
         spec = concat_runs(finished)
         figures = run_figures(spec)
-        tracker.log_metrics(flatten(figures.only(UNTIMED) | {k: v for k, v in figures.items() if is_acceptance(k)}))
+        logged = flatten(figures.only(UNTIMED) | {k: v for k, v in figures.items() if is_acceptance(k)})
+        tracker.log_metrics(split_spreads(logged))
+        tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
         log_records(point, spec, tracker)
         plt.close("all")
     return len(finished)

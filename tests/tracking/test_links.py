@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from mlflow.tracking import MlflowClient
 
-from speculab.results.names import HEADLINE, mlflow_name
+from speculab.results.names import HEADLINE, interval_names, mlflow_name
 from speculab.tracking.ui import (
     TABLE_METRICS,
     UI_PORT_ENV,
@@ -55,14 +55,16 @@ def test_a_sweeps_link_opens_a_view_of_its_points_in_model_training_mode(tmp_pat
     assert query(run_page("http://mlflow:8080/", "3", "r7", 5000))["workflowType"] == ["machine_learning"]
 
 
-def test_the_view_shows_the_headline_speeds_sorted_by_the_first() -> None:
-    """The headline speeds and block efficiency in the order MLflow lays them out (by name), the one
-    ranked by first of the speeds, and no interval column: MLflow's table cuts an interval's name to
-    the header of its figure, so the columns would read alike (docs/mlflow-ui.md)."""
+def test_the_view_shows_the_ranking_figure_with_its_interval_first() -> None:
+    """The run's name, `speedup_vs_ar`, its interval's ends (low, then high, wide enough to read whole),
+    then the other headline figures, Created and the shape's params; sorted by the speedup."""
     state = json.loads(json.loads(view_state())["state"])
     metrics = [c for c in state["selectedColumns"] if c.startswith("metrics.")]
-    assert metrics == sorted(metrics) and set(TABLE_METRICS) <= set(HEADLINE)
-    assert metrics == [f"metrics.`{mlflow_name(key)}`" for key in TABLE_METRICS]
+    assert set(TABLE_METRICS) <= set(HEADLINE) and TABLE_METRICS[0] == "speedup_vs_ar"
+    low, high = (f"metrics.`{name}`" for name in interval_names("speedup_vs_ar"))
+    assert metrics == [f"metrics.`{mlflow_name('speedup_vs_ar')}`", low, high, *metrics[3:]]
+    assert state["columnOrder"][:5] == ["attributes.`Run Name`", *metrics[:4]]
+    assert state["columnWidths"] == {low: 155, high: 155}
     assert state["orderByKey"] == "metrics.`speedup_vs_ar`" and state["orderByAsc"] is False
 
 

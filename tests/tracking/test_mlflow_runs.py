@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mlflow
 import pytest
+from mlflow.artifacts import load_text
 
 from speculab.results.names import METRICS
 from support.cli import runs, small_run, speculab
@@ -19,7 +21,8 @@ def test_single_run_logs_every_metric_and_artifact(random_llama_pair, tmp_path: 
     assert "block_efficiency" in result.stdout and "autoregressive" in result.stdout
     (run,) = runs(store)
     assert {m.mlflow for m in METRICS} <= set(run.data.metrics)  # every figure of a point, nothing left out
-    assert {"block_efficiency_se", "accept/alpha_1_se"} <= set(run.data.metrics)  # acceptance: standard errors
+    spreads = json.loads(load_text(f"{run.info.artifact_uri}/figures.json"))  # every figure, its spread too
+    assert {"block_efficiency_se", "accept/alpha_1_se"} <= set(spreads) - set(run.data.metrics)
     assert run.data.params["dataset.prompt_ids"].count(",") == 1  # the two prompts it drew
     assert "units.json" in {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert not any(name.endswith(("_ci_low", "_ci_high")) for name in run.data.metrics)  # two prompts: no interval
@@ -37,7 +40,8 @@ def test_a_lossy_run_says_so_and_logs_its_paired_comparison(random_llama_pair, t
     (run,) = runs(store)
     assert run.data.tags["lossless"] == "false" and run.data.params["algorithm.allow_lossy"] == "True"
     assert "**Not lossless** at K=2" in run.data.tags["mlflow.note.content"]
-    assert {"compare/spectr_gbv/acceptance_length_se", "compare/gbv/relative", "time/paired_s"} <= set(run.data.metrics)
+    figures = json.loads(load_text(f"{run.info.artifact_uri}/figures.json"))
+    assert {"compare/spectr_gbv/acceptance_length_se", "compare/gbv/relative", "time/paired_s"} <= set(figures)
     assert "paired comparison on the same drafts" in result.stdout
 
 

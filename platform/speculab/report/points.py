@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
 from speculab.config.report import DIMENSIONS
 from speculab.results.point import PointResult, PointShape
-from speculab.tracking.resume import logged_units
+from speculab.tracking.resume import logged_metrics, logged_units
 from speculab.tracking.spool import KIND_TAG, MEMBER, PARENT_TAG, POINT_TAG, member_tag
 
 REQUIRED = ("block_efficiency", "accepted_mean", "tokens_per_s", "ms_per_token")  # every finished point logs these
@@ -82,7 +82,8 @@ def sweep_children(client: MlflowClient, parent_id: str) -> list[Run]:
 def read_point(client: MlflowClient, run: Run) -> Point:
     """A run's result, as it logged it."""
     shape = PointShape.from_params(run.data.params)
-    result = PointResult.from_logged(shape, dict(run.data.metrics), logged_units(client, run.info.run_id))
+    logged = logged_metrics(client, run.info.run_id, dict(run.data.metrics))
+    result = PointResult.from_logged(shape, logged, logged_units(client, run.info.run_id))
     return Point(run.info.run_id, run.info.run_name or run.info.run_id, run.info.start_time, result)
 
 

@@ -358,6 +358,20 @@ class Figures(Mapping[str, Estimate]):
         return found
 
 
+FIGURES_ARTIFACT = "figures.json"  # every figure a point logged, its spreads included (`split_spreads`)
+# The one spread also logged as MLflow metrics: the ranking figure's interval, which the runs-table view shows
+# as columns beside it (`tracking.ui`); every other spread lives in FIGURES_ARTIFACT, so that the Model metrics
+# tab charts figures, not a single-bar chart per interval end.
+TABLE_SPREAD = "speedup_vs_ar"
+
+
+def split_spreads(flat: Mapping[str, float]) -> dict[str, float]:
+    """What of `flatten`'s output a run logs as MLflow metrics: every value, and TABLE_SPREAD's interval;
+    the rest of the spreads go with the whole in FIGURES_ARTIFACT."""
+    kept = set(interval_names(TABLE_SPREAD))
+    return {name: value for name, value in flat.items() if not name.endswith((LOW, HIGH, SE)) or name in kept}
+
+
 def _logged(value: float) -> float:
     return float(f"{value:.5g}")  # what MLflow's runs table shows
 

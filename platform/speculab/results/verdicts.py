@@ -302,27 +302,41 @@ def first_place(answer: SweepAnswer) -> list[PointResult]:
 
 
 def leader_sentence(answer: SweepAnswer, name: Callable[[PointResult], str]) -> str:
-    """The sweep's answer in one sentence: the fastest point with its margin over the runner-up, or the
-    points the data do not separate from the leader, or why there is no verdict; points named by `name`."""
+    """The sweep's answer: `leader_headline`, then `leader_detail`."""
+    return " ".join(filter(None, (leader_headline(answer, name), leader_detail(answer, name))))
+
+
+def leader_headline(answer: SweepAnswer, name: Callable[[PointResult], str]) -> str:
+    """The sweep's answer in a few words: the fastest point, or how many points the data do not separate
+    from the leader, or why there is no verdict; points named by `name`."""
     if len(answer.ranked) == 1:
         return f"One point ({name(answer.leader)}): nothing to compare it with."
-    runner, margin = answer.ranked[1], answer.versus[0]
-    batch = answer.leader.shape.batch_size
-    paired = "paired" if effect_paired(answer.leader, runner) else "unpaired (the points decoded different prompts)"
     if all(v.call is Call.TOO_FEW for v in answer.versus):
-        return f"No verdict on {answer.key}: {too_few(margin, batch)}; the points are ranked by their figures alone."
-    over = f"{units_words(margin.ratio.n, batch)}, {paired}; Holm over {answer.family} tests, 5% family-wise"
+        why = too_few(answer.versus[0], answer.leader.shape.batch_size)
+        return f"No verdict on {answer.key}: {why}; the points are ranked by their figures alone."
+    leader = f"**{name(answer.leader)}**"
+    if answer.best is not None:
+        return f"Fastest: {leader}, {answer.key} {ratio_text(answer.leader.figures[answer.key])}."
+    close = sum(not v.decided for v in answer.versus)
+    return f"No single fastest point: {leader} ranks first, and the data do not separate it from {close} point(s)."
+
+
+def leader_detail(answer: SweepAnswer, name: Callable[[PointResult], str]) -> str:
+    """What the verdict rests on: the leader's margin over the runner-up, or its ratio over each point it is
+    not separated from, with the units and the family they were tested over (empty without a test)."""
+    if len(answer.ranked) == 1 or all(v.call is Call.TOO_FEW for v in answer.versus):
+        return ""
+    runner, margin = answer.ranked[1], answer.versus[0]
+    paired = "paired" if effect_paired(answer.leader, runner) else "unpaired (the points decoded different prompts)"
+    units = units_words(margin.ratio.n, answer.leader.shape.batch_size)
+    over = f"{units}, {paired}; Holm over {answer.family} tests, 5% family-wise"
     if answer.best is not None:
         return (
-            f"Fastest: **{name(answer.leader)}**, {answer.key} {ratio_text(answer.leader.figures[answer.key])}; "
-            f"ahead of every other point, of the runner-up {name(runner)} by {ratio_text(margin.ratio)} ({over})."
+            f"It is ahead of every other point, of the runner-up {name(runner)} by {ratio_text(margin.ratio)}: {over}."
         )
     close = [(p, v) for p, v in zip(answer.ranked[1:], answer.versus) if not v.decided]
     listed = "; ".join(f"{name(p)} {ratio_text(v.ratio)}" for p, v in close)
-    return (
-        f"No single fastest point: **{name(answer.leader)}** ranks first on {answer.key}, but the data do not "
-        f"separate it from {len(close)} point(s) (inconclusive over {over}); its ratio over each: {listed}."
-    )
+    return f"Inconclusive over {over}; the leader's ratio over each: {listed}."
 
 
 def effect_paired(a: PointResult, b: PointResult) -> bool:

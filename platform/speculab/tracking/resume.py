@@ -22,6 +22,7 @@ from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from mlflow.tracking import MlflowClient
 
 from speculab.config import NOT_IDENTITY, Config, tracking_uri
+from speculab.results.names import FIGURES_ARTIFACT
 from speculab.results.point import UNITS_ARTIFACT, PointUnits
 from speculab.tracking.spool import DEFAULT_ROOTS, POINT_TAG, fail_fast, read_spool, spool_files
 from speculab.tracking.store import store_client
@@ -48,13 +49,26 @@ class Finished:
     run_id: str | None = None  # where it is a run in the store (not a spool's)
 
 
-def logged_units(client: MlflowClient, run_id: str) -> PointUnits | None:
-    """A run's UNITS_ARTIFACT, None where it has none."""
+def artifact_text(client: MlflowClient, run_id: str, name: str) -> str | None:
+    """A text artifact of a run (None where it has none)."""
     os.environ.setdefault(PROGRESS_BAR, "false")  # a resumed sweep's console is no place for download bars
-    if UNITS_ARTIFACT not in {a.path for a in client.list_artifacts(run_id)}:
+    if name not in {a.path for a in client.list_artifacts(run_id)}:
         return None
     with tempfile.TemporaryDirectory() as folder:
-        return PointUnits.from_json(Path(client.download_artifacts(run_id, UNITS_ARTIFACT, folder)).read_text())
+        return Path(client.download_artifacts(run_id, name, folder)).read_text()
+
+
+def logged_units(client: MlflowClient, run_id: str) -> PointUnits | None:
+    """A run's UNITS_ARTIFACT, None where it has none."""
+    text = artifact_text(client, run_id, UNITS_ARTIFACT)
+    return None if text is None else PointUnits.from_json(text)
+
+
+def logged_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> dict[str, float]:
+    """A run's figures as it logged them: its MLflow metrics and, where it wrote one, FIGURES_ARTIFACT (every
+    spread too: the metrics carry only values and the ranking figure's interval)."""
+    text = artifact_text(client, run_id, FIGURES_ARTIFACT)
+    return metrics | (json.loads(text) if text is not None else {})
 
 
 def store_key(uri: str) -> str:
@@ -78,10 +92,15 @@ def finished_in_store(cfg: Config, point: str) -> Finished | None:
             return None
         query = f"tags.`{POINT_TAG}` = '{point}' and attributes.status = 'FINISHED'"
         runs = client.search_runs([experiment.experiment_id], query, max_results=1)
-        units = logged_units(client, runs[0].info.run_id) if runs else None
+        if not runs:
+            return None
+        run_id = runs[0].info.run_id
+        found = Finished(
+            run_id, logged_metrics(client, run_id, runs[0].data.metrics), logged_units(client, run_id), run_id
+        )
     except Exception:  # store down: the spools still answer
         return None
-    return Finished(runs[0].info.run_id, dict(runs[0].data.metrics), units, runs[0].info.run_id) if runs else None
+    return found
 
 
 def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str) -> Finished | None:
@@ -104,6 +123,8 @@ def finished_in_spools(point: str, roots: list[Path], uri: str, experiment: str)
                 metrics |= record["metrics"]
             if record.get("op") == "text" and record.get("artifact") == UNITS_ARTIFACT:
                 units = PointUnits.from_json(record["text"])
+            if record.get("op") == "text" and record.get("artifact") == FIGURES_ARTIFACT:
+                metrics |= json.loads(record["text"])
         return Finished(str(path), metrics, units)
     return None
 

@@ -5,7 +5,6 @@ records (JSONL and the table the UI shows)."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import matplotlib
@@ -20,12 +19,26 @@ from speculab.records import RunResult
 from speculab.results.figures import PHASES, acceptance_histogram
 from speculab.results.names import HEADLINE, Figures
 from speculab.results.point import PointResult, PointShape
-from speculab.stats import Estimate
+from speculab.results.verdicts import call_words, run_verdicts
+from speculab.stats import ratio_text
+
+
+def headline_line(result: PointResult) -> str:
+    """A finished point's headline figures on one line, each with its interval where it has one and each
+    speedup with its verdict (`results.verdicts.run_verdicts`): what its page opens on."""
+    verdicts = run_verdicts(result)
+    parts = []
+    for key in (k for k in HEADLINE if k in result.figures):
+        figure = result.figures[key]
+        shown = ratio_text(figure) if "speedup" in key else f"{figure:.4g}"
+        said = f", {call_words(verdicts[key])}" if key in verdicts else ""  # not "[a, b] (word)": markdown's link
+        parts.append(f"{key.replace('_', ' ')} {shown}{said}")
+    return f"**{parts[0]}** · " + " · ".join(parts[1:]) if parts else ""
 
 
 def point_description(shape: PointShape, runtime: str, result: PointResult | None = None) -> str:
-    """A run's markdown description: its shape in words, then (when done) its headline figures, each with
-    its interval where it has one."""
+    """A run's markdown description: when done, its headline figures first (MLflow shows a description's
+    first lines only), then its shape in words."""
     spec = get_algorithm(shape.algorithm)
     rule = f", node rule `{shape.node_rule}`" if shape.node_rule is not None else ""
     paths = shape.K or 1
@@ -37,9 +50,7 @@ def point_description(shape: PointShape, runtime: str, result: PointResult | Non
     )
     if result is None:
         return text + "\n\nDecoding…"
-    header = " | ".join(key.replace("_", " ") for key in HEADLINE)
-    values = " | ".join(f"{result.figures.get(key, Estimate(math.nan))}" for key in HEADLINE)
-    return f"{text}\n\n| {header} |\n|{'---|' * len(HEADLINE)}\n| {values} |"
+    return f"{headline_line(result)}\n\n{text}"
 
 
 def acceptance_figure(run: RunResult) -> Figure:

@@ -26,7 +26,8 @@ from speculab.results.verdicts import (
     baselines_sentence,
     call_words,
     headline_note,
-    leader_sentence,
+    leader_detail,
+    leader_headline,
     ranked,
     sweep_answer,
 )
@@ -184,14 +185,17 @@ def failure_line(failed: list[FailedPoint], total: int) -> str:
 
 
 def sweep_description(overrides: str, points: list[PointResult], failed: list[FailedPoint]) -> str:
-    """The parent's description: failed points, the verdict and the rankings first (MLflow shows a
-    description's first lines only, until "Show more"), then the table."""
+    """The parent's description: failed points, the verdict in a few words and the ranking first (MLflow
+    shows a description's first five lines only, until "Show more"), then what the verdict rests on,
+    the points against the baselines, the ranking by block efficiency and the table."""
     failures = f"{failure_line(failed, len(points) + len(failed))}\n\n" if failed else ""
     if not points:
         return f"{failures}Sweep `{overrides}`: no point finished."
     answer = sweep_answer(points)
     short = labels(points)
-    verdict = leader_sentence(answer, lambda point: short[point.shape.name])
+    headline, detail = (
+        said(answer, lambda point: short[point.shape.name]) for said in (leader_headline, leader_detail)
+    )
     shared = f" Every point: {shared_name(points)}." if shared_name(points) else ""
     resumed = sum(point.resumed for point in points)
     earlier = (
@@ -204,11 +208,12 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
     by_efficiency = ranking_line(points, "block_efficiency")
     note = f" Note: {headline_note(points)}." if headline_note(points) else ""
     return (
-        f"{failures}{verdict} {baselines_sentence(answer)}{note} {ranking_line(points)}\n\n{by_efficiency} (the "
-        f"same on any machine)\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked by {answer.key} "
-        f"(totals of paired, interleaved measurements; 95% intervals over units, conditional on this machine and its "
-        f"load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; "
-        f"acceptance by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n{ranking_markdown(answer)}"
+        f"{failures}{headline} {ranking_line(points)}\n\n{detail} {baselines_sentence(answer)}{note}\n\n"
+        f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} finished point(s), ranked "
+        f"by {answer.key} (totals of paired, interleaved measurements; 95% intervals over units, conditional on this "
+        f"machine and its load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: "
+        f"`sweep_points.png`; acceptance by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n"
+        f"{ranking_markdown(answer)}"
     )
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 import psutil
 
-from speculab.results.names import HEADLINE, mlflow_name
+from speculab.results.names import HEADLINE, interval_names, mlflow_name
 from speculab.tracking.provenance import JOB_TAG
 from speculab.tracking.resume import store_key
 from speculab.tracking.spool import KIND_TAG, MEMBER, NOTE_TAG, POINT_TAG, SpooledRun, member_tag
@@ -37,21 +37,36 @@ VIEW_PARAMS = (
     "drafter.name",
     "dataset.num_prompts",
 )
-# ... and the headline speeds and block efficiency, sorted by `speedup_vs_ar`. MLflow lays metric columns
-# out by name after its fixed Run Name, Created and Duration: at 1440 px with its Assistant panel open
-# (its default) the first three of these show without scrolling, so `accepted_mean` is left to each
-# run's description. Not their intervals: the table cuts an interval's column name to the header it
-# gives `speedup_vs_ar`, so three columns would read alike; each run's description and the sweep's
-# table give the intervals, where the prompts allow one.
-TABLE_METRICS = ("block_efficiency", "speedup_vs_ar", "speedup_vs_hf", "tokens_per_s")
+# ... and the headline figures, sorted by `speedup_vs_ar`. The view sets the columns' order and widths
+# (`columnOrder`, `columnWidths` of MLflow's view state): the run's name, then `speedup_vs_ar` with its
+# interval's ends (`results.names.interval_names`, wide enough that their names read whole and each sorts), then
+# block efficiency, throughput and the speedup over generate, then Created and the shape's params. At
+# 1440 px with MLflow's Assistant panel open (its default) the name, the speedup and its interval show
+# without scrolling; `accepted_mean` is left to each run's description.
+TABLE_METRICS = ("speedup_vs_ar", "block_efficiency", "tokens_per_s", "speedup_vs_hf")
+INTERVAL_WIDTH = 155  # px: the name of the interval's upper end, whole
+NAME_COLUMN = "attributes.`Run Name`"  # MLflow's own columns' ids
+FIXED_COLUMNS = ("runDateAndNestInfo", "duration")
+
+
+def table_metrics() -> list[str]:
+    """The view's metric columns, in order: `speedup_vs_ar`, its interval's ends, the other headline figures."""
+    first, *rest = TABLE_METRICS
+    return [mlflow_name(first), *interval_names(first), *map(mlflow_name, rest)]
 
 
 def table_state(search: str | None = None) -> dict[str, Any]:
     """The runs table's state in speculab's view: shape and headline columns, the fastest over
     autoregressive decoding first; with `search`, only the runs it finds."""
-    metrics = [mlflow_name(key) for key in TABLE_METRICS]
-    columns = [f"params.`{key}`" for key in VIEW_PARAMS] + [f"metrics.`{name}`" for name in metrics]
-    state = {"selectedColumns": columns, "orderByKey": f"metrics.`{mlflow_name('speedup_vs_ar')}`", "orderByAsc": False}
+    metrics = [f"metrics.`{name}`" for name in table_metrics()]
+    params = [f"params.`{key}`" for key in VIEW_PARAMS]
+    state = {
+        "selectedColumns": params + metrics,
+        "columnOrder": [NAME_COLUMN, *metrics, *FIXED_COLUMNS, *params],
+        "columnWidths": {column: INTERVAL_WIDTH for column in metrics[1:3]},
+        "orderByKey": metrics[0],
+        "orderByAsc": False,
+    }
     return state | ({"searchFilter": search} if search else {})
 
 
