@@ -210,8 +210,8 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
     return (
         f"{failures}{headline} {ranking_line(points)}\n\n{detail} {baselines_sentence(answer)}{note}\n\n"
         f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} "
-        f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; 95% intervals over units, conditional on this "
-        f"machine and its load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: "
+        f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; 95% intervals over "
+        f"units, conditional on this machine and its load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: "
         f"`sweep_points.png`; acceptance by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n"
         f"{ranking_markdown(answer)}"
     )
