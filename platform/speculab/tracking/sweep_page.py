@@ -211,8 +211,9 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
         f"{failures}{headline} {ranking_line(points)}\n\n{detail} {baselines_sentence(answer)}{note}\n\n"
         f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} "
         f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; 95% intervals over "
-        f"units, conditional on this machine and its load).{shared}{earlier} Every column: `sweep_table.md`, `sweep_table.csv`; the plot: "
-        f"`sweep_points.png`; acceptance by draft depth: `acceptance_by_depth.png`, `.md`, `.csv`.\n\n"
+        f"units, conditional on this machine and its load).{shared}{earlier} Every column: `sweep_table.md`, "
+        f"`sweep_table.csv`; the plot: `sweep_points.png`; acceptance by draft depth: `acceptance_by_depth.png`, "
+        f"`.md`, `.csv`.\n\n"
         f"{ranking_markdown(answer)}"
     )
 
