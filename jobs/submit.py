@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
+from speculab.cli import command_problems
 from speculab.cli_args import multirun_first
 from speculab.config import TrackingConfig
 from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
@@ -206,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wait", action="store_true", help="submit and print the job id only")
     parser.add_argument("overrides", nargs="*", help="speculab (Hydra) arguments, after --")
     args = parser.parse_args(argv)
+    address = urlparse(args.address)
+    if address.scheme not in ("http", "https") or not address.hostname:
+        parser.error(f"--address {args.address}: not a Jobs API address; give http://HOST:PORT (the head's dashboard)")
+    if problems := command_problems(multirun_first(args.overrides)):  # refused here, not on the cluster
+        parser.exit(2, "".join(f"submit: {line}\n" for line in problems))
     uri = remote_needs(
         parser,
         args.tracking_uri or default_tracking_uri(args.address),

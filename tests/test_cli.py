@@ -82,6 +82,25 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
         (["experiment=gbv_table1"], "experiment=gbv_table1: experiment is not in the defaults; add it with a plus"),
         (["--multirun", "algorithm=gbv,foo"], None),  # the point is the sweep's to check, with its number
         (["sampling.seed=-1", "runtime=inline"], "sampling.seed=-1: must be an integer in [0, "),
+        # issue 63's classes: values taken only as what they are, switches that need another, stores that
+        # outlive the run, tracking=none writing nothing, a preset run as its grid
+        (["model.compile=2"], "model.compile=2: must be true or false"),
+        (["--multirun", "baseline=true,1"], "baseline=1: must be true or false"),
+        (["=4"], "=4: an override needs a key (key=value"),
+        (["cluster.actor_cpus=nan"], "cluster.actor_cpus=nan: must be a finite number"),
+        (["--multirun", "sampling.temperature=1,inf"], "sampling.temperature=inf: must be a finite number"),
+        (["model.compile=true", "runtime=inline"], "model.compile=true: needs a CUDA model.device"),
+        (
+            ["model.capture_verifier=true", "model.capture=false", "runtime=inline"],
+            "model.capture_verifier=true: needs model.capture=true",
+        ),
+        (["tracking.uri=sqlite://", "runtime=inline"], "tracking.uri='sqlite://': an in-memory SQLite store is gone"),
+        (["tracking.uri=sqlite:///:memory:", "runtime=inline"], "tracking.uri='sqlite:///:memory:': an in-memory"),
+        (["resume=true", "tracking=none", "runtime=inline"], "resume=true: finds finished points in the tracking"),
+        (["runtime.placement_timeout_s=1e-9"], "runtime.placement_timeout_s=1e-09: must be >= 1 (seconds"),
+        (["+experiment=gbv_table1"], "+experiment=gbv_table1: a preset sweeps its paper's grid; run it with -m"),
+        (["--multirun", "+experiment=gbv_table1,bv_table4"], "+experiment=gbv_table1,bv_table4: one preset a sweep"),
+        (["--multirun", "+experiment=gbv_table1", "algorithm.K=7"], "algorithm.K=7: +experiment=gbv_table1 sweeps"),
     ],
 )
 def test_hydras_own_refusals_are_one_line_before_any_output_directory(
@@ -101,6 +120,43 @@ def test_hydras_own_refusals_are_one_line_before_any_output_directory(
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "speculab: invalid config:" and len(err) == 2 and err[1].strip().startswith(line), err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        (
+            ['{"id": "x", "prompt": "' + "x = 1; " * 900 + '"}', '{"id": "x", "prompt": "short"}'],
+            "id 'x' already names",
+        ),
+        (['{"prompt": "abc \\ud800 def"}'], "the `prompt` holds '\\ud800' at character 5, half of a UTF-16 pair"),
+        (['{"prompt": "' + "x = 1; " * 900 + '"}'], "dataset: prompt 'prompts/1' has"),  # too long: before Hydra
+    ],
+    ids=["duplicate ids", "a lone surrogate", "too long for the context"],
+)
+def test_prompts_a_run_cannot_decode_are_refused_before_any_output_directory(
+    lines: list[str], said: str, capsys, tmp_path_factory, monkeypatch
+) -> None:
+    """Prompt identity (every prompt checked: a later one with the same id hid an earlier long one) and
+    text a tokenizer cannot take, refused in one line, exit 2, with no directory made."""
+    from speculab import cli
+
+    data = tmp_path_factory.mktemp("data") / "prompts.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    here = tmp_path_factory.mktemp("here")
+    monkeypatch.chdir(here)
+    with pytest.raises(SystemExit) as ended:
+        cli.precheck(["dataset=jsonl", f"dataset.path={data}", "runtime=inline"])
+    assert ended.value.code == 2 and said in capsys.readouterr().err
+    assert list(here.iterdir()) == []
+
+
+def test_a_key_every_point_of_a_sweep_shares_takes_one_value(tmp_path: Path) -> None:
+    """cluster.spread (like cluster.replicas, the store and the experiment) is the sweep's, not a point's."""
+    args = ["-m", "cluster.spread=false,true", "cluster.replicas=2", "dataset.num_prompts=2", "tracking=none"]
+    result = speculab([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert result.returncode == 2 and not (tmp_path / "sweep").exists()
+    assert "cluster.spread=False,True: one value for the whole sweep" in result.stderr
 
 
 def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:

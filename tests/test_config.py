@@ -404,7 +404,8 @@ BAD_SETTINGS: list[tuple[list[str], str, str]] = [
     (["cluster.address=ray://127.0.0.1:1"], "", "nothing answers at 127.0.0.1:1"),
     (["cluster.address=127.0.0.1:1"], "", "cluster.address='127.0.0.1:1': nothing answers at 127.0.0.1:1"),
     (["cluster.address=localhost"], "", "cluster.address='localhost': not a Ray address; use null"),
-    (["runtime.placement_timeout_s=0"], "", "runtime.placement_timeout_s=0.0: must be > 0"),
+    (["runtime.placement_timeout_s=0"], "", "runtime.placement_timeout_s=0.0: must be >= 1 (seconds"),
+    (["runtime.placement_timeout_s=1e-9"], "", "runtime.placement_timeout_s=1e-09: must be >= 1 (seconds"),
     (["cluster.target_resources={{node_b: 1}}"], "", "custom resources need runtime=ray attached to a cluster"),
     (["cluster.target_resources={{node_b: x}}"], "", "must be a mapping of Ray resource names to amounts > 0"),
     (
@@ -544,7 +545,7 @@ def test_a_prompt_longer_than_the_context_leaves_room_for_is_refused_naming_it(t
     from support.models import TINY_PAIR
 
     plan = resolve(load(["runtime=inline", "sampling.max_new_tokens=64"]))
-    errors = prompt_length_errors(plan.cfg, TINY_PAIR / "target", {"short": 10, "long/1": 4401})
+    errors = prompt_length_errors(plan.cfg, TINY_PAIR / "target", [("short", 10), ("long/1", 4401)])
     assert errors == [
         "dataset: prompt 'long/1' has 4401 tokens; with sampling.max_new_tokens=64 and algorithm.L=4 a prompt may "
         "have at most 955 (the target's context is 1024, max_position_embeddings); shorten or drop it, or lower "

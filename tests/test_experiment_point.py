@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from speculab import experiment
+from speculab.config import prompts
 from speculab.models import TreeTarget
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
@@ -40,11 +41,11 @@ def test_a_dataset_that_holds_fewer_prompts_than_asked_is_refused_before_the_mod
     from speculab.config import ConfigError
 
     plan, _ = plan_and_shape([*SMALL[:2], "dataset.num_prompts=5"])
-    one = experiment.load_prompts("humaneval", 1)
-    monkeypatch.setattr(experiment, "load_prompts", lambda *args: one)
+    one = prompts.load_prompts("humaneval", 1)
+    monkeypatch.setattr(prompts, "load_prompts", lambda *args: one)
     monkeypatch.setattr(experiment, "start_loop", lambda *args: pytest.fail("the loop started"))
     with pytest.raises(ConfigError, match=r"dataset.num_prompts=5: humaneval holds 1 prompt; must be an integer"):
-        experiment.point_prompts(plan)
+        prompts.point_prompts(plan)
 
 
 def test_a_prompt_too_long_for_the_context_is_refused_before_the_points_run_exists(tmp_path) -> None:

@@ -27,6 +27,7 @@ from speculab.results.figures import per_prompt_ratio
 from speculab.results.names import Figures, flatten
 from speculab.results.point import UNITS_ARTIFACT, PointResult, PointShape, PointUnits
 from speculab.stats import Estimate
+from speculab.tracking.resume import logged_metrics
 from speculab.tracking.spool import KIND_TAG, PARENT_TAG, POINT_TAG
 from support.cli import small_run, speculab
 
@@ -253,6 +254,32 @@ def test_a_point_run_is_not_a_sweep_and_runs_need_their_metrics(
     )
 
 
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("postgress://db/mlflow", "unknown store scheme 'postgress'"),
+        ("sqlite://", "an in-memory store holds no runs"),
+        ("sqlite:///{tmp}/typo.db", "no store at {tmp}/typo.db"),
+    ],
+)
+def test_a_store_the_report_cannot_read_is_refused_before_anything_is_made(
+    uri: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--run", "0123abc", "--uri", uri.format(tmp=tmp_path), "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2 and message.format(tmp=tmp_path) in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []  # no empty store made at the misspelt path, no output directory
+
+
+def test_an_output_directory_under_a_file_is_refused(
+    sweep: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--run", sweep[1], "--uri", sweep[0], "--out", str(tmp_path / "taken" / "report")])
+    assert exit_.value.code == 2 and f"{tmp_path / 'taken'} is a file" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path) -> None:
     store = tmp_path / "mlflow.db"
@@ -271,7 +298,8 @@ def test_a_tiny_sweep_reports_its_runs_metrics(random_llama_pair, tmp_path: Path
         K = run.data.params["algorithm.K"]
         assert float(row[f"K={K}"]) == run.data.metrics["block_efficiency"]
         assert float(walltime[f"K={K}"]) == run.data.metrics["ms_per_token"]
-        assert float(row[f"K={K} se"]) == run.data.metrics["block_efficiency_se"]
+        logged = logged_metrics(client, run.info.run_id, run.data.metrics)  # spreads live in figures.json
+        assert float(row[f"K={K} se"]) == logged["block_efficiency_se"]
         history = {  # each prompt's figures, logged live: a second way to the same interval
             key: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
             for key in ("prompt/generated_tokens", "prompt/block_efficiency")

@@ -102,16 +102,34 @@ def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
     return FailedPoint(shape, f"{type(err).__name__}: {reason}")
 
 
-def precheck(args: list[str]) -> None:
+def command_problems(args: list[str], planning: bool = False) -> list[str]:
+    """What is wrong with a command line (`--multirun` first) before anything composes: an unknown key, the
+    overrides' grammar and values (`config.overrides`), a preset off its grid; where it runs does not matter
+    (`jobs/submit.py` checks what it is about to send). ``planning``: `--plan`, which shows one point of a
+    preset too."""
+    from speculab.config.overrides import override_problems, preset_problems
+
+    multirun = args[:1] == ["--multirun"]
+    overrides = args[1:] if multirun else args
+    groups = sorted(path.name for path in CONF.iterdir() if path.is_dir())
+    return (
+        override_errors(overrides, groups)
+        or override_problems(overrides, multirun)
+        or preset_problems(overrides, multirun or planning)
+    )
+
+
+def precheck(args: list[str], planning: bool = False) -> None:
     """The command line refused in speculab's format (one line per problem, exit 2) before Hydra makes a
     run's output directory or prints its own block: the overrides' grammar, a sweep without `-m`, what
     composing them raises (an unknown group option, a value of the wrong type), and for one run its
     whole validation (the plan is kept for the run: `PLANS`); a sweep's points are checked when it starts
-    (`tracking.callbacks.sweep_plans`)."""
+    (`tracking.callbacks.sweep_plans`). ``planning``: for `--plan`, which shows one point of a preset too."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from speculab.config import resolve
-    from speculab.config.overrides import composition_problem, override_problems, with_range
+    from speculab.config.overrides import composition_problem, with_range
+    from speculab.config.prompts import point_prompts
     from speculab.config.replicas import AUTO
     from speculab.config.schema import job_config
     from speculab.config.tracking import not_writable
@@ -119,7 +137,7 @@ def precheck(args: list[str]) -> None:
 
     multirun = args[:1] == ["--multirun"]
     overrides = args[1:] if multirun else args
-    if problems := override_problems(overrides, multirun):
+    if problems := command_problems(args, planning):
         refuse(ConfigError.listing(problems))
     parsed = OverridesParser.create().parse_overrides(overrides)
     fixed = [text for text, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
@@ -147,6 +165,10 @@ def precheck(args: list[str]) -> None:
         plan = resolve(job_config(cfg))
     except ConfigError as err:
         refuse(err)
+    try:
+        point_prompts(plan)  # what only loading the prompts tells (one too long for the context), before Hydra starts
+    except (ConfigError, ValueError, RuntimeError) as err:
+        refuse(err if isinstance(err, ConfigError) else ConfigError.listing([str(err)]))
     if (replicas := plan.cfg.cluster.replicas) not in (1, AUTO) and not plan.cfg.cluster.spread:
         one_point = (
             "replicas run a sweep's points side by side (speculab -m ...); a single run has one point (its units "
@@ -190,7 +212,7 @@ def show_plan(args: list[str]) -> NoReturn:
 
     if args[:1] == ["--multirun"] or not only_overrides(args):
         refuse(ConfigError.listing(["--plan: shows one run's plan from key=value overrides; drop -m and other flags"]))
-    precheck(args)
+    precheck(args, planning=True)
     (plan,) = PLANS.values()
     print("speculab: plan (nothing started, no weights loaded)")
     for line in plan_lines(plan):
@@ -203,7 +225,7 @@ def main() -> None:
     if PLAN_FLAG in sys.argv[1:]:
         show_plan([arg for arg in sys.argv[1:] if arg != PLAN_FLAG])
     if errors := override_errors(sys.argv[1:], sorted(path.name for path in CONF.iterdir() if path.is_dir())):
-        refuse(ConfigError.listing(errors))
+        refuse(ConfigError.listing(errors))  # a misspelt key before Hydra's own flags are looked at
     if only_overrides(sys.argv[1:]):
         precheck(sys.argv[1:])
     signal.signal(signal.SIGTERM, interrupts.handler)

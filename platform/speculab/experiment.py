@@ -20,15 +20,15 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import matplotlib.pyplot as plt
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from speculab import jobs
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
-from speculab.config import Config, ConfigError, RunPlan, config_warnings, prompt_length_errors, resolve
-from speculab.config.dataset import too_many_prompts
+from speculab.config import Config, RunPlan, config_warnings, resolve
+from speculab.config.prompts import PointPrompts, point_prompts
 from speculab.config.replicas import asked
-from speculab.data import Prompt, encode_prompt, load_prompts
+from speculab.data import Prompt
 from speculab.decoders import Decoders, merged
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
@@ -227,30 +227,6 @@ class Measured:
     decoders: Decoders
     runtime: dict[str, float]
     conditions: str  # the processes and threads each figure was measured in (`measured_under`)
-
-
-@dataclass(frozen=True)
-class PointPrompts:
-    """A point's prompts, encoded with the target's tokenizer and checked against its context."""
-
-    prompts: list[Prompt]
-    tokenizer: PreTrainedTokenizerBase
-    encoded: list[list[int]]  # [prompt][token]
-
-
-def point_prompts(plan: RunPlan) -> PointPrompts:
-    """Load and encode the prompts; ConfigError for what only loading tells (a Hugging Face dataset's
-    size, a prompt too long for the target's context), before the point's run exists."""
-    cfg = plan.cfg
-    d = cfg.dataset
-    prompts = load_prompts(d.name, d.num_prompts, d.path, d.sample_seed)
-    if cfg.dataset.num_prompts is not None and len(prompts) < cfg.dataset.num_prompts:  # a dataset counted on load
-        raise ConfigError.listing([too_many_prompts(cfg.dataset, len(prompts))])
-    tokenizer = AutoTokenizer.from_pretrained(str(plan.target_dir))
-    encoded = [encode_prompt(p, tokenizer) for p in prompts]
-    if errors := prompt_length_errors(cfg, plan.target_dir, {p.id: len(e) for p, e in zip(prompts, encoded)}):
-        raise ConfigError.listing(errors)
-    return PointPrompts(prompts, tokenizer, encoded)
 
 
 def prepare(plan: RunPlan, loaded: PointPrompts) -> Prepared:

@@ -9,17 +9,8 @@ import re
 import pytest
 
 from speculab.config import PROJECT_ROOT
-from speculab.results.names import (
-    AR_PREFIX,
-    EVERY,
-    HF_PREFIX,
-    Figures,
-    flatten,
-    key_of,
-    mlflow_name,
-    names_markdown,
-    parse,
-)
+from speculab.results.names import AR_PREFIX, EVERY, HF_PREFIX, Figures, flatten, key_of, mlflow_name, parse
+from speculab.results.names_table import names_markdown
 from speculab.stats import BOOTSTRAP_T, RATIO, Estimate
 
 

@@ -73,7 +73,9 @@ def test_the_job_command_attaches_writes_durably_and_keeps_user_keys(tmp_path: P
 
 def test_a_remote_cluster_needs_a_tracking_uri_and_an_output_dir(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        submit.main(["--address", "http://head.example:8265", "--tracking-uri", "http://mlflow:5000", "--", "a=1"])
+        submit.main(
+            ["--address", "http://head.example:8265", "--tracking-uri", "http://mlflow:5000", "--", "algorithm.K=2"]
+        )
     assert "--output-dir" in capsys.readouterr().err
 
 
@@ -81,9 +83,30 @@ def test_no_head_at_the_address_is_one_line_naming_it_and_how_to_start_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     address = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    assert submit.main(["--address", address, "--output-dir", str(tmp_path), "--", "a=1"]) == 2
+    assert submit.main(["--address", address, "--output-dir", str(tmp_path), "--", "algorithm.K=2"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and address in err and "docs/runtime.md#job-submission" in err and "ray start" in err
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--address", "head.example:8265"], "--address head.example:8265"),  # no scheme: not a URL the Jobs API takes
+        (["--address", "ray://head.example:10001"], "http://HOST:PORT"),  # Ray Client's address, not the Jobs API's
+        (
+            ["--address", "http://127.0.0.1:1", "--", "baseline_hf=maybe"],
+            "baseline_hf",
+        ),  # refused here, not on the cluster
+        (["--address", "http://127.0.0.1:1", "--", "algorithm.nme=gbv"], "algorithm.nme"),
+    ],
+)
+def test_a_bad_address_or_override_is_refused_before_anything_is_sent(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        submit.main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and named in err and "Traceback" not in err
 
 
 def list_jobs(address: str) -> bool:

@@ -12,9 +12,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from speculab.config import ConfigError, resolve
+from speculab.config.prompts import point_prompts
 from speculab.config.replicas import asked
 from speculab.decoders import Decoders
-from speculab.experiment import SPREAD_TAG, measure, point_prompts, prepare
+from speculab.experiment import SPREAD_TAG, measure, prepare
 from speculab.models import LMSpec
 from speculab.records import concat_runs
 from speculab.results.names import mlflow_name

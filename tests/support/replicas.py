@@ -9,7 +9,8 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from speculab.config import resolve
-from speculab.experiment import point_prompts, prepare
+from speculab.config.prompts import point_prompts
+from speculab.experiment import prepare
 from support.configs import load
 
 

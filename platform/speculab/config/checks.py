@@ -4,22 +4,30 @@ about before a run starts."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 from speculab.config.algorithm import DEFAULT_L, algorithm_errors
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.cluster import ClusterConfig, cluster_errors, device_errors, local_cluster_errors
+from speculab.config.cluster import ClusterConfig, cluster_errors, device_errors, local_cluster_errors, resolve_device
 from speculab.config.dataset import dataset_errors
 from speculab.config.errors import ConfigError
-from speculab.config.model import block_length, context_errors, drafter_checkpoint_errors, locate_roles, model_errors
+from speculab.config.model import (
+    block_length,
+    context_errors,
+    drafter_checkpoint_errors,
+    locate_roles,
+    model_errors,
+    pass_errors,
+)
 from speculab.config.nodes import address_errors, resource_errors
 from speculab.config.replicas import replica_errors
 from speculab.config.report import report_errors
 from speculab.config.runtime import runtime_errors
 from speculab.config.sampling import sampling_errors
 from speculab.config.schema import Config
-from speculab.config.tracking import tracking_errors
+from speculab.config.tracking import resume_errors, tracking_errors
 
 
 def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
@@ -37,11 +45,14 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
         *dataset_errors(cfg.dataset),
         *model,
         *missing,
-        *device_errors(cfg),
+        *(device := device_errors(cfg)),
+        *([] if device else pass_errors(cfg.model, resolve_device(cfg, cfg.model.device))),
+        *finite_errors(cfg),
         *context_errors(cfg, found.get("target")),
         *cluster_errors(cfg, found),
         *drafter_checkpoint_errors(cfg, found),
         *tracking_errors(cfg.tracking),
+        *resume_errors(cfg.resume, cfg.tracking),
         *report_errors(cfg.report),
         *local_cluster_errors(cfg),
         *replica_errors(cfg),
@@ -51,6 +62,19 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
     if errors:
         raise ConfigError.listing(errors)
     return cfg, found
+
+
+def finite_errors(node: object, at: str = "") -> list[str]:
+    """A line per number field of the config tree that is NaN or infinite (what no range check catches:
+    every comparison with NaN is false); overrides are refused so earlier (`config.overrides`)."""
+    errors = []
+    for field in fields(node):  # type: ignore[arg-type]  # a dataclass of the schema
+        value, key = getattr(node, field.name), f"{at}{field.name}"
+        if is_dataclass(value):
+            errors += finite_errors(value, f"{key}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            errors.append(f"{key}={value}: must be a finite number")
+    return errors
 
 
 def validate(cfg: Config) -> None:

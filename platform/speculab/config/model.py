@@ -182,6 +182,23 @@ def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[
     return errors, found
 
 
+def pass_errors(model: ModelConfig, target_device: str) -> list[str]:
+    """`model.compile` and `model.capture_verifier` act inside the passes replayed from CUDA graphs: each
+    needs `model.capture=true` and a CUDA target (the resolved `model.device`), or it would change nothing."""
+    errors = []
+    for key in ("compile", "capture_verifier"):
+        if not getattr(model, key):
+            continue
+        if not model.capture:
+            errors.append(f"model.{key}=true: needs model.capture=true (it acts inside the captured passes)")
+        elif not target_device.startswith("cuda"):
+            errors.append(
+                f"model.{key}=true: needs a CUDA model.device (passes are captured on a GPU only; the target runs "
+                f"on {target_device})"
+            )
+    return errors
+
+
 def pair_backends() -> tuple[str, ...]:
     """The loaders that `model.backend` may name (`models.roles.PAIR_BACKENDS`): those of a pair's
     checkpoints (a drafter's own come with `drafter=`, a toy's table only in tests)."""
@@ -251,21 +268,22 @@ def context_length(config: dict[str, Any]) -> tuple[str, int] | None:
     return None if key is None else (key, config[key])
 
 
-def prompt_length_errors(cfg: ModelView, target_dir: Path, lengths: dict[str, int]) -> list[str]:
-    """Each prompt (id -> tokens) plus sampling.max_new_tokens + algorithm.L + 1 positions must fit the
-    target's context (checked once the prompts are tokenised, before any model loads): a prompt that does not
-    would fail deep in a forward pass, or fill the machine's memory first."""
+def prompt_length_errors(cfg: ModelView, target_dir: Path, lengths: list[tuple[str, int]]) -> list[str]:
+    """Each prompt ((id, tokens), every one: ids are no key here) plus sampling.max_new_tokens +
+    algorithm.L + 1 positions must fit the target's context (checked once the prompts are tokenised,
+    before any model loads): a prompt that does not would fail deep in a forward pass, or fill the
+    machine's memory first."""
     if (limit := context_length(read_json(target_dir / "config.json"))) is None:
         return []
     (key, context), s, L = limit, cfg.sampling, cfg.algorithm.L
     assert L is not None  # set by `resolve`
     room = context - s.max_new_tokens - L - 1
-    long = {pid: n for pid, n in lengths.items() if n > room}
+    long = [(pid, n) for pid, n in lengths if n > room]
     return [
         f"dataset: prompt {pid!r} has {n} tokens; with sampling.max_new_tokens={s.max_new_tokens} and "
         f"algorithm.L={L} a prompt may have at most {room} (the target's context is {context}, {key}); "
         "shorten or drop it, or lower sampling.max_new_tokens"
-        for pid, n in long.items()
+        for pid, n in long
     ]
 
 

@@ -8,7 +8,11 @@ override without its `+`) into one line.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from collections.abc import Callable
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -27,8 +31,8 @@ TYPES = {
 
 
 def override_problems(overrides: list[str], multirun: bool) -> list[str]:
-    """A line per override Hydra's grammar refuses, and outside `-m` per override that lists values
-    to sweep over (Hydra calls it ambiguous)."""
+    """A line per override Hydra's grammar refuses, without a key, outside `-m` listing values to sweep
+    over (Hydra calls it ambiguous), or with a value its field takes only by conversion (`value_problem`)."""
     parser = OverridesParser.create()
     problems = []
     for override in overrides:
@@ -37,12 +41,47 @@ def override_problems(overrides: list[str], multirun: bool) -> list[str]:
         except OverrideParseException as err:
             problems.append(f"{override}: not an override Hydra can read ({first_line(err)}; {GRAMMAR})")
             continue
-        if parsed.is_sweep_override() and not multirun:
+        if not parsed.key_or_group:
+            problems.append(f"{override}: an override needs a key (key=value: {GRAMMAR})")
+        elif parsed.is_sweep_override() and not multirun:
             problems.append(
                 f"{override}: several values sweep only with -m (speculab -m {override}); one list value is "
                 f"written {parsed.key_or_group}=[a,b]"
             )
+        values = list(parsed.sweep_iterator()) if parsed.is_sweep_override() else [parsed.value()]
+        problems += [line for value in values if (line := value_problem(parsed.key_or_group, value))]
     return problems
+
+
+def field_type(key: str) -> Any:
+    """The annotated type of a config key (`model.compile` -> bool), None for a key no dataclass of the
+    schema holds (a group, Hydra's own, a misspelling: checked elsewhere)."""
+    from speculab.config.schema import Config
+
+    node: Any = Config
+    for part in key.lstrip("+~").split("."):
+        if not dataclasses.is_dataclass(node):
+            return None
+        hints = typing.get_type_hints(node)
+        if part not in hints:
+            return None
+        node = hints[part]
+    return node
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """A value that a field would take only by conversion or that no run can use: a bool field given
+    anything but true or false (OmegaConf makes `model.compile=2` true), a number field given NaN or an
+    infinity (which every range check lets through)."""
+    kind = field_type(key)
+    if kind is None:
+        return None
+    numeric = {int, float} & ({*typing.get_args(kind)} | {kind})
+    if kind is bool and not isinstance(value, bool):
+        return f"{key}={value}: must be true or false"
+    if numeric and isinstance(value, float) and not math.isfinite(value):
+        return f"{key}={value}: must be a finite number"
+    return None
 
 
 def composition_problem(err: Exception, overrides: list[str]) -> str | None:
@@ -96,3 +135,51 @@ def with_range(line: str, overrides: list[str], compose: Callable[[list[str]], D
 
 def first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+# how a command line picks a preset (conf/experiment/; without +: refused)
+PRESET_KEYS = ("+experiment", "++experiment")
+
+
+def preset_grid(name: str) -> dict[str, set[str]]:
+    """A preset's grid: each key its `hydra.sweeper.params` sweeps and the values it takes (none for an
+    unknown preset, which composing refuses)."""
+    from omegaconf import OmegaConf
+
+    from speculab.config.checkpoints import PROJECT_ROOT
+
+    path = PROJECT_ROOT / "conf" / "experiment" / f"{name}.yaml"
+    if not path.is_file():
+        return {}
+    params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") or {}
+    return {str(key): {v.strip() for v in str(values).split(",")} for key, values in params.items()}
+
+
+def preset_problems(overrides: list[str], multirun: bool) -> list[str]:
+    """A preset is its paper's grid: it runs under `-m`, one preset a sweep (each files its points under
+    its own experiment), and no override takes a key it sweeps outside the grid (a point outside it would
+    be filed under the preset's experiment and laid out in the paper's table)."""
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    chosen = [(text, p) for text, p in zip(overrides, parsed) if text.split("=", 1)[0] in PRESET_KEYS]
+    if not chosen:
+        return []
+    text = chosen[0][0]
+    names = {str(v) for _, p in chosen for v in (p.sweep_iterator() if p.is_sweep_override() else [p.value()])}
+    if not multirun:
+        return [f"{text}: a preset sweeps its paper's grid; run it with -m (speculab -m {text})"]
+    if len(names) > 1:
+        return [
+            f"{text}: one preset a sweep (each files its points under its own experiment, the sweep's parent in "
+            "one); run them one after the other"
+        ]
+    grid, problems = preset_grid(names.pop()), []
+    for given, override in zip(overrides, parsed):
+        key = override.key_or_group.lstrip("+~")
+        values = override.sweep_iterator() if override.is_sweep_override() else [override.value()]
+        if key in grid and not {str(v) for v in values} <= grid[key]:
+            problems.append(
+                f"{given}: {text} sweeps {key} over {','.join(sorted(grid[key]))}, its paper's grid; a point outside "
+                f"it is not the paper's table: run it without {text} (filed under the experiment speculab)"
+            )
+    return problems

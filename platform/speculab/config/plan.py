@@ -103,6 +103,19 @@ def resolve(cfg: Config) -> RunPlan:
     )
 
 
+PASS_WORDS = {"graphs": "replayed from CUDA graphs", "eager": "eager"}
+
+
+def pass_line(plan: RunPlan) -> str:
+    """How the models' passes and the verifier's decision run (model.capture, model.compile,
+    model.capture_verifier, as the devices allow them)."""
+    compiled = " with inductor-compiled layers" if plan.cfg.model.compile else ""
+    return (
+        f"target {PASS_WORDS[plan.target_passes]}{compiled}, draft {PASS_WORDS[plan.draft_passes]}"
+        f"{compiled if plan.draft_passes == 'graphs' else ''}, verifier {PASS_WORDS[plan.verifier_passes]}"
+    )
+
+
 LOOP_WHERE = {
     "inline": "in this process, with both models (runtime=inline)",
     "target": "on rank 0 of the target's group, no Ray call a round (runtime.loop=target)",
@@ -126,6 +139,7 @@ def plan_lines(plan: RunPlan) -> list[str]:
         f"target  {plan.target_dir} ({plan.target_device}, {cfg.model.dtype}){split}",
         f"draft   {plan.draft_dir} ({plan.draft_device}), {draft} (cluster.draft_placement={c.draft_placement})",
         f"loop    {LOOP_WHERE[plan.loop]}",
+        f"passes  {pass_line(plan)}",
     ]
     f = plan.footprint
     if f is None:

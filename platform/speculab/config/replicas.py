@@ -66,3 +66,30 @@ def replica_errors(cfg: ClusterView) -> list[str]:
             f"cluster.replicas to at most {max(1, int(cores // each))}, or auto"
         ]
     return []
+
+
+# What every point of a sweep shares, so that no point may vary it: one parent run in one store and
+# experiment, one Ray cluster, one set of replicas and how a point uses them.
+SWEEP_WIDE = (
+    "cluster.replicas",
+    "cluster.spread",
+    "cluster.address",
+    "tracking.enabled",
+    "tracking.uri",
+    "tracking.experiment",
+    "tracking.spool_dir",
+)
+
+
+def sweep_wide_errors(configs: list[Any]) -> list[str]:
+    """A line per SWEEP_WIDE key that takes several values over a sweep's resolved points (`Config`s)."""
+    errors = []
+    for key in SWEEP_WIDE:
+        group, name = key.split(".")
+        taken = sorted({str(getattr(getattr(cfg, group), name)) for cfg in configs})
+        if len(taken) > 1:
+            errors.append(
+                f"{key}={','.join(taken)}: one value for the whole sweep (its points share one parent run, store, "
+                "Ray cluster and set of replicas)"
+            )
+    return errors

@@ -28,6 +28,9 @@ class RuntimeConfig:
     placement_timeout_s: float = 30.0  # ray: how long a model group waits to be placed, also after a lost node
 
 
+MIN_TIMEOUT_S = 1.0  # below, a Ray group could never be placed (nor a collective step answered) in time
+
+
 class DraftPlaced(Protocol):
     draft_placement: str  # `cluster.draft_placement` (config.cluster.DRAFT_PLACEMENTS)
 
@@ -61,6 +64,9 @@ def runtime_errors(r: RuntimeConfig) -> list[str]:
     at_least(errors, "runtime.max_restarts", r.max_restarts, 0)
     at_least(errors, "runtime.torch_threads", r.torch_threads, 0)
     for key in ("collective_timeout_s", "placement_timeout_s"):
-        if not getattr(r, key) > 0:
-            errors.append(f"runtime.{key}={getattr(r, key)}: must be > 0 (seconds)")
+        if not getattr(r, key) >= MIN_TIMEOUT_S:
+            errors.append(
+                f"runtime.{key}={getattr(r, key)}: must be >= {MIN_TIMEOUT_S:g} (seconds: placing a group or a "
+                "collective step takes longer than that)"
+            )
     return errors

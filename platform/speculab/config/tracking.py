@@ -84,11 +84,22 @@ def store_path(uri: str) -> Path | None:
     """The local path a SQLite or file store URI writes to (None: a remote or in-memory store)."""
     scheme = urlparse(uri).scheme
     if scheme == "sqlite":
-        rest = uri.removeprefix("sqlite:///")
+        rest = uri.removeprefix("sqlite:///") if uri.startswith("sqlite:///") else ""  # sqlite:// is in memory too
         return None if rest in ("", ":memory:") else Path(rest)
     if scheme == "file":
         return Path(urlparse(uri).path)
     return Path(uri) if not scheme else None
+
+
+def resume_errors(resume: bool, t: TrackingConfig) -> list[str]:
+    """`resume=true` looks finished points up in the tracking store: with tracking off there is none (and
+    looking would create one)."""
+    if resume and not t.enabled:
+        return [
+            "resume=true: finds finished points in the tracking store, and tracking=none keeps none; track the "
+            "runs (tracking=local) or drop resume=true"
+        ]
+    return []
 
 
 def tracking_errors(t: TrackingConfig) -> list[str]:
@@ -105,7 +116,12 @@ def tracking_errors(t: TrackingConfig) -> list[str]:
     uri = tracking_uri(t)
     scheme = urlparse(uri).scheme.split("+")[0]
     store = store_path(uri)
-    if scheme and scheme not in TRACKING_SCHEMES:
+    if scheme == "sqlite" and store is None:
+        errors.append(
+            f"tracking.uri={uri!r}: an in-memory SQLite store is gone when the run ends (its link would point at "
+            "nothing); name a file, sqlite:///path/to/mlflow.db, or tracking=none to record nothing"
+        )
+    elif scheme and scheme not in TRACKING_SCHEMES:
         errors.append(
             f"tracking.uri={uri!r}: unknown store scheme {scheme!r}; must be one of "
             f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"

@@ -22,7 +22,9 @@ def encode_prompt(prompt: Prompt, tokenizer: Any) -> list[int]:
             return_dict=True,
         )["input_ids"]
     else:
-        ids = tokenizer(prompt.text)["input_ids"]
+        # verbose=False: the length check against the target's context is speculab's, in one line
+        # (`config.prompt_length_errors`), not transformers' warning about the tokenizer's own limit
+        ids = tokenizer(prompt.text, verbose=False)["input_ids"]
     if len(ids) == 0:
         raise ValueError(f"prompt {prompt.id!r} encodes to no tokens")
     return [int(token) for token in ids]

@@ -112,7 +112,8 @@ def _humaneval() -> list[Prompt]:
 
 
 def _jsonl(path: Path) -> list[Prompt]:
-    prompts = []
+    prompts: list[Prompt] = []
+    first_line: dict[str, int] = {}  # id -> the line that named it first: a prompt's id is its identity
     for lineno, raw in enumerate(path.read_bytes().splitlines(), start=1):
         where = f"dataset.path={path}:{lineno}"
         try:
@@ -121,8 +122,16 @@ def _jsonl(path: Path) -> list[Prompt]:
             raise ValueError(
                 f"{where}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); save the file as UTF-8"
             ) from None
-        if line.strip():
-            prompts.append(_jsonl_prompt(line, where, f"{path.stem}/{lineno}"))
+        if not line.strip():
+            continue
+        prompt = _jsonl_prompt(line, where, f"{path.stem}/{lineno}")
+        if prompt.id in first_line:
+            raise ValueError(
+                f"{where}: id {prompt.id!r} already names the prompt on line {first_line[prompt.id]}; ids must be "
+                "unique (leave `id` out and each prompt is named by its line)"
+            )
+        first_line[prompt.id] = lineno
+        prompts.append(prompt)
     if not prompts:
         raise ValueError(f"dataset.path {str(path)!r} holds no prompts")
     return prompts
@@ -139,7 +148,17 @@ def _jsonl_prompt(line: str, where: str, default_id: str) -> Prompt:
     chat = row.get("chat", False)
     if not isinstance(chat, bool):
         raise ValueError(f"{where}: the optional `chat` field must be true or false, got {chat!r}")
-    return Prompt(id=str(row.get("id", default_id)), text=row["prompt"], chat=chat)
+    prompt = Prompt(id=str(row.get("id", default_id)), text=row["prompt"], chat=chat)
+    for name, text in (("prompt", prompt.text), ("id", prompt.id)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:  # JSON's \ud800 escapes decode to a lone surrogate, no character
+            bad = text[err.start]
+            raise ValueError(
+                f"{where}: the `{name}` holds {bad!a} at character {err.start + 1}, half of a UTF-16 pair "
+                "and no character a tokenizer can take; write the character itself, or both halves of its pair"
+            ) from None
+    return prompt
 
 
 def hub_reachable(timeout_s: float = 3.0) -> bool:

@@ -19,12 +19,14 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import matplotlib.pyplot as plt
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from speculab.config import TrackingConfig, tracking_uri
+from speculab.config.tracking import TRACKING_SCHEMES, store_path
 from speculab.report.figures import FIGURES
 from speculab.report.points import (
     Point,
@@ -129,6 +131,26 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "report"
 
 
+def argument_problems(uri: str, out: Path | None) -> list[str]:
+    """The report's own arguments, checked before anything is read or written: a store it can read (a known
+    scheme; a local one that exists, since the report reads runs and creating an empty store would only
+    hide a misspelt path) and an output directory that can be made."""
+    problems = []
+    scheme = urlparse(uri).scheme.split("+")[0]
+    store = store_path(uri)
+    if scheme and scheme not in TRACKING_SCHEMES:
+        schemes = ", ".join(f"{s}:" for s in TRACKING_SCHEMES)
+        problems.append(f"--uri {uri}: unknown store scheme {scheme!r}; must be one of {schemes} or a local directory")
+    elif scheme == "sqlite" and store is None:
+        problems.append(f"--uri {uri}: an in-memory store holds no runs; name the database a run wrote")
+    elif store is not None and not store.exists():
+        problems.append(f"--uri {uri}: no store at {store}; name the store your runs were tracked in (tracking.uri)")
+    blocker = None if out is None else next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        problems.append(f"--out {out}: {blocker} is a file, so the report's directory cannot be made there")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="speculab-report", description="A sweep's runs as the papers' tables (markdown, CSV) and plots."
@@ -143,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     fail_fast()
     uri = args.uri or tracking_uri(TrackingConfig())
+    if problems := argument_problems(uri, args.out):
+        parser.exit(2, "".join(f"speculab-report: {line}\n" for line in problems))
     client = store_client(uri)
     try:
         if args.run:

@@ -7,7 +7,7 @@ figures in MLflow's chart view by the prefix before "/": the headline figures ca
 first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/` and
 `accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
 number or a name fills. A baseline's figures are logged under `baseline_ar/<key>` and
-`baseline_hf/<key>`. `python -m speculab.results.names` prints the table of docs/architecture.md.
+`baseline_hf/<key>`. `python -m speculab.results.names_table` prints the table of docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-from speculab.stats import BOOTSTRAP_T, MEDIAN, MIN_CLUSTERS, RATIO, Estimate
+from speculab.stats import BOOTSTRAP_T, MEDIAN, RATIO, Estimate
 
 LOW, HIGH, SE = "_ci_low", "_ci_high", "_se"  # an interval's ends and a standard error, after the MLflow name
 
@@ -427,27 +427,3 @@ def _known(key: str) -> bool:
     except KeyError:
         return False
     return True
-
-
-def names_markdown() -> str:
-    """The table of docs/architecture.md: every figure, its MLflow name, what it means and its interval."""
-    lines = ["| key | MLflow name | meaning |", "|---|---|---|"]
-    for m in EVERY:
-        beside = ""
-        if m.spread == MEDIAN:
-            beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}"
-        elif m.spread == BOOTSTRAP_T:
-            beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}, from {MIN_CLUSTERS} {m.over} on"
-            if m.over == "prompts":
-                beside += f" (below: `{m.mlflow}{SE}`, the {RATIO})"
-        lines.append(f"| `{m.key}` | `{m.mlflow}` | {m.meaning}{beside} |")
-    lines += [
-        f"| (baseline) | `{AR_PREFIX}<key>` | the engine's autoregressive loop's {', '.join(BASELINE_AR)} |",
-        f"| (baseline) | `{HF_PREFIX}<key>` | transformers' `generate` on the same target and prompts: "
-        f"{', '.join(BASELINE_HF)} (its own paired speedup over the engine's loop) |",
-    ]
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    print(names_markdown())

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 from speculab.config import ConfigError, RunPlan, TrackingConfig, resolve, tracking_uri, unknown_keys
 from speculab.config.overrides import composition_problem, with_range
+from speculab.config.replicas import sweep_wide_errors
 from speculab.config.schema import job_config
 from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.results.verdicts import SweepAnswer, baselines_sentence, headline_note, leader_sentence, sweep_answer
@@ -99,11 +100,8 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     loader = GlobalHydra.instance().config_loader()
     points = sweep_points(config)
     varied = {key for key in {o.split("=", 1)[0] for job in points for o in job} if len(values(points, key)) > 1}
-    plans, errors = [], []
-    if len(asked := values(points, "cluster.replicas")) > 1:
-        errors.append(
-            f"cluster.replicas={','.join(sorted(asked))}: one value for the whole sweep (its points share the replicas)"
-        )
+    plans: list[RunPlan] = []
+    errors: list[str] = []
     for number, overrides in enumerate(points, start=1):
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in varied)
         try:
@@ -122,7 +120,7 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
         except ConfigError as err:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
-    return plans, errors
+    return plans, [*sweep_wide_errors([plan.cfg for plan in plans]), *errors]
 
 
 class MlflowSweepCallback(Callback):
