@@ -33,7 +33,7 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
@@ -41,25 +41,14 @@ from urllib.parse import urlparse
 from speculab.cli import command_problems
 from speculab.cli_args import multirun_first
 from speculab.config import TrackingConfig
+from speculab.config.attach import token_mode
 from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
 from speculab.tracking.ui import job_links, ui_port
 
+os.environ.update(token_mode(os.environ, Path.home()))  # before Ray is imported: it reads the mode then
 
-def token_mode(environ: Mapping[str, str], home: Path) -> dict[str, str]:
-    """RAY_AUTH_MODE=token where the user left the mode unset and Ray keeps a token (RAY_AUTH_TOKEN,
-    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, where `ray get-auth-token --generate` writes it): a head
-    started with that file takes token mode by itself, but Ray's clients send the token only in token
-    mode. Ray reads the mode when it is imported, hence before the imports below."""
-    kept = (
-        environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH") or (home / ".ray" / "auth_token").exists()
-    )
-    return {"RAY_AUTH_MODE": "token"} if "RAY_AUTH_MODE" not in environ and kept else {}
-
-
-os.environ.update(token_mode(os.environ, Path.home()))
-
-from ray.exceptions import AuthenticationError  # noqa: E402 (after the auth mode is set)
-from ray.job_submission import JobStatus, JobSubmissionClient  # noqa: E402
+from ray.exceptions import AuthenticationError
+from ray.job_submission import JobStatus, JobSubmissionClient
 
 REPO = Path(__file__).resolve().parents[1]
 # gitignore-style patterns left out of the upload (Ray caps a working dir at 500 MiB).

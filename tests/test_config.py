@@ -13,6 +13,7 @@ from safetensors.numpy import save_file
 
 from speculab import experiment
 from speculab.config import ConfigError, config_warnings, resolve, resolve_device, unknown_keys, validate
+from speculab.config import prompts as config_prompts
 from support.configs import CONF, compose_config, fake_checkpoint, load
 
 
@@ -264,7 +265,7 @@ def test_run_refuses_bad_input_before_loading_anything(
         raise AssertionError("models started before validation")
 
     monkeypatch.setattr(experiment, "start_loop", must_not_start)
-    monkeypatch.setattr(experiment, "load_prompts", must_not_start)
+    monkeypatch.setattr(config_prompts, "load_prompts", must_not_start)
     with pytest.raises(ConfigError, match="algorithm.K"):
         experiment.run(load([*weightless_pair_overrides, "algorithm.K=0"]))
 
@@ -420,6 +421,25 @@ BAD_SETTINGS: list[tuple[list[str], str, str]] = [
         "8,390,657 draft columns (at most 200,000",
     ),
 ]
+
+
+def test_auto_with_no_cluster_here_is_refused_before_ray_is_asked_to_attach(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cluster.address=auto` is looked up as Ray looks it up; finding none is one line, not Ray's 20 s
+    of retries (a head that wants a token: tests/runtime/test_job_submission.py)."""
+    from ray._private import services
+
+    from speculab.config.attach import reach_errors
+
+    def nowhere(address: str) -> str:
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", nowhere)
+    reach_errors.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"cluster.address='auto': no Ray cluster runs on this machine"):
+            validate(load(["runtime=ray", "cluster.address=auto"]))
+    finally:
+        reach_errors.cache_clear()
 
 
 @pytest.mark.parametrize(("overrides", "make", "message"), BAD_SETTINGS, ids=[row[2][:40] for row in BAD_SETTINGS])

@@ -9,6 +9,7 @@ again at the next point boundary.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import traceback
@@ -128,6 +129,7 @@ def precheck(args: list[str], planning: bool = False) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from speculab.config import resolve
+    from speculab.config.attach import attach_env
     from speculab.config.overrides import composition_problem, with_range
     from speculab.config.prompts import point_prompts
     from speculab.config.replicas import AUTO
@@ -150,6 +152,7 @@ def precheck(args: list[str], planning: bool = False) -> None:
         if (line := composition_problem(err, fixed)) is None:
             raise
         refuse(ConfigError.listing([with_range(line, fixed, composed_config)]))
+    os.environ.update(attach_env(composed, os.environ, Path.home()))  # before Ray is imported (it reads it then)
     if (locked := not_writable(Path(directory).absolute())) is not None:
         refuse(
             ConfigError.listing(

@@ -16,11 +16,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlflow
 import pytest
 
+from speculab.config.attach import token_mode
 from speculab.tracking.provenance import COMMIT_TAG, JOB_TAG
 from support.models import REPO
 from support.servers import free_port, serving
@@ -119,14 +121,20 @@ def list_jobs(address: str) -> bool:
 def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A Ray head of this test only, on 127.0.0.1 without token auth; yields its Jobs API address."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on when ~/.ray/auth_token exists
-    yield from ray_head({"RAY_AUTH_MODE": "disabled"}, list_jobs)
+    yield from (head.jobs for head in ray_head({"RAY_AUTH_MODE": "disabled"}, list_jobs))
 
 
 HEAD_TOKEN = "speculab-test-token-0123456789abcdef"
 
 
+@dataclass(frozen=True)
+class Head:
+    jobs: str  # the Jobs API's address, http://127.0.0.1:PORT
+    gcs: str  # the GCS's, 127.0.0.1:PORT (what `cluster.address` names)
+
+
 @pytest.fixture
-def token_ray_head() -> Iterator[str]:
+def token_ray_head() -> Iterator[Head]:
     """Like `local_ray_head`, with token authentication on and a known token (asked in a fresh
     process each time: Ray reads its auth settings once per process)."""
     probe = ["-c", "import sys; from ray.job_submission import JobSubmissionClient as C; C(sys.argv[1]).list_jobs()"]
@@ -136,8 +144,8 @@ def token_ray_head() -> Iterator[str]:
     )
 
 
-def ray_head(auth_env: dict[str, str], probe: Callable[[str], bool]) -> Iterator[str]:
-    """Start a private head with ``auth_env``, yield its Jobs API address once ``probe`` answers,
+def ray_head(auth_env: dict[str, str], probe: Callable[[str], bool]) -> Iterator[Head]:
+    """Start a private head with ``auth_env``, yield its addresses once ``probe`` answers at its Jobs API,
     stop only its process group and the raylet workers it started."""
     gcs, dashboard, agent, metrics, grpc, runtime_env, nm, om = free_ports(8)
     worker_low = 20000 + (os.getpid() % 200) * 100  # a worker port range unlikely to collide
@@ -172,7 +180,7 @@ def ray_head(auth_env: dict[str, str], probe: Callable[[str], bool]) -> Iterator
     address = f"http://127.0.0.1:{dashboard}"
     try:
         with serving(command, lambda: probe(address), f"the Ray Jobs API at {address}", env=env):
-            yield address
+            yield Head(address, f"127.0.0.1:{gcs}")
     finally:
         time.sleep(2)
         leftovers = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True).stdout.split()
@@ -239,14 +247,14 @@ def with_token(token: str, args: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_right_one(token_ray_head: str) -> None:
+def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_right_one(token_ray_head: Head) -> None:
     # The right token: the fixture yields only once a fresh process listed the head's jobs with it.
     refused = with_token(
         "not-the-token",
         [
             str(REPO / "jobs" / "submit.py"),
             "--address",
-            token_ray_head,
+            token_ray_head.jobs,
             "--tracking-uri",
             "sqlite:////tmp/x.db",
             "--no-wait",
@@ -265,20 +273,33 @@ def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_r
             (Path(home) / ".ray" / "auth_token").write_text(HEAD_TOKEN)
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": home, "PYTHONPATH": ""}
         done = subprocess.run(
-            [sys.executable, "-c", lists, str(REPO / "jobs" / "submit.py"), token_ray_head],
+            [sys.executable, "-c", lists, str(REPO / "jobs" / "submit.py"), token_ray_head.jobs],
             env=env,
             capture_output=True,
             text=True,
             timeout=180,
         )
         assert (done.returncode == 0) == let_in, done.stderr[-2000:]
+        # `speculab` attaching to the same head: let in with the kept token, else told it needs one at once
+        # (Ray's own connect loop would retry for 20 s and call it no cluster)
+        attach = ["--plan", "runtime=ray", f"cluster.address={token_ray_head.gcs}", "tracking=none"]
+        started = time.monotonic()
+        planned = subprocess.run(
+            [sys.executable, "-m", "speculab.cli", *attach], env=env, cwd=home, capture_output=True, text=True
+        )
+        if let_in:
+            assert planned.returncode == 0, planned.stderr[-2000:]
+        else:
+            assert planned.returncode == 2 and planned.stderr.count("\n") == 2, planned.stderr  # a title, one line
+            assert f"the Ray cluster at {token_ray_head.gcs} needs its token and none is set" in planned.stderr
+            assert "ray get-auth-token" in planned.stderr and time.monotonic() - started < 30
 
 
 def test_submit_sends_the_token_ray_keeps_and_leaves_a_chosen_mode() -> None:
     home = Path(tempfile.mkdtemp())
-    assert submit.token_mode({}, home) == {}  # no token anywhere: Ray's default (no auth) stands
-    assert submit.token_mode({"RAY_AUTH_TOKEN": "t"}, home) == {"RAY_AUTH_MODE": "token"}
+    assert token_mode({}, home) == {}  # no token anywhere: Ray's default (no auth) stands
+    assert token_mode({"RAY_AUTH_TOKEN": "t"}, home) == {"RAY_AUTH_MODE": "token"}
     (home / ".ray").mkdir()
     (home / ".ray" / "auth_token").write_text("t")
-    assert submit.token_mode({}, home) == {"RAY_AUTH_MODE": "token"}
-    assert submit.token_mode({"RAY_AUTH_MODE": "disabled"}, home) == {}
+    assert token_mode({}, home) == {"RAY_AUTH_MODE": "token"}
+    assert token_mode({"RAY_AUTH_MODE": "disabled"}, home) == {}

@@ -9,6 +9,7 @@ from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
 from speculab.config.algorithm import DEFAULT_L, algorithm_errors
+from speculab.config.attach import address_errors
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.cluster import ClusterConfig, cluster_errors, device_errors, local_cluster_errors, resolve_device
 from speculab.config.dataset import dataset_errors
@@ -21,7 +22,7 @@ from speculab.config.model import (
     model_errors,
     pass_errors,
 )
-from speculab.config.nodes import address_errors, resource_errors
+from speculab.config.nodes import resource_errors
 from speculab.config.replicas import replica_errors
 from speculab.config.report import report_errors
 from speculab.config.runtime import runtime_errors

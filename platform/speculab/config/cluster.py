@@ -4,7 +4,7 @@ the `Placement` of its model groups it gives the runtime), each model's device (
 Ray cluster on it, or a remote cluster's declared GPUs) and described for the run's tags; where the draft
 lives (`cluster.draft_placement`); the cluster's CPUs and GPUs against the model actors, the target's
 tensor-parallel split and the memory footprint (`speculab.models.memory`, from config.json alone). The
-cluster's address and the nodes' custom resources are `config.nodes`'.
+cluster's address is `config.attach`'s, the nodes' custom resources `config.nodes`'.
 
 torch and `speculab.models` are imported by the functions that need them: the dataclasses load with
 `speculab --help`, which needs neither."""

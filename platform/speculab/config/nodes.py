@@ -1,41 +1,12 @@
-"""`cluster.address` and the custom resources that pin groups to nodes (`cluster.target_resources`,
-`cluster.draft_resources`): an address Ray accepts and that answers, resources a cluster can offer,
-checked before anything starts."""
+"""The custom resources that pin groups to nodes (`cluster.target_resources`, `cluster.draft_resources`):
+resources a cluster can offer, checked before anything starts (the address is `config.attach`'s)."""
 
 from __future__ import annotations
 
-import socket
 from typing import Any
-from urllib.parse import urlparse
 
 from speculab.config.cluster import ClusterView
 from speculab.config.runtime import loop_host
-
-ADDRESS_TIMEOUT_S = 5.0  # how long a `ray://` address gets to accept a connection during validation
-ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
-
-
-def address_errors(cfg: ClusterView) -> list[str]:
-    """A cluster address in a form Ray accepts, which (but for `auto`) accepts a TCP connection within a few
-    seconds, before anything starts: Ray's own connect loop would retry for minutes, deaf to Ctrl-C."""
-    address = cfg.cluster.address
-    if cfg.runtime.kind != "ray" or not address or address == "auto":
-        return []
-    parsed = urlparse(address if "://" in address else f"gcs://{address}")
-    try:
-        host, port = parsed.hostname, parsed.port or (10001 if parsed.scheme == "ray" else None)  # Ray client's default
-    except ValueError:  # a port that is not a number
-        host = port = None
-    if parsed.scheme not in ("ray", "gcs") or not host or not port or parsed.path not in ("", "/"):
-        return [f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}"]
-    try:
-        socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
-    except OSError as err:
-        return [
-            f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
-            f"({err.strerror or err}); start the cluster's head or fix the address"
-        ]
-    return []
 
 
 def resource_errors(cfg: ClusterView) -> list[str]:

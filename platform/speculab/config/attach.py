@@ -1,0 +1,111 @@
+"""`cluster.address`: attaching to a running Ray cluster. The address in a form Ray takes, a head that
+answers, and one that lets this user in (Ray's token authentication), checked before anything starts:
+Ray's own connect loop retries for about 20 s, a line a second, and ends in "no cluster" even where a
+cluster answered but wanted a token."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from urllib.parse import urlparse
+
+from speculab.config.cluster import ClusterView
+
+ADDRESS_TIMEOUT_S = 5.0  # how long an address gets to answer during validation
+ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
+TOKEN_HELP = (
+    "on its head run `ray get-auth-token`, then RAY_AUTH_TOKEN=<token> speculab ... (or RAY_AUTH_TOKEN_PATH=<file>), "
+    "or start a head of your own (docs/runtime.md#job-submission)"
+)
+
+
+def token_kept(environ: Mapping[str, str], home: Path) -> bool:
+    """Whether Ray keeps a token for this user: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token
+    (where `ray get-auth-token --generate` writes it), the places Ray's clients read it from."""
+    return bool(
+        environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH") or (home / ".ray" / "auth_token").exists()
+    )
+
+
+def token_mode(environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """RAY_AUTH_MODE=token where the user left the mode unset and Ray keeps a token: a head started with
+    that file takes token mode by itself, but Ray's clients send the token only in token mode. Ray reads
+    the mode when it is imported, so a process sets this before its first `import ray` (`cli.main`,
+    `jobs/submit.py`)."""
+    return {"RAY_AUTH_MODE": "token"} if "RAY_AUTH_MODE" not in environ and token_kept(environ, home) else {}
+
+
+def attach_env(cfg: ClusterView, environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """`token_mode` where a run attaches to a running cluster (an embedded one makes a token of its own:
+    `runtime.ray_actors.embedded_auth`)."""
+    return token_mode(environ, home) if cfg.runtime.kind == "ray" and cfg.cluster.address else {}
+
+
+def address_errors(cfg: ClusterView) -> list[str]:
+    """A cluster address in a form Ray accepts whose head answers within ADDRESS_TIMEOUT_S and lets this
+    user in; `auto` is first looked up as Ray looks it up (RAY_ADDRESS, the last `ray start`, a running
+    GCS), so "no cluster here" and "a cluster that wants a token" are told apart."""
+    address = cfg.cluster.address
+    return list(reach_errors(address)) if cfg.runtime.kind == "ray" and address else []
+
+
+@cache  # a sweep's points share the address (`config.replicas.SWEEP_WIDE`): asked once a process
+def reach_errors(address: str) -> tuple[str, ...]:
+    """`address_errors` for one address: its form, then its head."""
+    if address == "auto":
+        return tuple(auto_errors())
+    parsed = urlparse(address if "://" in address else f"gcs://{address}")
+    try:
+        host, port = parsed.hostname, parsed.port or (10001 if parsed.scheme == "ray" else None)  # Ray client's default
+    except ValueError:  # a port that is not a number
+        host = port = None
+    if parsed.scheme not in ("ray", "gcs") or not host or not port or parsed.path not in ("", "/"):
+        return (f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}",)
+    try:
+        socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
+    except OSError as err:
+        return (
+            f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
+            f"({err.strerror or err}); start the cluster's head or fix the address",
+        )
+    return () if parsed.scheme == "ray" else tuple(gcs_errors(address, f"{host}:{port}"))
+
+
+def auto_errors() -> list[str]:
+    """`cluster.address=auto`: the head Ray would attach to, found as Ray finds it, and let in."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        gcs = canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        return [
+            "cluster.address='auto': no Ray cluster runs on this machine (Ray looks at RAY_ADDRESS, the last "
+            "`ray start` and running GCS processes); start a head (docs/runtime.md#job-submission), name one as "
+            "host:port, or leave cluster.address null for an embedded cluster"
+        ]
+    return gcs_errors("auto", gcs)
+
+
+def gcs_errors(address: str, gcs: str) -> list[str]:
+    """Ask the head's GCS for its cluster id, as `ray.init` does first, with the token Ray would send: a
+    refusal for want of a token is said as such at once."""
+    import grpc
+    from ray._private.grpc_utils import init_grpc_channel  # the channel `ray.init` opens, token included
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    channel = init_grpc_channel(gcs)
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+            gcs_service_pb2.GetClusterIdRequest(), timeout=ADDRESS_TIMEOUT_S
+        )
+    except grpc.RpcError as err:
+        if err.code() == grpc.StatusCode.UNAUTHENTICATED:
+            given = "the token Ray keeps for you is not its" if token_kept(os.environ, Path.home()) else "none is set"
+            return [f"cluster.address={address!r}: the Ray cluster at {gcs} needs its token and {given}; {TOKEN_HELP}"]
+        return [f"cluster.address={address!r}: the Ray head at {gcs} does not answer ({err.code().name}); start it"]
+    finally:
+        channel.close()
+    return []
