@@ -71,9 +71,9 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
         if point is None:
             refuse(err)
         return point_failed(point, err)  # what only loading could tell (a Hugging Face dataset's size)
+    except ReplicaLost:  # the launcher runs the point again on another replica
+        raise
     except ClusterError as err:  # the point is FAILED with what it finished; a traceback would add nothing
-        if point is not None and job.spare():
-            raise ReplicaLost(str(err)) from err  # the launcher runs the point again on another replica
         if point is not None:
             return point_failed(point, err)
         print(f"speculab: point failed: {err}", file=sys.stderr)
@@ -84,8 +84,7 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
             raise
         traceback.print_exc()  # an error speculab did not foresee: its place in the code
         return point_failed(point, err)
-    interrupts.raise_if_received()  # this point is recorded; the sweep stops before the next
-    return outcome
+    return outcome  # recorded: an interrupt since stops the sweep at its next point (the check above)
 
 
 FAILED_POINTS: list[str] = []  # this process's sweep points that failed, by name

@@ -22,7 +22,7 @@ from typing import Any, cast
 import matplotlib.pyplot as plt
 from transformers import PreTrainedTokenizerBase
 
-from speculab import jobs
+from speculab import interrupts, jobs
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
 from speculab.config import Config, RunPlan, config_warnings, resolve
@@ -66,6 +66,7 @@ from speculab.tracking.console import say, show
 from speculab.tracking.resume import finished_point, point_id
 from speculab.tracking.run_page import (
     acceptance_figure,
+    ended_tags,
     point_description,
     prompt_records,
     records_jsonl,
@@ -190,9 +191,15 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     if not plan.cfg.tracking.enabled:
         return PointOutcome(plan, decode_point(plan, shape, NoopTracker(), loaded))
     tracked_run = start_point_run(plan, point, shape, [p.id for p in loaded.prompts])
-    with tracked(tracked_run):
-        result = decode_point(plan, shape, tracked_run, loaded)
-    say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
+    tracked_run.early_end = lambda status, err: ended_tags(shape, plan.cfg.runtime.kind, status, err)
+    try:
+        with tracked(tracked_run):
+            result = decode_point(plan, shape, tracked_run, loaded)
+    except jobs.ReplicaLost as lost:
+        lost.run_id = tracked_run.run_id  # the sweep's parent links the lost attempt
+        raise
+    with interrupts.held(raise_after=False):  # recorded: its result reaches the sweep's parent before a stop
+        say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
     return PointOutcome(plan, result)
 
 
@@ -432,7 +439,10 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
     except ClusterError as err:
         with PLOTTING:
             units = log_finished(point, merged(lanes), tracker)
-        raise ClusterError(f"{err} (the point's {units} of {point.units} finished unit(s) are logged)") from err
+        why = f"{err} (the point's {units} of {point.units} finished unit(s) are logged)"
+        if (job := jobs.current()).spare():  # the launcher runs the point again on another replica
+            raise jobs.ReplicaLost(shape.name, why, job.replica) from err
+        raise ClusterError(why) from err
     result, summary = summarise(plan, shape, measured, point.prompts)
     with PLOTTING:
         log_point(plan, point, measured, result, summary, tracker)

@@ -34,8 +34,10 @@ def handler(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def held() -> Iterator[None]:
-    """The block runs to its end before a signal that lands in it is raised (as KeyboardInterrupt)."""
+def held(raise_after: bool = True) -> Iterator[None]:
+    """The block runs to its end before a signal that lands in it is raised (as KeyboardInterrupt); with
+    ``raise_after`` False it is left to the next `raise_if_received` (a finished point's result reaches
+    the sweep's callbacks first, and the sweep stops before its next point)."""
     _Hold.depth += 1
     try:
         yield
@@ -44,7 +46,7 @@ def held() -> Iterator[None]:
         waiting = _Hold.waiting if _Hold.depth == 0 else None
         if waiting is not None:
             _Hold.waiting = None
-    if waiting is not None:
+    if waiting is not None and raise_after:
         raise KeyboardInterrupt(f"signal {waiting}")
 
 

@@ -36,7 +36,13 @@ class Job:
 
 class ReplicaLost(Exception):
     """A point's replica was lost (a node, an actor) while another replica can take the point over: the
-    launcher runs it again there, from its first unit, with the same seeds."""
+    launcher runs it again there, from its first unit, with the same seeds. It names the point, why, the
+    replica lost (from 0) and, once its run is known, the lost attempt's MLflow run (None: not tracked)."""
+
+    def __init__(self, point: str, why: str, replica: int) -> None:
+        super().__init__(why)
+        self.point, self.why, self.replica = point, why, replica
+        self.run_id: str | None = None
 
 
 _LOCAL = threading.local()

@@ -184,10 +184,12 @@ class SideBySide:
         try:
             while (pending := self.take(replica)) is not None:
                 start = time.monotonic()
-                done = self.run_point(pending, replica)
-                if done.status == JobStatus.FAILED and isinstance(done._return_value, jobs.ReplicaLost):
-                    self.give_back(pending, replica, str(done._return_value))
-                    return
+                pending.output_dir.mkdir(parents=True, exist_ok=True)
+                with job_log(pending.output_dir / f"{pending.config.hydra.job.name}.log", pending.config):
+                    done = self.run_point(pending, replica)
+                    if done.status == JobStatus.FAILED and isinstance(done._return_value, jobs.ReplicaLost):
+                        self.give_back(pending, replica, done)  # said in the point's log too
+                        return
                 self.finish(pending, done, replica, time.monotonic() - start)
         except BaseException as err:  # an interrupt in this thread, or a failure outside any point
             with self.cond:
@@ -206,13 +208,11 @@ class SideBySide:
             working_dir=os.getcwd(),
             task_name=str(pending.config.hydra.job.name),
         )
-        pending.output_dir.mkdir(parents=True, exist_ok=True)
         saved(pending, task_cfg)
         sweep_dir = Path(str(pending.config.hydra.sweep.dir))
         job = jobs.Job(pending.overrides, True, pending.output_dir, sweep_dir, replica, self.replicas)
         job = replace(job, spare=lambda: self.spare(replica))
-        log = pending.output_dir / f"{pending.config.hydra.job.name}.log"
-        with job_log(log, pending.config), jobs.within(job):
+        with jobs.within(job):
             with self.cond:
                 self.context.callbacks.on_job_start(config=pending.config, task_function=self.task)
             try:
@@ -233,16 +233,18 @@ class SideBySide:
             self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica, resumed)
             self.cond.notify_all()
 
-    def give_back(self, pending: Pending, replica: int, why: str) -> None:
-        """`replica` was lost in `pending`: the point goes back to the queue's front, the replica's groups close."""
+    def give_back(self, pending: Pending, replica: int, done: JobReturn) -> None:
+        """`replica` was lost in `pending`: the point goes back to the queue's front, the replica's groups
+        close, and the callbacks see the lost attempt end (Hydra pairs each job's start with an end)."""
         from speculab.runtime.groups import POOL
 
-        name = PointShape.of(pending.plan.cfg).name
+        lost = cast(jobs.ReplicaLost, done._return_value)
         with self.cond:
             self.lost.add(replica)
             self.queue.appendleft(pending)
             self.board.requeued()
-            say(f"speculab: replica {replica + 1} lost ({why}); {name} runs again on another replica")
+            self.context.callbacks.on_job_end(config=pending.config, job_return=done)
+            say(f"speculab: replica {replica + 1} lost ({lost.why}); {lost.point} runs again on another replica")
             self.cond.notify_all()
         POOL.close_replica(replica)
 

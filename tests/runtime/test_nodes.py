@@ -3,7 +3,7 @@ its nodes were lost, and why a pinned request is refused (`speculab.runtime.node
 
 from __future__ import annotations
 
-from speculab.runtime.nodes import Node, demand, fits, lost, readable, unoffered, unplaceable
+from speculab.runtime.nodes import Node, demand, fits, free_text, lost, readable, unoffered, unplaceable
 
 HEAD = Node("h0123456789", "10.0.0.1", True, {"CPU": 2.0, "memory": 2**31, "node:10.0.0.1": 1.0})
 B = Node("b", "10.0.0.2", False, {"CPU": 4.0, "GPU": 1.0, "node_b": 1.0})
@@ -91,3 +91,14 @@ def test_an_embedded_cluster_keeps_the_users_auth_settings_and_each_gets_its_own
     assert first.keys() == {"RAY_AUTH_TOKEN"} and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
     assert embedded_auth({"RAY_AUTH_MODE": "disabled"}) == {}
     assert embedded_auth({"RAY_AUTH_TOKEN": "mine"}) == {}
+
+
+def test_a_group_placed_again_does_not_count_as_free_the_node_where_it_lost_its_actors() -> None:
+    """Ray counts a dead node alive, its resources free, until its health checks say otherwise (about 15 s):
+    the waiting line leaves out the nodes the group held before, naming them, and counts the rest."""
+    b_alive = Node("b0123456789", "10.0.0.2", True, {"CPU": 4.0, "GPU": 1.0})
+    available = {"CPU": 5.0, "GPU": 1.0, "memory": 2**31}
+    assert free_text(available, []) == readable(available)
+    said = free_text(available, [b_alive])
+    assert said.startswith("CPU 1, GPU 0, memory 2.0 GiB (not counting 10.0.0.2 (node b0123456)"), said
+    assert free_text(available, [B]) == readable(available)  # a node Ray already lists dead is not in the count

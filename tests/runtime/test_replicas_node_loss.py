@@ -17,6 +17,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from speculab.results.names import mlflow_name
+from speculab.tracking.run_page import REPLICA_LOST_TAG
+from speculab.tracking.spool import NOTE_TAG
 from support.replicas import alone, logged_tokens, point_overrides
 from support.two_nodes import FAST_HEALTH, TwoNodes, cluster_of_two
 
@@ -74,10 +76,10 @@ def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes:
     nodes.crash_b()  # Ray places the two copies, one a node: whichever is on node B is lost
     out, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 0, err[-3000:]
-    lost = re.search(
-        r"speculab: replica (\d) lost \(loop group: node .* was lost; .*runs again on another replica", out
-    )
+    lost = re.search(r"speculab: replica (\d) lost \(.*lost an actor.*\); .* runs again on another replica", out)
     assert lost is not None, out[-3000:]
+    logs = [log for log in tmp_path.rglob("*.log") if lost[0] in log.read_text()]
+    assert len(logs) == 1, "the lost attempt's point log says so"
     on_lost, on_other = f"{lost[1]} of 2", f"{3 - int(lost[1])} of 2"
     assert "sweep on 2 replicas: 4 done · 0 running · 0 queued" in out
 
@@ -91,6 +93,11 @@ def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes:
     (attempt,) = [p for p in points if p.info.status == "FAILED"]  # the point's run on the lost replica
     assert parent.info.status == "FINISHED" and len(finished) == 4
     assert attempt.data.tags["speculab.replica"] == on_lost and mlflow_name("units_finished") in attempt.data.metrics
+    # its page says it was cut short and run again, and the parent's links it
+    assert attempt.data.tags[REPLICA_LOST_TAG] == lost[1] and "Decoding" not in attempt.data.tags[NOTE_TAG]
+    assert attempt.data.tags[NOTE_TAG].startswith(f"**Replica {lost[1]} lost**: ")
+    said = parent.data.tags[NOTE_TAG]
+    assert "1 attempt(s) cut short by a lost replica" in said and f"/runs/{attempt.info.run_id}" in said, said
     (moved,) = [p for p in finished if p.data.params == attempt.data.params and p is not attempt]
     assert moved.data.tags["speculab.replica"] == on_other
     after = [p for p in finished if p.info.start_time > attempt.info.start_time]

@@ -20,6 +20,7 @@ from mlflow.artifacts import load_text
 from mlflow.tracking import MlflowClient
 
 from speculab.report.cli import main as report_main
+from speculab.tracking.spool import NOTE_TAG
 from speculab.tracking.sync import main as sync_main
 from support.cli import runs_by_kind, speculab
 from support.mlflow_server import mlflow_server
@@ -108,6 +109,11 @@ def test_ctrl_c_mid_sweep_then_resume(random_llama_pair, tmp_path: Path, sweeps)
     assert [r.info.status for r in kinds["sweep"]] == ["KILLED"], err
     done_before = {r.data.tags["speculab.point_id"] for r in kinds["point"] if r.info.status == "FINISHED"}
     assert 1 <= len(done_before) < 3 and all(r.info.status in ("FINISHED", "KILLED") for r in kinds["point"])
+    # each page says what happened: the parent how far the sweep got, a cut-short point that it was interrupted
+    said = kinds["sweep"][0].data.tags[NOTE_TAG]
+    assert said.startswith(f"**Interrupted after {len(done_before)} of 3 points** (Ctrl-C or SIGTERM)"), said
+    for run in (r for r in kinds["point"] if r.info.status == "KILLED"):
+        assert run.data.tags[NOTE_TAG].startswith("**Interrupted**") and "Decoding" not in run.data.tags[NOTE_TAG]
     resumed = speculab([*sweep_args(random_llama_pair, uri, tmp_path / "second"), "resume=true"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.count("already finished") == len(done_before)

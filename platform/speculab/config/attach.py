@@ -81,6 +81,8 @@ def auto_errors() -> list[str]:
     try:
         gcs = canonicalize_bootstrap_address("auto")
     except ConnectionError:
+        gcs = None
+    if gcs is None:
         return [
             "cluster.address='auto': no Ray cluster runs on this machine (Ray looks at RAY_ADDRESS, the last "
             "`ray start` and running GCS processes); start a head (docs/runtime.md#job-submission), name one as "
@@ -99,7 +101,8 @@ def gcs_errors(address: str, gcs: str) -> list[str]:
     channel = init_grpc_channel(gcs)
     try:
         gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
-            gcs_service_pb2.GetClusterIdRequest(), timeout=ADDRESS_TIMEOUT_S
+            gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]  # generated without stubs
+            timeout=ADDRESS_TIMEOUT_S,
         )
     except grpc.RpcError as err:
         if err.code() == grpc.StatusCode.UNAUTHENTICATED:

@@ -36,6 +36,7 @@ from speculab.runtime.nodes import (
     bundle_nodes,
     cluster_nodes,
     demand,
+    free_text,
     lost,
     readable,
     unplaceable,
@@ -199,7 +200,7 @@ class ActorGroup:
                         readable(demand(self.bundles)),
                         reported - start,
                         self.placement.placement_timeout_s,
-                        readable(ray.available_resources()),
+                        free_text(ray.available_resources(), [n for n in nodes if n.node_id in self.nodes]),
                     )
         waited = f"not placed within runtime.placement_timeout_s={self.placement.placement_timeout_s:g} s:"
         return self._unplaced(waited, lost(self.nodes, nodes := self._nodes()), nodes)

@@ -92,6 +92,18 @@ def without(nodes: list[Node], held: dict[str, Bundle]) -> list[Node]:
     ]
 
 
+def free_text(available: dict[str, float], former: list[Node]) -> str:
+    """What is free for a group being placed again, `readable`: Ray's `available` less the alive nodes among
+    `former`, the nodes it held before it lost its actors, which Ray counts alive and free until its health
+    checks declare them dead (about 15 s), whether they died or not."""
+    doubtful = [n for n in former if n.alive]
+    less = {k: max(0.0, v - sum(n.resources.get(k, 0.0) for n in doubtful)) for k, v in available.items()}
+    if not doubtful:
+        return readable(available)
+    named = ", ".join(n.name for n in doubtful)
+    return f"{readable(less)} (not counting {named}, where its lost actors ran, until Ray says whether it is alive)"
+
+
 def alive_nodes_text(nodes: list[Node]) -> str:
     alive = [n.describe() for n in nodes if n.alive]
     return "; ".join(alive) if alive else "none"

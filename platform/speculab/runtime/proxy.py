@@ -40,6 +40,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from speculab import jobs
 from speculab.runtime.groups import ActorGroup
 from speculab.runtime.placement import ClusterError
 from speculab.runtime.ray_actors import PER_RANK, Reply
@@ -197,7 +198,14 @@ class GroupProxy:
         return sum(r.value for r in last) if methods[-1] in PER_RANK else last[0].value
 
     def _restart(self, err: RayActorError) -> None:
-        """Replace the whole group (a partial group is never used), or give up past max_restarts."""
+        """Replace the whole group (a partial group is never used), or give up past max_restarts, or at
+        once where the sweep's other replicas run (`cluster.replicas`): one of them takes the point now,
+        rather than wait while this group is placed again (Ray counts a dead node alive for about 15 s)."""
+        if jobs.current().spare():
+            raise ClusterError(
+                f"{self.group.role} group {self.group.name}: lost an actor ({type(err).__name__}); another "
+                "replica of the sweep takes the point over"
+            ) from err
         if self.stats.restarts >= self.max_restarts:
             raise ClusterError(
                 f"{self.group.role} group {self.group.name}: lost an actor after "

@@ -33,6 +33,7 @@ from speculab.config import ConfigError, RunPlan, TrackingConfig, resolve, track
 from speculab.config.overrides import composition_problem, with_range
 from speculab.config.replicas import sweep_wide_errors
 from speculab.config.schema import job_config
+from speculab.jobs import ReplicaLost
 from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.results.verdicts import SweepAnswer, baselines_sentence, headline_note, leader_sentence, sweep_answer
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
@@ -52,7 +53,7 @@ from speculab.tracking.sweep_page import (
     table_rows,
     within_limit,
 )
-from speculab.tracking.ui import experiment_tags, point_link, where
+from speculab.tracking.ui import experiment_tags, point_link, run_page, ui_port, where
 
 DESCRIPTION = "sweep_description.md"  # the parent's whole description, which MLflow cuts past NOTE_LIMIT
 FAILED_METRIC = "sweep/failed_points"  # a parent's count of the points that failed mid-run
@@ -130,6 +131,7 @@ class MlflowSweepCallback(Callback):
         self.point_ids: list[str] = []  # the same points' ids
         self.numbers: list[int] = []  # the same points' job numbers (side by side, they end in any order)
         self.failed: list[FailedPoint] = []  # the points that failed mid-run; the sweep went on
+        self.lost: list[ReplicaLost] = []  # attempts whose replica was lost (each point ran again on another)
         self.total = 0  # the sweep's points
         self.overrides = ""
         self.ui_port: int | None = TrackingConfig.ui_port
@@ -156,30 +158,56 @@ class MlflowSweepCallback(Callback):
             experiment_tags=experiment_tags(),
         )
         self.parent.log_params({"sweep.overrides": overrides})
+        self.parent.early_end = self.stopped_tags  # Ctrl-C, SIGTERM or an error outside a point
         write_parent_file(sweep_dir, self.parent.ref)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if self.parent is None or job_return.status != JobStatus.COMPLETED or not job_return.return_value:
+        if self.parent is None:
             return
-        outcome = job_return.return_value  # `experiment.PointOutcome` of a finished point, or a FailedPoint
-        if isinstance(outcome, FailedPoint):
+        if job_return.status == JobStatus.FAILED and isinstance(job_return._return_value, ReplicaLost):
+            self.lost.append(job_return._return_value)  # the launcher runs the point again on another replica
+        elif job_return.status != JobStatus.COMPLETED or not job_return.return_value:
+            return
+        elif isinstance(outcome := job_return.return_value, FailedPoint):
             self.failed.append(outcome)
-        else:
+        else:  # `experiment.PointOutcome` of a finished point
             at = bisect.bisect(self.numbers, number := int(config.hydra.job.num))
             self.numbers.insert(at, number)
             self.points.insert(at, outcome.result)
             self.point_ids.insert(at, point_id(outcome.plan.cfg))
-        ended = len(self.points) + len(self.failed)
-        if ended < self.total:  # the parent's page says how far the sweep is, as its points end
-            running = f"**Running: {ended} of {self.total} points ended.**\n\n"
-            description = running + sweep_description(self.overrides, self.points, self.failed)
-            self.parent.set_tags({NOTE_TAG: within_limit(description, DESCRIPTION)})
+        if self.ended < self.total:  # the parent's page says how far the sweep is, as its points end
+            lead = f"**Running: {self.ended} of {self.total} points ended.**"
+            self.parent.set_tags({NOTE_TAG: within_limit(self.described(lead), DESCRIPTION)})
+
+    @property
+    def ended(self) -> int:
+        return len(self.points) + len(self.failed)
+
+    def described(self, lead: str = "") -> str:
+        """The parent's whole description, after `lead` where given (MLflow keeps `within_limit` of it)."""
+        assert self.parent is not None
+        port = ui_port(self.parent.uri, self.ui_port)
+        links = [
+            run_page(self.parent.uri, self.parent.experiment_id, lost.run_id, port) if lost.run_id else None
+            for lost in self.lost
+        ]
+        text = sweep_description(self.overrides, self.points, self.failed, list(zip(self.lost, links)))
+        return f"{lead}\n\n{text}" if lead else text
+
+    def stopped_tags(self, status: str, err: BaseException | None) -> dict[str, str]:
+        """The parent's description when the sweep stops before its end: how far it got, then what it has."""
+        rest = "the finished points are recorded; the same command with `resume=true` runs the rest"
+        if status == "KILLED":
+            lead = f"**Interrupted after {self.ended} of {self.total} points** (Ctrl-C or SIGTERM): {rest}."
+        else:
+            why = f": {' '.join(str(err).split())}" if err is not None else ""
+            lead = f"**Stopped by an error after {self.ended} of {self.total} points**{why}; {rest}."
+        return {NOTE_TAG: within_limit(self.described(lead), DESCRIPTION)}
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         PLANS.clear()
         if self.parent is None:
             return
-        overrides = " ".join(config.hydra.overrides.task)
         found = sweep_answer(self.points) if self.points else None
         if found is not None:
             self.parent.log_table(table_rows(self.points), "sweep_points.json")
@@ -192,9 +220,10 @@ class MlflowSweepCallback(Callback):
         if self.failed:
             self.parent.log_metrics({FAILED_METRIC: float(len(self.failed))})
         if self.points or self.failed:
-            description = sweep_description(overrides, self.points, self.failed)
+            description = self.described()
             self.parent.log_text(description, DESCRIPTION)
             self.parent.set_tags({NOTE_TAG: within_limit(description, DESCRIPTION)})
+        self.parent.early_end = None  # it reached its end: the description above says how
         self.parent.end("FAILED" if self.failed else "FINISHED")  # not every point it was asked for finished
         if found is not None:
             self.print_ranking(found)

@@ -15,12 +15,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from speculab.algorithms import get_algorithm
+from speculab.jobs import ReplicaLost
 from speculab.records import RunResult
 from speculab.results.figures import PHASES, acceptance_histogram
 from speculab.results.names import HEADLINE, Figures
 from speculab.results.point import PointResult, PointShape
 from speculab.results.verdicts import call_words, run_verdicts
 from speculab.stats import ratio_text
+from speculab.tracking.spool import NOTE_TAG
 
 
 def headline_line(result: PointResult) -> str:
@@ -36,6 +38,9 @@ def headline_line(result: PointResult) -> str:
     return f"**{parts[0]}** · " + " · ".join(parts[1:]) if parts else ""
 
 
+DECODING = "\n\nDecoding…"  # what a running point's description ends with
+
+
 def point_description(shape: PointShape, runtime: str, result: PointResult | None = None) -> str:
     """A run's markdown description: when done, its headline figures first (MLflow shows a description's
     first lines only), then its shape in words."""
@@ -49,8 +54,28 @@ def point_description(shape: PointShape, runtime: str, result: PointResult | Non
         f"new tokens (batch {shape.batch_size}), model pair `{shape.model}`, runtime `{runtime}`.{lossy}"
     )
     if result is None:
-        return text + "\n\nDecoding…"
+        return text + DECODING
     return f"{headline_line(result)}\n\n{text}"
+
+
+REPLICA_LOST_TAG = "speculab.replica_lost"  # a lost replica's attempt at a point, run again on another
+
+
+def ended_tags(shape: PointShape, runtime: str, status: str, err: BaseException | None) -> dict[str, str]:
+    """A point's description (and tag) when its run ends other than FINISHED: what happened instead of
+    "Decoding…", first, so that MLflow's first lines say it."""
+    why = " ".join(str(err).split()) if err is not None else ""
+    if isinstance(err, ReplicaLost):
+        said = (
+            f"**Replica {err.replica + 1} lost**: {why}. The point ran again from its first unit on another "
+            "replica, in a run of its own under the sweep's parent; this attempt's figures are not the point's."
+        )
+        tags = {REPLICA_LOST_TAG: str(err.replica + 1)}
+    elif status == "KILLED" or isinstance(err, KeyboardInterrupt):
+        said, tags = "**Interrupted** (Ctrl-C or SIGTERM): its finished units are logged; `resume=true` reruns it.", {}
+    else:
+        said, tags = f"**Failed**: {why or status}; the units it finished are logged.", {}
+    return tags | {NOTE_TAG: f"{said}\n\n{point_description(shape, runtime).removesuffix(DECODING)}"}
 
 
 def acceptance_figure(run: RunResult) -> Figure:

@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +191,9 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+EarlyEnd = Callable[[str, BaseException | None], dict[str, str]]
+
+
 class SpooledRun:
     """One tracked run: spool first, MLflow while it answers (`run_id` is None offline)."""
 
@@ -215,6 +218,9 @@ class SpooledRun:
         self.parent_run_id = parent.run_id if parent else None  # a sweep point's parent: its link shows the sweep
         self.client: MlflowClient | None = None
         self.error: str | None = None
+        # The tags a run sets when it ends other than FINISHED, from that status and the error (None: an
+        # interrupt or `close_open_runs`), so that its page says what happened, not what it was doing.
+        self.early_end: EarlyEnd | None = None
         start = {
             "op": "start",
             "spool_id": self.spool_id,
@@ -289,7 +295,9 @@ class SpooledRun:
         figure.savefig(target)
         self.record("figure", artifact=artifact)
 
-    def end(self, status: str) -> None:
+    def end(self, status: str, err: BaseException | None = None) -> None:
+        if status != "FINISHED" and self.early_end is not None:
+            self.set_tags(self.early_end(status, err))
         self.record("end", status=status)
         OPEN_RUNS.discard(self)
 
@@ -313,8 +321,8 @@ def tracked(run: SpooledRun) -> Iterator[SpooledRun]:
     except KeyboardInterrupt:
         run.end("KILLED")
         raise
-    except BaseException:
-        run.end("FAILED")
+    except BaseException as err:
+        run.end("FAILED", err)
         raise
     run.end("FINISHED")
 

@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from rich.table import Table
 
+from speculab.jobs import ReplicaLost
 from speculab.results.names import HEADLINE, HF_PREFIX
 from speculab.results.point import FailedPoint, PointResult
 from speculab.results.verdicts import (
@@ -32,6 +33,7 @@ from speculab.results.verdicts import (
     sweep_answer,
 )
 from speculab.stats import ratio_text
+from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.sweep import cell, figure, labels, ranking_line, shared_name
 
 TOP = 10  # rows of the ranking the console shows; beyond, it says how many more and where they are
@@ -184,11 +186,30 @@ def failure_line(failed: list[FailedPoint], total: int) -> str:
     )
 
 
-def sweep_description(overrides: str, points: list[PointResult], failed: list[FailedPoint]) -> str:
+def lost_line(lost: list[tuple[ReplicaLost, str | None]]) -> str:
+    """The attempts a lost replica cut short, each with its run's link (FAILED, tagged REPLICA_LOST_TAG)."""
+    said = []
+    for attempt, link in lost:
+        run = f"[its run]({link})" if link else "its run"
+        said.append(f"replica {attempt.replica + 1} was lost during {attempt.point} ({attempt.why}); {run}")
+    return (
+        f"**{len(lost)} attempt(s) cut short by a lost replica**, each point run again on another replica; "
+        f"the lost attempts' runs are FAILED and tagged `{REPLICA_LOST_TAG}`: {'; '.join(said)}."
+    )
+
+
+def sweep_description(
+    overrides: str,
+    points: list[PointResult],
+    failed: list[FailedPoint],
+    lost: list[tuple[ReplicaLost, str | None]] | None = None,
+) -> str:
     """The parent's description: failed points, the verdict in a few words and the ranking first (MLflow
     shows a description's first five lines only, until "Show more"), then what the verdict rests on,
-    the points against the baselines, the ranking by block efficiency and the table."""
+    the points against the baselines, the ranking by block efficiency and the table; the attempts of
+    lost replicas (with their runs' links, `lost`) after the ranking."""
     failures = f"{failure_line(failed, len(points) + len(failed))}\n\n" if failed else ""
+    failures += f"{lost_line(lost)}\n\n" if lost and not points else ""
     if not points:
         return f"{failures}Sweep `{overrides}`: no point finished."
     answer = sweep_answer(points)
@@ -207,8 +228,9 @@ def sweep_description(overrides: str, points: list[PointResult], failed: list[Fa
     )
     by_efficiency = ranking_line(points, "block_efficiency")
     note = f" Note: {headline_note(points)}." if headline_note(points) else ""
+    replicas = f"{lost_line(lost)}\n\n" if lost else ""
     return (
-        f"{failures}{headline} {ranking_line(points)}\n\n{detail} {baselines_sentence(answer)}{note}\n\n"
+        f"{failures}{headline} {ranking_line(points)}\n\n{replicas}{detail} {baselines_sentence(answer)}{note}\n\n"
         f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} "
         f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; 95% intervals over "
         f"units, conditional on this machine and its load).{shared}{earlier} Every column: `sweep_table.md`, "
