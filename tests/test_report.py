@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from speculab.measure import UnitTotals
 from speculab.report.cli import main
 from speculab.report.figures import plot_lines
-from speculab.report.points import Point
+from speculab.report.points import Method, Point, dimensions, sort_key
 from speculab.results.figures import per_prompt_ratio
 from speculab.results.names import Figures, flatten
 from speculab.results.point import UNITS_ARTIFACT, PointResult, PointShape, PointUnits
@@ -260,6 +260,8 @@ def test_a_point_run_is_not_a_sweep_and_runs_need_their_metrics(
         ("postgress://db/mlflow", "unknown store scheme 'postgress'"),
         ("sqlite://", "an in-memory store holds no runs"),
         ("sqlite:///{tmp}/typo.db", "no store at {tmp}/typo.db"),
+        ("http://", "names no server; give http://HOST:PORT"),
+        ("http://127.0.0.1:9", "the store did not answer"),  # the discard port: nothing listens
     ],
 )
 def test_a_store_the_report_cannot_read_is_refused_before_anything_is_made(
@@ -362,3 +364,17 @@ def test_a_table_wider_than_the_console_shows_its_values_or_where_it_is() -> Non
     words = " ".join(text.split())  # captions wrap
     assert "Values only at this width: reports/x/tables.md has each with its spread" in words
     assert "Acceptance by depth: wider than this console (80 columns); it is in reports/x/tables.md." in words
+
+
+def test_methods_sort_in_the_papers_order_from_their_shapes_not_their_names() -> None:
+    def method(algorithm: str, node_rule: str | None = None) -> Method:
+        shape = PointShape(algorithm, node_rule, 2, 4, None, None, 1.0, "iid", "humaneval", 4, "tiny", 0, 8, 1, 0)
+        (value,) = (
+            v for d, v in dimensions(Point("r", "n", 0, PointResult(shape, Figures()))).items() if d == "Method"
+        )
+        assert isinstance(value, Method) and str(value) == shape.method
+        return value
+
+    shuffled = [method("spectr", "global_resolution"), method("gbv"), method("spectr", "nss"), method("token")]
+    ordered = [str(m) for m in sorted(shuffled, key=sort_key)]
+    assert ordered == [str(method("token")), str(method("gbv")), str(method("spectr", "nss")), str(shuffled[0])]

@@ -258,6 +258,15 @@ def method_label(algorithm: str, node_rule: str, drafter: str, tree: str) -> str
     return spec.label
 
 
+def method_rank(algorithm: str, node_rule: str) -> tuple[int, int]:
+    """Where a method sorts as the papers list them: single-path, multi-path (SpecTr's node rules in the
+    Global Resolution paper's order), then tree algorithms; one past the end for what is not registered."""
+    walks = [name for name, spec in ALGORITHMS.items() if not spec.tree_builder]
+    first = walks.index(algorithm) if algorithm in walks else len(walks)
+    rules = list(NODE_RULE_LABELS)
+    return first, rules.index(node_rule) if node_rule in rules else len(rules)
+
+
 def drafter_name_error(name: str) -> str | None:
     """Why ``name`` is not a registered drafter (None: it is)."""
     if name in DRAFTERS:

@@ -13,7 +13,7 @@ from speculab.results.point import PointResult, PointShape
 from speculab.results.verdicts import rank_key, ranked, sweep_answer
 from speculab.stats import Estimate
 from speculab.tracking.console import plain
-from speculab.tracking.sweep import FIRST_PLACE, best_metrics, labels, sweep_name
+from speculab.tracking.sweep import FIRST_PLACE, best_metrics, labels, sweep_name, swept_keys
 from speculab.tracking.sweep_page import (
     LEADER_OVER,
     TOP,
@@ -106,7 +106,7 @@ def test_tables_are_ranked_and_leave_out_columns_no_point_has() -> None:
 
 def test_labels_keep_what_tells_points_apart() -> None:
     rows = [row("gbv K=2 L=4", 1.2, 1.1, 1.3), row("gbv K=2 L=8", 1.4, 1.3, 1.5)]
-    assert labels(rows) == {r.shape.name: r.shape.name.split(" · ")[0] for r in rows}
+    assert labels(rows) == {r.shape.name: r.shape.name_parts[0] for r in rows}
 
 
 def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
@@ -134,6 +134,12 @@ def test_the_parent_is_named_by_what_is_swept_and_what_every_point_shares() -> N
     assert sweep_name(tree, ["algorithm.budget=16,64"]).startswith("sweep algorithm.budget=16,64 · ddtree L=4 T=1.0")
     held = sweep_name(tree, ["sampling.temperature=0,1"])  # the tree and its budget are what every point shares
     assert held.startswith("sweep sampling.temperature=0,1 · ddtree best_first B=64 L=4 ·")
+
+
+def test_a_list_value_is_not_a_sweep() -> None:
+    overrides = ["algorithm.compare=[gbv,spectr]", "algorithm.L=range(4,9,4)"]
+    assert swept_keys(overrides) == ["algorithm.L"]
+    assert sweep_name(SHAPE, overrides).startswith("sweep algorithm.L=range(4,9,4) · gbv K=2 T=1.0 ·")
 
 
 def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_are() -> None:

@@ -172,6 +172,8 @@ def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[
             vocab[role] = _vocabulary(found[role])
         except ValueError as err:
             errors.append(f"{key}: {err}")
+        else:
+            errors += _position_errors(found[role])
         errors += _weight_errors(key, path)
     if len(vocab) == 2 and _vocabularies_differ(vocab["target"], vocab["draft"]):
         errors.append(
@@ -246,6 +248,22 @@ def _vocabularies_differ(target: tuple[int, Any], draft: tuple[int, Any]) -> boo
     """Sizes differ, or both dirs hold a tokenizer.json and their vocabularies differ (a DFlash
     checkpoint ships none: it reads the target's tokens)."""
     return target[0] != draft[0] or (target[1] is not None and draft[1] is not None and target[1] != draft[1])
+
+
+def _position_errors(checkpoint: Checkpoint) -> list[str]:
+    """A model whose attention adds ALiBi biases (Falcon with `alibi`, BLOOM, MPT with `attn_config.alibi`)
+    builds them from a 2-D padding mask inside its forward; a tree pass gives each token its place
+    through a 4-D mask, so neither the lean layers nor transformers' modules can score a tree for it."""
+    config = checkpoint.config
+    attention = config.get("attn_config")
+    kind = config.get("model_type")
+    if config.get("alibi") is True or kind == "bloom" or (isinstance(attention, dict) and attention.get("alibi")):
+        return [
+            f"{checkpoint.key}: {checkpoint.path} is a {kind} model with ALiBi position biases, which cannot score "
+            "a draft tree (they are built from a 2-D padding mask); use a model with rotary or learned positions "
+            "(Falcon with alibi=false, Llama, Qwen, Mistral, GPT-2, OPT, ...)"
+        ]
+    return []
 
 
 def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:

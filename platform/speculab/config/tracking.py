@@ -102,6 +102,21 @@ def resume_errors(resume: bool, t: TrackingConfig) -> list[str]:
     return []
 
 
+def scheme_error(uri: str, field: str) -> str | None:
+    """Why ``uri`` (given as ``field``) names no store MLflow can open: an unknown scheme, or a server
+    without a host (None: it names one)."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+")[0]
+    if scheme and scheme not in TRACKING_SCHEMES:
+        return (
+            f"{field}{uri!r}: unknown store scheme {scheme!r}; must be one of "
+            f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"
+        )
+    if scheme in ("http", "https") and not parsed.hostname:
+        return f"{field}{uri!r}: names no server; give {scheme}://HOST:PORT (an MLflow tracking server)"
+    return None
+
+
 def tracking_errors(t: TrackingConfig) -> list[str]:
     """The UI port, and with tracking enabled the store's scheme, the experiment's name, and the local
     paths the run will create (a store's file or directory, the spool): refused when an ancestor is a
@@ -121,11 +136,8 @@ def tracking_errors(t: TrackingConfig) -> list[str]:
             f"tracking.uri={uri!r}: an in-memory SQLite store is gone when the run ends (its link would point at "
             "nothing); name a file, sqlite:///path/to/mlflow.db, or tracking=none to record nothing"
         )
-    elif scheme and scheme not in TRACKING_SCHEMES:
-        errors.append(
-            f"tracking.uri={uri!r}: unknown store scheme {scheme!r}; must be one of "
-            f"{', '.join(f'{s}:' for s in TRACKING_SCHEMES)} or a local directory"
-        )
+    elif (unknown := scheme_error(uri, "tracking.uri=")) is not None:
+        errors.append(unknown)
     elif store is not None and (blocker := _blocking_file(store)) is not None:
         errors.append(f"tracking.uri={uri!r}: {blocker} is a file, so the store {store} cannot be created")
     elif store is not None and scheme == "sqlite" and store.is_dir():

@@ -22,11 +22,13 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import matplotlib.pyplot as plt
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from speculab.config import TrackingConfig, tracking_uri
-from speculab.config.tracking import TRACKING_SCHEMES, store_path
+from speculab.config.overrides import first_line
+from speculab.config.tracking import scheme_error, store_path
 from speculab.report.figures import FIGURES
 from speculab.report.points import (
     Point,
@@ -138,9 +140,8 @@ def argument_problems(uri: str, out: Path | None) -> list[str]:
     problems = []
     scheme = urlparse(uri).scheme.split("+")[0]
     store = store_path(uri)
-    if scheme and scheme not in TRACKING_SCHEMES:
-        schemes = ", ".join(f"{s}:" for s in TRACKING_SCHEMES)
-        problems.append(f"--uri {uri}: unknown store scheme {scheme!r}; must be one of {schemes} or a local directory")
+    if (unknown := scheme_error(uri, "--uri ")) is not None:
+        problems.append(unknown)
     elif scheme == "sqlite" and store is None:
         problems.append(f"--uri {uri}: an in-memory store holds no runs; name the database a run wrote")
     elif store is not None and not store.exists():
@@ -168,6 +169,10 @@ def main(argv: list[str] | None = None) -> None:
     if problems := argument_problems(uri, args.out):
         parser.exit(2, "".join(f"speculab-report: {line}\n" for line in problems))
     client = store_client(uri)
+    try:  # a server that does not answer is said once, not as each read's traceback (fail_fast: no retries)
+        client.search_experiments(max_results=1)
+    except MlflowException as err:
+        parser.exit(2, f"speculab-report: --uri {uri}: the store did not answer ({first_line(err)})\n")
     try:
         if args.run:
             source = sweep_source(client, args.run)

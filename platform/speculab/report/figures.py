@@ -53,9 +53,9 @@ def series(points: list[Point], x: str) -> dict[str, list[Point]]:
     lines: dict[tuple, list[Point]] = {}
     for point in points:
         coordinate = dimensions(point)
-        lines.setdefault(tuple(sort_key(d, coordinate[d]) for d in others), []).append(point)
+        lines.setdefault(tuple(sort_key(coordinate[d]) for d in others), []).append(point)
     return {
-        point_label(line[0], others) or "all points": sorted(line, key=lambda p: sort_key(x, dimensions(p)[x]))
+        point_label(line[0], others) or "all points": sorted(line, key=lambda p: sort_key(dimensions(p)[x]))
         for _, line in sorted(lines.items())
     }
 
@@ -172,7 +172,7 @@ def time_split(points: list[Point]) -> Figure | None:
     if not timed:
         return None
     among = varying(timed)
-    ordered = sorted(timed, key=lambda p: [sort_key(d, dimensions(p)[d]) for d in among])[::-1]
+    ordered = sorted(timed, key=lambda p: [sort_key(dimensions(p)[d]) for d in among])[::-1]
     figure, axes = plt.subplots(figsize=(9, 1.4 + 0.35 * len(ordered)))
     left = [0.0] * len(ordered)
     for phase, color in PHASE_COLORS.items():

@@ -62,12 +62,12 @@ def lay_out(table: Table, points: list[Point], note: str) -> Grid:
     row_dims = [*table.rows, *(d for d in varying(points) if d not in table.rows and d != table.across)]
     across: list[Value] = [None]
     if table.across:
-        across = sorted({dimensions(p)[table.across] for p in points}, key=lambda v: sort_key(table.across or "", v))
+        across = sorted({dimensions(p)[table.across] for p in points}, key=sort_key)
     cells: dict[tuple[Value, ...], dict[Value, Point]] = {}
     for point in sorted(points, key=lambda p: p.start_time):  # newest last: it wins
         coordinate = dimensions(point)
         cells.setdefault(tuple(coordinate[d] for d in row_dims), {})[coordinate.get(table.across or "")] = point
-    keys = sorted(cells, key=lambda key: [sort_key(d, v) for d, v in zip(row_dims, key)])
+    keys = sorted(cells, key=lambda key: [sort_key(v) for v in key])
     header = [*row_dims, *(_header(table, column, value) for value in across for column in table.columns)]
     rows: list[list[Cell]] = [
         [*key, *(_cell(column, cells[key].get(value)) for value in across for column in table.columns)] for key in keys

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from speculab.algorithms import ALGORITHMS, NODE_RULE_LABELS
 from speculab.config.report import DIMENSIONS
 from speculab.results.point import PointResult, PointShape
 from speculab.tracking.resume import logged_metrics, logged_units
@@ -103,33 +102,38 @@ def read_points(client: MlflowClient, runs: list[Run]) -> list[Point]:
     return points
 
 
-Value = str | int | float | None
+@dataclass(frozen=True, order=True)
+class Method:
+    """A point's method as a coordinate: it sorts in the papers' order (`PointShape.method_rank`), ties by
+    name, and reads as its name."""
+
+    rank: tuple[int, int]
+    label: str
+
+    def __str__(self) -> str:
+        return self.label
+
+
+Value = str | int | float | Method | None
 
 
 def dimensions(point: Point) -> dict[str, Value]:
     """The point's coordinates (`config.report.DIMENSIONS`), from its shape."""
     s = point.result.shape
     top_k = s.top_k or None  # the draft's truncation; 0: none
-    values = (s.model, s.dataset, s.method, s.K, s.L, s.budget, s.temperature, top_k, s.prompts)
-    return dict(zip(DIMENSIONS, (*values, s.max_new_tokens, s.batch_size, s.seed), strict=True))
+    values = (s.model, s.dataset, Method(s.method_rank, s.method), s.K, s.L, s.budget, s.temperature, top_k)
+    return dict(zip(DIMENSIONS, (*values, s.prompts, s.max_new_tokens, s.batch_size, s.seed), strict=True))
 
 
-def method_order(label: str) -> tuple[int, int, str]:
-    """Methods sort as the papers list them: single-path, multi-path (SpecTr's node rules in the
-    Global Resolution paper's order), then DDTree; ties by name."""
-    names = [spec.label for spec in ALGORITHMS.values() if not spec.tree_builder]
-    rules = list(NODE_RULE_LABELS.values())
-    first = next((i for i, name in enumerate(names) if label == name or label.startswith(f"{name} (")), len(names))
-    rule = next((i for i, r in enumerate(rules) if label.endswith(f"({r})")), len(rules))
-    return first, rule, label
-
-
-def sort_key(dimension: str, value: Value) -> tuple[int, float, tuple[int, int, str]]:
+def sort_key(value: Value) -> tuple[int, float, tuple[int, int], str]:
+    """Coordinates in order: none first, then numbers, methods in the papers' order, other names."""
     if value is None:
-        return (0, 0.0, (0, 0, ""))
+        return (0, 0.0, (0, 0), "")
     if isinstance(value, int | float):
-        return (1, float(value), (0, 0, ""))
-    return (2, 0.0, method_order(value) if dimension == "Method" else (0, 0, value))
+        return (1, float(value), (0, 0), "")
+    if isinstance(value, Method):
+        return (2, 0.0, value.rank, value.label)
+    return (3, 0.0, (0, 0), value)
 
 
 def varying(points: list[Point]) -> list[str]:

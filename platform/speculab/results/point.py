@@ -14,11 +14,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-from speculab.algorithms import ALGORITHMS, method_label
+from speculab.algorithms import ALGORITHMS, method_label, method_rank
 from speculab.config import Config
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
 from speculab.measure import UnitTotals
 from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, parse
+
+NAME_JOIN = " · "  # between the parts of a point's name
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,13 @@ class PointShape:
         return method_label(self.algorithm, self.node_rule or "", self.drafter, self.tree or "")
 
     @property
+    def method_rank(self) -> tuple[int, int]:
+        """Where the method sorts in the papers' order (`speculab.algorithms.method_rank`)."""
+        spec = ALGORITHMS.get(self.algorithm)
+        own = spec.node_rules[0] if spec is not None and spec.node_rules else ""
+        return method_rank(self.algorithm, self.node_rule or own)
+
+    @property
     def draft(self) -> str:
         """The draft shape: `K=4`, `best_first B=64` or `chain`."""
         if self.tree is None:
@@ -117,16 +126,19 @@ class PointShape:
         return "all" if self.prompts is None else str(self.prompts)
 
     @property
-    def name(self) -> str:
-        """The point's name: algorithm (and a node rule other than its own), draft shape, L and T,
-        drafter, dataset and prompt count, model."""
+    def name_parts(self) -> tuple[str, str, str, str]:
+        """The parts of the point's name: algorithm (and a node rule other than its own), draft shape, L
+        and T; drafter; dataset and prompt count; model. A sweep's labels keep the parts its points differ in."""
         spec = ALGORITHMS.get(self.algorithm)
         own = spec.node_rules[0] if spec is not None and spec.node_rules else None
         rule = f"/{self.node_rule}" if self.node_rule is not None and self.node_rule != own else ""
-        return (
-            f"{self.algorithm}{rule} {self.draft} L={self.L} T={self.temperature} · {self.drafter} · "
-            f"{self.dataset}×{self.prompt_count} · {self.model}"
-        )
+        verifier = f"{self.algorithm}{rule} {self.draft} L={self.L} T={self.temperature}"
+        return verifier, self.drafter, f"{self.dataset}×{self.prompt_count}", self.model
+
+    @property
+    def name(self) -> str:
+        """The point's name: its `name_parts`, ` · `-joined."""
+        return NAME_JOIN.join(self.name_parts)
 
 
 UNITS_ARTIFACT = "units.json"  # a point's `PointUnits`, logged with its run

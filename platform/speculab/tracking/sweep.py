@@ -11,24 +11,33 @@ from __future__ import annotations
 
 import math
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+
 from speculab.results.names import HEADLINE, mlflow_name
-from speculab.results.point import PointResult, PointShape
+from speculab.results.point import NAME_JOIN, PointResult, PointShape
 from speculab.results.verdicts import SweepAnswer, first_place, rank_key, ranked
 from speculab.stats import Estimate, ratio_text
 
 
+def swept(overrides: list[str]) -> list[Override]:
+    """The overrides of a list that Hydra sweeps (`a=1,2`, `range(...)`, `choice(...)`), not a list value
+    (`algorithm.compare=[gbv,spectr]`)."""
+    return [o for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
+
+
 def swept_keys(overrides: list[str]) -> list[str]:
-    """The keys (or config groups) an override list sweeps: those given several values."""
-    return [o.split("=", 1)[0].lstrip("+~") for o in overrides if "," in o]
+    """The keys (or config groups) an override list sweeps."""
+    return [o.key_or_group for o in swept(overrides)]
 
 
 def sweep_name(shape: PointShape, overrides: list[str]) -> str:
     """The parent run's name: what is swept, then the settings every point shares (algorithm, K or the
     tree, L, T, drafter, dataset, model: those no swept key or group touches), from a point's shape."""
-    swept = swept_keys(overrides)
+    varied_keys = swept_keys(overrides)
 
     def held(*keys: str) -> bool:
-        return not any(k == s or k.startswith(f"{s}.") for k in keys for s in swept)
+        return not any(k == s or k.startswith(f"{s}.") for k in keys for s in varied_keys)
 
     draft = ("algorithm.K",) if shape.tree is None else ("algorithm.tree", "algorithm.budget")
     parts = [
@@ -44,8 +53,8 @@ def sweep_name(shape: PointShape, overrides: list[str]) -> str:
         fixed.append(f"{shape.dataset}×{shape.prompt_count}")
     if held("model.name"):
         fixed.append(shape.model)
-    varied = " ".join(o for o in overrides if "," in o) or " ".join(overrides)
-    return " · ".join([f"sweep {varied}".strip(), *fixed])
+    varied = " ".join(o.input_line or "" for o in swept(overrides)) or " ".join(overrides)
+    return NAME_JOIN.join([f"sweep {varied}".strip(), *fixed])
 
 
 def figure(point: PointResult, key: str) -> Estimate:
@@ -53,23 +62,23 @@ def figure(point: PointResult, key: str) -> Estimate:
     return point.figures.get(key, Estimate(math.nan))
 
 
-def _parts(points: list[PointResult]) -> tuple[list[list[str]], set[int]]:
-    """Each point name's ` · `-separated parts, and the positions where every point has the same part."""
-    parts = [p.shape.name.split(" · ") for p in points]
+def _parts(points: list[PointResult]) -> tuple[list[tuple[str, str, str, str]], set[int]]:
+    """Each point's name parts, and the positions where every point has the same part."""
+    parts = [p.shape.name_parts for p in points]
     return parts, {i for i in range(min(map(len, parts))) if len({p[i] for p in parts}) == 1}
 
 
 def labels(points: list[PointResult]) -> dict[str, str]:
     """Point name -> the parts of it that not every point shares."""
     parts, shared = _parts(points)
-    kept = [" · ".join(x for i, x in enumerate(p) if i not in shared) for p in parts]
+    kept = [NAME_JOIN.join(x for i, x in enumerate(p) if i not in shared) for p in parts]
     return {p.shape.name: label or p.shape.name for p, label in zip(points, kept)}
 
 
 def shared_name(points: list[PointResult]) -> str:
-    """The parts of the point names that every point shares (` · `-joined)."""
+    """The parts of the point names that every point shares, joined as in a name."""
     parts, shared = _parts(points)
-    return " · ".join(parts[0][i] for i in sorted(shared))
+    return NAME_JOIN.join(parts[0][i] for i in sorted(shared))
 
 
 def cell(point: PointResult, key: str) -> str:
