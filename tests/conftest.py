@@ -53,9 +53,9 @@ def ray_cluster() -> Iterator[GroupPool]:
     (started once: a few seconds each time otherwise; each pytest-xdist worker is a session with its
     own). Only the session tears Ray down, so no test depends on another to leave or to have left it;
     a CLI run in a subprocess starts its own."""
-    from speculab.runtime.cleanup import teardown
     from speculab.runtime.groups import POOL
     from speculab.runtime.ray_actors import connect
+    from speculab.runtime.teardown import teardown
 
     connect(None, RAY_CPUS)
     yield POOL

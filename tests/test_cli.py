@@ -164,7 +164,7 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
     from omegaconf import OmegaConf
 
     from speculab.cli import CONF
-    from speculab.tracking.callbacks import PLANS, sweep_plans
+    from speculab.config.sweep import PLANS, sweep_plans
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # the sweep's Hydra, as it starts
         config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)
@@ -205,7 +205,7 @@ def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch,
     with exit 2 and the refusal, not as a failed sweep point."""
     from speculab import cli
     from speculab.config import resolve
-    from speculab.tracking.callbacks import PLANS
+    from speculab.config.sweep import PLANS
 
     def too_long(cfg, plan=None):
         raise ConfigError.listing(["dataset: prompt 'long/1' has 4401 tokens"])

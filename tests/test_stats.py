@@ -109,3 +109,8 @@ def test_resamples_without_spread_widen_the_interval_instead_of_breaking_it() ->
     rng = np.random.default_rng(8)
     found = log_ratio(Totals.of((1, rng.uniform(1, 2, 8)), (-1, rng.uniform(1, 2, 8))))
     assert np.isinf(found.t).sum() == 0 and found.testable
+
+
+def test_estimates_without_an_interval_are_equal_and_hash_alike() -> None:
+    assert Estimate(math.nan) == Estimate(float("nan")) and Estimate(1.0) == Estimate(1.0)
+    assert Estimate(1.0, 0.5, 1.5) != Estimate(1.0) and hash(Estimate(math.nan)) == hash(Estimate(float("nan")))

@@ -52,9 +52,9 @@ OmegaConf.register_new_resolver("sweep_id", sweep_id, replace=True)
 def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     """One point; its plan and result are the job's return value (a sweep's parent run summarises them).
     A sweep's point that fails mid-run is FAILED with the units it finished and the sweep goes on."""
+    from speculab.config.sweep import PLANS, planned
     from speculab.experiment import run
     from speculab.runtime.placement import ClusterError
-    from speculab.tracking.callbacks import PLANS, planned
 
     interrupts.raise_if_received()
     if unknown := unknown_keys(cfg):  # `+key=...` adds keys the dataclasses would silently drop
@@ -124,7 +124,7 @@ def precheck(args: list[str], planning: bool = False) -> None:
     run's output directory or prints its own block: the overrides' grammar, a sweep without `-m`, what
     composing them raises (an unknown group option, a value of the wrong type), and for one run its
     whole validation (the plan is kept for the run: `PLANS`); a sweep's points are checked when it starts
-    (`tracking.callbacks.sweep_plans`). ``planning``: for `--plan`, which shows one point of a preset too."""
+    (`config.sweep.sweep_plans`). ``planning``: for `--plan`, which shows one point of a preset too."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from speculab.config import resolve
@@ -133,8 +133,8 @@ def precheck(args: list[str], planning: bool = False) -> None:
     from speculab.config.prompts import point_prompts
     from speculab.config.replicas import AUTO
     from speculab.config.schema import job_config
+    from speculab.config.sweep import PLANS
     from speculab.config.tracking import not_writable
-    from speculab.tracking.callbacks import PLANS
 
     multirun = args[:1] == ["--multirun"]
     overrides = args[1:] if multirun else args
@@ -210,7 +210,7 @@ def show_plan(args: list[str]) -> NoReturn:
     """`speculab [key=value ...] --plan`: the run's plan (where each model and the loop run, every figure
     of the memory plan), validated as a run would be, and exit 0; nothing starts and no weight loads."""
     from speculab.config import plan_lines
-    from speculab.tracking.callbacks import PLANS
+    from speculab.config.sweep import PLANS
 
     if args[:1] == ["--multirun"] or not only_overrides(args):
         refuse(ConfigError.listing(["--plan: shows one run's plan from key=value overrides; drop -m and other flags"]))

@@ -2,27 +2,27 @@
 
 `run` is what the Hydra entry point calls with a `Config`: it resolves it once (`config.resolve`:
 validated, with everything derived from it fixed in a `RunPlan`) and decodes the point in four
-steps that take the plan: `prepare` (prompts, tokenizer, the loop and its models), `measure` (every
-method interleaved, unit by unit), `summarise` (metrics, the console's table) and `log_point`
-(MLflow's metrics and artifacts). The baselines (the engine's autoregressive loop, transformers'
-`generate`) run on the same target and prompts, interleaved with the point's own decode prompt by
-prompt and repeated (`speculab.measure`), so each speedup compares measurements taken seconds apart.
+steps that take the plan: `prepare` (prompts, tokenizer, the loop and its models), `measure_point`
+(every method interleaved, unit by unit), `summarise` (metrics, the console's table) and, for a tracked
+point, `tracking.point_log.log_point` (MLflow's metrics and artifacts, inside the run
+`tracking.point_run` opens; an untracked run imports neither MLflow nor matplotlib). The baselines
+(the engine's autoregressive loop, transformers' `generate`) run on the same target and prompts,
+interleaved with the point's own decode prompt by prompt and repeated (`speculab.measure`), so each
+speedup compares measurements taken seconds apart.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
-import matplotlib.pyplot as plt
 from transformers import PreTrainedTokenizerBase
 
-from speculab import interrupts, jobs
+from speculab import jobs
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
 from speculab.config import Config, RunPlan, config_warnings, resolve
@@ -46,41 +46,16 @@ from speculab.results.figures import (
     run_figures,
     speed_figures,
 )
-from speculab.results.names import (
-    AR_PREFIX,
-    FIGURES_ARTIFACT,
-    HF_PREFIX,
-    UNTIMED,
-    Figures,
-    flatten,
-    is_acceptance,
-    split_spreads,
-)
-from speculab.results.point import UNITS_ARTIFACT, PointResult, PointShape, PointUnits
+from speculab.results.names import Figures, flatten
+from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.verdicts import compared
 from speculab.runtime import fitting_copies, loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
-from speculab.tracking.acceptance import depth_figure
 from speculab.tracking.board import point_progress
 from speculab.tracking.console import say, show
-from speculab.tracking.resume import finished_point, point_id
-from speculab.tracking.run_page import (
-    acceptance_figure,
-    ended_tags,
-    point_description,
-    prompt_records,
-    records_jsonl,
-    records_table,
-    time_split_figure,
-)
-from speculab.tracking.runs import NOTE_TAG, join_sweep, start_point_run
-from speculab.tracking.spool import tracked
-from speculab.tracking.summary import SUMMARY_FILE, paired_table, print_summary, summary_title
+from speculab.tracking.summary import paired_table, print_summary, summary_title
 from speculab.tracking.tracker import NoopTracker, Tracker
-from speculab.tracking.ui import where
 
-# pyplot's figures are one process-wide state: points side by side on replicas (`speculab.launcher`) plot in turn
-PLOTTING = threading.Lock()
 SPREAD_TAG = "speculab.spread"  # a point whose units were spread over replicas (`cluster.spread`) says so
 
 
@@ -182,28 +157,13 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
             f"speculab: model: the checkpoints loaded are not preset {plan.preset_name}'s: filed as "
             f"{plan.cfg.model.name}, after their directories (model.name=NAME names the pair)"
         )
-    point, shape = point_id(plan.cfg), PointShape.of(plan.cfg)
-    if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
-        join_sweep(plan.cfg, found)
-        say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
-        return PointOutcome(plan, PointResult.from_logged(shape, found.metrics, found.units, resumed=True))
-    loaded = point_prompts(plan)  # what loading refuses, before the point's run exists
-    if not plan.cfg.tracking.enabled:
-        return PointOutcome(plan, decode_point(plan, shape, NoopTracker(), loaded))
-    tracked_run = start_point_run(plan, point, shape, [p.id for p in loaded.prompts])
-    tracked_run.early_end = lambda status, err: ended_tags(shape, plan.cfg.runtime.kind, status, err)
-    try:
-        with tracked(tracked_run):
-            result = decode_point(plan, shape, tracked_run, loaded)
-    except jobs.ReplicaLost as lost:
-        lost.run_id = tracked_run.run_id  # the sweep's parent links the lost attempt
-        raise
-    with interrupts.held(raise_after=False):  # recorded: its result reaches the sweep's parent before a stop
-        say(f"speculab: {where(tracked_run, plan.cfg.tracking.ui_port)}")
-    return PointOutcome(plan, result)
+    shape = PointShape.of(plan.cfg)
+    if not plan.cfg.tracking.enabled:  # resume=true needs a store (refused without one)
+        return PointOutcome(plan, decode_point(plan, shape, NoopTracker()))
+    # MLflow, pandas and matplotlib: 1.9 s of imports on 2 cores (python -X importtime), paid by a tracked run only
+    from speculab.tracking.point_run import tracked_point
 
-
-CONDITIONS_TAG = "speculab.conditions"
+    return PointOutcome(plan, tracked_point(plan, shape, decode_point))
 
 
 def measured_under(conditions: dict[str, Conditions]) -> str:
@@ -227,8 +187,8 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Measured:
-    """What `measure` collected: each method's timings and first-repetition results, the runtime's counts,
-    and where it was measured."""
+    """What `measure_point` collected: each method's timings and first-repetition results, the runtime's
+    counts, and where it was measured."""
 
     timings: Timings
     decoders: Decoders
@@ -259,7 +219,9 @@ def replica_copies(plan: RunPlan, target: LMSpec, draft: LMSpec, most: int) -> i
     return min(most, count if count is not None else fitting_copies(plan.loop, target, draft, plan.placement, most))
 
 
-def measure(plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, lanes: list[Decoders]) -> Measured:
+def measure_point(
+    plan: RunPlan, shape: PointShape, point: Prepared, tracker: Tracker, lanes: list[Decoders]
+) -> Measured:
     """Every method the config asks for on every unit, `measure.repeats` times interleaved, after one
     untimed warm-up each; each prompt's metrics are logged live as the speculative decode finishes it,
     and what every method decoded is kept in `lanes` (a loop's `Decoders` each; several with
@@ -375,75 +337,27 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
     return result, whole
 
 
-def logged_figures(result: PointResult) -> dict[str, float]:
-    """What a point logs as MLflow metrics: its figures, and its baselines' under their prefixes."""
-    ar = flatten(result.autoregressive, AR_PREFIX) if result.autoregressive is not None else {}
-    hf = flatten(result.generate, HF_PREFIX) if result.generate is not None else {}
-    return flatten(result.figures) | ar | hf
-
-
-def log_point(
-    plan: RunPlan, point: Prepared, measured: Measured, result: PointResult, summary: str, tracker: Tracker
-) -> None:
-    """The point's final figures (and its baselines'), its description and where it was measured, its
-    whole console summary, its per-prompt records and plots."""
-    spec = concat_runs(measured.decoders.runs["speculative"])
-    tracker.set_tags({CONDITIONS_TAG: measured.conditions})
-    logged = logged_figures(result)
-    tracker.log_metrics(split_spreads(logged))  # values; every spread is in FIGURES_ARTIFACT
-    tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
-    tracker.set_tags({NOTE_TAG: point_description(result.shape, plan.cfg.runtime.kind, result)})
-    if result.units is not None:
-        tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
-    tracker.log_text(summary + "\n", SUMMARY_FILE)
-    log_records(point, spec, tracker)
-    if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
-        tracker.log_figure(by_depth, "acceptance_by_depth.png")
-    tracker.log_figure(time_split_figure(result.figures), "time_split.png")
-    plt.close("all")  # a sweep runs many points in this process
-
-
-def log_records(point: Prepared, spec: RunResult, tracker: Tracker) -> None:
-    """The speculative decode's per-prompt records (JSONL and a table) and its acceptance histogram."""
-    texts = [cast(str, point.tokenizer.decode(p.tokens)) for p in spec.prompts]  # one sequence decodes to a str
-    records = prompt_records(spec, [p.id for p in point.prompts[: len(spec.prompts)]], texts)
-    tracker.log_text(records_jsonl(records), "records.jsonl")
-    tracker.log_table(records_table(records), "records_table.json")
-    tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
-
-
-def log_finished(point: Prepared, decoders: Decoders, tracker: Tracker) -> int:
-    """What a point that failed had finished: the speculative decode of its first units (their records
-    and the figures that need no timing: block efficiency, acceptance by depth, tree and KV sizes); the
-    number of units logged."""
-    finished = decoders.runs["speculative"]
-    tracker.log_metrics(flatten(Figures({"units_finished": float(len(finished))})))
-    if finished:
-        spec = concat_runs(finished)
-        figures = run_figures(spec)
-        logged = flatten(figures.only(UNTIMED) | {k: v for k, v in figures.items() if is_acceptance(k)})
-        tracker.log_metrics(split_spreads(logged))
-        tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
-        log_records(point, spec, tracker)
-        plt.close("all")
-    return len(finished)
-
-
 def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: PointPrompts | None = None) -> PointResult:
     """Prepare, measure, summarise and log one point (its prompts `loaded` already, or loaded here). A
     cluster failure (`ClusterError`) keeps what the point finished, logged, and is raised again, saying so."""
     point = prepare(plan, loaded or point_prompts(plan))
     lanes = [Decoders(loop, loop_groups(loop)) for loop in point.loops]
     try:
-        measured = measure(plan, shape, point, tracker, lanes)
+        measured = measure_point(plan, shape, point, tracker, lanes)
     except ClusterError as err:
-        with PLOTTING:
-            units = log_finished(point, merged(lanes), tracker)
-        why = f"{err} (the point's {units} of {point.units} finished unit(s) are logged)"
+        finished = merged(lanes).runs["speculative"]
+        if tracker.records:  # an untracked run builds no figure (nor imports matplotlib)
+            from speculab.tracking.point_log import Decoded, log_finished  # matplotlib: a tracked run's only
+
+            log_finished(tracker, Decoded(finished, [p.id for p in point.prompts], point.tokenizer))
+        why = f"{err} (the point's {len(finished)} of {point.units} finished unit(s) are logged)"
         if (job := jobs.current()).spare():  # the launcher runs the point again on another replica
             raise jobs.ReplicaLost(shape.name, why, job.replica) from err
         raise ClusterError(why) from err
     result, summary = summarise(plan, shape, measured, point.prompts)
-    with PLOTTING:
-        log_point(plan, point, measured, result, summary, tracker)
+    if tracker.records:
+        from speculab.tracking.point_log import Decoded, log_point  # matplotlib: a tracked run's only
+
+        decoded = Decoded(measured.decoders.runs["speculative"], [p.id for p in point.prompts], point.tokenizer)
+        log_point(tracker, result, summary, plan.cfg.runtime.kind, measured.conditions, decoded)
     return result

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.core.utils import JobReturn, JobStatus
+
 
 def _no_spare() -> bool:
     return False
@@ -43,6 +45,20 @@ class ReplicaLost(Exception):
         super().__init__(why)
         self.point, self.why, self.replica = point, why, replica
         self.run_id: str | None = None
+
+
+def replica_lost(done: JobReturn) -> ReplicaLost | None:
+    """The lost replica behind a FAILED job, where that is why it failed. Hydra keeps what a job raised
+    as its return value and raises it again when the value is read: that is how it is read here."""
+    if done.status != JobStatus.FAILED:
+        return None
+    try:
+        _ = done.return_value
+    except ReplicaLost as lost:
+        return lost
+    except Exception:
+        return None
+    return None
 
 
 _LOCAL = threading.local()

@@ -38,10 +38,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from speculab import interrupts, jobs
 from speculab.config import RunPlan
+from speculab.config.sweep import planned
 from speculab.experiment import PointOutcome
 from speculab.results.point import FailedPoint, PointShape
 from speculab.tracking.board import SweepBoard
-from speculab.tracking.callbacks import planned
 from speculab.tracking.console import say
 
 STOP_WAIT_S = 60.0  # after Ctrl-C, how long the running points have to stop at their unit's end
@@ -187,8 +187,8 @@ class SideBySide:
                 pending.output_dir.mkdir(parents=True, exist_ok=True)
                 with job_log(pending.output_dir / f"{pending.config.hydra.job.name}.log", pending.config):
                     done = self.run_point(pending, replica)
-                    if done.status == JobStatus.FAILED and isinstance(done._return_value, jobs.ReplicaLost):
-                        self.give_back(pending, replica, done)  # said in the point's log too
+                    if (lost := jobs.replica_lost(done)) is not None:
+                        self.give_back(pending, replica, done, lost)  # said in the point's log too
                         return
                 self.finish(pending, done, replica, time.monotonic() - start)
         except BaseException as err:  # an interrupt in this thread, or a failure outside any point
@@ -233,12 +233,11 @@ class SideBySide:
             self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica, resumed)
             self.cond.notify_all()
 
-    def give_back(self, pending: Pending, replica: int, done: JobReturn) -> None:
+    def give_back(self, pending: Pending, replica: int, done: JobReturn, lost: jobs.ReplicaLost) -> None:
         """`replica` was lost in `pending`: the point goes back to the queue's front, the replica's groups
         close, and the callbacks see the lost attempt end (Hydra pairs each job's start with an end)."""
         from speculab.runtime.groups import POOL
 
-        lost = cast(jobs.ReplicaLost, done._return_value)
         with self.cond:
             self.lost.add(replica)
             self.queue.appendleft(pending)

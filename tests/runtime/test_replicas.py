@@ -15,7 +15,7 @@ from speculab.config import ConfigError, resolve
 from speculab.config.prompts import point_prompts
 from speculab.config.replicas import asked
 from speculab.decoders import Decoders
-from speculab.experiment import SPREAD_TAG, measure, prepare
+from speculab.experiment import SPREAD_TAG, measure_point, prepare
 from speculab.models import LMSpec
 from speculab.records import concat_runs
 from speculab.results.names import mlflow_name
@@ -124,6 +124,8 @@ def test_a_sweep_on_two_replicas_decodes_every_point_as_it_does_alone(tmp_path: 
 class Recorded(NoopTracker):
     """What a point logs: its metrics and tags."""
 
+    records = True
+
     def __init__(self) -> None:
         self.metrics: dict[str, float] = {}
         self.tags: dict[str, str] = {}
@@ -147,7 +149,7 @@ def test_a_point_spread_over_two_replicas_decodes_as_alone_pooled_over_its_units
     assert len(prepared.loops) == 2 and prepared.units == 3
     tracker = Recorded()
     lanes = [Decoders(loop, loop_groups(loop)) for loop in prepared.loops]
-    measured = measure(plan, PointShape.of(plan.cfg), prepared, tracker, lanes)
+    measured = measure_point(plan, PointShape.of(plan.cfg), prepared, tracker, lanes)
     spec = concat_runs(measured.decoders.runs["speculative"])
     assert [list(p.tokens) for p in spec.prompts] == alone(point)
     assert [len(lane.runs["speculative"]) for lane in lanes] == [2, 1]

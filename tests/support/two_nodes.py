@@ -99,6 +99,8 @@ class CrashOnFirstPrompt(NoopTracker):
     """Records what a point logs, and crashes node B once the first prompt's metrics arrive (its unit done),
     waiting for Ray to report it dead or (`until_dead` False) not."""
 
+    records = True
+
     def __init__(self, nodes: TwoNodes, until_dead: bool = True) -> None:
         self.nodes, self.until_dead, self.crashed_at = nodes, until_dead, 0.0
         self.metrics: dict[str, float] = {}

@@ -23,8 +23,8 @@ from speculab.results.names import Figures, flatten, is_acceptance, mlflow_name,
 from speculab.results.point import PointResult, PointShape
 from speculab.stats import Estimate
 from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown, depth_rows, length_figure
-from speculab.tracking.callbacks import MlflowSweepCallback
 from speculab.tracking.summary import acceptance_rows
+from speculab.tracking.sweep_run import log_acceptance
 from support.engine import TOY_PROMPTS, settings, toy_roles
 from support.models import TINY_PAIR
 
@@ -192,14 +192,11 @@ class Recorder:
 
 
 def test_the_sweep_parent_gets_every_points_curve_as_one_plot_and_a_table() -> None:
-    callback = MlflowSweepCallback()
-    callback.parent = Recorder()  # type: ignore[assignment]
+    parent = Recorder()
     shape = PointShape("gbv", None, 1, 2, None, None, 1.0, "iid", "humaneval", 3, "tiny-pycode", 0, 64, 1, 0)
-    callback.points = [
-        PointResult(replace(shape, K=k), figures) for k, figures in ((1, CURVE), (2, scaled(CURVE, 0.9)))
-    ]
-    callback.log_acceptance()
-    logged = callback.parent.artifacts  # type: ignore[attr-defined]
+    points = [PointResult(replace(shape, K=k), figures) for k, figures in ((1, CURVE), (2, scaled(CURVE, 0.9)))]
+    log_acceptance(parent, points)  # type: ignore[arg-type]
+    logged = parent.artifacts
     assert set(logged) == {"acceptance_by_depth.png", "acceptance_by_depth.md", "acceptance_by_depth.csv"}
     axes = logged["acceptance_by_depth.png"].axes[0]
     assert [t.get_text() for t in axes.get_legend().get_texts()] == ["gbv K=1 L=2 T=1.0", "gbv K=2 L=2 T=1.0"]

@@ -12,6 +12,7 @@ reuse and restart path), placed as the plan's `Placement` says.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -123,9 +124,8 @@ def loop_groups(loop: Any) -> dict[str, GroupProxy]:
 
 def proxies(**models: Any) -> dict[str, Any]:
     """The Ray group proxies among ``models`` (role -> model), by role (none inline)."""
-    from speculab.runtime.proxy import GroupProxy
-
-    return {role: m for role, m in models.items() if isinstance(m, GroupProxy)}
+    proxy = sys.modules.get("speculab.runtime.proxy")  # never imported: no model is on Ray (nor Ray imported)
+    return {} if proxy is None else {role: m for role, m in models.items() if isinstance(m, proxy.GroupProxy)}
 
 
 def cpu_seconds(target: Any, drafter: Any) -> float:
@@ -147,11 +147,9 @@ def runtime_metrics(groups: dict[str, GroupProxy], replica: int = 0) -> Iterator
     """
     import torch
 
-    from speculab.runtime.proxy import ProxyStats
-
     found: dict[str, float] = {}
     for proxy in groups.values():
-        proxy.stats = ProxyStats()
+        proxy.stats = type(proxy.stats)()  # counted afresh for this block
     cuda = not groups and torch.cuda.is_available() and torch.cuda.is_initialized()  # inline models on a GPU
     if cuda:
         torch.cuda.reset_peak_memory_stats()

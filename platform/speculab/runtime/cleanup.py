@@ -1,42 +1,19 @@
-"""Releasing Ray resources: this driver's groups at the end of a sweep, and leftovers of any job.
+"""Releasing what any speculab job left on a Ray cluster.
 
-`RayTeardownCallback` (Hydra) closes this process's model groups when a sweep or a single
-run ends, so a long-lived cluster gets its GPUs back before the driver exits. Actors and
-placement groups of a job die with its driver anyway; `python -m speculab.runtime.cleanup
---address auto` removes what a driver that is stuck, or still attached, left behind: every
-named actor and placement group in `speculab-*` namespaces (or only `--namespace NS`).
-This module does not start models or touch MLflow.
+Actors and placement groups of a job die with its driver (and `runtime.teardown` closes a driver's
+own groups when its run ends); `python -m speculab.runtime.cleanup --address auto` removes what a
+driver that is stuck, or still attached, left behind: every named actor and placement group in
+`speculab-*` namespaces (or only `--namespace NS`). This module does not start models or touch MLflow.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import ray
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
 from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
 
 from speculab.runtime.ray_actors import NAMESPACE_PREFIX
-
-
-def teardown() -> None:
-    """Close this driver's groups (kill ranks, free placement groups) and leave Ray."""
-    if not ray.is_initialized():
-        return
-    from speculab.runtime.groups import POOL
-
-    POOL.close_all()
-    ray.shutdown()
-
-
-class RayTeardownCallback(Callback):
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        teardown()
-
-    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
-        teardown()
 
 
 def remove_leftovers(namespace: str | None = None) -> tuple[int, int]:

@@ -244,7 +244,12 @@ class ActorGroup:
 
 class GroupPool:
     """This driver's open groups by name: holding the handles keeps them alive. The groups count their
-    own loads here, in the driver, so that no helper actor on some node is needed to count them."""
+    own loads here, in the driver, so that no helper actor on some node is needed to count them.
+
+    One per process (`POOL`): Ray's named actors are the driver's, and replica threads of one sweep
+    (`speculab.launcher`) each open and reuse their own groups in it (names hold the replica, so no two
+    threads make the same one). Every walk over the groups takes a snapshot, so a thread adding a group
+    while another closes its replica or the sweep's end closes all never breaks a walk."""
 
     def __init__(self) -> None:
         self.groups: dict[str, ActorGroup] = {}
@@ -274,16 +279,16 @@ class GroupPool:
         return held
 
     def close_all(self) -> None:
-        for group in self.groups.values():
+        groups, self.groups = list(self.groups.values()), {}
+        for group in groups:
             group.close()
-        self.groups = {}
 
     def close_replica(self, replica: int) -> None:
         """Close one replica's groups (a replica lost mid-sweep), freeing what is left of them."""
         for name, group in list(self.groups.items()):
             if group.placement.replica == replica:
                 group.close()
-                del self.groups[name]
+                self.groups.pop(name, None)  # gone already where the sweep's end closed all meanwhile
 
 
 POOL = GroupPool()

@@ -197,6 +197,8 @@ EarlyEnd = Callable[[str, BaseException | None], dict[str, str]]
 class SpooledRun:
     """One tracked run: spool first, MLflow while it answers (`run_id` is None offline)."""
 
+    records = True  # `tracker.Tracker`: what it is given is kept
+
     def __init__(
         self,
         spool_dir: Path,

@@ -4,12 +4,15 @@ the config as MLflow params."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from matplotlib.figure import Figure
+if TYPE_CHECKING:  # a type only: an untracked run imports no matplotlib
+    from matplotlib.figure import Figure
 
 
 class Tracker(Protocol):
+    records: bool  # whether what is logged is kept; a point builds its figures for a tracker that keeps them
+
     def log_params(self, params: dict[str, Any]) -> None: ...
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
@@ -20,6 +23,8 @@ class Tracker(Protocol):
 
 class NoopTracker:
     """`tracking.enabled=false`: every call does nothing."""
+
+    records = False
 
     def log_params(self, params: dict[str, Any]) -> None:
         pass

@@ -1,0 +1,65 @@
+"""The driver's one pool of model groups, shared by a sweep's replica threads (`runtime.groups.GroupPool`):
+threads opening their own groups while others close theirs, or the sweep's end closes all, break no walk
+and leave no group open. Stub groups stand in for Ray's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from speculab.config.cluster import Placement
+from speculab.models import LMSpec
+from speculab.runtime import groups
+from speculab.runtime.placement import EMBEDDED
+
+
+@dataclass
+class StubGroup:
+    role: str
+    spec: LMSpec
+    bundles: list[dict[str, float]]
+    placement: Placement
+    nodes: list[str] = field(default_factory=lambda: ["n"])
+    loads: int = 1
+    closed: bool = False
+
+    def close(self) -> None:
+        time.sleep(0)  # a real group's close waits on Ray, letting the other threads run
+        self.closed = True
+
+
+def test_replica_threads_open_groups_while_others_close_theirs_and_the_end_closes_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(groups, "ActorGroup", StubGroup)
+    pool: groups.GroupPool = groups.GroupPool()
+    made: list[StubGroup] = []
+    errors: list[BaseException] = []
+
+    def replica(r: int) -> None:
+        try:
+            opening(r)
+        except BaseException as err:  # a thread's error would only be printed
+            errors.append(err)
+
+    def opening(r: int) -> None:
+        placement = replace(EMBEDDED, replica=r)
+        for i in range(400):
+            made.append(pool.get("target", LMSpec(backend="hf", path=f"m{i}"), [{"CPU": 1.0}], placement))  # type: ignore[arg-type]
+            pool.held_beside(r)
+            pool.model_loads(r)
+            if i % 50 == 49:
+                pool.close_replica(r)
+
+    threads = [threading.Thread(target=replica, args=(r,)) for r in range(3)]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        pool.close_all()
+    for thread in threads:
+        thread.join()
+    pool.close_all()
+    assert errors == [] and len(made) == 1200 and all(group.closed for group in made) and pool.groups == {}
