@@ -12,8 +12,8 @@ from speculab.engine import decode
 from speculab.paired import PairedComparison, PromptSums
 from speculab.results.figures import paired_figures
 from speculab.results.verdicts import Call, compared
-from speculab.tracking.console import plain
-from speculab.tracking.summary import paired_table
+from speculab.show.console import plain
+from speculab.show.summary import paired_table
 from speculab.verify.exact import ToyModel, expected_accepted, round_outcomes
 from support.engine import TOY_PROMPTS, settings, toy_roles
 

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli_args",),
     ("experiment", "report"),
     ("tracking", "decoders"),
+    ("show",),
     ("runtime",),
     ("results",),
     ("config",),
@@ -113,7 +114,7 @@ def test_no_module_imports_itself_through_others() -> None:
 
 
 def component(module: str) -> str:
-    """`speculab.tracking.sweep` -> `tracking`; the package's own `__init__` is `speculab`."""
+    """`speculab.tracking.spool` -> `tracking`; the package's own `__init__` is `speculab`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 

@@ -5,7 +5,7 @@ validated, with everything derived from it fixed in a `RunPlan`) and decodes the
 steps that take the plan: `prepare` (prompts, tokenizer, the loop and its models), `measure_point`
 (every method interleaved, unit by unit), `summarise` (metrics, the console's table) and, for a tracked
 point, `tracking.point_log.log_point` (MLflow's metrics and artifacts, inside the run
-`tracking.point_run` opens; an untracked run imports neither MLflow nor matplotlib). The baselines
+`tracking.runs.tracked_point` opens; an untracked run imports neither MLflow nor matplotlib). The baselines
 (the engine's autoregressive loop, transformers' `generate`) run on the same target and prompts,
 interleaved with the point's own decode prompt by prompt and repeated (`speculab.measure`), so each
 speedup compares measurements taken seconds apart.
@@ -51,9 +51,9 @@ from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.verdicts import compared
 from speculab.runtime import fitting_copies, loop_groups, runtime_metrics, start_loop
 from speculab.runtime.placement import ClusterError
-from speculab.tracking.board import point_progress
-from speculab.tracking.console import say, show
-from speculab.tracking.summary import paired_table, print_summary, summary_title
+from speculab.show.board import point_progress
+from speculab.show.console import say, show
+from speculab.show.summary import paired_table, print_summary, summary_title
 from speculab.tracking.tracker import NoopTracker, Tracker
 
 SPREAD_TAG = "speculab.spread"  # a point whose units were spread over replicas (`cluster.spread`) says so
@@ -161,7 +161,7 @@ def run(cfg: Config, plan: RunPlan | None = None) -> PointOutcome:
     if not plan.cfg.tracking.enabled:  # resume=true needs a store (refused without one)
         return PointOutcome(plan, decode_point(plan, shape, NoopTracker()))
     # MLflow, pandas and matplotlib: 1.9 s of imports on 2 cores (python -X importtime), paid by a tracked run only
-    from speculab.tracking.point_run import tracked_point
+    from speculab.tracking.runs import tracked_point
 
     return PointOutcome(plan, tracked_point(plan, shape, decode_point))
 

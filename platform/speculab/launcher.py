@@ -41,8 +41,8 @@ from speculab.config import RunPlan
 from speculab.config.sweep import planned
 from speculab.experiment import PointOutcome
 from speculab.results.point import FailedPoint, PointShape
-from speculab.tracking.board import SweepBoard
-from speculab.tracking.console import say
+from speculab.show.board import SweepBoard
+from speculab.show.console import say
 
 STOP_WAIT_S = 60.0  # after Ctrl-C, how long the running points have to stop at their unit's end
 

@@ -23,7 +23,7 @@ from speculab.results.point import PointShape
 from speculab.runtime import loop_groups
 from speculab.runtime.groups import group_name
 from speculab.runtime.nodes import Node, copies, without
-from speculab.tracking.board import Tally
+from speculab.show.board import Tally
 from speculab.tracking.tracker import NoopTracker
 from support.cli import speculab
 from support.configs import load

@@ -21,9 +21,9 @@ from speculab.records import RunResult
 from speculab.results.figures import run_figures
 from speculab.results.names import Figures, flatten, is_acceptance, mlflow_name, parse
 from speculab.results.point import PointResult, PointShape
+from speculab.show.acceptance import depth_csv, depth_figure, depth_markdown, depth_rows, length_figure
+from speculab.show.summary import acceptance_rows
 from speculab.stats import Estimate
-from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown, depth_rows, length_figure
-from speculab.tracking.summary import acceptance_rows
 from speculab.tracking.sweep_run import log_acceptance
 from support.engine import TOY_PROMPTS, settings, toy_roles
 from support.models import TINY_PAIR

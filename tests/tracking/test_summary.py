@@ -1,4 +1,4 @@
-"""A point's console summary (`speculab.tracking.summary`): the headline rows first, whole names, a
+"""A point's console summary (`speculab.show.summary`): the headline rows first, whole names, a
 sentence per speedup with its verdict, and everything shown also in the run's log."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 
 from speculab.results.names import HEADLINE, Figures
 from speculab.results.point import PointResult, PointShape
+from speculab.show.console import plain
+from speculab.show.summary import GLOSSARY, print_summary, speedup_verdicts, summary_rows, summary_table
 from speculab.stats import Estimate
-from speculab.tracking.console import plain
-from speculab.tracking.summary import GLOSSARY, print_summary, speedup_verdicts, summary_rows, summary_table
 from support.sweeps import QUIET, draw_units, point, truth
 
 FIGURES = Figures(

@@ -1,4 +1,4 @@
-"""The sweep's answer (`speculab.tracking.sweep`): points ranked by their paired speedup, a best point
+"""The sweep's answer (`speculab.results.sweep`): points ranked by their paired speedup, a best point
 named only when its interval clears the runner-up's, and the tables and plot that show it."""
 
 from __future__ import annotations
@@ -10,20 +10,12 @@ import numpy as np
 
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape
+from speculab.results.sweep import FIRST_PLACE, best_metrics, labels, sweep_name, swept_keys
 from speculab.results.verdicts import rank_key, ranked, sweep_answer
+from speculab.show.console import plain
+from speculab.show.sweep import LEADER_OVER, TOP, ranking_table, sweep_figure
 from speculab.stats import Estimate
-from speculab.tracking.console import plain
-from speculab.tracking.sweep import FIRST_PLACE, best_metrics, labels, sweep_name, swept_keys
-from speculab.tracking.sweep_page import (
-    LEADER_OVER,
-    TOP,
-    ranking_table,
-    sweep_csv,
-    sweep_description,
-    sweep_figure,
-    sweep_markdown,
-    table_rows,
-)
+from speculab.tracking.sweep_page import sweep_csv, sweep_description, sweep_markdown, table_rows
 from support.sweeps import QUIET, draw_units, point, truth
 
 SHARED = "iid · humaneval×4 · tiny-pycode"

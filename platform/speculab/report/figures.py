@@ -25,9 +25,9 @@ from matplotlib.figure import Figure
 from speculab.drafting.ddtree import CHAIN
 from speculab.report.points import Point, Value, constants, dimensions, sort_key, varying
 from speculab.results.names import is_acceptance
+from speculab.show.acceptance import Curves, depth_figure, length_figure
+from speculab.show.plots import PHASE_COLORS
 from speculab.stats import Estimate
-from speculab.tracking.acceptance import Curves, depth_figure, length_figure
-from speculab.tracking.run_page import PHASE_COLORS
 
 Figure_ = Callable[[Point], Estimate | None]  # a point's figure to plot (None: the point has none)
 Bounds = Callable[[Point], tuple[float, float]]  # the least and the most a point's figure can be
@@ -216,7 +216,7 @@ def acceptance_curves(points: list[Point]) -> Curves:
 
 
 def acceptance_by_depth(points: list[Point]) -> Figure | None:
-    """alpha_j per point with the overlap beside it (`tracking.acceptance`); no paper plots it."""
+    """alpha_j per point with the overlap beside it (`show.acceptance`); no paper plots it."""
     return depth_figure(acceptance_curves(points), constants(points))
 
 

@@ -8,7 +8,7 @@ from speculab.config.report import COLUMNS, ReportColumn, ReportConfig
 from speculab.report.layout import Grid, Table, lay_out
 from speculab.report.points import Point
 from speculab.results.names import COMPARED, compare_key, compared_verifiers
-from speculab.tracking.acceptance import reached_depth
+from speculab.show.acceptance import reached_depth
 
 DEFAULT_LAYOUT = (
     Table(

@@ -1,2 +1,2 @@
-"""Metrics with the names of docs/architecture.md, MLflow runs (or a no-op tracker), the Hydra sweep callback,
-and what a person sees: the summary table, plots and per-prompt records."""
+"""MLflow runs (or a no-op tracker) with the metric names of docs/architecture.md: a point's run and what it
+logs, a sweep's parent run and its Hydra callback, the spool that keeps them through an outage, the UI's links."""

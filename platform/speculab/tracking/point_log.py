@@ -28,17 +28,11 @@ from speculab.results.names import (
     split_spreads,
 )
 from speculab.results.point import UNITS_ARTIFACT, PointResult
-from speculab.tracking.acceptance import depth_figure
-from speculab.tracking.run_page import (
-    acceptance_figure,
-    point_description,
-    prompt_records,
-    records_jsonl,
-    records_table,
-    time_split_figure,
-)
+from speculab.show.acceptance import depth_figure
+from speculab.show.plots import acceptance_figure, time_split_figure
+from speculab.show.summary import SUMMARY_FILE
+from speculab.tracking.run_page import point_description, prompt_records, records_jsonl, records_table
 from speculab.tracking.spool import NOTE_TAG
-from speculab.tracking.summary import SUMMARY_FILE
 from speculab.tracking.tracker import Tracker
 
 CONDITIONS_TAG = "speculab.conditions"

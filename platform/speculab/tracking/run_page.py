@@ -1,24 +1,16 @@
 """What a point's MLflow page holds beyond its metrics: its description (the configuration in words,
-then its headline figures), its plots (acceptance histogram, wall-time split) and its per-prompt
-records (JSONL and the table the UI shows)."""
+then its headline figures) and its per-prompt records (JSONL and the table the UI shows); its plots are
+`show.plots`'."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
-
 from speculab.algorithms import get_algorithm
 from speculab.jobs import ReplicaLost
 from speculab.records import RunResult
-from speculab.results.figures import PHASES, acceptance_histogram
-from speculab.results.names import HEADLINE, Figures
+from speculab.results.names import HEADLINE
 from speculab.results.point import PointResult, PointShape
 from speculab.results.verdicts import call_words, run_verdicts
 from speculab.stats import ratio_text
@@ -76,36 +68,6 @@ def ended_tags(shape: PointShape, runtime: str, status: str, err: BaseException 
     else:
         said, tags = f"**Failed**: {why or status}; the units it finished are logged.", {}
     return tags | {NOTE_TAG: f"{said}\n\n{point_description(shape, runtime).removesuffix(DECODING)}"}
-
-
-def acceptance_figure(run: RunResult) -> Figure:
-    counts = acceptance_histogram(run)
-    figure, axes = plt.subplots(figsize=(8, 4.5))
-    axes.bar(list(counts), list(counts.values()), color="#4477aa")
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # tau is a count of tokens
-    axes.set_xlabel("accepted draft tokens per round (tau)")
-    axes.set_ylabel("sequence-rounds")
-    axes.set_title("acceptance length")
-    figure.tight_layout()
-    return figure
-
-
-PHASE_COLORS = dict(zip(PHASES, ("#4477aa", "#ee6677", "#228833", "#bbbbbb")))  # share_<phase>
-
-
-def time_split_figure(figures: Figures) -> Figure:
-    figure, axes = plt.subplots(figsize=(8, 2.6))
-    left = 0.0
-    for phase, color in PHASE_COLORS.items():
-        share = figures.value(f"share_{phase}")
-        axes.barh([0], [share], left=left, color=color, label=f"{phase} {share:.0%}")
-        left += share
-    axes.set_xlim(0, 1)
-    axes.set_yticks([])
-    axes.legend(ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize=11, frameon=False)
-    axes.set_title("wall-time split")
-    figure.tight_layout()
-    return figure
 
 
 def prompt_records(run: RunResult, prompt_ids: list[str], texts: list[str]) -> list[dict[str, Any]]:

@@ -1,5 +1,7 @@
-"""The tracked runs of an experiment point and of a sweep: where they spool, and how a point finds
-its sweep's parent run.
+"""The tracked runs of an experiment point and of a sweep: where they spool, how a point finds its
+sweep's parent run, and a tracked point's decode inside its run (`tracked_point`: skipped where
+`resume=true` finds it finished; `experiment.run` hands a point here only when it is tracked, so an
+untracked run imports no MLflow).
 
 Each `speculab` process that runs a sweep has its own id (`SWEEP_ID`): it ends the default sweep
 directory's name (conf/config.yaml, `${sweep_id:}`) and names the file in which the sweep's parent
@@ -11,20 +13,33 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from speculab import jobs
+from speculab import interrupts, jobs
 from speculab.algorithms import get_algorithm
 from speculab.config import NOT_PARAMS, Config, RunPlan, TrackingConfig, describe_device, tracking_uri
-from speculab.results.point import PointShape
+from speculab.config.prompts import PointPrompts, point_prompts
+from speculab.results.point import PointResult, PointShape
+from speculab.show.console import say
 from speculab.tracking.provenance import provenance_tags
-from speculab.tracking.resume import Finished
-from speculab.tracking.run_page import point_description
-from speculab.tracking.spool import KIND_TAG, LOSSLESS_TAG, MEMBER, NOTE_TAG, POINT_TAG, RunRef, SpooledRun, member_tag
+from speculab.tracking.resume import Finished, finished_point, point_id
+from speculab.tracking.run_page import ended_tags, point_description
+from speculab.tracking.spool import (
+    KIND_TAG,
+    LOSSLESS_TAG,
+    MEMBER,
+    NOTE_TAG,
+    POINT_TAG,
+    RunRef,
+    SpooledRun,
+    member_tag,
+    tracked,
+)
 from speculab.tracking.store import store_client
-from speculab.tracking.tracker import flat_params
-from speculab.tracking.ui import experiment_tags
+from speculab.tracking.tracker import Tracker, flat_params
+from speculab.tracking.ui import experiment_tags, where
 
 SWEEP_ID = uuid.uuid4().hex[:8]  # this process's sweep: the end of its directory's name, its parent file's key
 PARENT_FILE = f"mlflow_parent.{SWEEP_ID}.json"  # in a sweep's directory: the parent run's spool id and run id
@@ -125,3 +140,28 @@ def start_point_run(plan: RunPlan, point: str, shape: PointShape, prompt_ids: li
     }  # what the pair named `model.name` holds (`config.pair`)
     run.log_params(params | loaded | {PROMPT_IDS: prompt_ids_param(prompt_ids)})
     return run
+
+
+Decode = Callable[[RunPlan, PointShape, Tracker, PointPrompts], PointResult]  # `experiment.decode_point`
+
+
+def tracked_point(plan: RunPlan, shape: PointShape, decode: Decode) -> PointResult:
+    """The point decoded inside its run; with `resume=true` and a finished run of the same point in the
+    store (same id: same resolved config), what that run logged, without decoding."""
+    point = point_id(plan.cfg)
+    if plan.cfg.resume and (found := finished_point(plan.cfg, point)):
+        join_sweep(plan.cfg, found)
+        say(f"speculab: resume: {shape.name} (point {point}) already finished: {found.where}; skipped")
+        return PointResult.from_logged(shape, found.metrics, found.units, resumed=True)
+    loaded = point_prompts(plan)  # what loading refuses, before the point's run exists
+    run = start_point_run(plan, point, shape, [p.id for p in loaded.prompts])
+    run.early_end = lambda status, err: ended_tags(shape, plan.cfg.runtime.kind, status, err)
+    try:
+        with tracked(run):
+            result = decode(plan, shape, run, loaded)
+    except jobs.ReplicaLost as lost:
+        lost.run_id = run.run_id  # the sweep's parent links the lost attempt
+        raise
+    with interrupts.held(raise_after=False):  # recorded: its result reaches the sweep's parent before a stop
+        say(f"speculab: {where(run, plan.cfg.tracking.ui_port)}")
+    return result

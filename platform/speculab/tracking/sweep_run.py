@@ -24,20 +24,19 @@ from omegaconf import DictConfig
 from speculab.config import RunPlan, TrackingConfig, tracking_uri
 from speculab.jobs import ReplicaLost, replica_lost
 from speculab.results.point import FailedPoint, PointResult, PointShape
+from speculab.results.sweep import best_metrics, labels, shared_name, sweep_name
 from speculab.results.verdicts import SweepAnswer, baselines_sentence, headline_note, leader_sentence, sweep_answer
-from speculab.tracking.acceptance import depth_csv, depth_figure, depth_markdown
-from speculab.tracking.console import console
+from speculab.show.acceptance import depth_csv, depth_figure, depth_markdown
+from speculab.show.console import console
+from speculab.show.sweep import ranking_table, sweep_figure
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.resume import point_id
 from speculab.tracking.runs import SWEEP_ID, spool_dir, write_parent_file
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, SpooledRun
-from speculab.tracking.sweep import best_metrics, labels, shared_name, sweep_name
 from speculab.tracking.sweep_page import (
     failure_line,
-    ranking_table,
     sweep_csv,
     sweep_description,
-    sweep_figure,
     sweep_markdown,
     table_rows,
     within_limit,
@@ -160,7 +159,7 @@ class SweepRun:
 
 
 def log_acceptance(parent: Tracker, points: list[PointResult]) -> None:
-    """Every point's alpha_j as one plot and a table (`tracking.acceptance`), named by what sets them apart."""
+    """Every point's alpha_j as one plot and a table (`show.acceptance`), named by what sets them apart."""
     short = labels(points)
     curves = {short[p.shape.name]: p.figures for p in points if p.figures.series("alpha")}
     shared = shared_name(points)

@@ -13,8 +13,8 @@ from speculab.config.sampling import GENERATE_FORMS
 from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance
 from speculab.results.point import PointResult
 from speculab.results.verdicts import OVER, Verdict, baseline_sentence, call_words, headline_note, run_verdicts
+from speculab.show.console import plain, show
 from speculab.stats import MIN_CLUSTERS, MIN_UNITS
-from speculab.tracking.console import plain, show
 
 GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
 NO_DRAFT = ("kv_peak_mb_draft",)  # a baseline has no draft: its column stays empty there

@@ -24,7 +24,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from speculab.tracking.console import console, say
+from speculab.show.console import console, say
 
 _BOARDS: list[SweepBoard] = []  # the board of the sweep now running side by side, if any
 
