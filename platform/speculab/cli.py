@@ -128,7 +128,7 @@ def precheck(args: list[str], planning: bool = False) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from speculab.config import resolve
-    from speculab.config.attach import attach_env
+    from speculab.config.attach import attach_env, attach_errors
     from speculab.config.overrides import composition_problem, with_range
     from speculab.config.prompts import point_prompts
     from speculab.config.replicas import AUTO
@@ -171,6 +171,8 @@ def precheck(args: list[str], planning: bool = False) -> None:
         point_prompts(plan)  # what only loading the prompts tells (one too long for the context), before Hydra starts
     except (ConfigError, ValueError, RuntimeError) as err:
         refuse(err if isinstance(err, ConfigError) else ConfigError.listing([str(err)]))
+    if not planning and (unreachable := attach_errors(plan.cfg)):  # a plan needs no cluster to answer
+        refuse(ConfigError.listing(unreachable))
     if (replicas := plan.cfg.cluster.replicas) not in (1, AUTO) and not plan.cfg.cluster.spread:
         one_point = (
             "replicas run a sweep's points side by side (speculab -m ...); a single run has one point (its units "
@@ -210,6 +212,7 @@ def show_plan(args: list[str]) -> NoReturn:
     """`speculab [key=value ...] --plan`: the run's plan (where each model and the loop run, every figure
     of the memory plan), validated as a run would be, and exit 0; nothing starts and no weight loads."""
     from speculab.config import plan_lines
+    from speculab.config.attach import attach_errors
     from speculab.config.sweep import PLANS
 
     if args[:1] == ["--multirun"] or not only_overrides(args):
@@ -219,6 +222,9 @@ def show_plan(args: list[str]) -> NoReturn:
     print("speculab: plan (nothing started, no weights loaded)")
     for line in plan_lines(plan):
         print(f"  {line}")
+    if plan.cfg.runtime.kind == "ray" and plan.cfg.cluster.address:
+        unreachable = attach_errors(plan.cfg)
+        print(f"  attach  {unreachable[0] + ' (a run here would be refused)' if unreachable else 'the head answers'}")
     raise SystemExit(0)
 
 

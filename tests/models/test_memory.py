@@ -180,7 +180,7 @@ def test_validate_refuses_a_cpu_point_larger_than_this_machine_s_memory(
     from test_config import load
 
     from speculab.config import ConfigError, validate
-    from speculab.config import cluster as cluster_checks
+    from speculab.config import cluster_plan as cluster_checks
 
     monkeypatch.setattr(cluster_checks, "host_memory_bytes", lambda: 24 * 2**30)
     cpu = ["model.device=cpu", "model.dtype=bfloat16", "runtime=inline"]

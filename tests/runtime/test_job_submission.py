@@ -282,17 +282,20 @@ def test_token_auth_head_refuses_a_wrong_token_with_instructions_and_takes_the_r
         assert (done.returncode == 0) == let_in, done.stderr[-2000:]
         # `speculab` attaching to the same head: let in with the kept token, else told it needs one at once
         # (Ray's own connect loop would retry for 20 s and call it no cluster)
-        attach = ["--plan", "runtime=ray", f"cluster.address={token_ray_head.gcs}", "tracking=none"]
-        started = time.monotonic()
+        attach = ["runtime=ray", f"cluster.address={token_ray_head.gcs}", "tracking=none"]
         planned = subprocess.run(
-            [sys.executable, "-m", "speculab.cli", *attach], env=env, cwd=home, capture_output=True, text=True
+            [sys.executable, "-m", "speculab.cli", "--plan", *attach], env=env, cwd=home, capture_output=True, text=True
         )
-        if let_in:
-            assert planned.returncode == 0, planned.stderr[-2000:]
-        else:
-            assert planned.returncode == 2 and planned.stderr.count("\n") == 2, planned.stderr  # a title, one line
-            assert f"the Ray cluster at {token_ray_head.gcs} needs its token and none is set" in planned.stderr
-            assert "ray get-auth-token" in planned.stderr and time.monotonic() - started < 30
+        assert planned.returncode == 0, planned.stderr[-2000:]  # a plan needs no cluster; it says how attaching goes
+        needs = f"the Ray cluster at {token_ray_head.gcs} needs its token and none is set"
+        assert ("the head answers" if let_in else needs) in planned.stdout, planned.stdout
+        if not let_in:  # a run is refused at once, in one line (a title, the line)
+            started = time.monotonic()
+            run = subprocess.run(
+                [sys.executable, "-m", "speculab.cli", *attach], env=env, cwd=home, capture_output=True, text=True
+            )
+            assert run.returncode == 2 and run.stderr.count("\n") == 2 and needs in run.stderr, run.stderr
+            assert "ray get-auth-token" in run.stderr and time.monotonic() - started < 30
 
 
 def test_submit_sends_the_token_ray_keeps_and_leaves_a_chosen_mode() -> None:

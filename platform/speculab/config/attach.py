@@ -1,7 +1,8 @@
-"""`cluster.address`: attaching to a running Ray cluster. The address in a form Ray takes, a head that
-answers, and one that lets this user in (Ray's token authentication), checked before anything starts:
-Ray's own connect loop retries for about 20 s, a line a second, and ends in "no cluster" even where a
-cluster answered but wanted a token."""
+"""`cluster.address`: attaching to a running Ray cluster. The address in a form Ray takes (validation),
+then, before a run or a sweep starts, a head that answers and lets this user in (Ray's token
+authentication): Ray's own connect loop retries for about 20 s, a line a second, and ends in "no
+cluster" even where a cluster answered but wanted a token. A plan (`--plan`, or validating a preset
+cluster's config) needs no cluster to answer."""
 
 from __future__ import annotations
 
@@ -45,25 +46,48 @@ def attach_env(cfg: ClusterView, environ: Mapping[str, str], home: Path) -> dict
 
 
 def address_errors(cfg: ClusterView) -> list[str]:
-    """A cluster address in a form Ray accepts whose head answers within ADDRESS_TIMEOUT_S and lets this
-    user in; `auto` is first looked up as Ray looks it up (RAY_ADDRESS, the last `ray start`, a running
-    GCS), so "no cluster here" and "a cluster that wants a token" are told apart."""
+    """A cluster address in a form Ray accepts (what validation checks: a plan for a cluster this machine
+    is not attached to is still valid; whether its head answers is `attach_errors`')."""
+    address = cfg.cluster.address
+    return list(form_errors(address)) if cfg.runtime.kind == "ray" and address and address != "auto" else []
+
+
+def attach_errors(cfg: ClusterView) -> list[str]:
+    """Before a run or a sweep starts: the head at the cluster address answers within ADDRESS_TIMEOUT_S and
+    lets this user in; `auto` is first looked up as Ray looks it up (RAY_ADDRESS, the last `ray start`, a
+    running GCS), so "no cluster here" and "a cluster that wants a token" are told apart."""
     address = cfg.cluster.address
     return list(reach_errors(address)) if cfg.runtime.kind == "ray" and address else []
 
 
-@cache  # a sweep's points share the address (`config.replicas.SWEEP_WIDE`): asked once a process
-def reach_errors(address: str) -> tuple[str, ...]:
-    """`address_errors` for one address: its form, then its head."""
-    if address == "auto":
-        return tuple(auto_errors())
+def gcs_host_port(address: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a `host:port` or `ray://host:port` address; None for another form."""
     parsed = urlparse(address if "://" in address else f"gcs://{address}")
     try:
         host, port = parsed.hostname, parsed.port or (10001 if parsed.scheme == "ray" else None)  # Ray client's default
     except ValueError:  # a port that is not a number
-        host = port = None
+        return None
     if parsed.scheme not in ("ray", "gcs") or not host or not port or parsed.path not in ("", "/"):
-        return (f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}",)
+        return None
+    return parsed.scheme, host, port
+
+
+def form_errors(address: str) -> tuple[str, ...]:
+    return (
+        ()
+        if gcs_host_port(address) is not None
+        else (f"cluster.address={address!r}: not a Ray address; use {ADDRESS_FORMS}",)
+    )
+
+
+@cache  # a sweep's points share the address (`config.replicas.SWEEP_WIDE`): asked once a process
+def reach_errors(address: str) -> tuple[str, ...]:
+    """`attach_errors` for one address: its form, then its head."""
+    if address == "auto":
+        return tuple(auto_errors())
+    if (found := gcs_host_port(address)) is None:
+        return form_errors(address)
+    scheme, host, port = found
     try:
         socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S).close()
     except OSError as err:
@@ -71,7 +95,7 @@ def reach_errors(address: str) -> tuple[str, ...]:
             f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
             f"({err.strerror or err}); start the cluster's head or fix the address",
         )
-    return () if parsed.scheme == "ray" else tuple(gcs_errors(address, f"{host}:{port}"))
+    return () if scheme == "ray" else tuple(gcs_errors(address, f"{host}:{port}"))
 
 
 def auto_errors() -> list[str]:

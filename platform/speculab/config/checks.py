@@ -11,7 +11,8 @@ from pathlib import Path
 from speculab.config.algorithm import DEFAULT_L, algorithm_errors
 from speculab.config.attach import address_errors
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.cluster import ClusterConfig, cluster_errors, device_errors, local_cluster_errors, resolve_device
+from speculab.config.cluster import ClusterConfig, device_errors, local_cluster_errors, resolve_device
+from speculab.config.cluster_plan import ClusterPlan, cluster_errors
 from speculab.config.dataset import dataset_errors
 from speculab.config.errors import ConfigError
 from speculab.config.model import (
@@ -31,14 +32,16 @@ from speculab.config.schema import Config
 from speculab.config.tracking import resume_errors, tracking_errors
 
 
-def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
-    """`cfg` with algorithm.L set and the checkpoint of each role (config key, dir, config.json), each
-    looked up once for the checks and the run's plan to share; ConfigError listing every invalid field.
-    Touches no weights and starts nothing."""
+def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint], ClusterPlan]:
+    """`cfg` with algorithm.L set, the checkpoint of each role (config key, dir, config.json) and what the
+    cluster's checks worked out (where the draft lives, the TP backend, the memory plan), each found once
+    for the checks and the run's plan to share; ConfigError listing every invalid field. Touches no
+    weights and starts nothing."""
     missing, located = locate_roles(cfg)
     draft = located.get("draft")
     cfg = with_draft_length(cfg, None if draft is None else draft[1])
     model, found = model_errors(cfg, located)
+    cluster = ClusterPlan(cfg, found)
     errors = [
         *algorithm_errors(cfg, found),
         *sampling_errors(cfg.sampling, cfg.measure),
@@ -50,7 +53,7 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
         *([] if device else pass_errors(cfg.model, resolve_device(cfg, cfg.model.device))),
         *finite_errors(cfg),
         *context_errors(cfg, found.get("target")),
-        *cluster_errors(cfg, found),
+        *cluster_errors(cfg, found, cluster),
         *drafter_checkpoint_errors(cfg, found),
         *tracking_errors(cfg.tracking),
         *resume_errors(cfg.resume, cfg.tracking),
@@ -62,7 +65,7 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint]]:
     ]
     if errors:
         raise ConfigError.listing(errors)
-    return cfg, found
+    return cfg, found, cluster
 
 
 def finite_errors(node: object, at: str = "") -> list[str]:

@@ -13,15 +13,7 @@ from typing import TYPE_CHECKING
 
 from speculab.config.algorithm import largest_tree
 from speculab.config.checks import checked
-from speculab.config.cluster import (
-    Placement,
-    draft_place,
-    gpu_place,
-    placement,
-    planned_footprint,
-    resolve_device,
-    tp_backend_for,
-)
+from speculab.config.cluster import Placement, placement, resolve_device
 from speculab.config.pair import digest, pair_name
 from speculab.config.runtime import loop_host
 from speculab.config.sampling import generate_form
@@ -69,8 +61,8 @@ def model_threads(cfg: Config) -> int:
 
 def resolve(cfg: Config) -> RunPlan:
     """The run's plan; ConfigError listing every invalid field first (`config.checks.checked`, whose
-    draft length and checkpoints the plan keeps)."""
-    cfg, found = checked(cfg)
+    draft length, checkpoints and cluster plan the plan keeps)."""
+    cfg, found, cluster = checked(cfg)
     # the pair is named after what it loads, not after a preset whose checkpoints it does not load
     given = cfg.model.name
     cfg = replace(cfg, model=replace(cfg.model, name=pair_name(cfg.model, found["target"], found["draft"])))
@@ -78,10 +70,10 @@ def resolve(cfg: Config) -> RunPlan:
     target_device = resolve_device(cfg, model.device)
     # the form of generate the run times and logs (measure.generate), auto resolved by the target's device
     cfg = replace(cfg, measure=replace(cfg.measure, generate=generate_form(cfg.measure.generate, target_device)))
-    backend = tp_backend_for(cfg.cluster.tp_backend, found["target"].config)  # auto resolved by the target
-    # and where the draft lives (auto resolved by the loop's place): the run's params say what it ran with
-    placed = draft_place(cfg, found)
-    cfg = replace(cfg, cluster=replace(cfg.cluster, tp_backend=backend, draft_placement=placed))
+    # the TP backend (auto resolved by the target) and where the draft lives (auto resolved by the loop's
+    # place): the run's params say what it ran with
+    resolved = replace(cfg.cluster, tp_backend=cluster.tp_backend, draft_placement=cluster.draft_placement)
+    cfg = replace(cfg, cluster=resolved)
     draft_device = resolve_device(cfg, model.draft_device or model.device)
     return RunPlan(
         cfg=cfg,
@@ -99,7 +91,7 @@ def resolve(cfg: Config) -> RunPlan:
         largest_tree=largest_tree(cfg.algorithm),
         threads=model_threads(cfg),
         placement=placement(cfg),
-        footprint=planned_footprint(cfg, found, gpu_place(cfg, found)),
+        footprint=cluster.footprint,
     )
 
 

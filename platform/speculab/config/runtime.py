@@ -32,7 +32,7 @@ MIN_TIMEOUT_S = 1.0  # below, a Ray group could never be placed (nor a collectiv
 
 
 class DraftPlaced(Protocol):
-    draft_placement: str  # `cluster.draft_placement` (config.cluster.DRAFT_PLACEMENTS)
+    draft_placement: str  # `cluster.draft_placement` (config.cluster_plan.DRAFT_PLACEMENTS)
 
 
 class RuntimeView(Protocol):
