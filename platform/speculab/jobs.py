@@ -9,9 +9,10 @@ tracked run's directory and parent) asks `current()` and never Hydra directly.
 
 from __future__ import annotations
 
+import io
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,14 +50,17 @@ class ReplicaLost(Exception):
 
 def replica_lost(done: JobReturn) -> ReplicaLost | None:
     """The lost replica behind a FAILED job, where that is why it failed. Hydra keeps what a job raised
-    as its return value and raises it again when the value is read: that is how it is read here."""
+    as its return value and raises it again when the value is read: that is how it is read here. Its
+    reader also writes "Error executing job" to stderr, kept from the console: the launcher says what
+    happened to a lost replica's point itself, and Hydra's sweeper reports any other failure."""
     if done.status != JobStatus.FAILED:
         return None
     try:
-        _ = done.return_value
+        with redirect_stderr(io.StringIO()):
+            _ = done.return_value
     except ReplicaLost as lost:
         return lost
-    except Exception:
+    except Exception:  # any other failure is not a lost replica
         return None
     return None
 

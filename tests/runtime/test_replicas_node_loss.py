@@ -78,6 +78,7 @@ def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes:
     assert sweep.returncode == 0, err[-3000:]
     lost = re.search(r"speculab: replica (\d) lost \(.*lost an actor.*\); .* runs again on another replica", out)
     assert lost is not None, out[-3000:]
+    assert "Error executing job" not in err  # the launcher says what happened, not Hydra's failure line
     logs = [log for log in tmp_path.rglob("*.log") if lost[0] in log.read_text()]
     assert len(logs) == 1, "the lost attempt's point log says so"
     on_lost, on_other = f"{lost[1]} of 2", f"{3 - int(lost[1])} of 2"
