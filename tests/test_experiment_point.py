@@ -8,7 +8,6 @@ import pytest
 from speculab import experiment
 from speculab.config import prompts
 from speculab.models import TreeTarget
-from speculab.tracking.point_log import logged_figures
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
 
@@ -24,7 +23,7 @@ def test_a_point_runs_only_the_baselines_it_asks_for(monkeypatch: pytest.MonkeyP
     speedup = result.figures["speedup_vs_ar"]
     assert speedup.n == 2 and not speedup.has_interval  # two prompts: too few for an honest 95% interval
     assert "speedup_vs_hf" not in result.figures and result.generate is None and result.autoregressive is not None
-    assert not any(name.startswith("baseline_hf/") for name in logged_figures(result))
+    assert not any(name.startswith("baseline_hf/") for name in result.logged())
 
 
 def test_a_point_without_baselines_still_measures_its_own_speed() -> None:

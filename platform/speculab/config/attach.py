@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from speculab.config.cluster import ClusterView
 
-ADDRESS_TIMEOUT_S = 5.0  # how long an address gets to answer during validation
+ADDRESS_TIMEOUT_S = 5.0  # how long an address gets to answer before a run or a sweep starts
 ADDRESS_FORMS = "null (an embedded local Ray), auto, host:port (a head's GCS port, 6379 by default) or ray://host:port"
 TOKEN_HELP = (
     "on its head run `ray get-auth-token`, then RAY_AUTH_TOKEN=<token> speculab ... (or RAY_AUTH_TOKEN_PATH=<file>), "

@@ -18,7 +18,7 @@ from speculab.algorithms import ALGORITHMS, method_label, method_rank
 from speculab.config import Config
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
 from speculab.measure import UnitTotals
-from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, parse
+from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, flatten, parse
 
 NAME_JOIN = " · "  # between the parts of a point's name
 
@@ -206,6 +206,13 @@ class PointResult:
         point a resumed sweep skips, or a run the report reads."""
         ar, hf = parse(logged, AR_PREFIX), parse(logged, HF_PREFIX)
         return cls(shape, parse(logged), ar or None, hf or None, units, resumed)
+
+    def logged(self) -> dict[str, float]:
+        """What a run logs of the point as MLflow metrics (`from_logged` reads it back): its figures, and
+        its baselines' under their prefixes."""
+        ar = flatten(self.autoregressive, AR_PREFIX) if self.autoregressive is not None else {}
+        hf = flatten(self.generate, HF_PREFIX) if self.generate is not None else {}
+        return flatten(self.figures) | ar | hf
 
     @property
     def generate_vs_ar(self) -> float:

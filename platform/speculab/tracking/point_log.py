@@ -17,16 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from speculab.records import RunResult, concat_runs
 from speculab.results.figures import run_figures
-from speculab.results.names import (
-    AR_PREFIX,
-    FIGURES_ARTIFACT,
-    HF_PREFIX,
-    UNTIMED,
-    Figures,
-    flatten,
-    is_acceptance,
-    split_spreads,
-)
+from speculab.results.names import FIGURES_ARTIFACT, UNTIMED, Figures, flatten, is_acceptance, split_spreads
 from speculab.results.point import UNITS_ARTIFACT, PointResult
 from speculab.show.acceptance import depth_figure
 from speculab.show.plots import acceptance_figure, time_split_figure
@@ -51,11 +42,10 @@ class Decoded:
     tokenizer: PreTrainedTokenizerBase
 
 
-def logged_figures(result: PointResult) -> dict[str, float]:
-    """What a point logs as MLflow metrics: its figures, and its baselines' under their prefixes."""
-    ar = flatten(result.autoregressive, AR_PREFIX) if result.autoregressive is not None else {}
-    hf = flatten(result.generate, HF_PREFIX) if result.generate is not None else {}
-    return flatten(result.figures) | ar | hf
+def log_figures(tracker: Tracker, logged: dict[str, float]) -> None:
+    """Figures (`flatten`ed) as metrics, values only, and whole, spreads included, as FIGURES_ARTIFACT."""
+    tracker.log_metrics(split_spreads(logged))
+    tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
 
 
 def log_point(
@@ -65,9 +55,7 @@ def log_point(
     (`conditions`, on `runtime`), its whole console summary, its per-prompt records and plots."""
     with PLOTTING:
         tracker.set_tags({CONDITIONS_TAG: conditions})
-        logged = logged_figures(result)
-        tracker.log_metrics(split_spreads(logged))  # values; every spread is in FIGURES_ARTIFACT
-        tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
+        log_figures(tracker, result.logged())
         tracker.set_tags({NOTE_TAG: point_description(result.shape, runtime, result)})
         if result.units is not None:
             tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
@@ -98,7 +86,6 @@ def log_finished(tracker: Tracker, decoded: Decoded) -> None:
     figures = run_figures(concat_runs(decoded.runs))
     logged = flatten(figures.only(UNTIMED) | {k: v for k, v in figures.items() if is_acceptance(k)})
     with PLOTTING:
-        tracker.log_metrics(split_spreads(logged))
-        tracker.log_text(json.dumps(logged, indent=1), FIGURES_ARTIFACT)
+        log_figures(tracker, logged)
         log_records(tracker, decoded)
         plt.close("all")
