@@ -181,30 +181,6 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
     ]
 
 
-def test_what_hydra_sets_for_a_whole_process_is_refused_where_points_share_one() -> None:
-    """Side by side (`cluster.replicas=2`) the points are threads of one process: one working directory and
-    one environment, so a per-point `hydra.job.chdir` or `env_set` is refused, not silently shared."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from speculab.cli import CONF
-    from speculab.config.sweep import PLANS, sweep_plans
-
-    fixed = ["runtime=ray", "tracking=none", "cluster.replicas=2"]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        config = compose("config", overrides=[*fixed, "hydra.job.chdir=true"], return_hydra_config=True)
-        OmegaConf.set_readonly(config, False)
-        config.hydra.job.env_set = {"MY_SEED": "1"}
-        config.hydra.overrides.task = [*fixed, "algorithm.L=2,4"]
-        _, errors = sweep_plans(config)
-    PLANS.clear()
-    shared = "at cluster.replicas=2 the points run side by side in one process, which has one"
-    assert errors == [
-        f"hydra.job.chdir=true: {shared} working directory; use cluster.replicas=1",
-        f"hydra.job.env_set: {shared} environment; use cluster.replicas=1",
-    ]
-
-
 def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_makes_it(
     capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -227,7 +203,7 @@ def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_make
 def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch, capsys) -> None:
     """A single run has a plan from `precheck`; what loading refuses (a prompt too long) still ends it
     with exit 2 and the refusal, not as a failed sweep point."""
-    from speculab import cli
+    from speculab import cli, jobs
     from speculab.config import resolve
     from speculab.config.sweep import PLANS
 
@@ -239,7 +215,7 @@ def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch,
     monkeypatch.setattr("speculab.experiment.run", too_long)
     with pytest.raises(SystemExit) as ended:
         cli.hydra_main.__wrapped__(cfg)
-    assert ended.value.code == 2 and cli.FAILED_POINTS == []
+    assert ended.value.code == 2 and jobs.FAILED_POINTS == []
     assert "dataset: prompt 'long/1' has 4401 tokens" in capsys.readouterr().err
 
 

@@ -21,6 +21,7 @@ MAX_MODULE_LINES = 450
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("speculab_launcher",),  # hydra_plugins' module: Hydra's entry into `launcher`
     ("cli", "launcher"),
+    ("replica_process",),
     ("cli_args",),
     ("experiment", "report"),
     ("tracking", "decoders"),

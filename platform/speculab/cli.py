@@ -87,9 +87,6 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     return outcome  # recorded: an interrupt since stops the sweep at its next point (the check above)
 
 
-FAILED_POINTS: list[str] = []  # this process's sweep points that failed, by name
-
-
 def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
     """A sweep point's failure in one line on stderr, remembered for the exit status; the sweep goes on."""
     from speculab.results.point import FailedPoint, PointShape
@@ -98,7 +95,7 @@ def point_failed(plan: RunPlan, err: Exception) -> FailedPoint:
     shape = PointShape.of(plan.cfg)
     reason = " ".join(str(err).split()) or type(err).__name__
     print(f"speculab: point failed: {shape.name}: {reason}; the sweep goes on", file=sys.stderr)
-    FAILED_POINTS.append(shape.name)
+    jobs.FAILED_POINTS.append(shape.name)
     return FailedPoint(shape, f"{type(err).__name__}: {reason}")
 
 
@@ -253,7 +250,7 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(130) from None
-    if FAILED_POINTS:  # the sweep went on past them; its parent says which (resume=true retries them)
+    if jobs.FAILED_POINTS:  # the sweep went on past them; its parent says which (resume=true retries them)
         raise SystemExit(1)
 
 

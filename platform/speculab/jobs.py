@@ -1,26 +1,47 @@
 """The Hydra job a point runs as: its overrides, its output directory, its sweep and its replica.
 
-Hydra keeps the running job in one process-wide object (`HydraConfig`), which is right for its own
-launcher, one job at a time. speculab's replica launcher (`speculab.launcher`) runs a sweep's points
-side by side in threads of one process, so each thread carries its own `Job` here (`within`); outside
-those threads the job is read from Hydra, as before. Whatever needs the job (the entry point, the
-tracked run's directory and parent) asks `current()` and never Hydra directly.
+Every job runs through Hydra's `run_job`, one at a time in its process: a single run and a sweep's
+points at `cluster.replicas=1` in the `speculab` process, a sweep's points side by side in one process
+per replica (`speculab.launcher`). So the running job is always Hydra's (`HydraConfig`); the replica a
+process serves is this module's `Seat`, set once when a replica's process starts. Whatever needs the
+job (the entry point, the tracked run's directory and parent) asks `current()`.
 """
 
 from __future__ import annotations
 
 import io
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, redirect_stderr
-from dataclasses import dataclass
+from contextlib import redirect_stderr
+from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus
 
 
-def _no_spare() -> bool:
-    return False
+@dataclass(frozen=True)
+class Seat:
+    """The replica this process serves (`cluster.replicas`): its number from 0, how many run the sweep,
+    and which are lost, shared with the launcher and the other replicas' processes (one flag each)."""
+
+    replica: int = 0
+    replicas: int = 1
+    lost: SynchronizedArray[Any] | None = field(default=None, compare=False)
+
+    def spare(self) -> bool:
+        """Whether a replica other than this one still runs points, to take this one's point over."""
+        return self.lost is not None and any(not self.lost[r] for r in range(self.replicas) if r != self.replica)
+
+
+class _Seated:
+    """This process's seat: one replica per process, so this is the process's, not a job's."""
+
+    seat = Seat()
+
+
+def take_seat(seat: Seat) -> None:
+    """This process serves `seat` from now on (a replica's process, as it starts)."""
+    _Seated.seat = seat
 
 
 @dataclass(frozen=True)
@@ -31,10 +52,24 @@ class Job:
     sweeping: bool  # a point of a sweep (`-m`), not a single run
     output_dir: Path  # the job's own directory (Hydra's `runtime.output_dir`)
     sweep_dir: Path | None  # the sweep's directory (`hydra.sweep.dir`); None for a single run
-    replica: int = 0  # which copy of the model groups runs the point (`cluster.replicas`)
-    replicas: int = 1  # how many copies run the sweep's points side by side
-    # whether another replica could take this point over if this one is lost (the launcher's answer)
-    spare: Callable[[], bool] = _no_spare
+    seat: Seat = Seat()
+
+    @property
+    def replica(self) -> int:
+        return self.seat.replica
+
+    @property
+    def replicas(self) -> int:
+        return self.seat.replicas
+
+    def spare(self) -> bool:
+        """Whether another replica could take this point over if this one is lost."""
+        return self.seat.spare()
+
+
+# this process's sweep points that failed mid-run, by name: the sweep goes on past them, and its exit status
+# (which Hydra's entry point does not return) says so; the launcher adds those its replicas' processes report
+FAILED_POINTS: list[str] = []
 
 
 class ReplicaLost(Exception):
@@ -47,47 +82,37 @@ class ReplicaLost(Exception):
         self.point, self.why, self.replica = point, why, replica
         self.run_id: str | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # it crosses from a replica's process to the launcher's: every field, not only Exception's args
+        return (ReplicaLost, (self.point, self.why, self.replica), {"run_id": self.run_id})
 
-def replica_lost(done: JobReturn) -> ReplicaLost | None:
-    """The lost replica behind a FAILED job, where that is why it failed. Hydra keeps what a job raised
-    as its return value and raises it again when the value is read: that is how it is read here. Its
-    reader also writes "Error executing job" to stderr, kept from the console: the launcher says what
-    happened to a lost replica's point itself, and Hydra's sweeper reports any other failure."""
-    if done.status != JobStatus.FAILED:
-        return None
+
+def returned(done: JobReturn) -> Any:
+    """What a job returned, or what it raised: Hydra keeps a FAILED job's exception as its return value
+    and raises it again when the value is read, writing "Error executing job" to stderr, which is kept
+    from the console here (the launcher says what happened to a lost replica's point itself, and Hydra's
+    sweeper reports any other failure)."""
     try:
         with redirect_stderr(io.StringIO()):
-            _ = done.return_value
-    except ReplicaLost as lost:
+            return done.return_value
+    except Exception as raised:
+        return raised
+
+
+def replica_lost(done: JobReturn) -> ReplicaLost | None:
+    """The lost replica behind a FAILED job, where that is why it failed."""
+    if done.status == JobStatus.FAILED and isinstance(lost := returned(done), ReplicaLost):
         return lost
-    except Exception:  # any other failure is not a lost replica
-        return None
     return None
 
 
-_LOCAL = threading.local()
-
-
-@contextmanager
-def within(job: Job) -> Iterator[Job]:
-    """`job` is this thread's job inside the block."""
-    _LOCAL.job = job
-    try:
-        yield job
-    finally:
-        del _LOCAL.job
-
-
 def current() -> Job:
-    """This thread's job: set by the replica launcher, else Hydra's running job, else a run outside Hydra
-    (its files under ./outputs)."""
-    if (job := getattr(_LOCAL, "job", None)) is not None:
-        return job
+    """Hydra's running job, on this process's seat; outside Hydra, a run with its files under ./outputs."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     if not HydraConfig.initialized():
-        return Job((), False, Path("outputs").resolve(), None)
+        return Job((), False, Path("outputs").resolve(), None, _Seated.seat)
     hydra = HydraConfig.get()
     sweeping = hydra.mode == RunMode.MULTIRUN
     return Job(
@@ -95,4 +120,5 @@ def current() -> Job:
         sweeping,
         Path(hydra.runtime.output_dir),
         Path(hydra.sweep.dir) if sweeping else None,
+        _Seated.seat,
     )

@@ -1,48 +1,51 @@
 """speculab's Hydra launcher: a sweep's points side by side, each on a replica of its model groups.
 
 Hydra hands a sweep's jobs to a launcher (`hydra/launcher`); speculab's (`hydra_plugins.speculab_launcher`)
-runs them with Hydra's basic launcher, one after another, when `cluster.replicas` is 1. With N > 1 it
-starts N threads in this process, one per replica; each takes the next point in launch order, runs it
-as Hydra would (its directory, saved config, log file and callbacks) on its own copy of the model
-groups (`Placement.replica`: groups of their own names, placed apart by Ray), and keeps those groups
-loaded for its next point. The driver's threads only wait on Ray: each point's decode loop runs on its
-replica's rank 0 (`runtime.loop=target`), so the points share no core of the decode.
+runs them one after another through Hydra's `run_job` when `cluster.replicas` is 1. With N > 1 it starts
+a process per replica (`speculab.replica_process`), each with its own copy of the model groups
+(`Placement.replica`: groups of their own names, placed apart by Ray) kept loaded from one point to its
+next. A thread here per replica takes the next point in launch order, sends its composed config to its
+replica's process, which runs it through `run_job` exactly as at N = 1 (Hydra's running job, working
+directory and environment are process-wide: points at the same time need processes of their own), and
+gets its `JobReturn` back. The sweep's own state (its parent run, its board) stays in this process.
 
 Hydra's Ray launcher (hydra-ray-launcher) would start a process per point, and each would load its
-models again; a thread per replica keeps one loaded copy for all the points it runs.
+models again; a process per replica keeps one loaded copy for all the points it runs.
 
-A replica lost mid-point (its node or an actor, once the group cannot be placed again) gives its point
-back to the queue, to run again from its first unit on another replica (same seeds, same tokens); the
-lost replica takes no more points. Where no other replica is left, the point fails alone, with what it
-finished, and the sweep goes on.
+A replica lost mid-point (its node or an actor, once the group cannot be placed again; or its process)
+gives its point back to the queue, to run again from its first unit on another replica (same seeds, same
+tokens); the lost replica takes no more points. Where no other replica is left, the point fails alone,
+with what it finished, and the sweep goes on.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
+import contextlib
 import logging.config
+import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from speculab import interrupts, jobs
 from speculab.config import RunPlan
 from speculab.config.sweep import planned
 from speculab.experiment import PointOutcome
+from speculab.replica_process import AGAIN, serve
 from speculab.results.point import FailedPoint, PointShape
 from speculab.show.board import SweepBoard
 from speculab.show.console import say
+from speculab.tracking.callbacks import MlflowSweepCallback
 
 STOP_WAIT_S = 60.0  # after Ctrl-C, how long the running points have to stop at their unit's end
 
@@ -54,10 +57,6 @@ class Pending:
     index: int
     overrides: tuple[str, ...]
     config: DictConfig
-
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.config.hydra.runtime.output_dir)
 
     @property
     def plan(self) -> RunPlan:
@@ -76,20 +75,20 @@ def replica_count(overrides: Sequence[Sequence[str]]) -> int:
 
 
 def composed(context: HydraContext, base: DictConfig, overrides: Sequence[str], index: int) -> Pending:
-    """A point's config as Hydra's basic launcher composes it, with its job number and output directory."""
+    """A point's config as Hydra's basic launcher composes it, with its job number; the sweep's directory
+    is read here, once (its default holds `${now:...}`, which a replica's process would read later)."""
     config = context.config_loader.load_sweep_config(base, list(overrides))
     with open_dict(config):
         config.hydra.job.id = index
         config.hydra.job.num = index
-    output_dir = Path(str(config.hydra.sweep.dir)) / str(OmegaConf.select(config, "hydra.sweep.subdir"))
-    with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
-        config.hydra.runtime.output_dir = str(output_dir.absolute())
+        config.hydra.sweep.dir = str(config.hydra.sweep.dir)
     return Pending(index, tuple(overrides), config)
 
 
 def job_logging_without_file(config: DictConfig) -> dict[str, Any]:
-    """Hydra's job logging without its file handler: each point's thread adds its own (`job_log`)."""
-    settings = OmegaConf.to_container(config.hydra.job_logging, resolve=True)
+    """Hydra's job logging without its file handler: what this process logs is the sweep's, not a job's
+    (each job's log file is its replica's process's), and the console shows each line once."""
+    settings = OmegaConf.to_container(config.hydra.job_logging)  # its file handler names the job directory
     assert isinstance(settings, dict)
     settings.get("handlers", {}).pop("file", None)
     root = settings.get("root", {})
@@ -97,51 +96,75 @@ def job_logging_without_file(config: DictConfig) -> dict[str, Any]:
     return cast(dict[str, Any], settings)
 
 
-@contextmanager
-def job_log(path: Path, config: DictConfig) -> Iterator[None]:
-    """What this thread logs, also written to `path` (the point's `<job name>.log`, as Hydra would)."""
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter(OmegaConf.select(config, "hydra.job_logging.formatters.simple.format")))
-    thread = threading.get_ident()
-    handler.addFilter(lambda record: record.thread == thread)
-    logging.getLogger().addHandler(handler)
-    try:
-        yield
-    finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
+class Replica:
+    """One replica's process (`speculab.replica_process.serve`) and the pipe its points go by."""
+
+    def __init__(self, seat: jobs.Seat, payload: bytes, address: str, namespace: str) -> None:
+        spawn = multiprocessing.get_context("spawn")  # a fork of a process that holds Ray's threads is unsafe
+        self.conn, theirs = spawn.Pipe()
+        self.process = spawn.Process(
+            target=serve, args=(theirs, payload, seat, address, namespace), name=f"speculab-replica-{seat.replica + 1}"
+        )
+        self.process.start()
+        theirs.close()
+
+    def run(self, config: DictConfig) -> JobReturn | None:
+        """The point's `JobReturn` from the replica's process; None where the process ended first."""
+        try:
+            self.conn.send(config)
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def interrupt(self) -> None:
+        """Ctrl-C for the replica: its point stops at its unit's end (it is in a session of its own)."""
+        if self.process.is_alive() and self.process.pid is not None:
+            os.kill(self.process.pid, signal.SIGINT)
+
+    def end(self, deadline: float) -> None:
+        """No more points: the process closes its groups and ends (ended by force past `deadline`)."""
+        with contextlib.suppress(OSError):  # it ended already
+            self.conn.send(None)
+        self.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=5.0)
+        self.conn.close()
 
 
-def saved(pending: Pending, task_cfg: DictConfig) -> None:
-    """The point's config, Hydra's and its overrides in `<output dir>/.hydra`, as Hydra saves them."""
-    if (subdir := pending.config.hydra.output_subdir) is None:
-        return
-    folder = pending.output_dir / str(subdir)
-    folder.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(task_cfg, folder / "config.yaml")
-    OmegaConf.save(OmegaConf.masked_copy(pending.config, "hydra"), folder / "hydra.yaml")
-    OmegaConf.save(pending.config.hydra.overrides.task, folder / "overrides.yaml")
+def process_ended(pending: Pending, replica: Replica, seat: jobs.Seat) -> JobReturn:
+    """The job of a point whose replica's process ended without its `JobReturn` (killed, crashed): a lost
+    replica where another can take the point over, else the point's failure."""
+    replica.process.join(timeout=5.0)  # its exit code, once it is reaped
+    why = f"its process ended (exit code {replica.process.exitcode})"
+    done = JobReturn(overrides=list(pending.overrides), status=JobStatus.FAILED)
+    name = PointShape.of(pending.plan.cfg).name
+    lost = jobs.ReplicaLost(name, why, seat.replica)
+    if seat.spare():
+        say(f"speculab: replica {seat.replica + 1} lost ({why}); {name} {AGAIN}")
+    done.return_value = lost if seat.spare() else RuntimeError(f"replica {seat.replica + 1}: {why}")
+    return done
 
 
 class SideBySide:
-    """A sweep's points shared out to replica threads: a queue in launch order, the results by job
-    number, the replicas lost, and the callbacks called one at a time."""
+    """A sweep's points shared out to replica processes: a queue in launch order, the results by job
+    number, the replicas lost, and the sweep's own job ends heard one at a time."""
 
-    def __init__(self, context: HydraContext, task: Callable[[DictConfig], Any], points: list[Pending], replicas: int):
-        self.context, self.task, self.replicas = context, task, replicas
+    def __init__(self, context: HydraContext, points: list[Pending], replicas: int, lost: Any) -> None:
+        self.context, self.replicas, self.lost = context, replicas, lost
         self.queue = deque(points)
         self.unfinished = len(points)
         self.results: dict[int, JobReturn] = {}
-        self.lost: set[int] = set()
         self.stopped: BaseException | None = None  # what ended a replica's thread other than the queue's end
+        self.interrupted = False  # Ctrl-C or SIGTERM: no point starts, and the running ones stop
         self.cond = threading.Condition()
         self.board = SweepBoard(len(points), replicas)
 
-    def run(self) -> list[JobReturn]:
-        """Every point, on the replicas' threads; their JobReturns in launch order."""
+    def run(self, processes: list[Replica]) -> list[JobReturn]:
+        """Every point, on the replicas' processes; their JobReturns in launch order."""
         threads = [
-            threading.Thread(target=self.work, args=(r,), name=f"speculab-replica-{r + 1}", daemon=True)
-            for r in range(self.replicas)
+            threading.Thread(target=self.work, args=(r, p), name=f"speculab-replica-{r + 1}", daemon=True)
+            for r, p in enumerate(processes)
         ]
         with self.board.shown():
             for thread in threads:
@@ -150,6 +173,11 @@ class SideBySide:
                 self.wait(threads)
             except KeyboardInterrupt:
                 say("speculab: interrupted; the running points stop at the end of their unit")
+                with self.cond:
+                    self.interrupted = True
+                    self.cond.notify_all()
+                for process in processes:
+                    process.interrupt()
                 self.wait(threads, time.monotonic() + STOP_WAIT_S)
                 raise
         return [self.results[i] for i in sorted(self.results)]
@@ -165,87 +193,69 @@ class SideBySide:
         if self.stopped is not None and deadline is None:
             raise self.stopped
 
+    def seat(self, replica: int) -> jobs.Seat:
+        return jobs.Seat(replica, self.replicas, self.lost)
+
     def take(self, replica: int) -> Pending | None:
         """The next point for `replica`, waiting while a running point could still come back; None at the end."""
         with self.cond:
-            while not self.queue and self.unfinished and replica not in self.lost and self.stopped is None:
+            while not (self.queue or self.over(replica)) and self.unfinished:
                 self.cond.wait(timeout=1.0)
-            if not self.queue or replica in self.lost or self.stopped is not None:
+            if not self.queue or self.over(replica):
                 return None
             self.board.started()
             return self.queue.popleft()
 
-    def spare(self, replica: int) -> bool:
-        """Whether a replica other than `replica` is still running points."""
-        with self.cond:
-            return bool(set(range(self.replicas)) - self.lost - {replica})
+    def over(self, replica: int) -> bool:
+        """Whether `replica` takes no more points: it was lost, or the sweep stops."""
+        return bool(self.lost[replica]) or self.stopped is not None or self.interrupted
 
-    def work(self, replica: int) -> None:
+    def work(self, replica: int, process: Replica) -> None:
         try:
             while (pending := self.take(replica)) is not None:
                 start = time.monotonic()
-                pending.output_dir.mkdir(parents=True, exist_ok=True)
-                with job_log(pending.output_dir / f"{pending.config.hydra.job.name}.log", pending.config):
-                    done = self.run_point(pending, replica)
-                    if (lost := jobs.replica_lost(done)) is not None:
-                        self.give_back(pending, replica, done, lost)  # said in the point's log too
-                        return
+                done = process.run(pending.config)
+                if done is None and self.interrupted:  # it stopped at its unit's end, its run KILLED
+                    return
+                done = done or process_ended(pending, process, self.seat(replica))
+                if jobs.replica_lost(done) is not None:
+                    self.give_back(pending, replica, done)
+                    return
                 self.finish(pending, done, replica, time.monotonic() - start)
-        except BaseException as err:  # an interrupt in this thread, or a failure outside any point
+        except BaseException as err:  # a failure outside any point
             with self.cond:
                 self.stopped = self.stopped or err
                 self.cond.notify_all()
 
-    def run_point(self, pending: Pending, replica: int) -> JobReturn:
-        """One point's job as Hydra's `run_job` runs it, with this thread's `jobs.Job`."""
-        task_cfg = copy.deepcopy(pending.config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        done = JobReturn(
-            overrides=list(pending.overrides),
-            cfg=task_cfg,
-            hydra_cfg=OmegaConf.masked_copy(pending.config, "hydra"),
-            working_dir=os.getcwd(),
-            task_name=str(pending.config.hydra.job.name),
-        )
-        saved(pending, task_cfg)
-        sweep_dir = Path(str(pending.config.hydra.sweep.dir))
-        job = jobs.Job(pending.overrides, True, pending.output_dir, sweep_dir, replica, self.replicas)
-        job = replace(job, spare=lambda: self.spare(replica))
-        with jobs.within(job):
-            with self.cond:
-                self.context.callbacks.on_job_start(config=pending.config, task_function=self.task)
-            try:
-                done.return_value = self.task(task_cfg)
-                done.status = JobStatus.COMPLETED
-            except Exception as err:
-                done.return_value = err
-                done.status = JobStatus.FAILED
-        return done
+    def job_ended(self, config: DictConfig, done: JobReturn) -> None:
+        """The sweep's parent run hears of a job's end here, where it is open: the job's own callbacks ran
+        in the replica's process, where the sweep's callback has no parent run (`MlflowSweepCallback`)."""
+        for callback in self.context.callbacks.callbacks:
+            if isinstance(callback, MlflowSweepCallback):
+                callback.on_job_end(config=config, job_return=done)
 
     def finish(self, pending: Pending, done: JobReturn, replica: int, seconds: float) -> None:
         with self.cond:
             self.results[pending.index] = done
             self.unfinished -= 1
-            self.context.callbacks.on_job_end(config=pending.config, job_return=done)
-            ok = done.status == JobStatus.COMPLETED and not isinstance(done.return_value, FailedPoint)
-            resumed = isinstance(done.return_value, PointOutcome) and done.return_value.result.resumed
+            self.job_ended(pending.config, done)
+            value = jobs.returned(done)
+            ok = done.status == JobStatus.COMPLETED and not isinstance(value, FailedPoint)
+            if isinstance(value, FailedPoint):  # said in its replica's process; counted here for the exit status
+                jobs.FAILED_POINTS.append(value.shape.name)
+            resumed = isinstance(value, PointOutcome) and value.result.resumed
             self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica, resumed)
             self.cond.notify_all()
 
-    def give_back(self, pending: Pending, replica: int, done: JobReturn, lost: jobs.ReplicaLost) -> None:
-        """`replica` was lost in `pending`: the point goes back to the queue's front, the replica's groups
-        close, and the callbacks see the lost attempt end (Hydra pairs each job's start with an end)."""
-        from speculab.runtime.groups import POOL
-
+    def give_back(self, pending: Pending, replica: int, done: JobReturn) -> None:
+        """`replica` was lost in `pending` (its process said so and ends): the point goes back to the
+        queue's front, and the sweep hears of the lost attempt."""
         with self.cond:
-            self.lost.add(replica)
+            self.lost[replica] = 1
             self.queue.appendleft(pending)
             self.board.requeued()
-            self.context.callbacks.on_job_end(config=pending.config, job_return=done)
-            say(f"speculab: replica {replica + 1} lost ({lost.why}); {lost.point} runs again on another replica")
+            self.job_ended(pending.config, done)
             self.cond.notify_all()
-        POOL.close_replica(replica)
 
 
 def launch_side_by_side(
@@ -256,13 +266,27 @@ def launch_side_by_side(
     first_index: int,
     replicas: int,
 ) -> list[JobReturn]:
-    """The sweep's points on `replicas` threads, each its own replica of the model groups."""
-    from speculab.runtime.ray_actors import connect
+    """The sweep's points on `replicas` processes, each its own replica of the model groups."""
+    from ray import cloudpickle
+
+    from speculab.runtime.ray_actors import connect, joining
+    from speculab.tracking.runs import SWEEP_ID, SWEEP_ID_ENV
 
     points = [composed(context, base, o, first_index + i) for i, o in enumerate(overrides)]
     logging.config.dictConfig(job_logging_without_file(points[0].config))
     Path(str(base.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     placement = points[0].plan.placement
-    connect(placement.address, placement.num_cpus)  # once, here: the threads share this driver's Ray
+    connect(placement.address, placement.num_cpus)  # the replicas join this driver's cluster and namespace
+    address, namespace = joining(placement.address)
+    os.environ[SWEEP_ID_ENV] = SWEEP_ID  # the replicas' points find this sweep's parent run
+    payload = cloudpickle.dumps((context, task, {p.overrides: p.plan for p in points}))
+    lost = multiprocessing.get_context("spawn").Array("b", replicas)  # a flag a replica, shared with their processes
     say(f"speculab: sweep of {len(points)} points on {replicas} replicas of their model groups (cluster.replicas)")
-    return SideBySide(context, task, points, replicas).run()
+    sweep = SideBySide(context, points, replicas, lost)
+    processes = [Replica(sweep.seat(r), payload, address, namespace) for r in range(replicas)]
+    try:
+        return sweep.run(processes)
+    finally:
+        deadline = time.monotonic() + STOP_WAIT_S
+        for process in processes:
+            process.end(deadline)

@@ -1,6 +1,6 @@
-"""The driver's one pool of model groups, shared by a sweep's replica threads (`runtime.groups.GroupPool`):
-threads opening their own groups while others close theirs, or the sweep's end closes all, break no walk
-and leave no group open. Stub groups stand in for Ray's."""
+"""A process's one pool of model groups (`runtime.groups.GroupPool`), shared by a spread point's lane
+threads (`cluster.spread`): threads opening groups while the run's end closes all break no walk and leave
+no group open. Stub groups stand in for Ray's."""
 
 from __future__ import annotations
 
@@ -31,7 +31,13 @@ class StubGroup:
         self.closed = True
 
 
-def test_replica_threads_open_groups_while_others_close_theirs_and_the_end_closes_all(
+def test_a_groups_name_carries_its_replica() -> None:
+    spec = LMSpec(backend="hf", path="m")
+    assert [groups.replica_of(groups.group_name("target", spec, [{"CPU": 1.0}], r)) for r in (0, 1, 7)] == [0, 1, 7]
+    assert groups.replica_of("speculab-0a1b2c3d:" + groups.group_name("draft", spec, [{"CPU": 1.0}], 2)) == 2
+
+
+def test_lane_threads_open_groups_while_the_end_closes_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(groups, "ActorGroup", StubGroup)
@@ -49,10 +55,7 @@ def test_replica_threads_open_groups_while_others_close_theirs_and_the_end_close
         placement = replace(EMBEDDED, replica=r)
         for i in range(400):
             made.append(pool.get("target", LMSpec(backend="hf", path=f"m{i}"), [{"CPU": 1.0}], placement))  # type: ignore[arg-type]
-            pool.held_beside(r)
             pool.model_loads(r)
-            if i % 50 == 49:
-                pool.close_replica(r)
 
     threads = [threading.Thread(target=replica, args=(r,)) for r in range(3)]
     for thread in threads:

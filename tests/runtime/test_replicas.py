@@ -6,10 +6,17 @@ point the tokens the point decodes alone, under one parent, each run naming its 
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from speculab.config import ConfigError, resolve
 from speculab.config.prompts import point_prompts
@@ -27,7 +34,8 @@ from speculab.show.board import Tally
 from speculab.tracking.tracker import NoopTracker
 from support.cli import speculab
 from support.configs import load
-from support.replicas import alone, logged_tokens, point_overrides
+from support.job_probe import PROBE_FILE, PROBE_VARIABLE
+from support.replicas import alone, decoding, logged_tokens, point_overrides
 
 HEAD = Node("h0123456789", "10.0.0.1", True, {"CPU": 4.0, "GPU": 2.0})
 B = Node("b0123456789", "10.0.0.2", True, {"CPU": 2.0})
@@ -164,3 +172,91 @@ def test_the_replica_count_is_no_part_of_a_points_identity() -> None:
 
     ids = {point_id(load(["runtime=ray", f"cluster.replicas={n}"])) for n in (1, 2, "auto")}
     assert len(ids) == 1 and point_id(load(["runtime=ray", "sampling.seed=1"])) not in ids
+
+
+SAVED = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra saves in a job's .hydra/
+
+
+def job_seen(job_dir: Path, sweep_dir: Path) -> dict[str, object]:
+    """What a point's job saw (`support.job_probe`) and saved (`.hydra/`), with the paths made relative to
+    its sweep and the replica count taken out."""
+    probe = json.loads((job_dir / PROBE_FILE).read_text())
+    saved = {name: OmegaConf.load(job_dir / ".hydra" / name) for name in SAVED}
+    config, hydra = saved["config.yaml"], saved["hydra.yaml"].hydra
+    config.cluster.replicas = None
+    return {
+        "cwd": str(Path(probe["cwd"]).relative_to(sweep_dir)),
+        "env": probe["env"],
+        "num": probe["num"],
+        "output_dir": str(Path(probe["output_dir"]).relative_to(sweep_dir)),
+        "config": OmegaConf.to_yaml(config),
+        "overrides": [o for o in saved["overrides.yaml"] if not o.startswith("cluster.replicas=")],
+        "job": OmegaConf.to_yaml(OmegaConf.masked_copy(hydra, ["job"])).replace("replicas=2", "replicas=1"),
+        "log": "interleaved repetition(s)" in (job_dir / f"{hydra.job.name}.log").read_text(),  # the point's summary
+    }
+
+
+@pytest.mark.slow
+def test_a_points_hydra_job_is_the_same_on_two_replicas_as_on_one(tmp_path: Path) -> None:
+    """Side by side, each replica runs its points in a process of its own through Hydra's `run_job`: the
+    working directory (`hydra.job.chdir`), the environment (`hydra.job.env_set`), `HydraConfig`, the output
+    directory, the saved config, the callbacks and the log file are a point's as at `cluster.replicas=1`."""
+    seen = {}
+    for replicas in (1, 2):
+        sweep_dir = tmp_path / f"replicas{replicas}"
+        args = [
+            *SWEEP,
+            "baseline=false",
+            "tracking=none",
+            f"cluster.replicas={replicas}",
+            f"hydra.sweep.dir={sweep_dir}",
+            "hydra.job.chdir=true",
+            f"+hydra.job.env_set.{PROBE_VARIABLE}=set",
+            "+hydra.callbacks.probe._target_=support.job_probe.JobProbe",
+        ]
+        path = os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+        done = subprocess.run(
+            [sys.executable, "-m", "speculab.cli", *args],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": path},  # the probe callback's module, in every replica's process too
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen[replicas] = [job_seen(sweep_dir / str(num), sweep_dir) for num in (0, 1)]
+    assert seen[1][0]["cwd"] == "0" and seen[1][0]["env"] == "set" and seen[1][1]["num"] == 1 and seen[1][0]["log"]
+    assert seen[2] == seen[1]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: Path) -> None:
+    """SIGTERM to the launcher while both replicas decode: each replica's process stops its point at the end
+    of its unit and ends its run KILLED, no point starts after, the parent ends KILLED, and the exit is 130."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = [*SWEEP, "dataset.num_prompts=16", "sampling.max_new_tokens=64", "cluster.replicas=2", f"tracking.uri={uri}"]
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "speculab.cli", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 180
+    while sweep.poll() is None and len(decoding(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sweep.poll() is None, "the sweep ended before both replicas decoded at once"
+    sweep.send_signal(signal.SIGTERM)
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err[-3000:]
+    assert "speculab: interrupted; the running points stop at the end of their unit" in out
+    assert "lost" not in out and "failed" not in out  # an interrupt is neither
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("speculab")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted((r.data.tags["speculab.kind"], r.info.status) for r in runs) == [
+        ("point", "KILLED"),
+        ("point", "KILLED"),
+        ("sweep", "KILLED"),
+    ]

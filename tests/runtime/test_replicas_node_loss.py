@@ -5,7 +5,6 @@ The crash is triggered by the sweep's own progress (both replicas decoding, seen
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from speculab.results.names import mlflow_name
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG
-from support.replicas import alone, logged_tokens, point_overrides
+from support.replicas import alone, decoding, logged_tokens, point_overrides
 from support.two_nodes import FAST_HEALTH, TwoNodes, cluster_of_two
 
 pytestmark = pytest.mark.slow
@@ -31,24 +30,6 @@ POINT = ["dataset.num_prompts=4", "sampling.max_new_tokens=24", "sampling.batch_
 def nodes() -> Iterator[TwoNodes]:
     """A head and node B of one CPU each: one replica's loop group fits on each, never two on one."""
     yield from cluster_of_two(FAST_HEALTH, head_cpus=1)
-
-
-def decoding(root: Path) -> set[str]:
-    """The replicas ("1 of 2", ...) whose point run is decoding: it has logged a finished prompt and not
-    ended (the spools under `root`)."""
-    found = set()
-    for spool in root.rglob("spool/*.jsonl"):
-        records = []
-        for line in spool.read_text().splitlines():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:  # the line being written
-                break
-        replica = records[0].get("tags", {}).get("speculab.replica") if records else None
-        decoded = any(r["op"] == "metrics" and "prompt/generated_tokens" in r["metrics"] for r in records)
-        if replica and decoded and records[-1]["op"] != "end":
-            found.add(replica)
-    return found
 
 
 def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes: TwoNodes, tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """What the replica tests compare: a point's tokens decoded alone (inline, in this process) and the tokens
-a sweep's point run logged (its `records.jsonl`)."""
+a sweep's point run logged (its `records.jsonl`); and when a sweep's replicas are decoding (their spools)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,21 @@ def logged_tokens(client: MlflowClient, run_id: str, scratch: Path) -> list[list
 def point_overrides(params: dict[str, str]) -> list[str]:
     """The overrides that tell a sweep's points apart, from a point run's params (algorithm, temperature)."""
     return [f"algorithm={params['algorithm.name']}", f"sampling.temperature={params['sampling.temperature']}"]
+
+
+def decoding(root: Path) -> set[str]:
+    """The replicas ("1 of 2", ...) whose point run is decoding: it has logged a finished prompt and not
+    ended (the spools under `root`)."""
+    found = set()
+    for spool in root.rglob("spool/*.jsonl"):
+        records = []
+        for line in spool.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:  # the line being written
+                break
+        replica = records[0].get("tags", {}).get("speculab.replica") if records else None
+        decoded = any(r["op"] == "metrics" and "prompt/generated_tokens" in r["metrics"] for r in records)
+        if replica and decoded and records[-1]["op"] != "end":
+            found.add(replica)
+    return found

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from speculab.config import ConfigError, RunPlan, resolve, unknown_keys
 from speculab.config.attach import attach_errors
 from speculab.config.overrides import composition_problem, with_range
-from speculab.config.replicas import asked, sweep_wide_errors
+from speculab.config.replicas import sweep_wide_errors
 from speculab.config.schema import job_config
 
 # This process's points, resolved before they run, by their overrides (Hydra's `overrides.task`): a job
@@ -90,21 +90,6 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
         except ConfigError as err:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
-    wide = [*sweep_wide_errors([plan.cfg for plan in plans]), *shared_process_errors(config, plans)]
+    wide = sweep_wide_errors([plan.cfg for plan in plans])
     attach = attach_errors(plans[0].cfg) if plans and not wide and not errors else []  # one address a sweep
     return plans, [*wide, *attach, *errors]
-
-
-def shared_process_errors(config: DictConfig, plans: list[RunPlan]) -> list[str]:
-    """What Hydra sets for a whole process per job, refused where points run side by side in threads of one
-    process (`cluster.replicas` other than 1, without `cluster.spread`): a working directory or environment
-    per point would be the last started point's for every point (docs/runtime.md#replicas-a-sweep-side-by-side)."""
-    side_by_side = [p.cfg.cluster for p in plans if asked(p.cfg.cluster.replicas) != 1 and not p.cfg.cluster.spread]
-    if not side_by_side:
-        return []
-    job, replicas = config.hydra.job, side_by_side[0].replicas
-    shared = f"at cluster.replicas={replicas} the points run side by side in one process, which has one"
-    return [
-        *([f"hydra.job.chdir=true: {shared} working directory; use cluster.replicas=1"] if job.get("chdir") else []),
-        *([f"hydra.job.env_set: {shared} environment; use cluster.replicas=1"] if job.get("env_set") else []),
-    ]

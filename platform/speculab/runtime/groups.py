@@ -45,6 +45,8 @@ from speculab.runtime.nodes import (
 from speculab.runtime.placement import EMBEDDED, ClusterError
 from speculab.runtime.ray_actors import ModelHost
 
+REPLICA_MARK = "-replica"  # a group's name ends with its replica (`group_name`)
+
 log = logging.getLogger(__name__)
 WAIT_REPORT_S = 5.0  # how often a group waiting for its bundles says so
 
@@ -96,9 +98,28 @@ def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
 
 def group_name(role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], replica: int = 0) -> str:
     """Stable name from the role, what it loads (`spec_key`), its placement and its replica (a sweep's
-    copies of one group, `cluster.replicas`, are separate groups)."""
+    copies of one group, `cluster.replicas`, are separate groups, their replica at the end of the name)."""
     key = "|".join(map(str, (role, *spec_key(spec), bundles, *([replica] if replica else []))))
-    return f"speculab-{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    return f"speculab-{role}-{hashlib.sha1(key.encode()).hexdigest()[:12]}{REPLICA_MARK}{replica}"
+
+
+def replica_of(name: str) -> int:
+    """The replica a group's name (`group_name`) or its placement group's name belongs to."""
+    return int(name.rpartition(REPLICA_MARK)[2])
+
+
+def held_beside(replica: int) -> dict[str, Bundle]:
+    """What the placed groups of the sweep's other replicas hold, by node id: the placement groups of this
+    driver's namespace, whichever replica's process placed them (`speculab.replica_process`); empty with one
+    replica."""
+    prefix = f"{ray.get_runtime_context().namespace}:speculab-"
+    held: dict[str, Bundle] = {}
+    for pg in ray.util.placement_group_table().values():
+        if pg["state"] != "CREATED" or not pg["name"].startswith(prefix) or replica_of(pg["name"]) == replica:
+            continue
+        for index, node in pg["bundles_to_node_id"].items():
+            held[node] = demand([held.get(node, {}), pg["bundles"][index]])
+    return held
 
 
 class ActorGroup:
@@ -208,11 +229,11 @@ class ActorGroup:
     def _nodes(self) -> list[Node]:
         """The cluster's nodes less what the sweep's other replicas hold there (`cluster.replicas`): a group
         of a lost replica that only their nodes could hold has nowhere to go while they run."""
-        return without(cluster_nodes(), POOL.held_beside(self.placement.replica))
+        return without(cluster_nodes(), held_beside(self.placement.replica))
 
     def _unplaced(self, why: str, lost_nodes: list[Any], nodes: list[Any]) -> str:
         were = f"node {', '.join(n.name for n in lost_nodes)} was lost; " if lost_nodes else ""
-        beside = " beside the sweep's other replicas" if POOL.held_beside(self.placement.replica) else ""
+        beside = " beside the sweep's other replicas" if held_beside(self.placement.replica) else ""
         return (
             f"{self.role} group: {were}{why} its {len(self.bundles)} bundle(s), {readable(demand(self.bundles))} "
             f"on one node (STRICT_PACK); alive nodes offer{beside}: {alive_nodes_text(nodes)}"
@@ -246,10 +267,10 @@ class GroupPool:
     """This driver's open groups by name: holding the handles keeps them alive. The groups count their
     own loads here, in the driver, so that no helper actor on some node is needed to count them.
 
-    One per process (`POOL`): Ray's named actors are the driver's, and replica threads of one sweep
-    (`speculab.launcher`) each open and reuse their own groups in it (names hold the replica, so no two
-    threads make the same one). Every walk over the groups takes a snapshot, so a thread adding a group
-    while another closes its replica or the sweep's end closes all never breaks a walk."""
+    One per process (`POOL`), because Ray's named actors are the process's: a single run's, one replica's
+    of a sweep (`speculab.replica_process`), or a point's spread over replicas (`cluster.spread`), whose
+    lanes run in threads; every walk over the groups takes a snapshot, so a lane's thread adding a group
+    while the run's end closes all never breaks a walk."""
 
     def __init__(self) -> None:
         self.groups: dict[str, ActorGroup] = {}
@@ -268,27 +289,10 @@ class GroupPool:
         groups: one each)."""
         return sum(group.loads for group in list(self.groups.values()) if group.placement.replica == replica)
 
-    def held_beside(self, replica: int) -> dict[str, Bundle]:
-        """What the placed groups of the other replicas hold, by node id (empty with one replica)."""
-        held: dict[str, Bundle] = {}
-        for group in list(self.groups.values()):
-            if group.placement.replica == replica:
-                continue
-            for node, bundle in zip(group.nodes, group.bundles):
-                held[node] = demand([held.get(node, {}), bundle])
-        return held
-
     def close_all(self) -> None:
         groups, self.groups = list(self.groups.values()), {}
         for group in groups:
             group.close()
-
-    def close_replica(self, replica: int) -> None:
-        """Close one replica's groups (a replica lost mid-sweep), freeing what is left of them."""
-        for name, group in list(self.groups.items()):
-            if group.placement.replica == replica:
-                group.close()
-                self.groups.pop(name, None)  # gone already where the sweep's end closed all meanwhile
 
 
 POOL = GroupPool()

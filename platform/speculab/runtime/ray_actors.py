@@ -74,6 +74,20 @@ def connect(address: str | None, num_cpus: int | None) -> None:
                 )
 
 
+def joining(address: str | None) -> tuple[str, str]:
+    """Where another process joins the cluster this driver is on, and in which namespace (a sweep's
+    replica processes, `speculab.replica_process`): a Ray client's `ray://` address as given, else the
+    head's GCS address (an embedded cluster's too: its token is in the environment they inherit)."""
+    context = ray.get_runtime_context()
+    return (address if address and address.startswith("ray://") else context.gcs_address), context.namespace
+
+
+def join(address: str, namespace: str) -> None:
+    """Join the cluster at `address` in `namespace` (`joining`), keeping the process's SIGTERM handler."""
+    with own_sigterm():
+        ray.init(address=address, namespace=namespace, log_to_driver=True, logging_level=logging.WARNING)
+
+
 def embedded_auth(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment that gives an embedded cluster a token of its own: Ray turns token
     authentication on for a new local cluster and takes the token from `RAY_AUTH_TOKEN`, which the

@@ -1,10 +1,10 @@
 """What the console shows while a point decodes: one progress bar, or a sweep's board.
 
 A point alone draws its own bar (`point_progress`). When a sweep's points run side by side on replicas
-(`speculab.launcher`), one `SweepBoard` owns the terminal: a line for the sweep (points done, running,
-queued and failed, elapsed time and an estimate of what is left) and a bar for each running point,
-added by `point_progress` and removed when the point ends. Without a terminal nothing animates: each
-finished point prints one line, and the board prints its last state when the sweep ends.
+(`speculab.launcher`), each in a replica's process, the launcher's `SweepBoard` owns the terminal: one
+line for the sweep (points done, running, queued and failed, elapsed time and an estimate of what is
+left), and the replicas draw no bars of their own. Without a terminal nothing animates: each finished
+point prints one line, and the board prints its last state when the sweep ends.
 """
 
 from __future__ import annotations
@@ -26,20 +26,22 @@ from rich.progress import (
 
 from speculab.show.console import console, say
 
-_BOARDS: list[SweepBoard] = []  # the board of the sweep now running side by side, if any
+
+class _Bars:
+    drawn = True  # False in a replica's process (`speculab.replica_process`): the launcher's board owns the terminal
+
+
+def no_bars() -> None:
+    """This process draws no point bars from now on: it is one of a sweep's replicas."""
+    _Bars.drawn = False
 
 
 @contextmanager
 def point_progress(label: str, total: int) -> Iterator[Callable[[], None]]:
-    """A bar for one point's `total` steps, labelled `label`: on the sweep's board where one is up, else
-    its own; yields the function that advances it by one step."""
-    if _BOARDS:
-        progress = _BOARDS[0].progress
-        task = progress.add_task(label, total=total)
-        try:
-            yield lambda: progress.advance(task)
-        finally:
-            progress.remove_task(task)
+    """A bar for one point's `total` steps, labelled `label` (none in a replica's process); yields the
+    function that advances it by one step."""
+    if not _Bars.drawn:
+        yield lambda: None
         return
     with Progress(console=console(), transient=False) as progress:
         task = progress.add_task(label, total=total)
@@ -65,7 +67,7 @@ class Tally:
 
 
 class SweepBoard:
-    """The sweep's line and its running points' bars, updated from the replicas' threads."""
+    """The sweep's line, updated from the launcher's threads (one a replica)."""
 
     def __init__(self, total: int, replicas: int) -> None:
         self.tally, self.replicas = Tally(total), replicas
@@ -86,13 +88,9 @@ class SweepBoard:
 
     @contextmanager
     def shown(self) -> Iterator[SweepBoard]:
-        """The board on the terminal, and every point's bar on it, inside the block."""
+        """The board on the terminal inside the block."""
         with self.progress:
-            _BOARDS.append(self)
-            try:
-                yield self
-            finally:
-                _BOARDS.remove(self)
+            yield self
 
     def started(self) -> None:
         with self.lock:

@@ -27,6 +27,11 @@ class MlflowSweepCallback(Callback):
     def __init__(self) -> None:
         self.sweep: SweepRun | None = None  # a tracked sweep's parent run
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a copy in a replica's process (`speculab.replica_process`) has no parent run: the launcher feeds
+        # this one, where the parent is open, each job's end
+        return {**self.__dict__, "sweep": None}
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         plans, errors = sweep_plans(config)
         if errors:

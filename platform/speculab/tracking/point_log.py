@@ -8,7 +8,6 @@ point is tracked: an untracked run builds no figure and imports no matplotlib.
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
 from typing import cast
 
@@ -27,9 +26,6 @@ from speculab.tracking.spool import NOTE_TAG
 from speculab.tracking.tracker import Tracker
 
 CONDITIONS_TAG = "speculab.conditions"
-# pyplot's figures are one process-wide state: points side by side on replicas (`speculab.launcher`)
-# plot in turn; a lock, since the threads share the one state pyplot keeps
-PLOTTING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -53,18 +49,17 @@ def log_point(
 ) -> None:
     """The point's final figures (and its baselines'), its description and where it was measured
     (`conditions`, on `runtime`), its whole console summary, its per-prompt records and plots."""
-    with PLOTTING:
-        tracker.set_tags({CONDITIONS_TAG: conditions})
-        log_figures(tracker, result.logged())
-        tracker.set_tags({NOTE_TAG: point_description(result.shape, runtime, result)})
-        if result.units is not None:
-            tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
-        tracker.log_text(summary + "\n", SUMMARY_FILE)
-        log_records(tracker, decoded)
-        if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
-            tracker.log_figure(by_depth, "acceptance_by_depth.png")
-        tracker.log_figure(time_split_figure(result.figures), "time_split.png")
-        plt.close("all")  # a sweep runs many points in this process
+    tracker.set_tags({CONDITIONS_TAG: conditions})
+    log_figures(tracker, result.logged())
+    tracker.set_tags({NOTE_TAG: point_description(result.shape, runtime, result)})
+    if result.units is not None:
+        tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
+    tracker.log_text(summary + "\n", SUMMARY_FILE)
+    log_records(tracker, decoded)
+    if (by_depth := depth_figure({result.shape.name: result.figures})) is not None:
+        tracker.log_figure(by_depth, "acceptance_by_depth.png")
+    tracker.log_figure(time_split_figure(result.figures), "time_split.png")
+    plt.close("all")  # a sweep runs many points in this process
 
 
 def log_records(tracker: Tracker, decoded: Decoded) -> None:
@@ -85,7 +80,6 @@ def log_finished(tracker: Tracker, decoded: Decoded) -> None:
         return
     figures = run_figures(concat_runs(decoded.runs))
     logged = flatten(figures.only(UNTIMED) | {k: v for k, v in figures.items() if is_acceptance(k)})
-    with PLOTTING:
-        log_figures(tracker, logged)
-        log_records(tracker, decoded)
-        plt.close("all")
+    log_figures(tracker, logged)
+    log_records(tracker, decoded)
+    plt.close("all")

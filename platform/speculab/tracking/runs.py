@@ -3,15 +3,16 @@ sweep's parent run, and a tracked point's decode inside its run (`tracked_point`
 `resume=true` finds it finished; `experiment.run` hands a point here only when it is tracked, so an
 untracked run imports no MLflow).
 
-Each `speculab` process that runs a sweep has its own id (`SWEEP_ID`): it ends the default sweep
-directory's name (conf/config.yaml, `${sweep_id:}`) and names the file in which the sweep's parent
-run is left for its points, so two sweeps started in the same second, or given the same
-`hydra.sweep.dir`, never share a parent.
+Each `speculab` process that runs a sweep has its own id (`SWEEP_ID`; its replicas' processes share
+it): it ends the default sweep directory's name (conf/config.yaml, `${sweep_id:}`) and names the file
+in which the sweep's parent run is left for its points, so two sweeps started in the same second, or
+given the same `hydra.sweep.dir`, never share a parent.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
@@ -41,7 +42,9 @@ from speculab.tracking.store import store_client
 from speculab.tracking.tracker import Tracker, flat_params
 from speculab.tracking.ui import experiment_tags, where
 
-SWEEP_ID = uuid.uuid4().hex[:8]  # this process's sweep: the end of its directory's name, its parent file's key
+SWEEP_ID_ENV = "SPECULAB_SWEEP_ID"  # a replica's process (`speculab.replica_process`) takes its launcher's sweep id
+# the end of the sweep directory's name, and its parent file's key
+SWEEP_ID = os.environ.get(SWEEP_ID_ENV) or uuid.uuid4().hex[:8]
 PARENT_FILE = f"mlflow_parent.{SWEEP_ID}.json"  # in a sweep's directory: the parent run's spool id and run id
 REPLICA_TAG = "speculab.replica"  # a point run on one of several replicas: "2 of 3" (`cluster.replicas`)
 

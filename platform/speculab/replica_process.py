@@ -1,0 +1,85 @@
+"""One replica of a sweep's model groups, in a process of its own: it runs the points the launcher sends,
+one at a time, each through Hydra's `run_job` as a sweep at `cluster.replicas=1` would (`hydra.job.env_set`
+and `chdir`, its `HydraConfig`, output directory, saved config, log file and callbacks), and sends each
+point's `JobReturn` back.
+
+Hydra keeps the running job in process-wide state (`HydraConfig`, the working directory, the
+environment), so points that run at the same time need processes of their own; a process per replica
+(not per point) keeps its model groups loaded from one point to the next. The process joins the
+launcher's Ray cluster in its namespace and ends its groups and its open runs when it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+from multiprocessing.connection import Connection
+
+from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
+
+from speculab import interrupts, jobs
+from speculab.show.board import no_bars
+from speculab.show.console import say
+
+AGAIN = "runs again on another replica"
+
+
+def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, namespace: str) -> None:
+    """Run the points `conn` sends (composed configs; None: the sweep is over) until the sweep ends or this
+    replica is lost. `payload`: the sweep's Hydra context, task function and point plans (cloudpickle)."""
+    os.setsid()  # Ctrl-C on the terminal reaches the launcher, which passes it on once (`Replica.interrupt`)
+    signal.signal(signal.SIGTERM, interrupts.handler)
+    signal.signal(signal.SIGINT, interrupts.handler)
+    jobs.take_seat(seat)
+    no_bars()
+    from ray import cloudpickle
+
+    from speculab.config.sweep import PLANS
+    from speculab.runtime.ray_actors import join
+    from speculab.runtime.teardown import teardown
+
+    context, task, plans = cloudpickle.loads(payload)
+    PLANS.update(plans)  # resolved once, as the sweep started
+    join(address, namespace)
+    setup_globals()
+    status = "KILLED"
+    try:
+        while (config := conn.recv()) is not None:
+            done = run_job(
+                hydra_context=context,
+                task_function=task,
+                config=config,
+                job_dir_key="hydra.sweep.dir",
+                job_subdir_key="hydra.sweep.subdir",
+            )
+            lost = jobs.replica_lost(done)
+            if lost is not None:  # said here, where the point's log is still open
+                say(f"speculab: replica {seat.replica + 1} lost ({lost.why}); {lost.point} {AGAIN}")
+            conn.send(sendable(done))
+            if lost is not None:
+                break
+        status = "FINISHED"
+    except (KeyboardInterrupt, EOFError):  # Ctrl-C or SIGTERM, or the launcher gone
+        pass
+    except BaseException:
+        status = "FAILED"
+        raise
+    finally:
+        if status != "FINISHED" and (spool := sys.modules.get("speculab.tracking.spool")):
+            spool.close_open_runs(status)
+        teardown()
+
+
+def sendable(done: JobReturn) -> JobReturn:
+    """`done` as it can cross to the launcher: a return value that cannot be pickled becomes a failure that
+    says so (an exception some library built with arguments it cannot be rebuilt from)."""
+    try:
+        pickle.dumps(done)
+        return done
+    except Exception as err:
+        value = jobs.returned(done)
+        done.status = JobStatus.FAILED
+        done.return_value = RuntimeError(f"{value!r} (not sent from the replica's process: {err})")
+        return done
