@@ -45,6 +45,9 @@ def test_default_config_is_valid_with_a_model_pair(weightless_pair_overrides: li
         ("runtime.kind=nope", "runtime.kind", "inline, ray"),
         ("dataset=jsonl", "dataset.path", "JSONL"),
         ("model.target_path=/nonexistent/model", "model.target_path", "config.json"),
+        ("drafter.ahead=pearl", "drafter.ahead", "off, ssd"),
+        ("drafter.ahead_fan_out=wide", "drafter.ahead_fan_out", "geometric, uniform"),
+        ("drafter.ahead_budget=4", "drafter.ahead_budget=4", "applies with drafter.ahead=ssd"),
     ],
 )
 def test_bad_values_are_named_with_what_is_allowed(
@@ -585,3 +588,30 @@ def test_a_prompt_longer_than_the_context_leaves_room_for_is_refused_naming_it(t
         "have at most 955 (the target's context is 1024, max_position_embeddings); shorten or drop it, or lower "
         "sampling.max_new_tokens"
     ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"),
+    [
+        (["algorithm=gbv", "algorithm.K=2"], "drafter.ahead=ssd: drafts ahead for one i.i.d. path (algorithm.K=1"),
+        (["drafter.ahead_budget=0"], "drafter.ahead_budget=0: must be an integer >= 1 and <= 256"),
+        (["runtime.loop=driver"], "drafter.ahead=ssd: with the loop in the driver every draft call is a Ray call"),
+    ],
+)
+def test_drafting_ahead_is_refused_where_it_cannot_run(
+    weightless_pair_overrides: list[str], overrides: list[str], line: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate(load([*weightless_pair_overrides, "runtime=ray", "drafter.ahead=ssd", *overrides]))
+    assert line in str(err.value)
+
+
+def test_drafting_ahead_puts_the_loop_on_the_target_driving_the_draft_actor(weightless_pair_overrides) -> None:
+    from speculab.config import resolve
+
+    plan = resolve(
+        load([*weightless_pair_overrides, "runtime=ray", "cluster.draft_placement=own", "drafter.ahead=ssd"])
+    )
+    assert plan.loop == "target" and plan.placement.draft_own
+    alone = resolve(load([*weightless_pair_overrides, "runtime=ray", "cluster.draft_placement=own"]))
+    assert alone.loop == "driver"  # without drafting ahead, auto keeps the loop in the driver

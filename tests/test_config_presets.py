@@ -104,8 +104,9 @@ def test_preset_pairs_on_preset_clusters(hub_cache: Path, gpu_machine: None, mod
             "set runtime.loop=target",
         ),
         (
-            ["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_placement=own", "runtime.loop=target"],
-            "set runtime.loop=driver",
+            ["model=qwen3-8b_dflash", "drafter=dflash", "algorithm=ddtree", "cluster=a6000x4"]
+            + ["cluster.draft_placement=own", "runtime.loop=target"],
+            r"rank 0 drives a draft actor of its own over a socket for drafter=iid only \(got dflash\)",
         ),
         (
             ["model=qwen3-32b_0.6b", "cluster=a6000x4", "cluster.draft_placement=aside"],
@@ -219,3 +220,34 @@ def test_the_documented_replica_plan_is_what_the_memory_planner_allows(
             validate(load([*base, f"cluster.tp_size={tp_size // 2}"]))
     with pytest.raises(ConfigError, match=f"set cluster.replicas to at most {replicas}"):
         validate(load([*base, f"cluster.tp_size={tp_size}", f"cluster.replicas={replicas + 1}"]))
+
+
+# docs/runtime.md's plan for drafting ahead (drafter.ahead=ssd): the draft in an actor of its own on a GPU of
+# its own (cluster.draft_placement=own, draft_gpu=1), the target at the smallest tp_size the planner fits; the
+# copies a GPU preset holds (tp_size + 1 GPUs each)
+AHEAD_PLAN = [
+    ("llama3-70b_8b", "h200x8", 2, 2),
+    ("qwen3-32b_0.6b", "a6000x4", 2, 1),
+    ("qwen3-32b_0.6b", "h200x8", 1, 4),
+]
+
+
+@pytest.mark.parametrize(("model", "cluster", "tp_size", "replicas"), AHEAD_PLAN)
+def test_the_documented_ahead_plan_is_what_the_memory_planner_allows(
+    hub_cache: Path, model: str, cluster: str, tp_size: int, replicas: int
+) -> None:
+    base = [f"model={model}", f"cluster={cluster}", "cluster.draft_placement=own", "cluster.draft_gpu=1"]
+    base += ["drafter.ahead=ssd", "algorithm=block", f"cluster.tp_size={tp_size}"]
+    plan = resolve(load([*base, f"cluster.replicas={replicas}"]))
+    assert plan.loop == "target" and plan.placement.draft_own
+    with pytest.raises(ConfigError, match=f"set cluster.replicas to at most {replicas}"):
+        validate(load([*base, f"cluster.replicas={replicas + 1}"]))
+
+
+def test_the_70b_pair_cannot_draft_ahead_on_four_a6000(hub_cache: Path) -> None:
+    """At TP = 4 the 70B target takes every GPU and the 8B draft fits beside no shard: no GPU for it."""
+    base = ["model=llama3-70b_8b", "cluster=a6000x4", "cluster.draft_placement=own", "drafter.ahead=ssd"]
+    with pytest.raises(ConfigError, match="> cluster.num_gpus=4"):
+        validate(load([*base, "algorithm=block", "cluster.tp_size=4", "cluster.draft_gpu=1"]))
+    with pytest.raises(ConfigError, match="does not fit"):
+        validate(load([*base, "algorithm=block", "cluster.tp_size=4", "cluster.draft_gpu=0.3"]))

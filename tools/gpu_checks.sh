@@ -13,11 +13,12 @@
 #   bash tools/gpu_checks.sh trees     # gpu_systems.py (p) and (q): a DFlash round by budget, break-even, projection
 #   bash tools/gpu_checks.sh baselines # (9 min) tests/gpu, a run against compiled and eager generate, table (a)
 #   bash tools/gpu_checks.sh fused     # (8 min) compiled layers and captured verifiers: tests, a run, tables (b), (c), (a)
+#   bash tools/gpu_checks.sh ahead     # (8 min) drafting ahead on a draft actor of its own: tests, benchmarks/ahead.py
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -109,7 +110,16 @@ fused)  # issue 52, items 3 and 4: layers compiled by inductor in the captured p
     step figures 240 python benchmarks/gpu_systems.py --tables bca --sizes 1,16,64 --contexts 1024 \
         --vocabs 128256 --verifiers token,block,gbv,spectr,traversal --max-new-tokens 64
     ;;
+ahead)  # issue 66: drafting ahead against the synchronous loop with the draft in an actor of its own and beside
+    # the target, the tiny pair on cuda; one GPU: the draft actor shares it (half each), two: a GPU of its own
+    gpus=$(python -c "import torch; print(torch.cuda.device_count())")
+    share=$( ((gpus >= 2)) && echo 1 || echo 0.5)
+    step tests 150 python -m pytest -q -p no:cacheprovider tests/drafting/test_ahead.py tests/runtime/test_draft_channel.py
+    step bench 360 python benchmarks/ahead.py --prompts 8 --max-new-tokens 64 --repeats 2 --budgets 4 8 \
+        --overrides algorithm=block algorithm.L=4 model.device=cuda cluster=gpu1 "cluster.num_gpus=$((gpus >= 2 ? 2 : 1))" \
+        "cluster.draft_gpu=$share"
+    ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines or fused" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused or ahead" && exit 2
     ;;
 esac

@@ -253,6 +253,9 @@ def _round(
         first_overlap=first[0],
         first_entropy_target=first[1],
         first_entropy_draft=first[2],
+        ahead_hit=proposal.ahead_hit,
+        ahead_drafts=proposal.ahead_drafts,
+        draft_busy_s=proposal.draft_busy_s,
     )
     rounds.append(round_record)
     clock.close_round(round_record, begun)

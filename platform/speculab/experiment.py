@@ -30,6 +30,7 @@ from speculab.config.prompts import PointPrompts, point_prompts
 from speculab.config.replicas import asked
 from speculab.data import Prompt
 from speculab.decoders import Decoders, merged
+from speculab.drafting.ahead import Ahead
 from speculab.drafting.sampling import SamplingParams
 from speculab.engine import DecodeSettings
 from speculab.loop import METHODS, TARGET_ROLE, PointWork, Unit
@@ -139,6 +140,7 @@ def point_work(
         settings,
         form,
         verifier_passes,
+        Ahead(cfg.drafter.ahead_budget, cfg.drafter.ahead_fan_out) if cfg.drafter.ahead == "ssd" else None,
     )
 
 

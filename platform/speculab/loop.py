@@ -32,6 +32,7 @@ from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
 from speculab.autoregressive import autoregressive
 from speculab.baselines import BaselineResult, GenerateForm
 from speculab.captured import replayed
+from speculab.drafting.ahead import Ahead, AheadDrafter
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.engine import DecodeSettings, Drafter, decode
 from speculab.measure import Sample, timed
@@ -62,6 +63,7 @@ class PointWork:
     generate: GenerateForm = field(default_factory=GenerateForm)
     # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `captured.CapturedPaths`)
     verifier_passes: str = "eager"
+    ahead: Ahead | None = None  # drafting ahead (`drafter.ahead=ssd`); None: off
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,12 @@ def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
 
 def point_drafter(draft_model: Any, work: PointWork) -> Drafter:  # a DraftModel or its Ray proxy
     """The drafter the engine drives: the draft model itself, or its marginals turned into one tree per
-    prompt (tree algorithms) or one drawn path (a marginals drafter under a path verifier)."""
+    prompt (tree algorithms) or one drawn path (a marginals drafter under a path verifier), or the draft
+    model drafting every round ahead (`drafter.ahead=ssd`)."""
     if get_algorithm(work.algorithm).tree_builder:
         return TreeDrafter(draft_model, tree_builder(work.tree, work.budget))
+    if work.ahead is not None:
+        return AheadDrafter(draft_model, work.ahead, work.settings.length)
     if DRAFTERS[work.drafter].proposes == "marginals":
         return MarginalPathDrafter(draft_model, torch.Generator())
     return draft_model

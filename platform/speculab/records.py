@@ -33,6 +33,13 @@ class RoundRecord:
     first_overlap: list[float] = field(default_factory=list)
     first_entropy_target: list[float] = field(default_factory=list)
     first_entropy_draft: list[float] = field(default_factory=list)
+    # Drafted ahead (`drafting.ahead`): whether the round took its cached draft, None where no round before
+    # drafted it ahead; and the drafts made ahead for it (guesses times rows): the work the cache cost
+    ahead_hit: bool | None = None
+    ahead_drafts: int = 0
+    # A draft in an actor of its own driven over a socket (`runtime.draft_channel`): its model seconds
+    # for this round (its process's clock); the rest of the round it waited for the loop
+    draft_busy_s: float = 0.0
 
 
 @dataclass

@@ -18,6 +18,8 @@ K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
 L_RANGE = (1, 128)  # algorithm.L: draft length
 DEFAULT_L = 8  # algorithm.L where neither the algorithm preset nor the drafter's block sets it
 BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
+AHEAD_MODES = ("off", "ssd")  # drafter.ahead
+AHEAD_BUDGET_RANGE = (1, 256)  # drafter.ahead_budget
 REPEATS_RANGE = (1, 1024)  # algorithm.compare_repeats
 
 # Draft columns an optimal-transport node rule may solve over per node. Measured on this project's
@@ -46,6 +48,10 @@ class DrafterConfig:
         "iid"  # iid: K sampled paths; ar_marginals, parallel, dflash: per-depth marginals (ddtree, token, block)
     )
     path: str | None = None  # parallel, dflash: the drafter's own checkpoint dir (dflash, null: the model's draft)
+    # drafting ahead (`speculab.drafting.ahead`): off, or ssd (the next round drafted while the target verifies)
+    ahead: str = "off"
+    ahead_budget: int = 8  # ssd: guesses of a round's verdict drafted ahead, per row
+    ahead_fan_out: str = "geometric"  # ssd: how the guesses spread over accepted lengths (`drafting.ahead.FAN_OUTS`)
 
 
 class DraftView(Protocol):
@@ -64,6 +70,13 @@ def largest_tree(a: AlgorithmConfig) -> int:
 
     assert a.L is not None  # set by `config.checks.with_draft_length`
     return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
+
+
+def ahead_nodes(ahead: str, budget: int, length: int | None) -> int:
+    """The draft forest's nodes a round drafted ahead holds (`drafter.ahead`); 0 without drafting ahead."""
+    from speculab.drafting.ahead import speculation_nodes
+
+    return speculation_nodes(budget, length) if ahead != "off" and length else 0
 
 
 def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
@@ -99,7 +112,7 @@ def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
         errors += _transport_size_errors(algorithm, cfg.sampling.top_k, found["target"])
     if algorithm.compare:
         errors += _compare_errors(algorithm)
-    return errors + _drafter_errors(cfg) + _tree_errors(algorithm)
+    return errors + _drafter_errors(cfg) + _tree_errors(algorithm) + _ahead_errors(cfg)
 
 
 def _drafter_errors(cfg: DraftView) -> list[str]:
@@ -118,6 +131,36 @@ def _drafter_errors(cfg: DraftView) -> list[str]:
     if drafter.name in DRAFTERS and drafter.name not in spec.drafters:
         errors.append(
             f"drafter.name={drafter.name!r}: algorithm={algorithm.name} needs drafter one of {', '.join(spec.drafters)}"
+        )
+    return errors
+
+
+def _ahead_errors(cfg: DraftView) -> list[str]:
+    """Drafting ahead: its mode, budget and fan-out, and what it drafts ahead for: one path (K = 1) of
+    i.i.d. tokens, which a path verifier checks (speculab.drafting.ahead); its settings only with it on."""
+    from speculab.algorithms import ALGORITHMS, DRAFTERS
+    from speculab.drafting.ahead import FAN_OUTS
+
+    drafter, algorithm = cfg.drafter, cfg.algorithm
+    errors: list[str] = []
+    choice(errors, "drafter.ahead", drafter.ahead, AHEAD_MODES)
+    choice(errors, "drafter.ahead_fan_out", drafter.ahead_fan_out, FAN_OUTS)
+    within(errors, "drafter.ahead_budget", drafter.ahead_budget, AHEAD_BUDGET_RANGE)
+    if drafter.ahead == "off":
+        default = DrafterConfig()
+        moved = [
+            f"drafter.{key}={getattr(drafter, key)!r}"
+            for key in ("ahead_budget", "ahead_fan_out")
+            if getattr(drafter, key) != getattr(default, key)
+        ]
+        return errors + [f"{m}: applies with drafter.ahead=ssd (now off)" for m in moved]
+    samplers = [name for name, d in DRAFTERS.items() if d.proposes == "paths"]
+    paths = [n for n, s in ALGORITHMS.items() if not s.tree_builder and set(samplers) & set(s.drafters)]
+    if drafter.ahead == "ssd" and (algorithm.K != 1 or algorithm.name not in paths or drafter.name not in samplers):
+        errors.append(
+            f"drafter.ahead=ssd: drafts ahead for one i.i.d. path (algorithm.K=1, drafter={'/'.join(samplers)}) "
+            f"checked by a path verifier ({', '.join(paths)}); got algorithm={algorithm.name} "
+            f"algorithm.K={algorithm.K} drafter={drafter.name}"
         )
     return errors
 

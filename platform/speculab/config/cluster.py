@@ -66,6 +66,9 @@ class Placement:
     target_resources: dict[str, float] = field(default_factory=dict)
     draft_resources: dict[str, float] = field(default_factory=dict)
     replica: int = 0  # which copy of a sweep's model groups (`cluster.replicas`): each copy's groups are its own
+    # the draft in an actor of its own (`cluster.draft_placement=own`); with the loop on the target's rank 0,
+    # which drives it over a socket (`runtime.draft_channel`)
+    draft_own: bool = False
 
 
 class ClusterView(ModelView, RuntimeView, Protocol):
@@ -88,6 +91,7 @@ def placement(cfg: ClusterView) -> Placement:
         r.placement_timeout_s,
         dict(c.target_resources or {}),
         dict(c.draft_resources or {}),
+        draft_own=c.draft_placement == "own",
     )
 
 

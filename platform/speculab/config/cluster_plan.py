@@ -58,7 +58,9 @@ def fits_only_sharded(cfg: ClusterView, found: dict[str, Checkpoint]) -> bool:
 
 def placement_errors(cfg: ClusterView) -> list[str]:
     """`cluster.draft_placement` against the loop's place and the drafter: a draft actor of its own is
-    called by a loop in the driver, one in the loop's group by a loop on rank 0, and a draft asked to be
+    called by a loop in the driver, or driven over a socket by a loop on rank 0 (an i.i.d. path drafter;
+    the place drafting ahead runs at the same time as the target), one in the loop's group by a loop on
+    rank 0, and a draft asked to be
     sharded needs a drafter whose checkpoint loads as tensor-parallel shards (the pair's draft model) and
     no GPU of its own (`auto` shards only such a draft: `fits_only_sharded`)."""
     from speculab.algorithms import DRAFTERS
@@ -66,10 +68,18 @@ def placement_errors(cfg: ClusterView) -> list[str]:
     c, errors = cfg.cluster, list[str]()
     choice(errors, "cluster.draft_placement", c.draft_placement, DRAFT_PLACEMENTS)
     host = loop_host(cfg)
-    if c.draft_placement == "own" and host == "target":
+    samplers = [name for name, d in DRAFTERS.items() if d.proposes == "paths"]  # the pair's draft samples paths
+    if c.draft_placement == "own" and host == "target" and cfg.drafter.name not in samplers:
         errors.append(
-            "cluster.draft_placement=own: a draft actor of its own is called by the loop in the driver; set "
-            "runtime.loop=driver (or auto), or cluster.draft_placement=beside or sharded"
+            f"cluster.draft_placement=own with runtime.loop=target: rank 0 drives a draft actor of its own over a "
+            f"socket for drafter={'/'.join(samplers)} only (got {cfg.drafter.name}); set runtime.loop=driver, or "
+            "cluster.draft_placement=beside"
+        )
+    if cfg.drafter.ahead != "off" and host == "driver":
+        errors.append(
+            f"drafter.ahead={cfg.drafter.ahead}: with the loop in the driver every draft call is a Ray call in "
+            "turn, so nothing is drafted while the target verifies; set runtime.loop=target (or auto) with "
+            "cluster.draft_placement=own"
         )
     if c.draft_placement in ("beside", "sharded") and host == "driver":
         errors.append(
@@ -98,7 +108,7 @@ def gpu_place(cfg: ClusterView, placed: str) -> str:
     `draft_place` has it: on a GPU of its own, beside one target shard, or sharded over every target GPU. A
     draft outside the loop group (its own actor, or inline) takes the share cluster.draft_gpu gives it; one
     in rank 0's process has a GPU of its own only with model.draft_device=cuda:1."""
-    if loop_host(cfg) != "target":
+    if loop_host(cfg) != "target" or placed == "own":
         return "own" if cfg.cluster.draft_gpu >= 1 else "beside"
     return "own" if own_draft_gpu(cfg) else placed
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speculab.config.algorithm import largest_tree
+from speculab.config.algorithm import ahead_nodes, largest_tree
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.cluster import ClusterView
 
@@ -53,6 +53,11 @@ def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint], where: str
     except (ValueError, KeyError):
         return None
     work = Workload(
-        s.batch_size, c.plan_prompt_tokens, s.max_new_tokens, largest_tree(cfg.algorithm), DTYPE_BYTES[cfg.model.dtype]
+        s.batch_size,
+        c.plan_prompt_tokens,
+        s.max_new_tokens,
+        largest_tree(cfg.algorithm),
+        DTYPE_BYTES[cfg.model.dtype],
+        ahead_nodes(cfg.drafter.ahead, cfg.drafter.ahead_budget, cfg.algorithm.L),
     )
     return memory_footprint(target, draft, work, c.tp_size, where)

@@ -50,7 +50,10 @@ def replica_errors(cfg: ClusterView) -> list[str]:
             f"cluster.replicas={c.replicas}: with the decode loop in the driver (runtime.loop=driver) the replicas "
             "would share the driver's cores; set runtime.loop=target (or auto)"
         ]
-    gpus = c.tp_size + own_draft_gpu(cfg)  # one copy's GPUs: a GPU a target rank, and the draft's own if asked
+    # the draft in an actor of its own beside the loop group (drafting ahead): its GPU, where it takes a whole one
+    actor = c.draft_placement == "own"
+    # one copy's GPUs: a GPU a target rank, and the draft's own if asked
+    gpus = c.tp_size + own_draft_gpu(cfg) + (actor and c.draft_gpu >= 1)
     if count is not None and c.num_gpus and count * gpus > c.num_gpus:
         return [
             f"cluster.replicas={count}: cluster.num_gpus={c.num_gpus} and each copy of the point's groups takes "
@@ -58,7 +61,7 @@ def replica_errors(cfg: ClusterView) -> list[str]:
             ", or auto"
         ]
     cores = c.num_cpus or os.cpu_count() or 1
-    each = c.tp_size * c.actor_cpus  # one copy's CPUs: its loop group's ranks
+    each = (c.tp_size + actor) * c.actor_cpus  # one copy's CPUs: its loop group's ranks, and a draft actor
     if count is not None and c.address is None and count * each > cores:
         return [
             f"cluster.replicas={count}: the local Ray cluster has {cores} CPUs and {count} copies of the point's "

@@ -11,8 +11,9 @@ from speculab.config.errors import at_least, choice
 RUNTIMES = ("inline", "ray")
 # runtime.loop: where the decode loop runs on Ray. target: in rank 0 of the target's group, the draft in the
 # same process (or sharded over the group's ranks), the other ranks following its calls (no Ray call inside a
-# round, at any TP size); driver: in this process, the draft in its own actor (Ray calls every round); auto:
-# driver where cluster.draft_placement=own asks for a draft actor, else target.
+# round, at any TP size), or with cluster.draft_placement=own the draft in an actor of its own that rank 0 drives
+# over a socket; driver: in this process, the draft in its own actor (Ray calls every round); auto: driver where
+# cluster.draft_placement=own asks for a draft actor (target with drafter.ahead), else target.
 LOOPS = ("auto", "target", "driver")
 
 
@@ -35,6 +36,11 @@ class DraftPlaced(Protocol):
     draft_placement: str  # `cluster.draft_placement` (config.cluster_plan.DRAFT_PLACEMENTS)
 
 
+class DraftsAhead(Protocol):
+    ahead: str  # `drafter.ahead` (config.algorithm.AHEAD_MODES)
+    ahead_budget: int
+
+
 class RuntimeView(Protocol):
     """The parts of a config `loop_host` reads (`Config` is one): typed by their shape, because the root
     `Config` is built from this module's dataclass and so cannot be imported here."""
@@ -44,15 +50,20 @@ class RuntimeView(Protocol):
     @property
     def cluster(self) -> DraftPlaced: ...
 
+    @property
+    def drafter(self) -> DraftsAhead: ...
+
 
 def loop_host(cfg: RuntimeView) -> str:
     """Where the decode loop runs: "inline" (runtime=inline), "target" (in rank 0 of the target's Ray
     group, with the draft in the same process or sharded over the ranks; what `auto` picks) or "driver"
-    (this process; the draft in its own actor: what `auto` picks for cluster.draft_placement=own)."""
+    (this process; the draft in its own actor: what `auto` picks for cluster.draft_placement=own, except
+    with drafter.ahead, where rank 0 drives the draft's actor over a socket so that it drafts while the
+    target verifies)."""
     if cfg.runtime.kind == "inline":
         return "inline"
     if cfg.runtime.loop == "auto":
-        return "driver" if cfg.cluster.draft_placement == "own" else "target"
+        return "driver" if cfg.cluster.draft_placement == "own" and cfg.drafter.ahead == "off" else "target"
     return cfg.runtime.loop
 
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import torch
 
-from speculab.drafting.sampling import SamplingParams, draft_probs, sample
+from speculab.drafting.sampling import SamplingParams, draft_probs, sample_with
 from speculab.drafting.tree import DraftTree, Proposal
 
 
@@ -40,17 +40,17 @@ def sample_iid_paths(
     num_paths: int,
     length: int,
     sampling: SamplingParams,
-    rng: torch.Generator,
+    u: torch.Tensor,  # [B, K, L] the round's uniforms (`drafting.ahead.draw_uniforms`)
 ) -> Proposal:
-    """Draw K i.i.d. paths of L tokens; L - 1 forest extensions after the root."""
+    """Draw K i.i.d. paths of L tokens, path k's token i by u[:, k, i]; L - 1 forest extensions after the root."""
     B, V = root_logits.shape
     q = draft_probs(root_logits, sampling.temperature, sampling.top_k, sampling.top_p)  # [B, V]
     qs = [q[:, None, :].expand(B, num_paths, V)]
-    tokens = [sample(q, num_paths, rng)]  # [B, K]
+    tokens = [sample_with(q, u[:, :, 0])]  # [B, K]
     for step in range(length - 1):
         logits = lm.extend(step_nodes(tokens[-1], step))  # [B, K, V]
         q = draft_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p)
         qs.append(q)
-        tokens.append(sample(q, 1, rng)[..., 0])  # [B, K]
+        tokens.append(sample_with(q, u[:, :, step + 1, None])[..., 0])  # [B, K]
     paths = torch.stack(tokens, dim=2)  # [B, K, L]
     return Proposal(DraftTree.from_paths(root, paths), paths, torch.stack(qs, dim=2))

@@ -52,15 +52,18 @@ def draft_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
 
 
 def sample(probs: torch.Tensor, num_samples: int, rng: torch.Generator) -> torch.Tensor:
-    """num_samples i.i.d. draws per row of probs [..., V] -> [..., num_samples] int64.
-
-    Inverse CDF on (1 - u) * total, u in [0, 1): the threshold is in (0, total], so the first
-    index with cdf >= threshold always exists and never has zero probability. On CPU this is
-    ~10x cheaper than torch.multinomial at V = 4096, which matters once per drafted token. The
-    uniforms come from `rng` on its own device and move to probs' (the engine's generator lives on
-    the CPU; a drafter's on its model's device, where they stay).
-    """
-    cdf = probs.to(torch.float64).cumsum(-1)  # [..., V]
+    """num_samples i.i.d. draws per row of probs [..., V] -> [..., num_samples] int64 (`sample_with`). The
+    uniforms come from `rng` on its own device and move to probs' (the engine's generator lives on the
+    CPU; a drafter's on its model's device, where they stay)."""
     u = torch.rand(*probs.shape[:-1], num_samples, generator=rng, dtype=torch.float64, device=rng.device)
-    u = u.to(probs.device)
-    return torch.searchsorted(cdf, (1 - u) * cdf[..., -1:])
+    return sample_with(probs, u)
+
+
+def sample_with(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Draws from probs [..., V] by the uniforms u [..., n] in [0, 1) -> [..., n] int64.
+
+    Inverse CDF on (1 - u) * total: the threshold is in (0, total], so the first index with cdf >=
+    threshold always exists and never has zero probability. On CPU this is ~10x cheaper than
+    torch.multinomial at V = 4096, which matters once per drafted token."""
+    cdf = probs.to(torch.float64).cumsum(-1)  # [..., V]
+    return torch.searchsorted(cdf, (1 - u.to(probs.device)) * cdf[..., -1:])

@@ -143,3 +143,6 @@ class Proposal:
     feature_bytes: int = 0  # target features the drafter absorbed for this proposal (DFlash)
     feature_s: float = 0.0  # seconds it spent absorbing them
     marginals: torch.Tensor | None = None  # [B, L, V] a deterministic tree's per-depth marginals
+    ahead_hit: bool | None = None  # drafted ahead (`drafting.ahead`): the cached draft (True) or not; None: not ahead
+    ahead_drafts: int = 0  # the drafts made ahead for this round (guesses times rows)
+    draft_busy_s: float = 0.0  # a draft in an actor of its own: its model seconds since its last proposal

@@ -64,6 +64,9 @@ class Workload:
     max_new_tokens: int
     tree_nodes: int  # largest scored tree, root included (K*L + 1 for K i.i.d. paths of L)
     dtype_bytes: int
+    # the most nodes the draft's forest holds beyond the context, where more than the tree's (drafting
+    # ahead: `drafting.ahead.speculation_nodes`); 0: the tree's non-root nodes
+    draft_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,13 +210,14 @@ def memory_footprint(
     it (DRAFT_WHERE; sharded: split over the same tp_size GPUs as the target).
 
     The draft decodes its K paths as a forest in its own cache, so it holds the same
-    tokens per sequence as the target (the tree's non-root nodes).
+    tokens per sequence as the target (the tree's non-root nodes), or the forest of a round drafted
+    ahead (`Workload.draft_nodes`).
     """
     draft_split = tp_size if draft_place == "sharded" else 1
     return MemoryFootprint(
         tp_size,
         model_share(target, work, tp_size, work.tree_nodes),
-        model_share(draft, work, draft_split, work.tree_nodes - 1),
+        model_share(draft, work, draft_split, max(work.tree_nodes - 1, work.draft_nodes)),
         draft_place,
     )
 

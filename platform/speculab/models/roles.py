@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from speculab.drafting.ahead import Speculation, chain_nodes, draw_uniforms, guess_nodes, guessed, step_nodes
 from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
-from speculab.drafting.sampling import SamplingParams, tempered_probs
+from speculab.drafting.sampling import SamplingParams, draft_probs, sample_with, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.models.families import runs_lean
 from speculab.models.kinds import (
@@ -210,6 +211,10 @@ class DraftModel:
     the start of the next proposal, in the same pass that yields the first draft step. A
     drafter conditioned on the target (DFlash) reads no tokens but the bonus: it takes the
     target's features of the committed tokens instead, absorbing a round's at the next proposal.
+
+    Drafting ahead (`speculate`, `speculab.drafting.ahead`): after proposing round t it drafts round t + 1
+    for its guesses of round t's verdict; `commit` finds the verdict among them or not, and the next
+    `propose` returns the cached draft (a hit) or drafts as usual (a miss), with the same uniforms.
     """
 
     def __init__(self, spec: LMSpec) -> None:
@@ -219,6 +224,14 @@ class DraftModel:
         self.pending: list[list[int]] = []
         self.pending_features: tuple[torch.Tensor, torch.Tensor] | None = None  # features [B, T, F], valid [B, T]
         self.rng = torch.Generator(device=spec.device)
+        self.fed = False  # whether `pending` is in the cache (a proposal or a speculation fed it)
+        self.root_logits: torch.Tensor | None = None  # [B, V] after the last token fed
+        self.next_u: torch.Tensor | None = None  # [B, K, L] the next round's uniforms, drawn ahead
+        self.speculation: Speculation | None = None  # the next round drafted ahead
+        self.hit: torch.Tensor | None = None  # [B] the guess each row's verdict matched (every row's did)
+        # [B] each live row's place in its batch as prefilled: a round draws uniforms for every row of the
+        # batch, so a row's draws do not depend on which rows left, nor on when a round drew them
+        self.rows, self.width = torch.arange(0), 0
 
     def prefill(
         self,
@@ -235,6 +248,8 @@ class DraftModel:
         self.rng.manual_seed(seed)
         self.pending = [[root] for root in roots]
         self.pending_features = None
+        self.fed, self.root_logits, self.next_u, self.speculation, self.hit = False, None, None, None, None
+        self.rows, self.width = torch.arange(len(contexts)), len(contexts)
         if self.conditioned is not None:
             if features is not None:
                 valid = aligned_valid([len(c) for c in contexts], features.shape[1], right=True)
@@ -244,12 +259,46 @@ class DraftModel:
             self.lm.feed(contexts)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
+        """K paths of L tokens, by the round's uniforms (drawn now, or when the round was drafted ahead);
+        the cached draft where the round was drafted ahead and its verdict guessed."""
         assert not isinstance(self.lm, OnePassDrafterLM), "a one-pass drafter drafts marginals, not paths"
-        root_logits = self.lm.feed(self.pending)
-        root = self._root().to(root_logits.device)
-        proposal = sample_iid_paths(self.lm, root, root_logits, num_paths, length, sampling, self.rng)
-        self._drop_forest(self.lm, root_logits.device)
-        return proposal
+        u = self.next_u if self.next_u is not None else self._uniforms(num_paths, length)
+        ahead, hit, self.next_u, self.speculation, self.hit = self.speculation, self.hit, None, None, None
+        drafts = ahead.drafts if ahead is not None else 0
+        if ahead is not None and hit is not None:
+            return replace(ahead.proposal(hit, self._root()), ahead_hit=True, ahead_drafts=drafts)
+        self.root_logits, self.fed = self.lm.feed(self.pending), True
+        root = self._root().to(self.root_logits.device)
+        proposal = sample_iid_paths(self.lm, root, self.root_logits, num_paths, length, sampling, u)
+        self._drop_forest(self.lm, self.root_logits.device)
+        return proposal if ahead is None else replace(proposal, ahead_hit=False, ahead_drafts=drafts)
+
+    def speculate(self, paths: torch.Tensor, fan: list[int], sampling: SamplingParams) -> None:
+        """Draft the next round ahead, for each of F_k guesses (`fan`) of the token the verdict on the
+        round's drafted path (paths [B, 1, L]) adds after k accepted tokens (`drafting.ahead`): L + 1 forest
+        passes over the guesses, by the next round's uniforms, drawn here. One path a row (K = 1)."""
+        assert paths.shape[1] == 1, "drafting ahead follows one path a row"
+        lm = self.lm
+        assert not isinstance(lm, OnePassDrafterLM), "a one-pass drafter drafts marginals, not paths"
+        if not self.fed:  # the round's committed tokens, which a cached proposal did not feed
+            self.root_logits, self.fed = lm.feed(self.pending), True
+        assert self.root_logits is not None
+        drafted = paths[:, 0].to(self.root_logits.device)  # [B, L]
+        B, L = drafted.shape
+        self.next_u = self._uniforms(1, L)
+        after = lm.extend(chain_nodes(drafted))  # [B, L, V] after d_1..d_L
+        guesses = guessed(torch.cat([self.root_logits[:, None], after], dim=1), drafted, fan)
+        logits = lm.extend(guess_nodes(guesses))  # [B, G, V]
+        tokens: list[torch.Tensor] = []
+        qs: list[torch.Tensor] = []
+        for step in range(L):
+            qs.append(draft_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p))  # [B, G, V]
+            u = self.next_u[:, 0, step, None, None].expand(B, qs[-1].shape[1], 1)  # row b's, for every guess
+            tokens.append(sample_with(qs[-1], u)[..., 0])  # [B, G]
+            if step < L - 1:
+                logits = lm.extend(step_nodes(tokens[-1], guesses.k, step + 1, L))
+        self.speculation = Speculation(guesses, torch.stack(tokens, dim=2), torch.stack(qs, dim=2))
+        self._drop_forest(lm, drafted.device)
 
     def marginals(self, length: int, temperature: float) -> Marginals:
         """Root [B] and q [B, L, V] for DDTree: a one-pass drafter's pass (a DFlash one first
@@ -275,6 +324,10 @@ class DraftModel:
         self.pending_features = None
         return features.nbytes
 
+    def _uniforms(self, paths: int, length: int) -> torch.Tensor:
+        """[B, K, L] the live rows' uniforms of a round drawn for the whole batch as prefilled."""
+        return draw_uniforms(self.rng, self.width, paths, length)[self.rows.to(self.rng.device)]
+
     def _root(self) -> torch.Tensor:
         """[B] the pending bonus token of every row."""
         return torch.tensor([row[-1] for row in self.pending])
@@ -286,13 +339,20 @@ class DraftModel:
     def commit(self, emitted: list[list[int]], features: torch.Tensor | None = None) -> None:
         """Tokens each row committed this round (accepted, then the extra token), and the target's
         features of the root and the accepted tokens (left-aligned; the extra token is the next root)."""
-        self.pending = emitted
+        self.pending, self.fed = emitted, False
+        if self.speculation is not None:
+            self.hit = self.speculation.hits(emitted)
         if features is not None:
             self.pending_features = features, aligned_valid([len(row) for row in emitted], features.shape[1])
 
     def retain(self, rows: torch.Tensor) -> None:
         self.lm.retain(rows)
+        self.rows = self.rows[rows]
         self.pending = [self.pending[r] for r in rows.tolist()]
+        self.root_logits = self.root_logits[rows.to(self.root_logits.device)] if self.root_logits is not None else None
+        self.next_u = self.next_u[rows.to(self.next_u.device)] if self.next_u is not None else None
+        self.speculation = self.speculation.retain(rows) if self.speculation is not None else None
+        self.hit = self.hit[rows] if self.hit is not None else None
         if self.pending_features is not None:
             features, valid = self.pending_features
             self.pending_features = features[rows.to(features.device)], valid[rows.to(valid.device)]

@@ -10,11 +10,12 @@ model: the same records give the same figures.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from speculab.measure import Sample, Timings, UnitTotals, paired_ratios
 from speculab.paired import PromptSums
-from speculab.records import PromptRecord, RunResult, concat_runs
+from speculab.records import PromptRecord, RoundRecord, RunResult, concat_runs
 from speculab.results.names import BASELINE_AR, Figures, compare_key
 from speculab.results.ratios import speedup, throughput
 from speculab.stats import Estimate, Totals, median_estimate, ratio_of_totals
@@ -46,6 +47,8 @@ def run_figures(run: RunResult) -> Figures:
         # the field's figure (vLLM, SGLang): 1 + accepted drafts per round, before eos or the budget cut a round
         "acceptance_length": per_round(run, lambda p: sum(p.accepted) + len(p.accepted)),
         **first_position(run),
+        **drafted_ahead(run),
+        **draft_actor_time(run),
         **{f"time_{phase}_s": spent[phase] for phase in PHASES},
         **{f"share_{phase}": spent[phase] / run.wall_s for phase in PHASES},
         "time_tree_build_s": sum(r.time_tree_build_s for r in run.rounds),
@@ -90,6 +93,36 @@ def first_position(run: RunResult) -> dict[str, float]:
         "first_entropy_target": mean([r.first_entropy_target for r in rounds]),
         "first_entropy_draft": mean([r.first_entropy_draft for r in rounds]),
     }
+
+
+def drafted_ahead(run: RunResult) -> dict[str, float]:
+    """Drafting ahead's figures over the rounds a round before drafted (`drafting.ahead`; none without):
+    the share that took the cached draft, the kept tokens per sequence-round on a hit and on a miss, and
+    the drafts made ahead per round. None of them depends on the hardware."""
+    rounds = [r for r in run.rounds if r.ahead_hit is not None]
+    if not rounds:
+        return {}
+    hit, miss = [r for r in rounds if r.ahead_hit], [r for r in rounds if not r.ahead_hit]
+
+    def kept(of: list[RoundRecord]) -> float:
+        return sum(map(sum, (r.kept for r in of))) / sum(r.rows for r in of) if of else math.nan
+
+    return {
+        "ahead_hit_rate": len(hit) / len(rounds),
+        "ahead_tokens_hit": kept(hit),
+        "ahead_tokens_miss": kept(miss),
+        "ahead_drafts_per_round": sum(r.ahead_drafts for r in rounds) / len(rounds),
+    }
+
+
+def draft_actor_time(run: RunResult) -> dict[str, float]:
+    """A draft in an actor of its own served over a socket (`runtime.draft_channel`): its model seconds
+    over the rounds, and the share of the decode's rounds it waited for the loop (none otherwise)."""
+    busy = sum(r.draft_busy_s for r in run.rounds)
+    if not busy:
+        return {}
+    rounds = run.wall_s - run.prefill_target_s - run.prefill_draft_s
+    return {"time_draft_busy_s": busy, "share_draft_idle": max(0.0, 1.0 - busy / rounds) if rounds > 0 else math.nan}
 
 
 def acceptance_by_depth(run: RunResult) -> Figures:

@@ -4,8 +4,8 @@ back), the only place that knows how an interval or a standard error is spelled 
 
 A key is what the code and the console use (`tokens_per_s`, `alpha_3`); the MLflow name groups
 figures in MLflow's chart view by the prefix before "/": the headline figures carry none and come
-first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/` and
-`accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
+first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/`, `ahead/`
+and `accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
 number or a name fills. A baseline's figures are logged under `baseline_ar/<key>` and
 `baseline_hf/<key>`. `python -m speculab.results.names_table` prints the table of docs/architecture.md.
 """
@@ -125,6 +125,12 @@ METRICS: tuple[Metric, ...] = (
         "runtime/feature_bytes_per_round",
         "DFlash: bytes of target features handed to the drafter per round (prefill's excluded)",
     ),
+    Metric("ahead_hit_rate", "ahead/hit_rate", "drafter.ahead=ssd: share of rounds drafted ahead that hit"),
+    Metric("ahead_tokens_hit", "ahead/tokens_hit", "drafted ahead: kept tokens per sequence-round of the hits"),
+    Metric("ahead_tokens_miss", "ahead/tokens_miss", "drafted ahead: kept tokens per sequence-round of the misses"),
+    Metric("ahead_drafts_per_round", "ahead/drafts_per_round", "drafted ahead: drafts made ahead a round (work)"),
+    Metric("time_draft_busy_s", "time/draft_busy_s", "a draft actor driven over a socket: its model seconds"),
+    Metric("share_draft_idle", "time/share_draft_idle", "that draft actor: share of the rounds it waited"),
     Metric("kv_peak_mb_target", "memory/kv_peak_mb_target", "largest target KV cache held, MiB (trees included)"),
     Metric("kv_peak_mb_draft", "memory/kv_peak_mb_draft", "largest draft KV cache held, MiB (drafted paths included)"),
     Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),

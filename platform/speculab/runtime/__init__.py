@@ -26,6 +26,7 @@ Bundle = dict[str, float]  # a Ray bundle: resource -> amount
 
 if TYPE_CHECKING:
     from speculab.loop import PointWork
+    from speculab.runtime.draft_channel import DraftAddress
     from speculab.runtime.proxy import GroupProxy
 
 
@@ -64,6 +65,10 @@ def group_bundles(host: str, target: LMSpec, draft: LMSpec, placement: Placement
 
     if host != "target":
         return list(model_bundles(target, draft, placement))
+    if placement.draft_own:  # the loop group holds the target alone; the draft actor is the driver's
+        device = LoopSpec(target, draft, draft_own=True).device
+        loop = pinned(loop_bundles(device, placement.actor_cpus, target.tp_size), placement.target_resources)
+        return [loop, model_bundles(target, draft, placement)[1]]
     bundles = loop_bundles(
         LoopSpec(target, draft).device, placement.actor_cpus, target.tp_size, draft.device == OWN_DRAFT_GPU
     )
@@ -107,10 +112,22 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
 
     connect(placement.address, placement.num_cpus)
     refuse_unoffered({"cluster.target_resources": placement.target_resources})
-    (bundles,) = group_bundles(host, target, draft, placement)
-    loop = GroupProxy(POOL.get("loop", LoopSpec(target, draft), bundles, placement), placement.max_restarts)
-    loop.start_point(work)
+    bundles = group_bundles(host, target, draft, placement)
+    spec = LoopSpec(target, draft, draft_own=placement.draft_own)
+    loop = GroupProxy(POOL.get("loop", spec, bundles[0], placement), placement.max_restarts)
+    loop.start_point(work, draft=served_draft(draft, bundles[1], placement) if placement.draft_own else None)
     return loop
+
+
+def served_draft(draft: LMSpec, bundles: list[Bundle], placement: Placement) -> DraftAddress:
+    """The draft's actor of its own, loaded, and where it serves its model to the loop group's rank 0."""
+    import ray
+
+    from speculab.runtime.groups import POOL
+
+    refuse_unoffered({"cluster.draft_resources": placement.draft_resources})
+    (actor,) = POOL.get("draft", draft, bundles, placement).members
+    return ray.get(actor.serve_draft.remote())
 
 
 def loop_groups(loop: Any) -> dict[str, GroupProxy]:

@@ -80,8 +80,8 @@ def pinned(bundles: list[Bundle], resources: dict[str, float]) -> list[Bundle]:
 def spec_key(spec: LMSpec | LoopSpec) -> tuple[Any, ...]:
     """What of a spec decides what a group loads and how it runs: path, TP size, dtype, device kind,
     threads, passes (a sweep over `model.capture` must not reuse an actor built the other way), TP backend."""
-    if isinstance(spec, LoopSpec):
-        return spec_key(spec.target) + spec_key(spec.draft)
+    if isinstance(spec, LoopSpec):  # a loop group whose draft is an actor of its own loads no draft
+        return spec_key(spec.target) + (("draft_own",) if spec.draft_own else spec_key(spec.draft))
     return (
         spec.backend,
         os.path.abspath(spec.path),

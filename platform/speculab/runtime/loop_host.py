@@ -6,7 +6,9 @@ its shard behind a `tp_loop.Leader`, the draft model in the same process, and th
 makes. A sharded draft (`cluster.draft_placement=sharded`: the draft's `tp_size` is the target's) has a
 shard on every rank as well, rank 0's behind a `Leader` of its own that announces through the same
 `tp_loop.Announcer`, so that target and draft calls reach the peers in the one order rank 0 makes
-them. The driver makes the same call on every rank (`runtime.proxy`): `start_point` when a point
+them. A draft in an actor of its own (`cluster.draft_placement=own`) is not loaded here: rank 0
+drives it over a socket (`runtime.draft_channel`), whose address the driver gives with each point.
+The driver makes the same call on every rank (`runtime.proxy`): `start_point` when a point
 starts (rank 0 builds the point's loop; the peers have nothing to do), then `decode_unit` and
 `conditions`, during which the peers run every call rank 0 announces (the autoregressive
 baseline as one announced decode). So a round makes no Ray call at any TP size, and TP = 1 is the
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from speculab.loop import PointLoop, PointWork, UnitResult
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions
+from speculab.runtime.draft_channel import DraftAddress, DraftClient
 from speculab.runtime.tp_loop import Announcer, Follower, Leader
 
 
@@ -30,6 +33,7 @@ class LoopSpec:
 
     target: LMSpec
     draft: LMSpec
+    draft_own: bool = False  # the draft in an actor of its own, which rank 0 drives over a socket: not loaded here
 
     def __post_init__(self) -> None:
         if self.draft.tp_size not in (1, self.target.tp_size):
@@ -60,15 +64,27 @@ class LoopHost:
     """Rank 0: the target shard (announcing its calls to the peers), the draft model (or its shard, also
     announcing) and the point's loop."""
 
-    def __init__(self, target: Leader, draft: DraftModel | Leader) -> None:
-        self.target, self.draft = target, draft
+    def __init__(self, target: Leader, draft: DraftModel | Leader | None) -> None:
+        self.target, self.draft = target, draft  # draft None: in an actor of its own, reached by `start_point`
         self.announcer = target.announcer  # the draft's too, where it is sharded
         self.loop: PointLoop | None = None
+        self.served: tuple[DraftAddress, DraftClient] | None = None
 
-    def start_point(self, work: PointWork) -> None:
-        """Make `work` the point the next `decode_unit` calls decode (a sweep reuses the loaded models).
+    def start_point(self, work: PointWork, draft: DraftAddress | None = None) -> None:
+        """Make `work` the point the next `decode_unit` calls decode (a sweep reuses the loaded models),
+        with the draft beside it or served at `draft` by an actor of its own (`runtime.draft_channel`).
         A decode's CPU time is every rank's (`cpu_seconds` is summed over them)."""
-        self.loop = PointLoop(self.target, self.draft, work, self.target.cpu_seconds, self.target.autoregressive)
+        model = self.draft if draft is None else self._client(draft)
+        assert model is not None, "a loop group without its draft is given the draft actor's address"
+        self.loop = PointLoop(self.target, model, work, self.target.cpu_seconds, self.target.autoregressive)
+
+    def _client(self, address: DraftAddress) -> DraftClient:
+        """The client of the draft served at `address`: connected once, again where the actor changed."""
+        if self.served is None or self.served[0] != address:
+            if self.served is not None:
+                self.served[1].close()
+            self.served = address, DraftClient(address)
+        return self.served[1]
 
     def _current(self) -> PointLoop:
         if self.loop is None:
@@ -91,7 +107,7 @@ class PeerHost:
     def __init__(self, models: dict[str, TreeTarget | DraftModel]) -> None:
         self.follower = Follower(models)
 
-    def start_point(self, work: PointWork) -> None:
+    def start_point(self, work: PointWork, draft: DraftAddress | None = None) -> None:
         pass  # rank 0 calls no target method when a point starts
 
     def decode_unit(self, method: str, unit: int, repeat: int) -> None:
@@ -105,9 +121,8 @@ def loop_role(spec: LoopSpec, rank: int, world: int) -> LoopHost | PeerHost:
     """Rank `rank` of the loop group of `world` ranks (each in the group's torch.distributed world already).
     Every rank loads its shards in the same order, target then draft: a shard's load makes collectives."""
     target = TreeTarget(spec.target)
-    draft = DraftModel(spec.draft) if rank == 0 or spec.draft_sharded else None
+    draft = DraftModel(spec.draft) if (rank == 0 and not spec.draft_own) or spec.draft_sharded else None
     if rank > 0:
         return PeerHost({"target": target} | ({"draft": draft} if draft is not None else {}))
-    assert draft is not None
     announcer = Announcer(world)
     return LoopHost(Leader(target, announcer), Leader(draft, announcer, "draft") if spec.draft_sharded else draft)

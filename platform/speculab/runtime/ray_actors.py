@@ -30,6 +30,7 @@ import ray
 import torch
 
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.runtime.draft_channel import DraftAddress, DraftServer
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
 from speculab.runtime.nested import mapped
 from speculab.runtime.placement import ClusterError
@@ -149,6 +150,15 @@ class ModelHost:
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
         self.role: Role | None = None
+        self.server: DraftServer | None = None
+
+    def serve_draft(self) -> DraftAddress:
+        """Serve this actor's draft model on a socket, for the loop on the target's rank 0
+        (`runtime.draft_channel`); the same server for every point the actor serves."""
+        assert isinstance(self.role, DraftModel), "only a draft actor serves its model"
+        if self.server is None:
+            self.server = DraftServer(self.role, ray.util.get_node_ip_address())
+        return self.server.address
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
