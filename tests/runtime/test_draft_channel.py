@@ -13,6 +13,9 @@ import torch
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import DraftModel, LMSpec
 from speculab.models.toy import random_bigram
+from speculab.records import concat_runs
+from speculab.results.figures import run_figures
+from speculab.results.names import AHEAD_METRICS
 from speculab.runtime.draft_channel import DraftClient, DraftServer
 
 
@@ -66,7 +69,7 @@ def test_the_tiny_pair_decodes_the_same_tokens_with_its_draft_served_over_a_sock
         "served": ["cluster.draft_placement=own", "runtime.loop=target"],
         "ahead": ["cluster.draft_placement=own", "drafter.ahead=ssd"],
     }
-    tokens, hits = {}, []
+    tokens, hits, logged = {}, [], set()
     for name, overrides in placements.items():
         plan = resolve(load([*common, *overrides]))
         prepared = prepare(plan, point_prompts(plan))
@@ -74,5 +77,7 @@ def test_the_tiny_pair_decodes_the_same_tokens_with_its_draft_served_over_a_sock
         runs = [loop.decode_unit("speculative", unit, 0).result for unit in range(prepared.units)]
         tokens[name] = [p.tokens for run in runs for p in run.prompts]
         hits += [r.ahead_hit for run in runs for r in run.rounds if name == "ahead" and r.ahead_hit is not None]
+        logged |= set(run_figures(concat_runs(runs))) if name == "ahead" else set()
     assert tokens["served"] == tokens["beside"] and tokens["ahead"] == tokens["beside"]
     assert hits and any(hits)
+    assert {m.key for m in AHEAD_METRICS} <= logged  # every figure of drafting ahead over the socket

@@ -125,12 +125,6 @@ METRICS: tuple[Metric, ...] = (
         "runtime/feature_bytes_per_round",
         "DFlash: bytes of target features handed to the drafter per round (prefill's excluded)",
     ),
-    Metric("ahead_hit_rate", "ahead/hit_rate", "drafter.ahead=ssd: share of rounds drafted ahead that hit"),
-    Metric("ahead_tokens_hit", "ahead/tokens_hit", "drafted ahead: kept tokens per sequence-round of the hits"),
-    Metric("ahead_tokens_miss", "ahead/tokens_miss", "drafted ahead: kept tokens per sequence-round of the misses"),
-    Metric("ahead_drafts_per_round", "ahead/drafts_per_round", "drafted ahead: drafts made ahead a round (work)"),
-    Metric("time_draft_busy_s", "time/draft_busy_s", "a draft actor driven over a socket: its model seconds"),
-    Metric("share_draft_idle", "time/share_draft_idle", "that draft actor: share of the rounds it waited"),
     Metric("kv_peak_mb_target", "memory/kv_peak_mb_target", "largest target KV cache held, MiB (trees included)"),
     Metric("kv_peak_mb_draft", "memory/kv_peak_mb_draft", "largest draft KV cache held, MiB (drafted paths included)"),
     Metric("tree_nodes_mean", "tree/nodes_mean", "mean nodes per scored tree, root included"),
@@ -203,6 +197,14 @@ RUNTIME_METRICS: tuple[Metric, ...] = (
     ),
     Metric("mem_peak_mb_<what>", "memory/peak_mb_<what>", "CUDA only: peak memory per role and call kind"),
 )
+AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor driven over a socket
+    Metric("ahead_hit_rate", "ahead/hit_rate", "drafter.ahead=ssd: share of rounds drafted ahead that hit"),
+    Metric("ahead_tokens_hit", "ahead/tokens_hit", "drafted ahead: kept tokens per sequence-round of the hits"),
+    Metric("ahead_tokens_miss", "ahead/tokens_miss", "drafted ahead: kept tokens per sequence-round of the misses"),
+    Metric("ahead_drafts_per_round", "ahead/drafts_per_round", "drafted ahead: drafts made ahead a round (work)"),
+    Metric("time_draft_busy_s", "time/draft_busy_s", "a draft actor driven over a socket: its model seconds"),
+    Metric("share_draft_idle", "time/share_draft_idle", "that draft actor: share of the rounds it waited"),
+)
 COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
@@ -232,7 +234,7 @@ LIVE_METRICS: tuple[Metric, ...] = tuple(
     Metric(f"prompt/{key}", f"prompt/{key}", f"each finished prompt's {key}, step = prompts done")
     for key in ("generated_tokens", "block_efficiency", "accepted_mean")
 )
-EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
+EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *AHEAD_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
 
 # The headline figures, in the order every table, description and view shows them: the ranking figure first.
 HEADLINE = (
