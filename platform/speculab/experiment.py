@@ -339,10 +339,25 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
     return result, whole
 
 
+def given_up(shape: PointShape, why: str) -> Exception:
+    """What a point whose groups were lost raises: ReplicaLost where another replica of the sweep can take
+    it over (the launcher runs it again there), else the ClusterError that fails it."""
+    if (job := jobs.current()).spare():
+        return jobs.ReplicaLost(shape.name, why, job.replica)
+    return ClusterError(why)
+
+
 def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: PointPrompts | None = None) -> PointResult:
     """Prepare, measure, summarise and log one point (its prompts `loaded` already, or loaded here). A
     cluster failure (`ClusterError`) keeps what the point finished, logged, and is raised again, saying so."""
-    point = prepare(plan, loaded or point_prompts(plan))
+    try:
+        point = prepare(plan, loaded or point_prompts(plan))
+    except ClusterError as err:  # its groups lost before its first unit (a node lost between two points)
+        if tracker.records:
+            from speculab.tracking.point_log import log_units_finished  # matplotlib: a tracked run's only
+
+            log_units_finished(tracker, 0)
+        raise given_up(shape, f"{err} (before the point's first unit)") from err
     lanes = [Decoders(loop, loop_groups(loop)) for loop in point.loops]
     try:
         measured = measure_point(plan, shape, point, tracker, lanes)
@@ -353,9 +368,7 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
 
             log_finished(tracker, Decoded(finished, [p.id for p in point.prompts], point.tokenizer))
         why = f"{err} (the point's {len(finished)} of {point.units} finished unit(s) are logged)"
-        if (job := jobs.current()).spare():  # the launcher runs the point again on another replica
-            raise jobs.ReplicaLost(shape.name, why, job.replica) from err
-        raise ClusterError(why) from err
+        raise given_up(shape, why) from err
     result, summary = summarise(plan, shape, measured, point.prompts)
     if tracker.records:
         from speculab.tracking.point_log import Decoded, log_point  # matplotlib: a tracked run's only

@@ -260,3 +260,26 @@ def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: P
         ("point", "KILLED"),
         ("sweep", "KILLED"),
     ]
+
+
+def test_groups_lost_before_a_points_first_unit_give_the_point_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node lost between two points: the next point's groups fail as it starts. With another replica
+    running, the point goes back to the queue (ReplicaLost); alone, it fails (ClusterError)."""
+    import multiprocessing
+
+    from speculab import experiment, jobs
+    from speculab.runtime.placement import ClusterError
+
+    def lost(*_: object) -> None:
+        raise ClusterError("loop group g: lost an actor (ActorDiedError)")
+
+    monkeypatch.setattr(experiment, "prepare", lost)
+    flags = multiprocessing.get_context("spawn").Array("b", 2)
+    plan = resolve(load(["runtime=inline", "tracking=none", "dataset.num_prompts=1"]))
+    shape = PointShape.of(plan.cfg)
+    monkeypatch.setattr(jobs._Seated, "seat", jobs.Seat(0, 2, flags))
+    with pytest.raises(jobs.ReplicaLost, match="before the point's first unit"):
+        experiment.decode_point(plan, shape, NoopTracker())
+    flags[1] = 1  # the other replica lost too: none left to take the point
+    with pytest.raises(ClusterError, match="lost an actor"):
+        experiment.decode_point(plan, shape, NoopTracker())

@@ -127,9 +127,17 @@ def plan_lines(plan: RunPlan) -> list[str]:
         "beside": "whole, in the loop's process",
         "sharded": f"sharded with the target over the same {c.tp_size} ranks",
     }[c.draft_placement]
+    if plan.loop == "target" and c.draft_placement == "own":
+        draft += ", which rank 0 drives over a socket"
+    d = cfg.drafter
     lines = [
         f"target  {plan.target_dir} ({plan.target_device}, {cfg.model.dtype}){split}",
         f"draft   {plan.draft_dir} ({plan.draft_device}), {draft} (cluster.draft_placement={c.draft_placement})",
+        *(
+            [f"ahead   {d.ahead_budget} guesses a row, {d.ahead_fan_out} fan-out (drafter.ahead={d.ahead})"]
+            if d.ahead != "off"
+            else []
+        ),
         f"loop    {LOOP_WHERE[plan.loop]}",
         f"passes  {pass_line(plan)}",
     ]

@@ -72,10 +72,15 @@ def log_records(tracker: Tracker, decoded: Decoded) -> None:
     tracker.log_figure(acceptance_figure(spec), "acceptance_histogram.png")
 
 
+def log_units_finished(tracker: Tracker, units: int) -> None:
+    """How many units a point that failed had finished (0: it failed before its first)."""
+    tracker.log_metrics(flatten(Figures({"units_finished": float(units)})))
+
+
 def log_finished(tracker: Tracker, decoded: Decoded) -> None:
     """What a point that failed had finished: the speculative decode of its first units (their records
     and the figures that need no timing: block efficiency, acceptance by depth, tree and KV sizes)."""
-    tracker.log_metrics(flatten(Figures({"units_finished": float(len(decoded.runs))})))
+    log_units_finished(tracker, len(decoded.runs))
     if not decoded.runs:
         return
     figures = run_figures(concat_runs(decoded.runs))
