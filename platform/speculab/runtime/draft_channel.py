@@ -27,24 +27,43 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
+import numpy as np
 import torch
 
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import Proposal
 from speculab.models import DraftModel
 from speculab.models.roles import Conditions
+from speculab.runtime.nested import mapped
 
 WAITED = frozenset({"propose", "conditions"})  # the calls whose value the loop needs
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A CPU tensor as a NumPy array on the wire: pickling a round's q [1, 1, 4, 4096] as a tensor takes
+    about 0.8 ms there and back, as an array a few microseconds."""
+
+    array: np.ndarray
+
+
+def packable(item: Any) -> bool:
+    return isinstance(item, torch.Tensor) and item.device.type == "cpu" and item.dtype != torch.bfloat16
 
 
 def sent(conn: Connection, value: Any) -> None:
     """`value` pickled whole, tensors by value: a connection's own pickler would hand CPU tensors over as
     shared memory, which only a process forked from this one can open."""
-    conn.send_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    packed = mapped(value, packable, lambda tensor: Packed(tensor.numpy()))
+    conn.send_bytes(pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def received(conn: Connection) -> Any:
-    return pickle.loads(conn.recv_bytes())
+    return mapped(pickle.loads(conn.recv_bytes()), lambda item: isinstance(item, Packed), unpacked)
+
+
+def unpacked(packed: Packed) -> torch.Tensor:
+    return torch.from_numpy(packed.array)
 
 
 @dataclass(frozen=True)
