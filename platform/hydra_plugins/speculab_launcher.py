@@ -12,7 +12,7 @@ from pathlib import Path
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,10 @@ class ReplicaLauncher(Launcher):
         return self.one_by_one(job_overrides, initial_job_idx)
 
     def one_by_one(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
-        """Each point in turn as Hydra runs a job: its config composed, numbered and run by `run_job`."""
+        """Each point in turn as Hydra runs a job: its config composed and numbered as for points side by
+        side (`speculab.launcher.composed`), and run by `run_job`."""
+        from speculab.launcher import composed
+
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -47,9 +50,7 @@ class ReplicaLauncher(Launcher):
         done = []
         for index, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
-            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(config):
-                config.hydra.job.id = config.hydra.job.num = index
+            config = composed(self.hydra_context, self.config, overrides, index).config
             done.append(
                 run_job(
                     hydra_context=self.hydra_context,

@@ -41,7 +41,7 @@ from speculab import interrupts, jobs
 from speculab.config import RunPlan
 from speculab.config.sweep import planned
 from speculab.experiment import PointOutcome
-from speculab.replica_process import AGAIN, serve
+from speculab.replica_process import say_lost, serve
 from speculab.results.point import FailedPoint, PointShape
 from speculab.show.board import SweepBoard
 from speculab.show.console import say
@@ -138,11 +138,11 @@ def process_ended(pending: Pending, replica: Replica, seat: jobs.Seat) -> JobRet
     replica.process.join(timeout=5.0)  # its exit code, once it is reaped
     why = f"its process ended (exit code {replica.process.exitcode})"
     done = JobReturn(overrides=list(pending.overrides), status=JobStatus.FAILED)
-    name = PointShape.of(pending.plan.cfg).name
-    lost = jobs.ReplicaLost(name, why, seat.replica)
-    if seat.spare():
-        say(f"speculab: replica {seat.replica + 1} lost ({why}); {name} {AGAIN}")
-    done.return_value = lost if seat.spare() else RuntimeError(f"replica {seat.replica + 1}: {why}")
+    if not seat.spare():
+        done.return_value = RuntimeError(f"replica {seat.replica + 1}: {why}")
+        return done
+    done.return_value = lost = jobs.ReplicaLost(PointShape.of(pending.plan.cfg).name, why, seat.replica)
+    say_lost(lost)
     return done
 
 

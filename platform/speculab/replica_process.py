@@ -23,7 +23,10 @@ from speculab import interrupts, jobs
 from speculab.show.board import no_bars
 from speculab.show.console import say
 
-AGAIN = "runs again on another replica"
+
+def say_lost(lost: jobs.ReplicaLost) -> None:
+    """The console's (and the point's log's) line for a replica lost in a point, which runs again elsewhere."""
+    say(f"speculab: replica {lost.replica + 1} lost ({lost.why}); {lost.point} runs again on another replica")
 
 
 def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, namespace: str) -> None:
@@ -56,7 +59,7 @@ def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, names
             )
             lost = jobs.replica_lost(done)
             if lost is not None:  # said here, where the point's log is still open
-                say(f"speculab: replica {seat.replica + 1} lost ({lost.why}); {lost.point} {AGAIN}")
+                say_lost(lost)
             conn.send(sendable(done))
             if lost is not None:
                 break

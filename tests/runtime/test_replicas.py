@@ -230,18 +230,12 @@ def test_a_points_hydra_job_is_the_same_on_two_replicas_as_on_one(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: Path) -> None:
+def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: Path, sweeps) -> None:
     """SIGTERM to the launcher while both replicas decode: each replica's process stops its point at the end
     of its unit and ends its run KILLED, no point starts after, the parent ends KILLED, and the exit is 130."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [*SWEEP, "dataset.num_prompts=16", "sampling.max_new_tokens=64", "cluster.replicas=2", f"tracking.uri={uri}"]
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "speculab.cli", *args],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    sweep = sweeps(args, tmp_path)  # killed when the test ends, if it still runs
     deadline = time.monotonic() + 180
     while sweep.poll() is None and len(decoding(tmp_path)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
