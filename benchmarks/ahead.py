@@ -2,7 +2,8 @@
 same placement and against the draft beside the target, interleaved in one run.
 
     PYTHONPATH=platform python benchmarks/ahead.py [--prompts 8] [--max-new-tokens 64] [--repeats 3]
-        [--temperatures 0 1] [--budgets 8] [--overrides algorithm=block ...]
+        [--temperatures 0 1] [--budgets 8] [--fan-outs geometric] [--target-layers 7]
+        [--overrides algorithm=block ...]
 
 Three placements of one point (the tiny pair, block verification, K = 1, L = 4, batch 1, by default),
 each started by the platform (`experiment.prepare`) on the embedded Ray cluster, one torch thread an
@@ -11,8 +12,14 @@ actor:
 - beside: the draft in the target actor's process, the loop on its rank 0 (the default placement);
 - own: the draft in an actor of its own, which the loop on the target's rank 0 drives over a socket
   (`runtime.draft_channel`), one call after the other;
-- ahead (one per budget): the same placement, the draft drafting each next round for its guesses of
-  the verdict while the target verifies (`drafting.ahead`).
+- ahead (one per budget and fan-out): the same placement, the draft drafting each next round for its
+  guesses of the verdict while the target verifies (`drafting.ahead`).
+
+The gain drafting ahead can make is bounded by the share of a synchronous round the draft takes: on the
+tiny pair a round's L + 1 draft steps cost nearly what its target pass does. `--target-layers N` (N > 7)
+deepens the tiny target to N layers with identity layers (copies of its layers whose output projections
+are zero, so each adds exactly nothing to the residual stream): the same distribution, so the same
+tokens and acceptance, and a target pass that costs more against the same draft (`deepened`).
 
 Each unit (one prompt) is decoded by every placement back to back in rotating order, `--repeats` times
 after a warm-up; a placement's throughput is its tokens over its seconds totalled over units and
@@ -26,7 +33,14 @@ idle share), and the comparisons.
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
 
 from rich.console import Console
 from rich.table import Table
@@ -43,6 +57,8 @@ from speculab.results.ratios import speedup, throughput
 from speculab.results.verdicts import Verdict, decide, tested
 from speculab.stats import ratio_of_totals, ratio_text
 
+TINY_TARGET = Path(__file__).resolve().parents[1] / "assets" / "tiny-pycode" / "target"
+IDENTITY_ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # what a layer adds to the residual
 PLACEMENTS = {
     "beside": ["cluster.draft_placement=beside"],
     "own": ["cluster.draft_placement=own", "runtime.loop=target"],
@@ -58,8 +74,41 @@ class Measured:
     runs: list[RunResult]
 
 
-def placements(budgets: list[int]) -> dict[str, list[str]]:
-    ahead = {f"ahead B={b}": [*PLACEMENTS["own"], "drafter.ahead=ssd", f"drafter.ahead_budget={b}"] for b in budgets}
+def deepened(source: Path, layers: int, into: Path) -> Path:
+    """A copy of the Llama checkpoint `source` with `layers` decoder layers: its own, then identity layers
+    (copies of its layers in turn, attention and MLP output projections zero). Each identity layer still
+    runs every matmul, and adds exactly 0 to the residual stream, so the logits are the source's."""
+    config = json.loads((source / "config.json").read_text())
+    own = config["num_hidden_layers"]
+    if layers < own:
+        raise ValueError(f"--target-layers must be at least the target's own {own}; got {layers}")
+    weights = load_file(source / "model.safetensors")
+    for extra in range(own, layers):
+        copied = f"model.layers.{(extra - own) % own}."
+        for name in [n for n in weights if n.startswith(copied)]:
+            tensor = weights[name]
+            zeroed = name.endswith(IDENTITY_ZEROED)
+            weights[f"model.layers.{extra}." + name[len(copied) :]] = torch.zeros_like(tensor) if zeroed else tensor.clone()
+    into.mkdir(parents=True, exist_ok=True)
+    for extra_file in source.iterdir():
+        if extra_file.name not in ("config.json", "model.safetensors"):
+            shutil.copy(extra_file, into / extra_file.name)
+    save_file(weights, into / "model.safetensors", metadata={"format": "pt"})
+    (into / "config.json").write_text(json.dumps(config | {"num_hidden_layers": layers}, indent=2))
+    return into
+
+
+def placements(budgets: list[int], fan_outs: list[str]) -> dict[str, list[str]]:
+    ahead = {
+        f"ahead B={b}" + (f" {f}" if len(fan_outs) > 1 else ""): [
+            *PLACEMENTS["own"],
+            "drafter.ahead=ssd",
+            f"drafter.ahead_budget={b}",
+            f"drafter.ahead_fan_out={f}",
+        ]
+        for b in budgets
+        for f in fan_outs
+    }
     return PLACEMENTS | ahead
 
 
@@ -110,12 +159,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--budgets", type=int, nargs="+", default=[8])
+    parser.add_argument("--fan-outs", nargs="+", default=["geometric"], choices=["geometric", "uniform"])
+    parser.add_argument("--target-layers", type=int, default=7, help="the tiny target deepened to N layers (7: as is)")
     parser.add_argument("--overrides", nargs="*", default=["algorithm=block", "algorithm.L=4"])
     args = parser.parse_args(argv)
     console = Console(width=200)
+    scratch = Path(tempfile.mkdtemp(prefix="speculab-ahead-"))
+    target = [] if args.target_layers == 7 else [f"model.target_path={deepened(TINY_TARGET, args.target_layers, scratch)}"]
     results: dict[float, dict[str, Measured]] = {}
     for temperature in args.temperatures:
         common = [
+            *target,
             *args.overrides,
             f"sampling.temperature={temperature}",
             f"dataset.num_prompts={args.prompts}",
@@ -127,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
             "tracking=none",
         ]
         loops = {}
-        for name, overrides in placements(args.budgets).items():
+        for name, overrides in placements(args.budgets, args.fan_outs).items():
             plan = resolve(job_config(composed_config([*common, *overrides])))
             (loops[name],) = prepare(plan, point_prompts(plan)).loops
         results[temperature] = measured(loops, args.prompts, args.repeats)
@@ -144,8 +198,9 @@ def main(argv: list[str] | None = None) -> None:
             console.print(table)
     console.print(
         f"{len(ordered)} comparisons in one Holm family, 5% family-wise; {args.prompts} units x "
-        f"{args.repeats} repetitions per placement"
+        f"{args.repeats} repetitions per placement; target: {args.target_layers} layers"
     )
+    shutil.rmtree(scratch)
 
 
 if __name__ == "__main__":

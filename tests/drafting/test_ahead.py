@@ -8,6 +8,8 @@ forest passes stand in for the synchronous feeds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -127,6 +129,22 @@ def test_a_toy_decode_drafted_ahead_is_the_synchronous_decode(name: str, tempera
     assert [p.accepted for p in runs[1].prompts] == [p.accepted for p in runs[0].prompts]
     hits = [r.ahead_hit for r in runs[1].rounds if r.ahead_hit is not None]
     assert hits and any(hits)
+
+
+def test_a_units_guesses_do_not_depend_on_the_units_decoded_before_it() -> None:
+    """The geometric fan-out follows the acceptance of the unit being decoded, from its prefill on: a drafter
+    that has decoded other prompts guesses the same verdicts, round by round, as a fresh one."""
+    g = torch.Generator().manual_seed(5)
+    tables = random_bigram(6, g), random_bigram(6, g)
+    settings = DecodeSettings(1, 3, SamplingParams(1.0), 24, 2, 7, None, 4)
+    target, draft = TreeTarget(LMSpec("toy", table=tables[0])), DraftModel(LMSpec("toy", table=tables[1]))
+    used = AheadDrafter(draft, Ahead(12), settings.length)
+    agreeing = TreeTarget(LMSpec("toy", table=tables[1]))  # accepts every drafted token: a rate near 1 before
+    decode(agreeing, used, get_verifier("block"), TOY_PROMPTS[::-1], replace(settings, max_new_tokens=96))
+    again = decode(target, used, get_verifier("block"), TOY_PROMPTS, settings)
+    fresh = decode(target, AheadDrafter(draft, Ahead(12), 3), get_verifier("block"), TOY_PROMPTS, settings)
+    assert [r.ahead_hit for r in again.rounds] == [r.ahead_hit for r in fresh.rounds]
+    assert [p.tokens for p in again.prompts] == [p.tokens for p in fresh.prompts]
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -19,7 +19,8 @@ from the q it carries, after the very context the verdict committed.
 The fan-out over k is geometric by default: with a per-token acceptance rate a, the verdict stops at k
 with probability P(k) = a^k (1 - a) (k < L) or a^L (k = L), and a budget of G guesses goes to F_k in
 proportion to sqrt(P(k)) (the allocation that minimises the expected miss sum_k P(k) / F_k), at least
-one each while the budget lasts; a is the decode's own acceptance so far (`AcceptanceRate`).
+one each while the budget lasts; a is the acceptance so far of the unit being decoded (`AcceptanceRate`,
+started afresh at each prefill, so a unit's guesses do not depend on the units decoded before it).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def fan_out(budget: int, length: int, rate: float, shape: str = "geometric") -> 
 
 @dataclass
 class AcceptanceRate:
-    """The decode's per-token acceptance so far, for the geometric fan-out: accepted over drafted tokens,
+    """A unit's per-token acceptance so far, for the geometric fan-out: accepted over drafted tokens,
     from a prior of one round at `prior`."""
 
     length: int
@@ -200,7 +201,8 @@ class Ahead:
 class AheadDrafter:
     """The engine's drafter that drafts every round ahead: each proposal is followed by the draft model's
     speculation of the next round (`AheadModel.speculate`) with the fan-out of the decode's acceptance
-    so far. In one process the speculation runs after the proposal, before the target scores it."""
+    so far (from the unit's prefill on). In one process the speculation runs after the proposal, before the
+    target scores it."""
 
     def __init__(self, model: AheadModel, ahead: Ahead, length: int) -> None:
         self.model, self.budget, self.shape = model, ahead.budget, ahead.fan_out
@@ -209,6 +211,7 @@ class AheadDrafter:
     def prefill(
         self, contexts: list[list[int]], roots: list[int], seed: int, features: Any = None, room: int = 0
     ) -> None:
+        self.acceptance = AcceptanceRate(self.acceptance.length)
         extra = speculation_nodes(self.budget, self.acceptance.length) if room else 0
         self.model.prefill(contexts, roots, seed, features=features, room=room + extra)
 
