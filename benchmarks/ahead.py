@@ -2,7 +2,7 @@
 same placement and against the draft beside the target, interleaved in one run.
 
     PYTHONPATH=platform python benchmarks/ahead.py [--prompts 8] [--max-new-tokens 64] [--repeats 3]
-        [--temperatures 0 1] [--budgets 8] [--fan-outs geometric] [--target-layers 7]
+        [--temperatures 0 1] [--budgets 8] [--fan-outs geometric] [--target-layers N]
         [--overrides algorithm=block ...]
 
 Three placements of one point (the tiny pair, block verification, K = 1, L = 4, batch 1, by default),
@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-
 from rich.console import Console
 from rich.table import Table
+from safetensors.torch import load_file, save_file
 
 from speculab.cli import composed_config
 from speculab.config import resolve
@@ -88,7 +87,8 @@ def deepened(source: Path, layers: int, into: Path) -> Path:
         for name in [n for n in weights if n.startswith(copied)]:
             tensor = weights[name]
             zeroed = name.endswith(IDENTITY_ZEROED)
-            weights[f"model.layers.{extra}." + name[len(copied) :]] = torch.zeros_like(tensor) if zeroed else tensor.clone()
+            layer = torch.zeros_like(tensor) if zeroed else tensor.clone()
+            weights[f"model.layers.{extra}." + name[len(copied) :]] = layer
     into.mkdir(parents=True, exist_ok=True)
     for extra_file in source.iterdir():
         if extra_file.name not in ("config.json", "model.safetensors"):
@@ -160,12 +160,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--budgets", type=int, nargs="+", default=[8])
     parser.add_argument("--fan-outs", nargs="+", default=["geometric"], choices=["geometric", "uniform"])
-    parser.add_argument("--target-layers", type=int, default=7, help="the tiny target deepened to N layers (7: as is)")
+    parser.add_argument("--target-layers", type=int, help="the tiny target deepened to N layers (default: as shipped)")
     parser.add_argument("--overrides", nargs="*", default=["algorithm=block", "algorithm.L=4"])
     args = parser.parse_args(argv)
     console = Console(width=200)
     scratch = Path(tempfile.mkdtemp(prefix="speculab-ahead-"))
-    target = [] if args.target_layers == 7 else [f"model.target_path={deepened(TINY_TARGET, args.target_layers, scratch)}"]
+    layers = args.target_layers
+    target = [] if layers is None else [f"model.target_path={deepened(TINY_TARGET, layers, scratch)}"]
     results: dict[float, dict[str, Measured]] = {}
     for temperature in args.temperatures:
         common = [
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
             console.print(table)
     console.print(
         f"{len(ordered)} comparisons in one Holm family, 5% family-wise; {args.prompts} units x "
-        f"{args.repeats} repetitions per placement; target: {args.target_layers} layers"
+        f"{args.repeats} repetitions per placement; target: {layers or 7} layers"
     )
     shutil.rmtree(scratch)
 

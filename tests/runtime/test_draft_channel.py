@@ -81,3 +81,40 @@ def test_the_tiny_pair_decodes_the_same_tokens_with_its_draft_served_over_a_sock
     assert tokens["served"] == tokens["beside"] and tokens["ahead"] == tokens["beside"]
     assert hits and any(hits)
     assert {m.key for m in AHEAD_METRICS} <= logged  # every figure of drafting ahead over the socket
+
+
+@pytest.mark.slow
+def test_a_unit_whose_draft_actor_died_is_decoded_again_on_a_restarted_draft() -> None:
+    """The draft actor dies between two units: rank 0's next call on its socket fails, the driver restarts
+    the draft's group and decodes the unit again, with the tokens it decodes without the loss."""
+    import ray
+
+    from speculab.config import resolve
+    from speculab.config.prompts import point_prompts
+    from speculab.experiment import prepare
+    from speculab.runtime import loop_groups
+    from speculab.runtime.draft_channel import DraftLost
+    from support.configs import load
+
+    overrides = [
+        "runtime=ray",
+        "runtime.torch_threads=1",
+        "cluster.num_cpus=2",
+        "cluster.draft_placement=own",
+        "drafter.ahead=ssd",
+        "algorithm=block",
+        "dataset.num_prompts=2",
+        "sampling.max_new_tokens=16",
+        "sampling.batch_size=1",
+        "tracking=none",
+    ]
+    plan = resolve(load(overrides))
+    (loop,) = prepare(plan, point_prompts(plan)).loops
+    before = loop.decode_unit("speculative", 1, 0).result
+    draft = loop_groups(loop)["draft"]
+    (actor,) = draft.group.members
+    ray.kill(actor, no_restart=True)
+    after = loop.decode_unit("speculative", 1, 0).result
+    assert [p.tokens for p in after.prompts] == [p.tokens for p in before.prompts]
+    assert draft.stats.restarts == 1 and draft.group.members[0] != actor
+    assert issubclass(DraftLost, RuntimeError)

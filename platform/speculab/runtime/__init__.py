@@ -26,7 +26,6 @@ Bundle = dict[str, float]  # a Ray bundle: resource -> amount
 
 if TYPE_CHECKING:
     from speculab.loop import PointWork
-    from speculab.runtime.draft_channel import DraftAddress
     from speculab.runtime.proxy import GroupProxy
 
 
@@ -115,19 +114,16 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
     bundles = group_bundles(host, target, draft, placement)
     spec = LoopSpec(target, draft, draft_own=placement.draft_own)
     loop = GroupProxy(POOL.get("loop", spec, bundles[0], placement), placement.max_restarts)
-    loop.start_point(work, draft=served_draft(draft, bundles[1], placement) if placement.draft_own else None)
-    return loop
-
-
-def served_draft(draft: LMSpec, bundles: list[Bundle], placement: Placement) -> DraftAddress:
-    """The draft's actor of its own, loaded, and where it serves its model to the loop group's rank 0."""
-    import ray
-
-    from speculab.runtime.groups import POOL
+    if not placement.draft_own:
+        loop.start_point(work)
+        return loop
+    from speculab.runtime.served import ServedDraftLoop
 
     refuse_unoffered({"cluster.draft_resources": placement.draft_resources})
-    (actor,) = POOL.get("draft", draft, bundles, placement).members
-    return ray.get(actor.serve_draft.remote())
+    draft_group = GroupProxy(POOL.get("draft", draft, bundles[1], placement), placement.max_restarts)
+    served = ServedDraftLoop(loop, draft_group, work)
+    served.start()
+    return served
 
 
 def loop_groups(loop: Any) -> dict[str, GroupProxy]:
@@ -136,6 +132,9 @@ def loop_groups(loop: Any) -> dict[str, GroupProxy]:
 
     if isinstance(loop, PointLoop):
         return proxies(target=loop.target, draft=loop.draft_model)
+    served = sys.modules.get("speculab.runtime.served")  # imported where a draft actor of its own serves
+    if served is not None and isinstance(loop, served.ServedDraftLoop):
+        return {"loop": loop.loop, "draft": loop.draft}
     return {"loop": loop}
 
 

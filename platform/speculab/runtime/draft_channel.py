@@ -8,7 +8,9 @@ microseconds for a round's tokens), and the calls that return nothing (`prefill`
 `speculate`) are sent without waiting, so the draft works while the loop goes on: drafting the next
 round ahead (`drafting.ahead`) runs while the target scores this one. A call that waits (`propose`,
 `conditions`) returns once the draft has run everything sent before it; an error in a call that did
-not wait is raised by the next one that does. The draft's KV peak comes with each proposal.
+not wait is raised by the next one that does. The draft's KV peak comes with each proposal. A socket
+that closes under a call (the draft actor died) raises `DraftLost`; the driver then restarts the draft's
+group and decodes the unit again (`runtime.served.ServedDraftLoop`).
 
 Each reply to `propose` carries the draft's busy seconds since the previous one (its model calls, timed
 in its process): with the loop's wait on the draft (the engine's draft phase) they say how long each
@@ -73,6 +75,10 @@ class DraftAddress:
     host: str
     port: int
     key: bytes
+
+
+class DraftLost(RuntimeError):
+    """The draft actor's socket closed under a call: the actor (or its node) is gone."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +156,17 @@ class DraftClient:
         self.kv = 0  # the draft's KV peak as of its last proposal
 
     def _send(self, method: str, *args: Any, **kwargs: Any) -> None:
-        sent(self.conn, (method, args, kwargs))
+        try:
+            sent(self.conn, (method, args, kwargs))
+        except OSError as err:
+            raise DraftLost(f"the draft actor's socket closed sending {method} ({type(err).__name__})") from None
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         self._send(method, *args, **kwargs)
-        value = received(self.conn)
+        try:
+            value = received(self.conn)
+        except (EOFError, OSError) as err:
+            raise DraftLost(f"the draft actor's socket closed waiting for {method} ({type(err).__name__})") from None
         if isinstance(value, Failed):
             raise value.error
         return value

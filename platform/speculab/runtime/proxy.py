@@ -125,9 +125,10 @@ class GroupProxy:
                 result = self._wait()
                 return result if value is None else value
             except RayActorError as err:
-                self._restart(err)
+                self.restart(err)
                 value = self._resubmit(call)
             except RayTaskError as err:  # the call itself failed (`_wait` tells it from a lost peer's echo)
+                self.in_flight = []  # answered, if by an error: the next call must not wait on it again
                 self._recreate_if_torn(err)
                 raise
 
@@ -197,10 +198,11 @@ class GroupProxy:
         last = replies[-1]
         return sum(r.value for r in last) if methods[-1] in PER_RANK else last[0].value
 
-    def _restart(self, err: RayActorError) -> None:
+    def restart(self, err: Exception) -> None:
         """Replace the whole group (a partial group is never used), or give up past max_restarts, or at
         once where the sweep's other replicas run (`cluster.replicas`): one of them takes the point now,
-        rather than wait while this group is placed again (Ray counts a dead node alive for about 15 s)."""
+        rather than wait while this group is placed again (Ray counts a dead node alive for about 15 s).
+        `err`: the lost actor's error (a draft actor's, rank 0's `DraftLost`: `runtime.served`)."""
         if jobs.current().spare():
             raise ClusterError(
                 f"{self.group.role} group {self.group.name}: lost an actor ({type(err).__name__}); another "
