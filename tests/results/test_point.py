@@ -50,3 +50,26 @@ def test_one_rule_for_what_a_shape_shows() -> None:
     everything = Config(model=ModelConfig(name="m"))
     everything.dataset.num_prompts = None
     assert PointShape.of(everything).prompt_count == "all" and "humaneval×all" in PointShape.of(everything).name
+
+
+@pytest.mark.parametrize(
+    ("ahead", "name"),
+    [
+        ({"ahead": "ssd", "ahead_budget": 4}, "block K=1 L=4 T=1.0 · iid ahead ssd B=4 · humaneval×8 · tiny-pycode"),
+        (
+            {"ahead": "ssd", "ahead_fan_out": "uniform"},
+            "block K=1 L=4 T=1.0 · iid ahead ssd B=8 uniform · humaneval×8 · tiny-pycode",
+        ),
+        ({"ahead": "off", "ahead_budget": 4}, "block K=1 L=4 T=1.0 · iid · humaneval×8 · tiny-pycode"),
+    ],
+)
+def test_points_that_draft_ahead_differently_have_names_of_their_own(ahead: dict, name: str) -> None:
+    """A sweep over `drafter.ahead_budget` or the fan-out labels its points apart, and a resumed sweep reads
+    them back from their logged params."""
+    cfg = config(name="block")
+    for key, value in ahead.items():
+        setattr(cfg.drafter, key, value)
+    shape = PointShape.of(cfg)
+    params = {key: str(value) for key, value in flat_params(asdict(cfg)).items()}
+    assert shape.name == name and PointShape.from_params(params) == shape
+    assert ("ahead" in shape.columns()) == (ahead["ahead"] != "off")

@@ -147,3 +147,15 @@ def test_the_ranking_shows_the_leaders_ratio_over_each_point_with_its_verdict() 
     shown = plain(ranking_table(sweep_answer(rows), "ranking"))
     assert LEADER_OVER in shown and "1.3" in shown and " faster" in shown
     assert f"| {LEADER_OVER} |" in sweep_description("algorithm.L=4,5", rows, [])
+
+
+def test_a_sweep_over_drafting_ahead_tables_its_hit_rates_and_what_they_cost() -> None:
+    rows = [row("block K=1 L=4", 1.2, 1.1, 1.3), row("block K=1 L=8", 1.4, 1.3, 1.5)]
+    ahead = {"ahead_hit_rate": 0.72, "ahead_tokens_hit": 3.1, "ahead_drafts_per_round": 8.0, "share_draft_idle": 0.3}
+    rows[1] = replace(rows[1], figures=Figures({**rows[1].figures, **ahead}))
+    header = sweep_markdown(rows).splitlines()[0]
+    assert all(f" {key} " in header for key in ahead) and "ahead_tokens_miss" not in header  # no point has it
+    assert set(ahead) <= set(sweep_csv(rows).splitlines()[0].split(","))
+    shown = plain(ranking_table(sweep_answer(rows), "ranking"))
+    assert "ahead hits" in shown and "72%" in shown
+    assert "ahead hits" not in plain(ranking_table(sweep_answer(rows[:1]), "ranking"))

@@ -205,6 +205,8 @@ AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor dr
     Metric("time_draft_busy_s", "time/draft_busy_s", "a draft actor driven over a socket: its model seconds"),
     Metric("share_draft_idle", "time/share_draft_idle", "that draft actor: share of the rounds it waited"),
 )
+# A sweep's tables show these beside the headline where a point drafted ahead: why its speed is what it is
+AHEAD_TABLED = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
 COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),

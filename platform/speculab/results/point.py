@@ -23,6 +23,14 @@ from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, flatten, parse
 NAME_JOIN = " · "  # between the parts of a point's name
 
 
+def ahead_shape(mode: str, budget: int, fan_out: str) -> str | None:
+    """How a point drafts ahead, as its name shows it: `ssd B=8` (`ssd B=8 uniform` for a fan-out other than
+    the default geometric one), or None where it does not (`drafter.ahead=off`)."""
+    if mode == "off":
+        return None
+    return f"{mode} B={budget}" + ("" if fan_out == "geometric" else f" {fan_out}")
+
+
 @dataclass(frozen=True)
 class PointShape:
     """What a point decodes, with None for what its algorithm does not have."""
@@ -42,6 +50,7 @@ class PointShape:
     max_new_tokens: int
     batch_size: int
     seed: int
+    ahead: str | None = None  # drafting ahead (`drafter.ahead`): `ssd B=8`, with a fan-out other than geometric
 
     def __post_init__(self) -> None:
         """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
@@ -62,9 +71,11 @@ class PointShape:
         """The shape of a resolved config (`RunPlan.cfg`: L set)."""
         a, s = cfg.algorithm, cfg.sampling
         assert a.L is not None  # resolved
+        d = cfg.drafter
         return cls(
-            a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, cfg.drafter.name, cfg.dataset.name,
+            a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, d.name, cfg.dataset.name,
             cfg.dataset.num_prompts, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
+            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out),
         )  # fmt: skip
 
     @classmethod
@@ -83,6 +94,8 @@ class PointShape:
             params.get("dataset.name", "?"), None if prompts in (None, "None") else number("dataset.num_prompts"),
             params.get("model.name", "?"), number("sampling.top_k"), number("sampling.max_new_tokens"),
             number("sampling.batch_size", 1), number("sampling.seed"),
+            ahead_shape(params.get("drafter.ahead", "off"), number("drafter.ahead_budget"),
+                        params.get("drafter.ahead_fan_out", "geometric")),
         )  # fmt: skip
 
     @property
@@ -119,7 +132,15 @@ class PointShape:
         drafter; a column the shape does not have is left out."""
         draft = {"K": self.K, "tree": self.tree, "budget": self.budget}
         shown = {key: value for key, value in draft.items() if value is not None}
-        return {"algorithm": self.algorithm, **shown, "L": self.L, "T": self.temperature, "drafter": self.drafter}
+        ahead = {} if self.ahead is None else {"ahead": self.ahead}
+        return {
+            "algorithm": self.algorithm,
+            **shown,
+            "L": self.L,
+            "T": self.temperature,
+            "drafter": self.drafter,
+            **ahead,
+        }
 
     @property
     def prompt_count(self) -> str:
@@ -133,7 +154,8 @@ class PointShape:
         own = spec.node_rules[0] if spec is not None and spec.node_rules else None
         rule = f"/{self.node_rule}" if self.node_rule is not None and self.node_rule != own else ""
         verifier = f"{self.algorithm}{rule} {self.draft} L={self.L} T={self.temperature}"
-        return verifier, self.drafter, f"{self.dataset}×{self.prompt_count}", self.model
+        drafter = self.drafter if self.ahead is None else f"{self.drafter} ahead {self.ahead}"
+        return verifier, drafter, f"{self.dataset}×{self.prompt_count}", self.model
 
     @property
     def name(self) -> str:

@@ -16,6 +16,7 @@ from speculab.stats import ratio_text
 
 TOP = 10  # rows of the ranking the console shows; beyond, it says how many more and where they are
 LEADER_OVER = "#1 over it"  # the ranking's column: the leader's ratio over the point, and its verdict
+AHEAD_HIT = "ahead_hit_rate"  # drafter.ahead=ssd: its column, where a point drafted ahead
 
 
 def leader_cell(verdict: Verdict) -> str:
@@ -33,12 +34,15 @@ def ranking_table(answer: SweepAnswer, title: str) -> Table:
     )
     table = Table(title=title, caption="\n".join(filter(None, (rest, shared))) or None)
     other = "tokens_per_s" if key != "tokens_per_s" else "speedup_vs_hf"
-    for column in ("#", "point", key, LEADER_OVER, other, "block eff."):
+    ahead = any(AHEAD_HIT in p.figures for p in points)  # a sweep over drafting ahead: its hit rates beside
+    for column in ("#", "point", key, LEADER_OVER, other, "block eff.", *(["ahead hits"] if ahead else [])):
         table.add_column(column, justify="left" if column == "point" else "right")
     short = labels(points)
     versus = ["", *(leader_cell(v) for v in answer.versus)]
     for place, (point, over) in enumerate(zip(points[:TOP], versus), start=1):
-        cells = (cell(point, key), over, cell(point, other), f"{figure(point, 'block_efficiency').value:.3g}")
+        cells = [cell(point, key), over, cell(point, other), f"{figure(point, 'block_efficiency').value:.3g}"]
+        hits = figure(point, AHEAD_HIT).value
+        cells += [("" if math.isnan(hits) else f"{hits:.0%}")] if ahead else []
         table.add_row(str(place), short[point.shape.name], *cells)
     return table
 

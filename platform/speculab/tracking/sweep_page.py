@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from speculab.jobs import ReplicaLost
-from speculab.results.names import HEADLINE, HF_PREFIX
+from speculab.results.names import AHEAD_TABLED, HEADLINE, HF_PREFIX
 from speculab.results.point import FailedPoint, PointResult
 from speculab.results.sweep import cell, labels, ranking_line, shared_name
 from speculab.results.verdicts import (
@@ -29,6 +29,8 @@ from speculab.results.verdicts import (
 from speculab.show.sweep import LEADER_OVER, leader_cell
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 
+TABLED = (*HEADLINE, *AHEAD_TABLED)  # the figures of the sweep's table, where any point has them
+
 RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # the table's column of generate's own paired speedup over the engine's loop
 
@@ -38,10 +40,10 @@ def cells(point: PointResult, key: str) -> dict[str, float]:
 
 
 def point_row(point: PointResult) -> dict[str, Any]:
-    """A point's row as numbers: its name and shape, then its headline figures, each with the ends of its
-    interval where it has one (`Estimate.cells`), generate's speedup over the engine's loop and, for a
-    point finished in an earlier launch, `resumed: yes`."""
-    figures = {name: value for key in HEADLINE if key in point.figures for name, value in cells(point, key).items()}
+    """A point's row as numbers: its name and shape, then its headline figures (and, drafted ahead, its
+    hit rate and what it cost), each with the ends of its interval where it has one (`Estimate.cells`),
+    generate's speedup over the engine's loop and, for a point finished in an earlier launch, `resumed: yes`."""
+    figures = {name: value for key in TABLED if key in point.figures for name, value in cells(point, key).items()}
     reference = {} if math.isnan(point.generate_vs_ar) else {HF_SPEEDUP: round(point.generate_vs_ar, 4)}
     resumed = {RESUMED: "yes"} if point.resumed else {}
     return {"point": point.shape.name, **point.shape.columns(), **figures, **reference, **resumed}
@@ -60,11 +62,11 @@ def sweep_markdown(points: list[PointResult]) -> str:
     generate's speedup over the engine's loop and which points an earlier launch finished."""
     rows = table_rows(points)
     shape = ["point", *dict.fromkeys(column for p in points for column in p.shape.columns())]
-    figures = [key for key in HEADLINE if any(key in p.figures for p in points)]
+    figures = [key for key in TABLED if any(key in p.figures for p in points)]
     columns = [*shape, *figures, *(c for c in (HF_SPEEDUP, RESUMED) if c in rows[0])]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for point, row in zip(ranked(points), rows):
-        cells = [cell(point, c) if c in HEADLINE else str(row[c]) for c in columns]
+        cells = [cell(point, c) if c in TABLED else str(row[c]) for c in columns]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
