@@ -22,13 +22,13 @@ and a 4-D mask (`models.hf`), wherever the lean layers would not compute what it
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from speculab.models.lean import (
     Activation,
@@ -44,7 +44,17 @@ from speculab.models.lean import (
 )
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers import PretrainedConfig
+
+# A loaded causal LM: transformers' model, or a `models.checkpoint_lm.CheckpointLM` (the same names)
+CausalLM = Any
+
+
+def is_dtensor(t: Any) -> bool:
+    """Whether `t` is a DTensor (a tensor-parallel shard's weight). One exists only once its module is
+    imported, which a shard's load does; importing it just to ask costs about 0.9 s of every run's start."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(t, module.DTensor)
 
 
 class _KeepModules(Exception):
@@ -54,7 +64,7 @@ class _KeepModules(Exception):
 def _projection(m: Any, kind: type = torch.nn.Linear) -> Linear:
     """The weights of a projection of exactly the family's class (`kind`) whose weight is whole: an
     `nn.Linear` subclass (an AutoTP shard) all-reduces, and a DTensor weight is a tensor-parallel shard."""
-    plain = not isinstance(m.weight, DTensor) and type(m) is kind
+    plain = not is_dtensor(m.weight) and type(m) is kind
     if not plain:
         raise _KeepModules
     return Linear(m.weight, m.bias)
@@ -104,7 +114,7 @@ def _attention_projections(attention: Any) -> tuple[Linear, Linear, Linear] | Fu
 
 def _gated_mlp(mlp: Any) -> GatedMLP | torch.nn.Module:
     if hasattr(mlp, "experts"):  # Qwen3-MoE's sparse block: its router, then its experts, as it is configured
-        if any(isinstance(p, DTensor) for p in mlp.parameters()):
+        if any(is_dtensor(p) for p in mlp.parameters()):
             raise _KeepModules
         return mlp
     if hasattr(mlp, "gate_up_proj"):  # Phi-3: gate and up in one matrix
@@ -138,7 +148,7 @@ def layer_stack(layers: Iterable[Any], config: PretrainedConfig, norm: NormKind 
 WINDOW_EVERY_LAYER = frozenset({"mistral", "phi3"})
 
 
-def _full_attention(config: PretrainedConfig) -> bool:
+def full_attention(config: PretrainedConfig) -> bool:
     """Every layer attends to every earlier position: no sliding layer in `layer_types`, and a window
     that every layer applies (Mistral's, Phi-3's) spans the model's positions, so it never binds."""
     types = getattr(config, "layer_types", None) or ["full_attention"]
@@ -147,7 +157,7 @@ def _full_attention(config: PretrainedConfig) -> bool:
 
 
 def _llama_stack(model: Any, norm: NormKind = "rms") -> LeanStack:
-    if not _full_attention(model.config):
+    if not full_attention(model.config):
         raise _KeepModules
     return layer_stack(model.model.layers, model.config, norm)
 
@@ -304,7 +314,7 @@ FAMILIES = {
 MODULE_LAYERS = frozenset({"llama", "qwen3", "qwen3_moe"})
 
 
-def lean_stack(model: PreTrainedModel) -> LeanStack | None:
+def lean_stack(model: CausalLM) -> LeanStack | None:
     """The weights of `model`'s decoder layers as the lean layers read them, or None where its layers run
     as transformers' modules (see the module's docstring)."""
     family = FAMILIES.get(model.config.model_type)
@@ -316,7 +326,7 @@ def lean_stack(model: PreTrainedModel) -> LeanStack | None:
         return None
 
 
-def runs_lean(model: PreTrainedModel) -> bool:
+def runs_lean(model: CausalLM) -> bool:
     """Whether a `TreeLM` of this loaded model runs its decoder layers as the lean tensor functions
     (`models.lean`) in every pass, eager or fixed-shape. False: transformers' own code runs them (its
     forward over speculab's slot cache and a 4-D mask; a Llama, Qwen3 or Qwen3-MoE shard's decoder
@@ -325,11 +335,11 @@ def runs_lean(model: PreTrainedModel) -> bool:
     return lean_stack(model) is not None
 
 
-def own_decoder(model: PreTrainedModel, lean: LeanStack | None) -> Decoder | None:
+def own_decoder(model: CausalLM, lean: LeanStack | None) -> Decoder | None:
     """The parts `TreeLM` runs around the layers itself: any family's around its lean stack; a Llama's,
     Qwen3's or Qwen3-MoE's around its decoder layers called as modules (`MODULE_LAYERS`). None:
     transformers' forward runs the whole model."""
     config = model.config
-    if lean is None and not (config.model_type in MODULE_LAYERS and _full_attention(config)):
+    if lean is None and not (config.model_type in MODULE_LAYERS and full_attention(config)):
         return None
     return FAMILIES[config.model_type].decoder(model)

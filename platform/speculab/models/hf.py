@@ -13,7 +13,9 @@ Given `feature_layers`, it also keeps every forest node's hidden states at those
 (transformers' `hidden_states[id + 1]`, concatenated) and `commit` leaves the kept nodes' ones
 in `features`: what a DFlash drafter is conditioned on. Without them nothing is captured.
 The target and drafter roles (`models.roles`) drive it.
-Loading happens here; what to load and how to validate it is the config's business.
+Loading happens here, or, for a Llama or Qwen3 checkpoint whose layers all run lean, without transformers'
+model classes (`models.checkpoint_lm`: the faster start); what to load and how to validate it is the
+config's business.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from transformers.utils import logging as hf_logging
 from speculab.captured import Graphs
 from speculab.drafting.tree import DraftTree
 from speculab.hostreads import reads_free, upload
+from speculab.models.checkpoint_lm import CheckpointLM, transformers_twin
 from speculab.models.families import lean_stack, own_decoder
 from speculab.models.lean import decoder_forward, layer_features, lean_layers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
@@ -63,14 +66,19 @@ class TreeLM:
     """A causal LM plus a padded KV cache whose uncommitted tail is a forest of nodes."""
 
     def __init__(
-        self, model: PreTrainedModel, feature_layers: tuple[int, ...] = (), passes: str = "eager", compile: bool = False
+        self,
+        model: PreTrainedModel | CheckpointLM,
+        feature_layers: tuple[int, ...] = (),
+        passes: str = "eager",
+        compile: bool = False,
     ) -> None:
         """passes: "eager" (each pass at its own shapes), "static" (fixed shapes, `models.static_pass`,
         run eagerly: the CPU check of what graphs replay) or "graphs" (fixed shapes replayed from CUDA
         graphs). Fixed shapes need the lean stack; other models always run eagerly. compile: the
         fixed-shape passes' layers compiled by inductor (`compiled_pass`); eager passes never are."""
         check_passes(passes)
-        self.model = model
+        self.loaded = model  # transformers' model, or a checkpoint read without its classes (`models.checkpoint_lm`)
+        self.transformers: PreTrainedModel | None = None if isinstance(model, CheckpointLM) else model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.lean = lean_stack(model)  # None: its layers run as transformers' modules (`models.families` says when)
@@ -86,6 +94,15 @@ class TreeLM:
         layers = model.config.get_text_config(decoder=True).num_hidden_layers
         self.slots = SlotCache(layers, self.device, fixed)
         self.reset(0)
+
+    @property
+    def model(self) -> PreTrainedModel:
+        """transformers' model: the one loaded, or the twin of a checkpoint read without its classes, built
+        around its tensors on first use (`generate`, transformers' own forward; never in a lean decode)."""
+        if self.transformers is None:
+            assert isinstance(self.loaded, CheckpointLM)
+            self.transformers = transformers_twin(self.loaded)
+        return self.transformers
 
     def reset(self, batch_size: int, capacity: int = DEFAULT_CAPACITY) -> None:
         """An empty cache for batch_size rows, with room for `capacity` slots per row."""

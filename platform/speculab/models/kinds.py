@@ -11,7 +11,7 @@ An isinstance against one of them looks up every member by name (~10 us in Pytho
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
@@ -19,6 +19,8 @@ from speculab.drafting.tree import DraftTree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+    from speculab.models.lean import LeanStack
 
 
 @runtime_checkable
@@ -65,6 +67,16 @@ class FeatureSource(Protocol):
 
 @runtime_checkable
 class TransformersLM(Protocol):
-    """A model over a transformers causal LM (what `baseline_hf` generates with)."""
+    """A model over a transformers causal LM, loaded by transformers or read from its checkpoint without its
+    classes (`loaded`: `models.checkpoint_lm`), and its layers as the lean stack reads them (`lean`, None where
+    they run as transformers' modules). `model` is transformers' model either way (what `baseline_hf`
+    generates with); for a checkpoint it is built on first use, so an isinstance check, which looks up
+    every member of a runtime protocol, must not name it."""
 
-    model: PreTrainedModel
+    loaded: Any
+    lean: LeanStack | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def model(self) -> PreTrainedModel: ...

@@ -23,7 +23,6 @@ from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, draft_probs, sample_with, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
-from speculab.models.families import runs_lean
 from speculab.models.kinds import (
     DecoderLM,
     FeatureConditionedLM,
@@ -84,14 +83,17 @@ def process_conditions(lean: bool = True) -> Conditions:
 
 
 def _transformers_lm(spec: LMSpec) -> DecoderLM:
+    from speculab.models.checkpoint_lm import checkpoint_lm
     from speculab.models.hf import TreeLM, load_causal_lm
 
     if spec.tp_size > 1:
         from speculab.models.tp import load_tp_causal_lm
 
-        model = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size, spec.tp_backend)
-        return TreeLM(model, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
-    model = spec.model if spec.model is not None else load_causal_lm(spec.path, spec.dtype, spec.device)
+        shard = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size, spec.tp_backend)
+        return TreeLM(shard, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
+    model = spec.model
+    if model is None:  # read without transformers' classes where it runs lean anyway (a faster start)
+        model = checkpoint_lm(spec.path, spec.dtype, spec.device) or load_causal_lm(spec.path, spec.dtype, spec.device)
     return TreeLM(model, spec.feature_layers, spec.passes, spec.compile)
 
 
@@ -177,8 +179,8 @@ class TreeTarget:
 
     def conditions(self) -> Conditions:
         """This model's process and torch threads (the same inline for both roles), and whether its layers
-        run lean (`models.families.runs_lean`: the autoregressive baseline's speed depends on it)."""
-        return process_conditions(lean=not isinstance(self.lm, TransformersLM) or runs_lean(self.lm.model))
+        run lean (`TreeLM.lean`, `models.families`: the autoregressive baseline's speed depends on it)."""
+        return process_conditions(lean=not isinstance(self.lm, TransformersLM) or self.lm.lean is not None)
 
     def cpu_seconds(self) -> float:
         """CPU seconds so far of this model's process, every thread (a tensor-parallel loop sums its ranks')."""
