@@ -52,6 +52,7 @@ from speculab.experiment import prepare
 from speculab.measure import Sample, UnitTotals
 from speculab.records import RunResult, concat_runs
 from speculab.results.figures import run_figures
+from speculab.results.names import AHEAD_TABLED
 from speculab.results.ratios import speedup, throughput
 from speculab.results.verdicts import Verdict, decide, tested
 from speculab.stats import ratio_of_totals, ratio_text
@@ -62,7 +63,6 @@ PLACEMENTS = {
     "beside": ["cluster.draft_placement=beside"],
     "own": ["cluster.draft_placement=own", "runtime.loop=target"],
 }
-SHOWN = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
 
 
 @dataclass
@@ -136,13 +136,13 @@ def comparisons(names: list[str]) -> list[tuple[str, str]]:
 
 def tables(temperature: float, found: dict[str, Measured], verdicts: dict[tuple[str, str], Verdict]) -> list[Table]:
     speed = Table(title=f"T = {temperature:g}: each placement over the same units (ratios of totals)")
-    for column in ("placement", "tokens/s", "share draft", "share target", "share verify", *SHOWN):
+    for column in ("placement", "tokens/s", "share draft", "share target", "share verify", *AHEAD_TABLED):
         speed.add_column(column)
     for name, m in found.items():
         figures = run_figures(concat_runs(m.runs))
         rate = ratio_of_totals(throughput(UnitTotals.of(m.samples)))
         shares = [f"{figures[f'share_{p}'].value:.2f}" for p in ("draft", "target", "verify")]
-        extra = [f"{figures[k].value:.3g}" if k in figures else "" for k in SHOWN]
+        extra = [f"{figures[k].value:.3g}" if k in figures else "" for k in AHEAD_TABLED]
         speed.add_row(name, ratio_text(rate), *shares, *extra)
     compared = Table(title=f"T = {temperature:g}: throughput ratios paired by unit, 95% intervals, Holm verdicts")
     for column in ("ratio", "value", "verdict"):

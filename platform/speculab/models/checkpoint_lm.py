@@ -10,7 +10,7 @@ parts around them itself. So here the checkpoint's tensors (safetensors, sharded
 it reads a transformers model; its norms and rotary embedding compute what transformers' do
 (`lean.rms_norm`; cos and sin of positions times `inv_freq`, from transformers' rope functions).
 `generate` (the `baseline_hf` reference) needs transformers' model: `transformers_twin` builds it
-around the same tensors (the target role keeps it, built on first use).
+around the same tensors (`TreeLM.model`, on first use).
 
 A checkpoint that is anything else (another family, an activation other than SiLU, a rope whose
 frequencies change with the length, a sliding window, a missing tensor) returns None from
