@@ -11,11 +11,15 @@ of wall time (process start to exit), and one run's `python -X importtime` split
 time of each heavy package, and whether the untracked run imported MLflow, pandas, matplotlib or Ray.
 `--against CHECKOUT` also times the untracked cases of another checkout of speculab (its `platform/`),
 each of its runs right after the same run of this one: a before and after in one run, on one load.
+Both checkouts' sources are compiled to bytecode first, as pip does on install: where Python writes none
+(PYTHONDONTWRITEBYTECODE, set on the project's machines) each run would otherwise compile them again.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
+import importlib.util
 import os
 import re
 import statistics
@@ -51,6 +55,12 @@ def speculab(
     return seconds, done.stderr
 
 
+def compile_sources(platform: Path) -> None:
+    """A checkout's `platform/` compiled to bytecode (its `__pycache__`), so that no timed run compiles it."""
+    if not compileall.compile_dir(platform, quiet=1):
+        raise SystemExit(f"{platform}: does not compile")
+
+
 def top_level_imports(stderr: str) -> dict[str, float]:
     """Each package's cumulative import seconds (`-X importtime`), where it was first imported."""
     found: dict[str, float] = {}
@@ -67,6 +77,11 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout, timed right after each untracked run")
     args = parser.parse_args()
     against = {name: f"{name}, {args.against}" for name in CASES} if args.against else {}
+    this = importlib.util.find_spec("speculab")
+    if this is None or this.origin is None:
+        raise SystemExit("speculab is not importable: run with PYTHONPATH=platform")
+    for platform in (Path(this.origin).parents[1], *([args.against / "platform"] if args.against else [])):
+        compile_sources(platform)
     walls: dict[str, list[float]] = {name: [] for name in [*CASES, *against.values(), TRACKED[0]]}
     with tempfile.TemporaryDirectory() as scratch:
         for _ in range(args.runs):
