@@ -87,6 +87,25 @@ def test_other_checkpoints_are_left_to_transformers(tmp_path: Path) -> None:
     assert checkpoint_lm(moe) is None
 
 
+def test_a_checkpoint_with_a_tensor_it_does_not_know_is_left_to_transformers_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Older Llama checkpoints keep each layer's rotary `inv_freq`: the headers show the extra tensor, so no
+    tensor is read before transformers loads the checkpoint (which drops it)."""
+    from safetensors.torch import load_file, save_file
+
+    import speculab.models.checkpoint_lm as module
+
+    llama = save_random_lm(tmp_path / "llama", 2, 32, seed=3, arch="llama")
+    tensors = load_file(llama / "model.safetensors")
+    save_file(tensors | {"model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(4)}, llama / "model.safetensors")
+    monkeypatch.setattr(module, "load_file", lambda *_, **__: pytest.fail("a tensor read before the headers ruled"))
+    assert checkpoint_lm(llama) is None
+    monkeypatch.undo()
+    save_file(tensors, llama / "model.safetensors")
+    assert isinstance(checkpoint_lm(llama), CheckpointLM)
+
+
 def test_the_smallest_run_imports_none_of_transformers_model_code(tmp_path: Path) -> None:
     """What made its start slow (`benchmarks/startup.py`): transformers' modeling_utils, which imports torch's
     dynamo (and SciPy, and the distributed tensors that transformers' config classes import anyway)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
@@ -157,34 +158,57 @@ def _readable(config: PretrainedConfig) -> bool:
     )
 
 
-def _tensors(path: Path, device: str) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's safetensors files (one, or the shards its index names), on `device`."""
+def _files(path: Path) -> list[Path]:
+    """The checkpoint's safetensors files: one, or the shards its index names."""
     index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else []
+    if not index.is_file():
+        return [path / "model.safetensors"]
+    return [path / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+
+
+def _shapes(files: list[Path]) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint as a meta tensor of its shape, from the files' headers (no data read)."""
+    shapes: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(file, framework="pt") as header:
+            names = header.keys()  # a list: the file's handle is not iterable
+            shapes |= {key: torch.empty(header.get_slice(key).get_shape(), device="meta") for key in names}
+    return shapes
+
+
+def _tensors(files: list[Path], device: str) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint on `device`."""
     tensors: dict[str, torch.Tensor] = {}
-    for name in files or ["model.safetensors"]:
-        tensors |= load_file(path / name, device=device)
+    for file in files:
+        tensors |= load_file(file, device=device)
     return tensors
+
+
+def _built(config: PretrainedConfig, weights: Weights, path: Path) -> CheckpointLM | None:
+    """The checkpoint's `CheckpointLM`, or None where a tensor its family has is missing (transformers then says
+    which) or one is left that this module does not know (transformers' class uses it)."""
+    try:
+        model = CheckpointLM(config, weights, path)
+    except KeyError:
+        return None
+    return None if weights.tensors else model
 
 
 def checkpoint_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> CheckpointLM | None:
     """The checkpoint at `path` as a `CheckpointLM` on `device`, or None where it is not one this module
-    reads (the module's docstring); transformers then loads it."""
+    reads (the module's docstring); transformers then loads it. Its tensor names and shapes are checked
+    first, from the files' headers, so a checkpoint left to transformers is read once, by transformers."""
     from transformers import AutoConfig
 
     path = Path(path)
     if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
         return None
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    if not _readable(config):
+    files, run_dtype = _files(path), getattr(torch, dtype)
+    if not _readable(config) or _built(config, Weights(_shapes(files), run_dtype), path) is None:
         return None
-    weights = Weights(_tensors(path, device), getattr(torch, dtype))
-    try:
-        model = CheckpointLM(config, weights, path)
-    except KeyError:  # a tensor the family has is missing: transformers says which
-        return None
-    if weights.tensors:  # tensors this module does not know: transformers' class uses them
-        return None
+    model = _built(config, Weights(_tensors(files, device), run_dtype), path)
+    assert model is not None, "the tensors the headers named"
     return model.to(device).eval()  # the rotary's inv_freq, made on the host
 
 
