@@ -19,7 +19,6 @@ frequencies change with the length, a sliding window, a missing tensor) returns 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from torch import nn
 
 from speculab.models.families import full_attention
 from speculab.models.lean import rms_norm
+from speculab.models.tp import checkpoint_files
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -158,14 +158,6 @@ def _readable(config: PretrainedConfig) -> bool:
     )
 
 
-def _files(path: Path) -> list[Path]:
-    """The checkpoint's safetensors files: one, or the shards its index names."""
-    index = path / "model.safetensors.index.json"
-    if not index.is_file():
-        return [path / "model.safetensors"]
-    return [path / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
-
-
 def _shapes(files: list[Path]) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint as a meta tensor of its shape, from the files' headers (no data read)."""
     shapes: dict[str, torch.Tensor] = {}
@@ -204,7 +196,9 @@ def checkpoint_lm(path: str | Path, dtype: str = "float32", device: str = "cpu")
     if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
         return None
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    files, run_dtype = _files(path), getattr(torch, dtype)
+    files, run_dtype = [path / name for name in checkpoint_files(path)], getattr(torch, dtype)
+    if any(file.suffix != ".safetensors" for file in files):  # shards of pytorch_model.bin: transformers reads them
+        return None
     if not _readable(config) or _built(config, Weights(_shapes(files), run_dtype), path) is None:
         return None
     model = _built(config, Weights(_tensors(files, device), run_dtype), path)
