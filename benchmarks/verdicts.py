@@ -1,20 +1,20 @@
-"""The answers a sweep prints, before and after the verdict rule (`speculab.results.verdicts`), by
-simulation through the platform's own functions on `tests/support/sweeps.py`'s points.
+"""What a sweep of each size can decide, by simulation through the platform's own functions
+(`speculab.results.verdicts.sweep_answer` on `tests/support/sweeps.py`'s points).
 
-    PYTHONPATH=platform:tests .venv/bin/python benchmarks/verdicts.py [--trials 400]
+    PYTHONPATH=platform:tests .venv/bin/python benchmarks/verdicts.py [--trials 200]
 
-- Headline on mixed prompts: a point truly 1.05x autoregressive decoding in throughput, over prompts
-  of long code that drafts well and short prose that does not. Before, the headline was the median
-  of per-unit ratios with its order-statistic interval (the typical prompt, now
-  `typical_speedup_vs_ar`); now it is the throughput ratio with its bootstrap-t interval. The table
-  gives each one's mean value and how often its verdict says "slower" or "faster".
-- The leader's power: two points on the same 16 prompts, one truly 8% faster. Before, a leader was
-  named where its headline's interval (the median's) lay above every other point's (interval
-  overlap); now, where the paired, Holm-corrected test against every other point decides.
-- Null sweeps: 20 points all truly equal and as fast as autoregressive decoding. The share of sweeps
-  printing any false verdict (a leader, a point faster or slower than the baseline): before, the
-  overlap rule and each point's headline interval against 1 with no correction; now, one Holm family.
-Each on the machine noise measured here (`MEASURED`) and on a loaded machine (`LOADED`).
+- Power: one point truly 8% faster than every other (all of them 1.3x autoregressive decoding), the
+  share of sweeps that name it the fastest, by sweep size (2, 5, 10, 20 points) and shared prompts (8, 12,
+  16, 32), on an idle machine (`QUIET`) without and with a point-by-prompt interaction (each point's
+  speedup on each prompt scaled by exp(N(0, 0.05)), mean 1), and on the noise measured here (`MEASURED`).
+  The share that names the wrong point is printed beside it (it should be 0).
+- The same where every point is as fast as the autoregressive baseline (1.0x): the baseline question
+  then decides nothing, passes no share on, and the ranking keeps half the family's 5%.
+- False verdicts: 20 points all truly equal, and equal to the baseline: the share of sweeps printing any
+  false verdict (a named point, a point decided against the baseline), by prompts and machine.
+- The leader's figure: where all 20 are equal, how often its interval (simultaneous over the 20) holds its
+  truth, against its own 95% interval, and by how much its value reads high on average.
+Every figure states its sweep size and prompt count; `--trials` sweeps per cell.
 """
 
 from __future__ import annotations
@@ -24,98 +24,99 @@ import statistics
 
 import numpy as np
 
-from speculab.measure import Sample, paired_ratios
 from speculab.results.point import PointResult
+from speculab.results.ratios import figure_groups
 from speculab.results.verdicts import sweep_answer
-from speculab.stats import Estimate, median_estimate
-from support.sweeps import LOADED, MEASURED, Machine, draw_units, point, truth
+from speculab.stats import log_ratio
+from support.sweeps import LOADED, MEASURED, QUIET, Machine, draw_units, point, truth
 
-MACHINES = {"measured": MEASURED, "loaded": LOADED}
-
-
-def typical(result: PointResult) -> Estimate:
-    """The former headline: the median of per-unit paired ratios, with the order-statistic interval."""
-    assert result.units is not None and result.units.autoregressive is not None
-    spec, ar = result.units.speculative, result.units.autoregressive
-    fast = [[Sample(int(t), w, w)] for t, w in zip(spec.tokens, spec.wall_s)]
-    slow = [[Sample(int(t), w, w)] for t, w in zip(ar.tokens, ar.wall_s)]
-    return median_estimate(paired_ratios(fast, slow))
+SIZES = (2, 5, 10, 20)
+PROMPTS = (8, 12, 16, 32)
 
 
-def says(estimate: Estimate) -> str:
-    if estimate.has_interval and estimate.low > 1:
-        return "faster"
-    return "slower" if estimate.has_interval and estimate.high < 1 else "neither"
+def points(
+    rng: np.random.Generator, speeds: list[float], prompts: int, machine: Machine, interaction: float, base: float
+) -> list[PointResult]:
+    """A sweep's points on the same prompts, point i truly speeds[i] times as fast as `base` x autoregressive."""
+    units, cost = draw_units(rng, prompts), truth() / base
+    return [
+        point(rng, units, cost / s, machine, f"p{i}", interaction=interaction, intervals=False)
+        for i, s in enumerate(speeds)
+    ]
 
 
-def headline(machine: Machine, prompts: int, trials: int) -> list[str]:
-    rng = np.random.default_rng(1)
-    cost, old, new = truth() / 1.05, [], []
+def power(size: int, prompts: int, machine: Machine, interaction: float, base: float, trials: int) -> tuple[float, int]:
+    """(share of sweeps naming the truly fastest point, sweeps naming another)."""
+    rng = np.random.default_rng(size * 1000 + prompts)
+    named = wrong = 0
     for _ in range(trials):
-        result = point(rng, draw_units(rng, prompts), cost, machine)
-        old.append(typical(result))
-        new.append(result.figures["speedup_vs_ar"])
-    rows = []
-    for name, found in (("median of per-unit ratios (before)", old), ("throughput ratio (now)", new)):
-        verdicts = [says(e) for e in found]
-        shares = " | ".join(f"{verdicts.count(word) / trials:.3f}" for word in ("slower", "faster"))
-        rows.append(f"| {prompts} | {name} | {statistics.fmean(e.value for e in found):.3f} | {shares} |")
-    return rows
+        found = points(rng, [1.08] + [1.0] * (size - 1), prompts, machine, interaction, base)
+        best = sweep_answer(found).best
+        named += best is found[0]
+        wrong += best is not None and best is not found[0]
+    return named / trials, wrong
 
 
-def overlap_leader(points: list[PointResult]) -> PointResult | None:
-    """The former rule: the leader by its headline (the median), named where that interval lies above
-    every other point's."""
-    headlines = {id(p): typical(p) for p in points}
-    ordered = sorted(points, key=lambda p: -headlines[id(p)].value)
-    low = headlines[id(ordered[0])].low
-    return ordered[0] if all(headlines[id(p)].high < low for p in ordered[1:]) else None
-
-
-def power(machine: Machine, trials: int) -> tuple[float, float]:
-    rng = np.random.default_rng(2)
-    cost, before, now = truth() / 1.3, 0, 0
+def false_rate(prompts: int, machine: Machine, interaction: float, trials: int) -> float:
+    """The share of 20-point sweeps, every point truly as fast as every other and as the baseline, that
+    print a false verdict (a named point, a point decided against the baseline)."""
+    rng = np.random.default_rng(prompts)
+    found = 0
     for _ in range(trials):
-        units = draw_units(rng, 16)
-        fast, slow = point(rng, units, cost, machine, "fast"), point(rng, units, cost * 1.08, machine, "slow")
-        before += overlap_leader([fast, slow]) is fast
-        now += sweep_answer([fast, slow]).best is fast
-    return before / trials, now / trials
+        answer = sweep_answer(points(rng, [1.0] * 20, prompts, machine, interaction, 1.0))
+        found += answer.best is not None or any(v.decided for vs in answer.against.values() for v in vs)
+    return found / trials
 
 
-def null(machine: Machine, trials: int) -> tuple[float, float]:
-    rng = np.random.default_rng(3)
-    before = now = 0
+def leader(prompts: int, interaction: float, trials: int) -> tuple[float, float, float]:
+    """Where 20 points are all truly 1.3x: (coverage of the leader's simultaneous interval, of its own 95%
+    interval, mean relative excess of its value over 1.3)."""
+    rng = np.random.default_rng(7 + prompts)
+    held = own = 0
+    excess = []
     for _ in range(trials):
-        units = draw_units(rng, 16)
-        points = [point(rng, units, truth(), machine, f"p{i}") for i in range(20)]
-        before += overlap_leader(points) is not None or any(
-            says(p.figures["speedup_vs_ar"]) != "neither" for p in points
-        )
-        answer = sweep_answer(points)
-        decided = [v.decided for v in answer.versus] + [v.decided for vs in answer.against.values() for v in vs]
-        now += any(decided)
-    return before / trials, now / trials
+        answer = sweep_answer(points(rng, [1.0] * 20, prompts, QUIET, interaction, 1.3))
+        figure = answer.leader_figure.figure
+        held += figure.low <= 1.3 <= figure.high
+        alone = log_ratio(*(figure_groups(answer.leader.units, answer.key) or ())).interval()
+        own += alone is not None and alone[0] <= 1.3 <= alone[1]
+        excess.append(figure.value / 1.3 - 1)
+    return held / trials, own / trials, statistics.fmean(excess)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=400, help="simulated runs per cell")
+    parser.add_argument("--trials", type=int, default=200, help="simulated sweeps per cell")
     args = parser.parse_args(argv)
-    print("Headline on mixed prompts, a point truly 1.05x in throughput (machine: measured)\n")
-    print("| prompts | headline | mean value | says slower | says faster |\n|---|---|---|---|---|")
-    for prompts in (16, 128):
-        print("\n".join(headline(MEASURED, prompts, args.trials)))
-    print("\nA point truly 8% faster than the other, 16 shared prompts: share of sweeps naming it\n")
-    print("| machine | interval overlap (before) | paired, Holm (now) |\n|---|---|---|")
-    for name, machine in MACHINES.items():
-        before, now = power(machine, args.trials)
-        print(f"| {name} | {before:.3f} | {now:.3f} |")
-    print("\n20 equal points, 16 shared prompts: share of sweeps printing any false verdict\n")
-    print("| machine | each interval, uncorrected (before) | one Holm family (now) |\n|---|---|---|")
-    for name, machine in MACHINES.items():
-        before, now = null(machine, args.trials // 4)
-        print(f"| {name} | {before:.3f} | {now:.3f} |")
+    cells = [
+        ("idle (QUIET), no interaction, baseline 1.3x", QUIET, 0.0, 1.3),
+        ("idle (QUIET), interaction 0.05, baseline 1.3x", QUIET, 0.05, 1.3),
+        ("idle (QUIET), interaction 0.05, baseline 1.0x", QUIET, 0.05, 1.0),
+        ("measured here (MEASURED), no interaction, baseline 1.3x", MEASURED, 0.0, 1.3),
+        ("measured here (MEASURED), interaction 0.05, baseline 1.3x", MEASURED, 0.05, 1.3),
+    ]
+    print(f"Power: one point truly 8% faster than every other, share of {args.trials} sweeps naming it\n")
+    for label, machine, interaction, base in cells:
+        print(f"{label}\n\n| points | " + " | ".join(f"{n} prompts" for n in PROMPTS) + " |")
+        print("|---|" + "---|" * len(PROMPTS))
+        for size in SIZES:
+            row = [power(size, n, machine, interaction, base, args.trials) for n in PROMPTS]
+            shown = [f"{share:.2f}" + (f" ({wrong} wrong)" if wrong else "") for share, wrong in row]
+            print(f"| {size} | " + " | ".join(shown) + " |")
+        print()
+    print(f"False verdicts: 20 points all equal to each other and to the baseline, share of {args.trials} sweeps\n")
+    print("| machine | interaction | " + " | ".join(f"{n} prompts" for n in PROMPTS[1:]) + " |")
+    print("|---|---|" + "---|" * (len(PROMPTS) - 1))
+    for name, machine in (("measured", MEASURED), ("loaded", LOADED)):
+        for interaction in (0.0, 0.05):
+            rates = [false_rate(n, machine, interaction, args.trials) for n in PROMPTS[1:]]
+            print(f"| {name} | {interaction} | " + " | ".join(f"{r:.3f}" for r in rates) + " |")
+    print(f"\nThe leader of 20 points all truly 1.3x (idle, interaction 0.05), {args.trials} sweeps\n")
+    print("| prompts | simultaneous interval holds 1.3 | its own 95% interval holds 1.3 | mean excess of its value |")
+    print("|---|---|---|---|")
+    for n in (16, 32):
+        held, own, excess = leader(n, 0.05, args.trials)
+        print(f"| {n} | {held:.3f} | {own:.3f} | {excess:+.1%} |")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,13 @@
 against its exact level: a coverage too low is a false claim, one far too high a wasted interval.
 
 - A ratio of totals (throughput, a speedup, block efficiency) carries the symmetric bootstrap-t
-  interval over units from MIN_CLUSTERS units on: simulated on units that differ as code and prose do,
-  decoded on machines from quiet to loaded (heavy-tailed noise, a load that drifts from turn to turn
-  so that neighbouring units share it), and on acceptance decoded prompt by prompt, its coverage is
-  95% within simulation error.
+  interval over units, never narrower than Student's at the units' effective degrees of freedom, from
+  MIN_CLUSTERS units on: simulated on units that differ as code and prose do, decoded on machines from
+  quiet to loaded (heavy-tailed noise, a load that drifts from turn to turn so that neighbouring units
+  share it), and on acceptance decoded prompt by prompt, its coverage is 95% within simulation error;
+  on the prompt mixes hardest for it (long code and short chat at different speedups, one unit ten
+  times the others, log-normal lengths) at least 93% from MIN_CLUSTERS units on. A probability's
+  interval stays in [0, 1], and no interval has an infinite end.
 - A typical unit's speedup is a median with the distribution-free interval of order statistics: its
   coverage equals the exact level of the order statistics chosen (continuous values), or exceeds it
   (values with ties); none below MIN_UNITS.
@@ -27,7 +30,21 @@ from speculab.results.figures import acceptance_by_depth, per_round
 from speculab.results.ratios import speedup
 from speculab.stats import CONFIDENCE, MEDIAN, MIN_CLUSTERS, MIN_UNITS, Totals, log_ratio, median_estimate
 from support.engine import TOY_PROMPTS, settings, toy_roles
-from support.sweeps import LOADED, MEASURED, QUIET, Machine, decode_prompts, draw_units, measure, truth
+from support.sweeps import (
+    LOADED,
+    MEASURED,
+    QUIET,
+    Machine,
+    decode_prompts,
+    design_truth,
+    draw_units,
+    heavy_tailed_lengths,
+    measure,
+    mixed_prompts,
+    one_dominant_unit,
+    timed,
+    truth,
+)
 
 TRIALS = 400
 SLACK = 3 * math.sqrt(CONFIDENCE * (1 - CONFIDENCE) / TRIALS)  # three standard errors of a simulated coverage
@@ -100,21 +117,41 @@ MACHINES = {"quiet": QUIET, "measured": MEASURED, "loaded, heavy tails": LOADED}
 
 
 @pytest.mark.parametrize("machine", MACHINES)
-@pytest.mark.parametrize("n", [8, 16, 32])
+@pytest.mark.parametrize("n", [MIN_CLUSTERS, 16, 32])
 def test_a_speedups_interval_covers_the_throughput_ratio(machine: str, n: int) -> None:
     """Units of code and prose, a point truly 1.3x autoregressive decoding in throughput: its speedup's
-    bootstrap-t interval holds 1.3 in 95% of runs, within simulation error."""
+    interval holds 1.3 in 95% of runs, within simulation error."""
     round_cost = truth() / 1.3
     rng = np.random.default_rng(n)
     held = 0
     for _ in range(TRIALS):
         spec, ar = measure(rng, draw_units(rng, n), round_cost, MACHINES[machine])
-        low, high = log_ratio(speedup(spec, ar)).interval()
-        held += low <= 1.3 <= high
+        found = log_ratio(speedup(spec, ar)).interval()
+        held += found is not None and found[0] <= 1.3 <= found[1]
     assert abs(held / TRIALS - CONFIDENCE) <= SLACK, (machine, n, held / TRIALS)
 
 
-def test_below_eight_units_a_speed_has_no_interval() -> None:
+HARD = {"mixed prompts": mixed_prompts, "one dominant unit": one_dominant_unit, "heavy tails": heavy_tailed_lengths}
+
+
+@pytest.mark.parametrize("cell", HARD)
+@pytest.mark.parametrize("n", [MIN_CLUSTERS, 16])
+def test_a_speedups_interval_covers_the_hardest_prompt_mixes(cell: str, n: int) -> None:
+    """Long code at 2.0x among short chat at 0.8x, one unit ten times as long as the rest, log-normal
+    lengths (the answers issue's cells, on the noise measured here): the interval holds the throughput
+    ratio in at least 93% of runs from the fewest units it is printed for. Below 12 units the mixed cell
+    fell to 0.86 and the dominant unit's bootstrap alone to 0.91, which is why neither is printed there."""
+    truth_ = design_truth(HARD[cell], n)
+    rng = np.random.default_rng(100 + n)
+    held = 0
+    for _ in range(TRIALS):
+        spec, ar = timed(rng, *HARD[cell](rng, n), MEASURED)
+        found = log_ratio(speedup(spec, ar)).interval()
+        held += found is not None and found[0] <= truth_ <= found[1]
+    assert held / TRIALS >= 0.93, (cell, n, held / TRIALS)
+
+
+def test_below_twelve_units_a_speed_has_no_interval() -> None:
     rng = np.random.default_rng(0)
     spec, ar = measure(rng, draw_units(rng, MIN_CLUSTERS - 1), 1.0, QUIET)
     assert not log_ratio(speedup(spec, ar)).testable and math.isnan(log_ratio(speedup(spec, ar)).p_value())
@@ -141,7 +178,7 @@ def test_the_headline_is_the_throughput_ratio_not_the_typical_unit() -> None:
 
 
 @pytest.mark.parametrize("beta", [(8, 2), (0.5, 2)], ids=["alike", "code and prose"])
-@pytest.mark.parametrize("n", [8, 16, 32])
+@pytest.mark.parametrize("n", [MIN_CLUSTERS, 16, 32])
 def test_an_acceptance_figures_interval_covers_the_population_ratio(beta: tuple[float, float], n: int) -> None:
     """Block efficiency (kept tokens over sequence-rounds, summed over prompts) and the first depth's
     acceptance, prompts decoded with rates as alike as Beta(8, 2) or as mixed as Beta(0.5, 2)."""
@@ -152,12 +189,12 @@ def test_an_acceptance_figures_interval_covers_the_population_ratio(beta: tuple[
     for _ in range(TRIALS):
         kept, rounds, first = decode_prompts(rng, n, beta)
         for i, numerator in enumerate((kept, first)):
-            low, high = log_ratio(Totals.of((1, numerator), (-1, rounds))).interval()
-            held[i] += low <= truths[i] <= high
+            found = log_ratio(Totals.of((1, numerator), (-1, rounds))).interval()
+            held[i] += found is not None and found[0] <= truths[i] <= found[1]
     assert np.all(np.abs(held / TRIALS - CONFIDENCE) <= SLACK), (beta, n, held / TRIALS)
 
 
-def test_acceptance_figures_carry_an_interval_from_eight_prompts_and_a_standard_error_below() -> None:
+def test_acceptance_figures_carry_an_interval_from_twelve_prompts_and_a_standard_error_below() -> None:
     target, drafter = toy_roles(3)
     run = decode(target, drafter, get_verifier("token"), TOY_PROMPTS * 4, settings(T=1.0, K=1, L=3, max_new=20))
     assert len(run.prompts) >= MIN_CLUSTERS

@@ -52,9 +52,9 @@ def test_mean_accepted_converges_to_the_exact_expectation(name: str) -> None:
 
 
 def test_paired_figures_are_ratios_of_sums_paired_by_prompt() -> None:
-    """Eight prompts, two verifiers on the same drafts: token accepts 0.8 of what block does on each."""
-    rounds = torch.tensor([4.0, 2.0, 6.0, 3.0, 5.0, 4.0, 2.0, 3.0], dtype=torch.float64)
-    block = rounds * torch.tensor([1.5, 2.0, 1.0, 2.5, 1.5, 1.0, 2.0, 1.5], dtype=torch.float64)
+    """Twelve prompts, two verifiers on the same drafts: token accepts 0.8 of what block does on each."""
+    rounds = torch.tensor([4.0, 2.0, 6.0, 3.0, 5.0, 4.0, 2.0, 3.0, 4.0, 5.0, 2.0, 3.0], dtype=torch.float64)
+    block = rounds * torch.tensor([1.5, 2.0, 1.0, 2.5, 1.5, 1.0, 2.0, 1.5, 1.0, 2.0, 1.5, 1.5], dtype=torch.float64)
     token = (block + rounds) * 0.8 - rounds
     sums = PromptSums(rounds, {"block": block, "token": token})
     figures = paired_figures(sums, "block")
@@ -64,7 +64,7 @@ def test_paired_figures_are_ratios_of_sums_paired_by_prompt() -> None:
     verdicts = compared(sums, "block")
     assert list(verdicts) == ["token"] and verdicts["token"].call is Call.BELOW  # the same ratio on every prompt
     table = plain(paired_table(figures, "block", 4, verdicts))
-    assert "over block" in table and "lower" in table and "Holm over 1 tests" in table
+    assert "over block" in table and "lower" in table and "algorithm.compare's verifiers, 1 test" in table
 
 
 def test_few_prompts_give_a_standard_error_and_no_verdict() -> None:

@@ -147,20 +147,20 @@ def test_a_sweep_becomes_the_gbv_tables_with_intervals(sweep: tuple[str, str], t
 
 
 def test_the_best_of_a_row_is_bold_where_the_rule_separates_it(tmp_path: Path) -> None:
-    """Eight prompts a point, K = 2 keeping more tokens a round on every prompt and twice as fast: its
+    """Twelve prompts a point, K = 2 keeping more tokens a round on every prompt and twice as fast: its
     block efficiency and walltime are set in bold (paired by prompt); a row where the two points are
     equal has none."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment = client.create_experiment("gbv_table1")
-    rounds = [4.0, 3.0, 5.0, 4.0, 6.0, 3.0, 4.0, 5.0]
+    rounds = [4.0, 3.0, 5.0, 4.0, 6.0, 3.0, 4.0, 5.0, 3.0, 6.0, 4.0, 5.0]
     for K, L in ((1, 4), (2, 4), (1, 8), (2, 8)):
         kept = [r * (2.0 + 0.1 * (i % 3)) * (1.3 if (K, L) == (2, 4) else 1.0) for i, r in enumerate(rounds)]
-        log_point(client, experiment, None, shape(K, L) | {"dataset.num_prompts": 8}, list(zip(kept, rounds)))
+        log_point(client, experiment, None, shape(K, L) | {"dataset.num_prompts": 12}, list(zip(kept, rounds)))
     main(["--experiment", "gbv_table1", "--uri", uri, "--out", str(tmp_path / "out")])
     tables = (tmp_path / "out" / "tables.md").read_text()
-    assert "| tiny-pycode | humaneval | 4 | 2.088 [2.017, 2.162] | **2.715 [2.622, 2.811]** |" in tables
-    assert "| tiny-pycode | humaneval | 8 | 2.088 [2.017, 2.162] | 2.088 [2.017, 2.162] |" in tables  # equal: none
+    assert "| tiny-pycode | humaneval | 4 | 2.096 [2.041, 2.153] | **2.725 [2.653, 2.799]** |" in tables
+    assert "| tiny-pycode | humaneval | 8 | 2.096 [2.041, 2.153] | 2.096 [2.041, 2.153] |" in tables  # equal: none
     assert "| tiny-pycode | humaneval | 8 | 10.000 | **5.000** |" in tables  # twice as fast on every prompt
 
 

@@ -57,25 +57,44 @@ def test_the_linearised_variance_is_the_delta_methods_for_any_product_of_totals(
     assert found.value == pytest.approx(a.sum() / b.sum() / (c.sum() / d.sum()))
 
 
-def test_an_interval_from_eight_units_the_same_for_the_same_sums() -> None:
+def test_an_interval_from_twelve_units_the_same_for_the_same_sums() -> None:
     rng = np.random.default_rng(4)
-    tokens, seconds = rng.uniform(10, 60, 8), rng.uniform(1, 3, 8)
+    tokens, seconds = rng.uniform(10, 60, 12), rng.uniform(1, 3, 12)
     found = ratio_of_totals(Totals.of((1, tokens), (-1, seconds)))
-    assert found.has_interval and found.method == BOOTSTRAP_T and found.n == MIN_CLUSTERS == 8
+    assert found.has_interval and found.method == BOOTSTRAP_T and found.n == MIN_CLUSTERS == 12
     assert found.low < found.value < found.high
     assert found == ratio_of_totals(Totals.of((1, tokens), (-1, seconds)))  # seeded: reproducible
-    assert not ratio_of_totals(Totals.of((1, tokens[:7]), (-1, seconds[:7]))).has_interval
+    assert not ratio_of_totals(Totals.of((1, tokens[:11]), (-1, seconds[:11]))).has_interval
 
 
-def test_the_p_value_and_the_interval_agree_on_one() -> None:
-    """The symmetric bootstrap-t interval at 95% excludes 1 exactly where p < 0.05."""
+def test_the_test_and_its_interval_agree_on_one_at_every_level() -> None:
+    """`bounds(c)` excludes 1 exactly where the two-sided p-value is under 1 - c; the one-sided p-value is
+    half the two-sided one on the ratio's side of 1."""
     rng = np.random.default_rng(5)
     for shift in (1.0, 1.05, 1.1, 1.2, 1.4):
         fast, slow = rng.uniform(1, 2, 16), rng.uniform(1, 2, 16)
-        found = log_ratio(Totals.of((1, fast * shift), (-1, slow)))
-        low, high = found.interval()
-        assert (found.p_value() < 0.05) == (not low <= 1 <= high) or abs(found.p_value() - 0.05) < 0.002
+        found = log_ratio(Totals.of((1, fast * shift), (-1, slow)), resamples=0)
+        for confidence in (0.9, 0.95, 0.99, 0.9999):
+            low, high = found.bounds(confidence)
+            assert (found.p_value() < 1 - confidence) == (not low <= 1 <= high), (shift, confidence)
+        assert found.p_value("greater") == pytest.approx(
+            found.p_value() / 2 if found.log > 0 else 1 - found.p_value() / 2
+        )
     assert math.isnan(log_ratio(Totals.of((1, [1.0, 2.0]), (-1, [2.0, 1.0]))).p_value())  # too few units
+
+
+def test_a_unit_that_holds_most_of_the_totals_leaves_few_degrees_of_freedom() -> None:
+    """Kish's effective units: units that weigh alike count as themselves (U - 1 degrees of freedom), one
+    unit ten times the rest as far fewer, so its interval and test widen where the bootstrap does not."""
+    rng = np.random.default_rng(7)
+    alike = Totals.of((1, np.full(12, 30.0)), (-1, rng.uniform(1, 2, 12)))
+    assert log_ratio(alike).df == pytest.approx(11, rel=0.05)
+    tokens = np.full(12, 30.0)
+    tokens[0] = 300.0
+    dominated = log_ratio(Totals.of((1, tokens), (-1, tokens / rng.uniform(10, 20, 12))))
+    assert dominated.df < 4
+    low, high = dominated.interval() or (math.nan, math.nan)
+    assert high / low > math.exp(2 * 2.2 * dominated.se)  # wider than a t interval at 11 degrees of freedom
 
 
 def test_unpaired_groups_add_their_variances() -> None:
@@ -101,14 +120,24 @@ def test_a_ratio_keeps_its_side_of_one_visible() -> None:
     assert ratio_text(Estimate(2.5, 2.1, 3.3)) == "2.5 [2.1, 3.3]" and ratio_text(Estimate(1.0004)) == "1.0004"
 
 
-def test_resamples_without_spread_widen_the_interval_instead_of_breaking_it() -> None:
-    """Eight prompts where only one reached a depth: most resamples hold no spread (their t* infinite),
-    so the interval is unbounded rather than an overflow or a falsely narrow one."""
-    reached = Totals.of((1, [1, 0, 0, 0, 0, 0, 0, 0]), (-1, [2, 1, 1, 1, 1, 1, 1, 1]))
-    assert log_ratio(reached).interval() == (0.0, math.inf) or log_ratio(reached).testable is False
+def test_a_figure_the_units_cannot_bound_has_no_interval_and_says_so() -> None:
+    """Twelve prompts where only one reached a depth: most resamples hold no spread (their t* infinite),
+    so there is no interval, rather than [0, inf] or a falsely narrow one, and the figure says so."""
+    reached = Totals.of((1, [1] + [0] * 11), (-1, [2] + [1] * 11))
+    found = ratio_of_totals(reached, se_below=True, most=1.0)
+    assert found.unbounded and not found.has_interval and f"{found:.3g}" == "0.0769 (no interval)"
     rng = np.random.default_rng(8)
-    found = log_ratio(Totals.of((1, rng.uniform(1, 2, 8)), (-1, rng.uniform(1, 2, 8))))
-    assert np.isinf(found.t).sum() == 0 and found.testable
+    spread = log_ratio(Totals.of((1, rng.uniform(1, 2, 12)), (-1, rng.uniform(1, 2, 12))))
+    assert np.isinf(spread.t).sum() == 0 and spread.testable and spread.interval() is not None
+
+
+def test_a_probabilitys_interval_stays_in_0_1() -> None:
+    rng = np.random.default_rng(9)
+    rounds = rng.integers(5, 9, 12).astype(float)
+    accepted = rounds - (rng.random(12) < 0.2)  # nearly every round accepted: the interval reaches past 1
+    found = ratio_of_totals(Totals.of((1, accepted), (-1, rounds)), se_below=True, most=1.0)
+    unclipped = ratio_of_totals(Totals.of((1, accepted), (-1, rounds)), se_below=True)
+    assert unclipped.high > 1 and found.high == 1.0 and found.low == unclipped.low
 
 
 def test_estimates_without_an_interval_are_equal_and_hash_alike() -> None:

@@ -128,6 +128,7 @@ def precheck(args: list[str], planning: bool = False) -> None:
 
     from speculab.config import resolve
     from speculab.config.attach import attach_env, attach_errors
+    from speculab.config.contrast import contrast_errors
     from speculab.config.overrides import composition_problem, with_range
     from speculab.config.prompts import point_prompts
     from speculab.config.replicas import AUTO
@@ -178,6 +179,8 @@ def precheck(args: list[str], planning: bool = False) -> None:
             "spread over them with cluster.spread=true)"
         )
         refuse(ConfigError.listing([f"cluster.replicas={replicas}: {one_point}"]))
+    if lone := contrast_errors(plan.cfg.sweep.contrast, [], sweeping=False):
+        refuse(ConfigError.listing(lone))
     PLANS[tuple(o for o in overrides if not o.lstrip("+~").startswith("hydra."))] = plan
 
 

@@ -243,7 +243,7 @@ def measure_point(
         for first, own in enumerate(methods):
             for method in own.values():
                 method(first, -1)
-        label = f"{shape.name} · {len(methods[0])} method(s) × {repeats} interleaved repetition(s)"
+        label = f"{shape.name_parts[0]} · {len(methods[0])} methods × {repeats}"  # fits a bar at 80 columns
 
         def log_prompt(record: PromptRecord) -> None:
             nonlocal finished
@@ -330,9 +330,8 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
         figures |= paired_figures(decoders.paired_sums(), cfg.algorithm.name) | {"time_paired_s": spec.paired_s}
     ar, hf = baseline_figures(cfg, measured)
     result = PointResult(shape, figures, ar, hf, point_units(prompts, cfg.sampling.batch_size, measured.timings, spec))
-    brief = jobs.current().output_dir if jobs.current().sweeping else None  # a sweep's console ends on its ranking
     title = summary_title(result, cfg.measure.repeats)
-    whole = print_summary(title, result, measured.conditions, cfg.measure.generate, brief)
+    whole = print_summary(title, result, jobs.current().output_dir, measured.conditions, cfg.measure.generate)
     if decoders.paired:
         verdicts = compared(decoders.paired_sums(), cfg.algorithm.name)
         show(paired_table(figures, cfg.algorithm.name, cfg.algorithm.compare_repeats, verdicts))

@@ -8,13 +8,21 @@ through the one formatter, `format(estimate, spec)`.
 
 - A ratio of totals (throughput: tokens over seconds; a speedup: one throughput over another; block
   efficiency and acceptance by depth: counts over sequence-rounds) is estimated as the ratio of its
-  sums over units (`ratio_of_totals`), what the field reports, and its interval is a studentised
-  bootstrap over units on the log scale (bootstrap-t): units are resampled whole, so what one unit's
-  sums share (a long prompt's tokens and its seconds) stays together. It exists from MIN_CLUSTERS
-  units on (8: below, simulated coverage falls under 95%); below, the figure carries the ratio
-  estimator's standard error where it is an acceptance figure, and nothing where it is a speed.
-  `LogRatio.p_value` tests a ratio of 1 by the same bootstrap, for the verdicts
-  (`speculab.results.verdicts`).
+  sums over units (`ratio_of_totals`), what the field reports. Its interval is a studentised bootstrap
+  over units on the log scale (bootstrap-t: units are resampled whole, so what one unit's sums share,
+  a long prompt's tokens and its seconds, stays together), never narrower than Student's t with the
+  units' effective degrees of freedom (`LogRatio.df`): resamples keep drawing a unit that holds most of
+  the totals, so the bootstrap alone cannot see how little a sample of one long and many short units
+  says. It exists from MIN_CLUSTERS units on (12: below, simulated coverage of mixed prompts falls
+  under 95%); below, the figure carries the ratio estimator's standard error where it is an
+  acceptance figure, and nothing where it is a speed. A probability's interval stays in [0, 1]; where
+  the data cannot bound a ratio at all (most resamples with no spread), it has no interval
+  (`UNBOUNDED`).
+- A test of a ratio of totals against 1 (`LogRatio.p_value`, the verdicts of
+  `speculab.results.verdicts`) is Student's t on the same linearised standard error with the same
+  effective degrees of freedom: its small p-values resolve at the levels a family of many tests
+  needs, where the bootstrap's heavy tails at a few dozen units cannot (`LogRatio.bounds` is the
+  interval that agrees with it at any level).
 - A typical unit's speedup (`typical_speedup_vs_*`) is a median over units, and its interval is the
   distribution-free one of a median (order statistics): it covers the population median with
   probability at least CONFIDENCE whatever the distribution of the units' values, from MIN_UNITS units
@@ -28,7 +36,6 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
@@ -37,8 +44,9 @@ CONFIDENCE = 0.95
 MEDIAN = "distribution-free interval of the median over units (order statistics)"
 BOOTSTRAP_T = "bootstrap-t interval over units of a ratio of totals (log scale)"
 RATIO = "standard error of the ratio estimator over units (linearised)"
-MIN_CLUSTERS = 8  # units a bootstrap-t interval needs: from 8 on it covers within simulation error of 95%
-RESAMPLES = 1999  # bootstrap resamples of an interval; a verdict among many asks for more (`LogRatio`)
+UNBOUNDED = "no interval: the units cannot bound it"  # too few units reach the figure to resample a spread
+MIN_CLUSTERS = 12  # units a ratio's interval and test need: from 12 on it covers mixed prompts (docs/measuring.md)
+RESAMPLES = 1999  # bootstrap resamples of an interval
 CHUNK = 1000  # resamples drawn at once: bounds the memory of a bootstrap over many units
 
 
@@ -75,6 +83,11 @@ class Estimate:
     def has_se(self) -> bool:
         return not math.isnan(self.se)
 
+    @property
+    def unbounded(self) -> bool:
+        """Enough units for an interval, but too few of them reach the figure to bound it."""
+        return self.method == UNBOUNDED
+
     def bar(self, least: float = -math.inf, most: float = math.inf) -> tuple[float, float]:
         """(low, high) of an error bar: its interval's ends, else one standard error either side, else
         the value itself; kept within [least, most], the figure's possible values (one standard error
@@ -105,6 +118,8 @@ class Estimate:
             return f"{self.value:{spec}} [{self.low:{bare}}, {self.high:{bare}}]"
         if self.has_se:
             return f"{self.value:{spec}} ± {self.se:{bare}}"
+        if self.unbounded:
+            return f"{self.value:{spec}} (no interval)"
         return f"{self.value:{spec}}"
 
 
@@ -161,6 +176,15 @@ class Totals:
     def units(self) -> int:
         return int(self.values.shape[1])
 
+    def effective_units(self) -> float:
+        """How many units the totals rest on (Kish's effective sample size of the units' shares
+        w_u = mean_k values[k, u] / total_k): the units' count where they weigh alike, near 1 where one
+        unit holds most of every total."""
+        totals = self.values.sum(1, keepdims=True)
+        shares = (self.values / np.where(totals > 0, totals, 1.0)).mean(0)  # [U]
+        squares = float((shares**2).sum())
+        return squares**2 / float((shares**4).sum()) if squares > 0 else float(self.units)
+
 
 # counts [B, U]: how often each of the group's units is drawn (ones: the sample itself) -> ([B], [B])
 def _weighted(group: Totals, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,25 +204,39 @@ def _weighted(group: Totals, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return log, correction * (square - signs.sum() ** 2 / units)
 
 
-@lru_cache(maxsize=16)  # a sweep asks for a few sizes, each many times
-def _counts(units: int, resamples: int, seed: int) -> np.ndarray:
-    """[resamples, units] draw counts of a bootstrap over `units` (multinomial: units drawn with
-    replacement), the same for the same arguments: every comparison over the same units in a sweep
-    shares them, as common random numbers."""
-    counts = np.random.default_rng(seed).multinomial(units, np.full(units, 1 / units), size=resamples)
-    counts = counts.astype(np.float64)
-    counts.flags.writeable = False
-    return counts
+def _counts(units: int, start: int, size: int, seed: int) -> np.ndarray:
+    """[size, units] draw counts of bootstrap resamples start..start + size over `units` (multinomial:
+    units drawn with replacement), drawn from a generator seeded by (seed, units, start): the same for the
+    same arguments, so every figure over the same units shares them (common random numbers), and one
+    chunk at a time is ever held."""
+    rng = np.random.default_rng((seed, units, start))
+    return rng.multinomial(units, np.full(units, 1 / units), size=size).astype(np.float64)
+
+
+def student(df: float, confidence: float) -> float:
+    """Student's t quantile of a two-sided ``confidence`` at ``df`` degrees of freedom (any df > 0)."""
+    from scipy.special import stdtrit  # light beside scipy.stats: a run that prints a verdict pays only this
+
+    return float(stdtrit(df, 1 - (1 - confidence) / 2))
+
+
+def student_tail(df: float, t: float) -> float:
+    """P(T >= t), T Student's t with ``df`` degrees of freedom."""
+    from scipy.special import stdtr
+
+    return float(stdtr(df, -t))
 
 
 @dataclass(frozen=True)
 class LogRatio:
-    """A ratio of totals on the log scale: its value, the linearised standard error and the studentised
-    bootstrap statistics t* = (log* - log) / se* over resampled units (non-finite resamples dropped)."""
+    """A ratio of totals on the log scale: its value, the linearised standard error, the units it is over,
+    their effective degrees of freedom and the studentised bootstrap statistics t* = (log* - log) / se*
+    over resampled units (non-finite resamples dropped)."""
 
     log: float
     se: float  # NaN below two units
     n: int  # units (of the smallest group)
+    df: float = math.nan  # effective degrees of freedom of se (Welch-Satterthwaite over unpaired groups)
     t: np.ndarray = field(default_factory=lambda: np.empty(0))  # [resamples]
 
     @property
@@ -207,22 +245,37 @@ class LogRatio:
 
     @property
     def testable(self) -> bool:
-        """Enough units for an interval and a test (and a resampled spread, or none at all to resample)."""
-        return self.n >= MIN_CLUSTERS and math.isfinite(self.log) and (len(self.t) > 0 or self.se == 0)
+        """Enough units for an interval and a test."""
+        return self.n >= MIN_CLUSTERS and math.isfinite(self.log) and math.isfinite(self.se)
 
-    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
-        """The symmetric bootstrap-t interval exp(log -+ c se), c the `confidence` quantile of |t*|."""
-        half = float(np.quantile(np.abs(self.t), confidence, method="higher")) * self.se if self.se else 0.0
-        if not math.isfinite(self.log + half):  # too many resamples with no spread to bound it: no bound
-            return 0.0, math.inf
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+        """A figure's interval exp(log -+ c se): c the `confidence` quantile of |t*| (symmetric bootstrap-t),
+        at least Student's at the units' effective degrees of freedom; None where no resample kept a
+        ratio, or too many had no spread, to bound it."""
+        if not self.se:
+            return self.value, self.value
+        if not len(self.t):
+            return None
+        boot = float(np.quantile(np.abs(self.t), confidence, method="higher"))
+        half = max(boot, student(self.df, confidence)) * self.se
+        if not math.isfinite(self.log + half):
+            return None
         return math.exp(self.log - half), math.exp(self.log + half)
 
-    def estimate(self, se_below: bool = False) -> Estimate:
-        """The ratio as an `Estimate`: with its bootstrap-t CONFIDENCE interval from MIN_CLUSTERS units on;
-        below, its linearised standard error where ``se_below`` (acceptance figures), else the value alone
-        (a speed: no spread claims what too few units cannot show). NaN where a total it divides by is 0,
-        0 where a total it multiplies is (with a standard error of 0 where ``se_below``: no interval can
-        be resampled from units that all count 0)."""
+    def bounds(self, confidence: float) -> tuple[float, float]:
+        """The interval that agrees with `p_value` at every level: exp(log -+ q se), q Student's
+        two-sided `confidence` quantile at the effective degrees of freedom; it excludes 1 exactly where
+        p_value() < 1 - confidence."""
+        half = student(self.df, confidence) * self.se if self.se else 0.0
+        return math.exp(self.log - half), math.exp(self.log + half)
+
+    def estimate(self, se_below: bool = False, most: float = math.inf) -> Estimate:
+        """The ratio as an `Estimate`: with its CONFIDENCE interval (`interval`, kept within [0, most], the
+        figure's possible values: a probability's `most` is 1) from MIN_CLUSTERS units on; below, its
+        linearised standard error where ``se_below`` (acceptance figures), else the value alone (a speed:
+        no spread claims what too few units cannot show). NaN where a total it divides by is 0, 0 where a
+        total it multiplies is (with a standard error of 0 where ``se_below``: no interval can be resampled
+        from units that all count 0)."""
         if math.isnan(self.log) or self.log == math.inf:
             return Estimate(math.nan, n=self.n)
         if self.log == -math.inf:
@@ -230,23 +283,23 @@ class LogRatio:
                 Estimate(0.0, n=self.n, method=RATIO, se=0.0) if se_below and self.n >= 2 else Estimate(0.0, n=self.n)
             )
         if self.testable:
-            low, high = self.interval()
-            return Estimate(self.value, low, high, self.n, BOOTSTRAP_T)
+            if (found := self.interval()) is None:
+                return Estimate(self.value, n=self.n, method=UNBOUNDED)
+            return Estimate(self.value, max(found[0], 0.0), min(found[1], most), self.n, BOOTSTRAP_T)
         if se_below and self.n >= 2:
             return Estimate(self.value, n=self.n, method=RATIO, se=self.value * self.se)
         return Estimate(self.value, n=self.n)
 
-    def p_value(self) -> float:
-        """Two-sided p-value of "the ratio is 1" by the same bootstrap: the share of |t*| at least
-        |log / se| (the interval at level 1 - p just reaches 1); NaN where there is no interval (fewer
-        than MIN_CLUSTERS units). Symmetric rather than equal-tailed: simulated, its small p-values hold
-        their level where the equal-tailed ones fall 2-3 times too often (docs/measuring.md)."""
+    def p_value(self, alternative: str = "two-sided") -> float:
+        """The p-value of "the ratio is 1" by Student's t on the linearised standard error, at the units'
+        effective degrees of freedom: two-sided, or against a ratio above 1 (``alternative="greater"``);
+        NaN where there is no test (fewer than MIN_CLUSTERS units)."""
         if not self.testable:
             return math.nan
         if self.se == 0:  # every unit gives the same ratio
-            return 1.0 if self.log == 0 else 0.0
-        observed = abs(self.log / self.se)
-        return (1 + int((np.abs(self.t) >= observed).sum())) / (len(self.t) + 1)
+            return 1.0 if self.log == 0 else float(self.log < 0) if alternative == "greater" else 0.0
+        tail = student_tail(self.df, self.log / self.se if alternative == "greater" else abs(self.log / self.se))
+        return tail if alternative == "greater" else min(1.0, 2 * tail)
 
 
 def _resampled_t(groups: tuple[Totals, ...], log: float, se: float, resamples: int, seed: int) -> np.ndarray:
@@ -257,9 +310,10 @@ def _resampled_t(groups: tuple[Totals, ...], log: float, se: float, resamples: i
     rather than drop it; one whose ratio is undefined (a zero total it divides by) is dropped."""
     found = []
     for start in range(0, resamples, CHUNK):
-        logs = variances = np.zeros(min(CHUNK, resamples - start))
+        size = min(CHUNK, resamples - start)
+        logs = variances = np.zeros(size)
         for g, group in enumerate(groups):
-            drawn, spread = _weighted(group, _counts(group.units, resamples, seed + g)[start : start + CHUNK])
+            drawn, spread = _weighted(group, _counts(group.units, start, size, seed + g))
             logs, variances = logs + drawn, variances + spread
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (logs - log) / np.sqrt(variances)
@@ -270,20 +324,32 @@ def _resampled_t(groups: tuple[Totals, ...], log: float, se: float, resamples: i
     return np.concatenate(found)
 
 
+def degrees_of_freedom(groups: Sequence[Totals], variances: Sequence[float]) -> float:
+    """The effective degrees of freedom of a standard error summed over groups: each group's effective
+    units less one (`Totals.effective_units`, scaled so that units that weigh alike give U - 1),
+    combined by Welch-Satterthwaite where groups are resampled apart."""
+    own = [g.effective_units() * (g.units - 1) / g.units for g in groups]
+    total = sum(variances)
+    spread = sum(v**2 / d for v, d in zip(variances, own) if d > 0)
+    return total**2 / spread if spread > 0 else min(own)
+
+
 def log_ratio(*groups: Totals, resamples: int = RESAMPLES, seed: int = 0) -> LogRatio:
     """The ratio of totals that multiplies every group's (unpaired groups: a comparison between points
-    that share no units), with its bootstrap-t over units from MIN_CLUSTERS units on. Seeded: the same
-    sums give the same interval."""
+    that share no units), with its degrees of freedom and, from MIN_CLUSTERS units on, its bootstrap-t
+    over `resamples` resamples of the units (none for a test alone). Seeded: the same sums give the same
+    interval."""
     observed = [_weighted(g, np.ones((1, g.units))) for g in groups]
     log, n = float(sum(found[0][0] for found in observed)), min(g.units for g in groups)
     if n < 2 or not math.isfinite(log):
         return LogRatio(log, math.nan, n)
-    se = math.sqrt(max(float(sum(found[1][0] for found in observed)), 0.0))
-    if n < MIN_CLUSTERS or se == 0:
-        return LogRatio(log, se, n)
-    return LogRatio(log, se, n, _resampled_t(groups, log, se, resamples, seed))
+    variances = [max(float(found[1][0]), 0.0) for found in observed]
+    se, df = math.sqrt(sum(variances)), degrees_of_freedom(groups, variances)
+    if n < MIN_CLUSTERS or se == 0 or not resamples:  # resamples=0: a test, which needs no bootstrap
+        return LogRatio(log, se, n, df)
+    return LogRatio(log, se, n, df, _resampled_t(groups, log, se, resamples, seed))
 
 
-def ratio_of_totals(*groups: Totals, se_below: bool = False) -> Estimate:
+def ratio_of_totals(*groups: Totals, se_below: bool = False, most: float = math.inf) -> Estimate:
     """The ratio of totals as an `Estimate` (`LogRatio.estimate`)."""
-    return log_ratio(*groups).estimate(se_below)
+    return log_ratio(*groups).estimate(se_below, most)

@@ -22,14 +22,14 @@ def config(**algorithm: object) -> Config:
 @pytest.mark.parametrize(
     ("algorithm", "name"),
     [
-        ({"name": "gbv", "K": 4, "L": 8}, "gbv K=4 L=8 T=1.0 · iid · humaneval×8 · tiny-pycode"),
-        ({"name": "spectr", "K": 2, "node_rule": "kseq"}, "spectr K=2 L=4 T=1.0 · iid · humaneval×8 · tiny-pycode"),
+        ({"name": "gbv", "K": 4, "L": 8}, "gbv K=4 L=8 T=1.0 · iid · humaneval×12 · tiny-pycode"),
+        ({"name": "spectr", "K": 2, "node_rule": "kseq"}, "spectr K=2 L=4 T=1.0 · iid · humaneval×12 · tiny-pycode"),
         (
             {"name": "spectr", "K": 2, "node_rule": "ot_lp"},
-            "spectr/ot_lp K=2 L=4 T=1.0 · iid · humaneval×8 · tiny-pycode",
+            "spectr/ot_lp K=2 L=4 T=1.0 · iid · humaneval×12 · tiny-pycode",
         ),
-        ({"name": "ddtree", "budget": 32}, "ddtree best_first B=32 L=4 T=1.0 · iid · humaneval×8 · tiny-pycode"),
-        ({"name": "ddtree", "tree": "chain"}, "ddtree chain L=4 T=1.0 · iid · humaneval×8 · tiny-pycode"),
+        ({"name": "ddtree", "budget": 32}, "ddtree best_first B=32 L=4 T=1.0 · iid · humaneval×12 · tiny-pycode"),
+        ({"name": "ddtree", "tree": "chain"}, "ddtree chain L=4 T=1.0 · iid · humaneval×12 · tiny-pycode"),
     ],
 )
 def test_a_shape_from_the_config_and_from_its_logged_params_agree(algorithm: dict, name: str) -> None:
@@ -55,12 +55,12 @@ def test_one_rule_for_what_a_shape_shows() -> None:
 @pytest.mark.parametrize(
     ("ahead", "name"),
     [
-        ({"ahead": "ssd", "ahead_budget": 4}, "block K=1 L=4 T=1.0 · iid ahead ssd B=4 · humaneval×8 · tiny-pycode"),
+        ({"ahead": "ssd", "ahead_budget": 4}, "block K=1 L=4 T=1.0 · iid ahead ssd B=4 · humaneval×12 · tiny-pycode"),
         (
             {"ahead": "ssd", "ahead_fan_out": "uniform"},
-            "block K=1 L=4 T=1.0 · iid ahead ssd B=8 uniform · humaneval×8 · tiny-pycode",
+            "block K=1 L=4 T=1.0 · iid ahead ssd B=8 uniform · humaneval×12 · tiny-pycode",
         ),
-        ({"ahead": "off", "ahead_budget": 4}, "block K=1 L=4 T=1.0 · iid · humaneval×8 · tiny-pycode"),
+        ({"ahead": "off", "ahead_budget": 4}, "block K=1 L=4 T=1.0 · iid · humaneval×12 · tiny-pycode"),
     ],
 )
 def test_points_that_draft_ahead_differently_have_names_of_their_own(ahead: dict, name: str) -> None:

@@ -16,6 +16,7 @@ units are not independent in time). `MEASURED` reproduces what two identical poi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from speculab.measure import UnitTotals
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.ratios import speedup, throughput
-from speculab.stats import ratio_of_totals
+from speculab.stats import log_ratio, ratio_of_totals
 
 L = 4
 SHAPE = PointShape("block", None, 1, L, None, None, 1.0, "iid", "humaneval", 16, "tiny-pycode", 0, 64, 1, 0)
@@ -37,7 +38,7 @@ class Machine:
     heavy: bool = False  # t(3) noise, scaled to the same sigma, instead of normal
 
 
-QUIET = Machine(0.03, 0.05, 0.5)
+QUIET = Machine(0.03, 0.05, 0.5)  # an idle machine
 MEASURED = Machine(0.04, 0.08, 0.6)
 LOADED = Machine(0.15, 0.3, 0.8, heavy=True)
 
@@ -81,16 +82,67 @@ def _load(rng: np.random.Generator, machine: Machine, turns: int) -> np.ndarray:
 
 
 def measure(
-    rng: np.random.Generator, units: Units, round_cost: float, machine: Machine, repeats: int = 3
+    rng: np.random.Generator,
+    units: Units,
+    round_cost: float,
+    machine: Machine,
+    repeats: int = 3,
+    interaction: float = 0.0,
 ) -> tuple[UnitTotals, UnitTotals]:
-    """(speculative, autoregressive) sums per unit over `repeats` interleaved turns."""
+    """(speculative, autoregressive) sums per unit over `repeats` interleaved turns; ``interaction``: the
+    sigma of a factor on the log scale that this point's speculative decode of each unit draws afresh
+    (a point-by-prompt interaction: verifiers gain differently on different prompts; its mean is 1, so it
+    leaves every point's true throughput ratio as it was)."""
     spec, ar = seconds(units, round_cost)
     n = len(units.tokens)
+    spec = spec * np.exp(rng.normal(-(interaction**2) / 2, interaction, n)) if interaction else spec
+    return timed(rng, units.tokens, spec, ar, machine, repeats)
+
+
+def timed(
+    rng: np.random.Generator, tokens: np.ndarray, spec: np.ndarray, ar: np.ndarray, machine: Machine, repeats: int = 3
+) -> tuple[UnitTotals, UnitTotals]:
+    """(speculative, autoregressive) sums per unit of units that take `spec` and `ar` seconds on an idle
+    machine, over `repeats` interleaved turns of `machine`."""
+    n = len(tokens)
     load = _load(rng, machine, n * repeats).reshape(repeats, n).T  # [unit, repetition]: turns in launch order
     spec_s = (spec[:, None] * load * _noise(rng, machine, (n, repeats))).sum(1)
     ar_s = (ar[:, None] * load * _noise(rng, machine, (n, repeats))).sum(1)
-    tokens = tuple(units.tokens * repeats)
-    return UnitTotals(tokens, tuple(spec_s), tuple(spec_s)), UnitTotals(tokens, tuple(ar_s), tuple(ar_s))
+    kept = tuple(tokens * repeats)
+    return UnitTotals(kept, tuple(spec_s), tuple(spec_s)), UnitTotals(kept, tuple(ar_s), tuple(ar_s))
+
+
+# The prompt mixes that a throughput interval finds hardest, each (tokens, speculative seconds,
+# autoregressive seconds) of n units on an idle machine, at round_cost 1.
+def mixed_prompts(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A quarter long code prompts (256 tokens) decoding 2.0x autoregressive decoding, the rest short chat
+    (12-47 tokens) at 0.8x."""
+    code = rng.random(n) < 0.25
+    tokens = np.where(code, 256, rng.integers(12, 48, n)).astype(float)
+    ar = tokens + 5.0
+    return tokens, ar / np.where(code, 2.0, 0.8), ar
+
+
+def one_dominant_unit(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`draw_units`' code and prose, the first unit 10 times as long as it would be."""
+    units = draw_units(rng, n)
+    units.tokens[0] *= 10
+    return (units.tokens, *seconds(units, 1.0))
+
+
+def heavy_tailed_lengths(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`draw_units`' acceptance rates with log-normal lengths (sigma 1, median 32 tokens)."""
+    tokens = np.maximum(4.0, np.round(32 * rng.lognormal(0.0, 1.0, n)))
+    units = Units(tokens, draw_units(rng, n).rate)
+    return (tokens, *seconds(units, 1.0))
+
+
+def design_truth(cell, n: int, samples: int = 20_000) -> float:
+    """The throughput speedup a sample of n units from ``cell`` estimates: total autoregressive over total
+    speculative seconds over many such samples."""
+    rng = np.random.default_rng(54321)
+    drawn = [cell(rng, n) for _ in range(samples)]
+    return float(sum(ar.sum() for _, _, ar in drawn) / sum(spec.sum() for _, spec, _ in drawn))
 
 
 def point(
@@ -100,21 +152,28 @@ def point(
     machine: Machine,
     name: str = "",
     generate: float | None = None,
+    interaction: float = 0.0,
+    intervals: bool = True,
 ) -> PointResult:
     """A point measured on `units` as the platform measures one: its units, throughput and speedups
-    (over transformers' generate too where `generate` gives generate's seconds over the loop's)."""
-    spec, ar = measure(rng, units, round_cost, machine)
-    figures = {"tokens_per_s": ratio_of_totals(throughput(spec)), "speedup_vs_ar": ratio_of_totals(speedup(spec, ar))}
+    (over transformers' generate too where `generate` gives generate's seconds over the loop's), with a
+    point-by-prompt ``interaction`` (`measure`). Without ``intervals`` its figures are their values
+    alone: a simulated sweep's verdicts are computed from the units, and the bootstrap of every figure's
+    own interval would cost most of its time."""
+    figure = ratio_of_totals if intervals else lambda totals: log_ratio(totals, resamples=0).estimate()
+    spec, ar = measure(rng, units, round_cost, machine, interaction=interaction)
+    figures = {"tokens_per_s": figure(throughput(spec)), "speedup_vs_ar": figure(speedup(spec, ar))}
     hf = None
     if generate is not None:
         hf = measure(rng, units, round_cost, machine)[1]
         hf = replace(hf, wall_s=tuple(s * generate for s in hf.wall_s))
-        figures["speedup_vs_hf"] = ratio_of_totals(speedup(spec, hf))
+        figures["speedup_vs_hf"] = figure(speedup(spec, hf))
     ids = tuple((f"p{i}",) for i in range(len(units.tokens)))
     shape = replace(SHAPE, algorithm=name or SHAPE.algorithm, prompts=len(ids))
     return PointResult(shape, Figures(figures), units=PointUnits(ids, spec, ar, hf))
 
 
+@cache  # 400,000 units drawn: a simulated sweep asks for the same truth at every point
 def truth(round_cost: float = 1.0, code: float = 0.4, n: int = 400_000) -> float:
     """A point's population throughput speedup: total autoregressive over total speculative seconds of
     many units (the machine's noise has the same mean for both, so it cancels)."""

@@ -152,14 +152,14 @@ def test_the_summary_shows_alpha_in_one_compact_line() -> None:
     assert rows == {
         "alpha (depth 1..2)": "0.80 0.60",
         "overlap (depth 1..2)": "0.78 0.55",
-        "tau share (0..2)": "0.20 0.30 0.50",
+        "accepted-length share (0..2)": "0.20 0.30 0.50",
         "left_chain": "0.25",
     }
     assert acceptance_rows(Figures({"accepted_mean": 0.0})) == []  # the baseline drafts nothing
     shallow = Figures({"alpha_1": 0.3, "alpha_2": 0.0, "alpha_3": math.nan, "hist_0": 0.7, "hist_1": 0.3})
     assert dict(acceptance_rows(shallow | {"hist_2": 0.0, "hist_3": 0.0})) == {  # a line stops where no round reached
         "alpha (depth 1..2 of 3)": "0.30 0.00",
-        "tau share (0..1 of 3)": "0.70 0.30",
+        "accepted-length share (0..1 of 3)": "0.70 0.30",
     }
 
 

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 from mlflow.tracking import MlflowClient
 
 from speculab.results.names import HEADLINE, interval_names, mlflow_name
+from speculab.tracking.spool import VERDICT_TAG
 from speculab.tracking.ui import (
     TABLE_METRICS,
     UI_PORT_ENV,
@@ -55,16 +56,20 @@ def test_a_sweeps_link_opens_a_view_of_its_points_in_model_training_mode(tmp_pat
     assert query(run_page("http://mlflow:8080/", "3", "r7", 5000))["workflowType"] == ["machine_learning"]
 
 
-def test_the_view_shows_the_ranking_figure_with_its_interval_first() -> None:
-    """The run's name, `speedup_vs_ar`, its interval's ends (low, then high, wide enough to read whole),
-    then the other headline figures, Created and the shape's params; sorted by the speedup."""
+def test_the_view_shows_the_verdicts_and_the_ranking_figure_with_its_interval_first() -> None:
+    """The run's name, its verdicts, `speedup_vs_ar`, its interval's ends (low, then high, wide enough to read
+    whole), then the other headline figures, Created and the shape's params; sorted by the speedup."""
     state = json.loads(json.loads(view_state())["state"])
     metrics = [c for c in state["selectedColumns"] if c.startswith("metrics.")]
     assert set(TABLE_METRICS) <= set(HEADLINE) and TABLE_METRICS[0] == "speedup_vs_ar"
     low, high = (f"metrics.`{name}`" for name in interval_names("speedup_vs_ar"))
     assert metrics == [f"metrics.`{mlflow_name('speedup_vs_ar')}`", low, high, *metrics[3:]]
-    assert state["columnOrder"][:5] == ["attributes.`Run Name`", *metrics[:4]]
-    assert state["columnWidths"] == {low: 155, high: 155}
+    verdict = f"tags.`{VERDICT_TAG}`"
+    assert (
+        state["columnOrder"][:6] == ["attributes.`Run Name`", verdict, *metrics[:4]]
+        and verdict in state["selectedColumns"]
+    )
+    assert state["columnWidths"] == {verdict: 190, low: 155, high: 155}
     assert state["orderByKey"] == "metrics.`speedup_vs_ar`" and state["orderByAsc"] is False
 
 

@@ -10,11 +10,13 @@ import numpy as np
 
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape
-from speculab.results.sweep import FIRST_PLACE, best_metrics, labels, sweep_name, swept_keys
-from speculab.results.verdicts import rank_key, ranked, sweep_answer
+from speculab.results.sweep import IN_THE_RUNNING, best_metrics, contrast_cells, labels, sweep_name, swept_keys
+from speculab.results.verdicts import ContrastCell, rank_key, ranked, sweep_answer
+from speculab.show.answers import sweep_section, sweep_verdict_words
 from speculab.show.console import plain
-from speculab.show.sweep import LEADER_OVER, TOP, ranking_table, sweep_figure
+from speculab.show.sweep import LEADER_OVER, TOP, contrast_markdown, contrast_table, ranking_table, sweep_figure
 from speculab.stats import Estimate
+from speculab.tracking.run_page import with_sweep_section
 from speculab.tracking.sweep_page import sweep_csv, sweep_description, sweep_markdown, table_rows
 from support.sweeps import QUIET, draw_units, point, truth
 
@@ -55,20 +57,20 @@ def test_a_leader_separated_from_every_other_point_is_the_best() -> None:
     answer = sweep_answer(rows)
     assert answer.key == "speedup_vs_ar" and answer.best is rows[1]
     assert best_metrics(answer) == {
-        FIRST_PLACE: 1.0,
+        IN_THE_RUNNING: 1.0,
         **{f"best/{k}": rows[1].figures[k].value for k in ("speedup_vs_ar", "tokens_per_s")},
     }
-    description = sweep_description("algorithm.L=4,5,6", rows, [])
+    description = sweep_description("algorithm.L=4,5,6", sweep_answer(rows), [])
     assert description.startswith("Fastest: **gbv K=2 L=5 T=1.0**, speedup_vs_ar 1.")
     assert "Of the points: against the autoregressive baseline," in description
 
 
-def test_points_not_separated_share_first_place_and_no_best_is_named() -> None:
+def test_points_not_ruled_out_stay_in_the_running_and_no_best_is_named() -> None:
     rows = measured(1.3, 1.3, 1.0)
     answer = sweep_answer(rows)
-    assert answer.best is None and best_metrics(answer)[FIRST_PLACE] == 2.0
-    description = sweep_description("algorithm.L=4,5,6", rows, [])
-    assert "No single fastest point:" in description and "separate it from 1 point(s)" in description
+    assert answer.best is None and best_metrics(answer)[IN_THE_RUNNING] == 2.0
+    description = sweep_description("algorithm.L=4,5,6", sweep_answer(rows), [])
+    assert "No single fastest point:" in description and "1 other point(s) are still in the running" in description
     assert "sweep points, ranked by their figures; no single fastest" in sweep_figure(answer).axes[0].get_title()
 
 
@@ -76,7 +78,7 @@ def test_points_without_their_units_cannot_be_told_apart() -> None:
     rows = [row("gbv K=2 L=4", 1.5, 1.4, 1.6), row("block K=1 L=8", 1.1, 1.0, 1.2)]
     answer = sweep_answer(rows)
     assert answer.best is None and len(answer.versus) == 1
-    assert "no per-unit measurements kept" in sweep_description("x", rows, [])
+    assert "no per-unit measurements kept" in sweep_description("x", sweep_answer(rows), [])
 
 
 def test_without_the_autoregressive_baseline_points_rank_by_tokens_per_s() -> None:
@@ -108,7 +110,8 @@ def test_the_sweep_plot_has_interval_bars_and_both_reference_lines() -> None:
     lines = {line.get_label(): line.get_xdata()[0] for line in axes.get_lines() if not line.get_label().startswith("_")}
     assert lines == {"autoregressive (1.0)": 1.0, "transformers generate (0.90)": 0.9}
     names = [t.get_text() for t in axes.get_yticklabels()]
-    assert names == ["gbv K=2 L=4 T=1.0\nblock eff. 2.00", "block K=1 L=8 T=1.0\nblock eff. 2.00"]  # first on top
+    no_units = "block eff. 2.00 · too few units"  # each point named with where it stands
+    assert names == [f"gbv K=2 L=4 T=1.0\n{no_units}", f"block K=1 L=8 T=1.0\n{no_units}"]  # first on top
     assert len(axes.containers) == 2  # the bars and their error bars
     assert "every point: iid · humaneval×4 · tiny-pycode" in axes.get_title()
     plt.close(figure)
@@ -138,15 +141,15 @@ def test_the_console_ranking_says_how_many_points_it_leaves_out_and_where_they_a
     rows = [row(f"gbv K={k} L=4", 1 + k / 100, 1, 1.5) for k in range(1, TOP + 3)]
     shown = plain(ranking_table(sweep_answer(rows), "ranking"))
     assert f"top {TOP} of {TOP + 2} points; all of them: the parent run's sweep_table.md" in shown
-    assert "K=12" in shown and "K=2 " not in shown  # best first, the last two left out
+    assert f"K={TOP + 2}" in shown and "K=2 " not in shown  # best first, the last two left out
     assert "top" not in plain(ranking_table(sweep_answer(rows[:TOP]), "ranking"))  # every point shown
 
 
 def test_the_ranking_shows_the_leaders_ratio_over_each_point_with_its_verdict() -> None:
     rows = measured(1.2, 1.6)
     shown = plain(ranking_table(sweep_answer(rows), "ranking"))
-    assert LEADER_OVER in shown and "1.3" in shown and " faster" in shown
-    assert f"| {LEADER_OVER} |" in sweep_description("algorithm.L=4,5", rows, [])
+    assert LEADER_OVER in shown and "1.3" in shown and " out" in shown
+    assert f"| {LEADER_OVER} |" in sweep_description("algorithm.L=4,5", sweep_answer(rows), [])
 
 
 def test_a_sweep_over_drafting_ahead_tables_its_hit_rates_and_what_they_cost() -> None:
@@ -159,3 +162,55 @@ def test_a_sweep_over_drafting_ahead_tables_its_hit_rates_and_what_they_cost() -
     shown = plain(ranking_table(sweep_answer(rows), "ranking"))
     assert "ahead hits" in shown and "72%" in shown
     assert "ahead hits" not in plain(ranking_table(sweep_answer(rows[:1]), "ranking"))
+
+
+def test_a_contrast_places_each_point_by_its_value_and_the_other_swept_keys() -> None:
+    overrides = [
+        ["algorithm=gbv", "algorithm.L=4", "sampling.temperature=0", "dataset.num_prompts=8"],
+        ["algorithm=block", "algorithm.L=4", "sampling.temperature=0", "dataset.num_prompts=8"],
+        ["algorithm=gbv", "algorithm.L=8", "sampling.temperature=0", "dataset.num_prompts=8"],
+        ["algorithm=block", "algorithm.L=8", "sampling.temperature=0", "dataset.num_prompts=8"],
+    ]
+    cells, order = contrast_cells(overrides, "algorithm")
+    assert order == ["gbv", "block"] and [c.value for c in cells] == ["gbv", "block", "gbv", "block"]
+    assert cells[2].setting == ("algorithm.L=8",)  # the keys held by every point are no setting
+
+
+def test_the_contrast_table_says_each_verdict_with_its_level_and_adjusted_p() -> None:
+    rows = measured(1.3, 1.0, 1.0, 1.0)  # gbv (first) 30% faster than block at L=4, alike at L=5
+    cells = [ContrastCell(a, (f"algorithm.L={L}",)) for L in (4, 5) for a in ("gbv", "block")]
+    answer = sweep_answer(rows, cells, ["gbv", "block"])
+    shown = plain(contrast_table(answer, answer.key))
+    assert "algorithm.L=4: gbv / block" in shown and "gbv faster (adjusted p" in shown
+    assert "algorithm.L=5: gbv / block" in shown and "inconclusive (adjusted p" in shown
+    assert "the sweep's verdicts, 9 tests" in shown  # 3 comparisons with the best, 4 baselines, 2 contrasts
+    assert "| algorithm.L=4: gbv / block |" in contrast_markdown(answer)
+    assert "Contrasts on speedup_vs_ar" in sweep_description("x", answer, [])
+
+
+def test_a_points_page_learns_its_sweeps_verdicts_after_its_headline() -> None:
+    rows = measured(1.2, 1.6, 1.0)
+    answer = sweep_answer(rows)
+    name = lambda p: p.shape.name_parts[0]  # noqa: E731
+    section = sweep_section(answer, rows[0], "sweep algorithm.L=4,5,6", name)
+    assert section.startswith("In the sweep sweep algorithm.L=4,5,6: **out**: gbv K=2 L=5 T=1.0 over it 1.")
+    assert "at 9" in section and "speedup_vs_ar 1." in section and "the sweep's verdicts, 5 tests" in section
+    note = "**speedup vs ar 1.2**\n\n**gbv** verification ...\n\nDecoding notes"
+    told = with_sweep_section(note, section)
+    assert told.split("\n\n")[:2] == ["**speedup vs ar 1.2**", section]
+    assert with_sweep_section(told, "In the sweep again") == "\n\n".join(
+        ["**speedup vs ar 1.2**", "In the sweep again", "**gbv** verification ...", "Decoding notes"]
+    )  # a later launch's replaces the earlier one
+    assert sweep_verdict_words(answer, rows[1]) == "fastest; faster than AR"
+    assert sweep_verdict_words(answer, rows[2]) == "out; inconclusive vs AR"
+
+
+def test_the_chart_draws_each_point_with_its_interval_simultaneous_over_the_points() -> None:
+    answer = sweep_answer(measured(1.2, 1.6, 1.0))
+    figure = sweep_figure(answer)
+    axes = figure.axes[0]
+    assert "intervals simultaneous over the 3 points" in axes.get_xlabel()
+    assert all(e.has_interval and "simultaneous over 3 points" in e.method for e in answer.figures)
+    own = answer.leader.figures["speedup_vs_ar"]
+    assert answer.figures[0].high - answer.figures[0].low > own.high - own.low  # wider than its own 95%
+    plt.close(figure)

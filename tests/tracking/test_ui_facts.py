@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from speculab.results.names import HEADLINE, mlflow_name
-from speculab.tracking.spool import NOTE_TAG
+from speculab.tracking.spool import NOTE_TAG, VERDICT_TAG
 from speculab.tracking.ui import VIEW_KEY, VIEW_NAME, table_metrics
 from support.cli import speculab
 from support.mlflow_server import mlflow_server
@@ -73,6 +73,13 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             params = {p["key"] for p in run["data"]["params"]}
             assert name.startswith("gbv K=") and " L=4 T=" in name and "iid · humaneval×2 · " in name
             assert "block efficiency" in run_tags[NOTE_TAG] and "gbv" in run_tags[NOTE_TAG]
+            # the sweep's verdicts on it, after its headline, and in the runs table's verdict column (two
+            # prompts: too few for any)
+            headline, section, *_ = run_tags[NOTE_TAG].split("\n\n")
+            assert "speedup vs ar" in headline and section.startswith("In the sweep sweep algorithm.K=1,2 ")
+            assert "the sweep's verdicts, " in section
+            assert run_tags[VERDICT_TAG] == "too few units; too few units vs AR; too few units vs generate"
+            assert f"tags.`{VERDICT_TAG}`" in view["selectedColumns"]
             assert run_tags["mlflow.parentRunId"] == parent["info"]["run_id"]
             assert {f"metrics.`{name}`" for name in table_metrics()} <= set(view["selectedColumns"])
             interval = {"metrics.`speedup_vs_ar_ci_low`", "metrics.`speedup_vs_ar_ci_high`"}  # none from 2 prompts
@@ -101,7 +108,7 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
         )
         note = parent_tags[NOTE_TAG]
         # two prompts: no speed interval, so no leader is named (stats.MIN_CLUSTERS)
-        assert note.startswith("No verdict on speedup_vs_ar: too few to tell: 2 prompts, needs at least 8;")
+        assert note.startswith("No verdict on speedup_vs_ar: too few to tell: 2 prompts, needs at least 12;")
         assert "4 finished point(s), ranked by" in note and "Fastest: **" not in note
         best = {m["key"]: m["value"] for m in parent["data"]["metrics"]}
         speedups = {r["info"]["run_id"]: metric(r, "speedup_vs_ar") for r in points}

@@ -14,7 +14,7 @@ from speculab.config.errors import at_least, choice
 @dataclass
 class DatasetConfig:
     name: str = "humaneval"
-    num_prompts: int | None = 8
+    num_prompts: int | None = 12  # the fewest prompts a figure's interval and a verdict need (stats.MIN_CLUSTERS)
     path: str | None = None
     sample_seed: int | None = 0  # the prompts are a random sample drawn with it; null: the first num_prompts
 

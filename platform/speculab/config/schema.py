@@ -2,9 +2,10 @@
 
 Hydra composes YAML from conf/ over `Config`, whose groups are the dataclasses of the concern modules
 (`config.model`, `config.algorithm`, `config.sampling`, `config.dataset`, `config.runtime`,
-`config.cluster`, `config.tracking`, `config.report`), each beside its checks; so a typo in a key fails at composition,
-and a key added with `+key=...` is refused by `unknown_keys`. Those modules import torch only inside
-their checks, so this one loads without it (`speculab --help`, a refused key).
+`config.cluster`, `config.tracking`, `config.report`, `config.contrast`), each beside its checks; so a
+typo in a key fails at composition, and a key added with `+key=...` is refused by `unknown_keys`. Those
+modules import torch only inside their checks, so this one loads without it (`speculab --help`, a
+refused key).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from speculab.config.algorithm import AlgorithmConfig, DrafterConfig
 from speculab.config.cluster import ClusterConfig
+from speculab.config.contrast import SweepConfig
 from speculab.config.dataset import DatasetConfig
 from speculab.config.model import ModelConfig
 from speculab.config.report import ReportConfig
@@ -37,14 +39,16 @@ class Config:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     report: ReportConfig = field(default_factory=ReportConfig)  # how speculab-report lays out a preset's runs
+    sweep: SweepConfig = field(default_factory=SweepConfig)  # what a sweep's answer compares besides its ranking
     baseline: bool = True  # also decode autoregressively with the engine, for speedup_vs_ar
     baseline_hf: bool = True  # also run transformers' generate on the same target and prompts, for speedup_vs_hf
     resume: bool = False  # skip points whose run already FINISHED (same point id, same experiment)
 
 
 # What changes no token a point decodes: its identity (`tracking.resume.point_id`) leaves out where it is
-# logged, `resume` and the report's layout; its logged params leave out the layout only (tables, not values).
-NOT_IDENTITY = ("tracking", "resume", "report")
+# logged, `resume`, the report's layout and what its sweep compares; its logged params leave out the layout only
+# (tables, not values).
+NOT_IDENTITY = ("tracking", "resume", "report", "sweep")
 NOT_PARAMS = ("report",)
 
 

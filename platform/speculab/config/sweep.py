@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from speculab.config import ConfigError, RunPlan, resolve, unknown_keys
 from speculab.config.attach import attach_errors
+from speculab.config.contrast import contrast_errors
 from speculab.config.overrides import composition_problem, with_range
 from speculab.config.replicas import sweep_wide_errors
 from speculab.config.schema import job_config
@@ -64,12 +65,18 @@ def values(points: list[list[str]], key: str) -> set[str]:
     return {o.split("=", 1)[1] for job in points for o in job if o.split("=", 1)[0] == key}
 
 
+def varied_keys(points: list[list[str]]) -> list[str]:
+    """The keys (or groups) that take two values or more over the points' overrides, in their order."""
+    keys = [o.split("=", 1)[0] for o in points[0]] if points else []
+    return [key for key in keys if len(values(points, key)) > 1]
+
+
 def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     """(each valid point's plan, in launch order, kept in `PLANS`; what `resolve` and the unknown-key
     check say of the invalid ones, each line prefixed by its point)."""
     loader = GlobalHydra.instance().config_loader()
     points = sweep_points(config)
-    varied = {key for key in {o.split("=", 1)[0] for job in points for o in job} if len(values(points, key)) > 1}
+    varied = varied_keys(points)
     plans: list[RunPlan] = []
     errors: list[str] = []
     for number, overrides in enumerate(points, start=1):
@@ -91,5 +98,6 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
     wide = sweep_wide_errors([plan.cfg for plan in plans])
+    wide += contrast_errors(config.sweep.contrast, varied, True)
     attach = attach_errors(plans[0].cfg) if plans and not wide and not errors else []  # one address a sweep
     return plans, [*wide, *attach, *errors]

@@ -9,6 +9,7 @@ from speculab.report.layout import Grid, Table, lay_out
 from speculab.report.points import Point
 from speculab.results.names import COMPARED, compare_key, compared_verifiers
 from speculab.show.acceptance import reached_depth
+from speculab.stats import MIN_CLUSTERS, MIN_UNITS
 
 DEFAULT_LAYOUT = (
     Table(
@@ -40,14 +41,15 @@ def layout_of(report: ReportConfig) -> tuple[Table, ...]:
 
 
 CI_NOTE = (
-    "[low, high]: a 95% interval over units (bootstrap-t of a ratio of totals, from 8 units; a typical unit's speedup: "
-    "order statistics, from 6); ± : an acceptance figure's standard error below 8 prompts; the time split is one "
-    "measurement a run; bold: the best of its row or group where the verdict rule separates it from every other "
-    "(paired over shared prompts, Holm over the table's pairs, 5% family-wise)"
+    f"[low, high]: a 95% interval over units (bootstrap-t of a ratio of totals, from {MIN_CLUSTERS} units; a typical "
+    f"unit's speedup: order statistics, from {MIN_UNITS}); ± : an acceptance figure's standard error below "
+    f"{MIN_CLUSTERS} prompts; the time split is one measurement a run; bold: the best of its row or group where "
+    "every other point of it is ruled out (Hsu's comparisons with the best, paired over shared prompts, 5% "
+    "family-wise over the tables' contests)"
 )
 SE_NOTE = (
-    "[low, high]: a 95% interval over prompts (± : a standard error below 8); relative: the verifier's acceptance "
-    "length over the run's own verifier's on the same drafts, paired by prompt"
+    f"[low, high]: a 95% interval over prompts (± : a standard error below {MIN_CLUSTERS}); relative: the verifier's "
+    "acceptance length over the run's own verifier's on the same drafts, paired by prompt"
 )
 LABELS = {"acceptance_length": "acceptance length", "accepted_mean": "accepted", "relative": "relative"}
 

@@ -64,10 +64,11 @@ def run_figures(run: RunResult) -> Figures:
     return Figures(figures) | acceptance_by_depth(run)
 
 
-def per_prompt_ratio(numerators: list[float], denominators: list[float]) -> Estimate:
-    """An acceptance figure: a ratio of sums over prompts, with its bootstrap-t interval over prompts
-    from MIN_CLUSTERS prompts on and the ratio estimator's standard error below."""
-    return ratio_of_totals(Totals.of((1, numerators), (-1, denominators)), se_below=True)
+def per_prompt_ratio(numerators: list[float], denominators: list[float], most: float = math.inf) -> Estimate:
+    """An acceptance figure: a ratio of sums over prompts, with its interval over prompts (within
+    [0, most]: a probability's `most` is 1) from MIN_CLUSTERS prompts on and the ratio estimator's
+    standard error below."""
+    return ratio_of_totals(Totals.of((1, numerators), (-1, denominators)), se_below=True, most=most)
 
 
 def per_round(run: RunResult, count: Callable[[PromptRecord], int]) -> Estimate:
@@ -140,9 +141,11 @@ def acceptance_by_depth(run: RunResult) -> Figures:
     for j in range(1, L + 1):
         # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
         overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
-        figures[f"alpha_{j}"] = per_prompt_ratio(reached[j], reached[j - 1])
-        figures[f"position_{j}"] = per_prompt_ratio(reached[j], reached[0])  # over every round, as vLLM counts
-        figures[f"overlap_{j}"] = per_prompt_ratio(overlap, reached[j - 1])
+        figures[f"alpha_{j}"] = per_prompt_ratio(reached[j], reached[j - 1], most=1.0)
+        figures[f"position_{j}"] = per_prompt_ratio(
+            reached[j], reached[0], most=1.0
+        )  # over every round, as vLLM counts
+        figures[f"overlap_{j}"] = per_prompt_ratio(overlap, reached[j - 1], most=1.0)
     figures |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
     if any(p.left_chain for p in prompts):
         figures["left_chain"] = sum(sum(p.left_chain) for p in prompts) / rounds

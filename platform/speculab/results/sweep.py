@@ -16,7 +16,7 @@ from hydra.core.override_parser.types import Override
 
 from speculab.results.names import HEADLINE, mlflow_name
 from speculab.results.point import NAME_JOIN, PointResult, PointShape
-from speculab.results.verdicts import SweepAnswer, first_place, rank_key, ranked
+from speculab.results.verdicts import ContrastCell, SweepAnswer, rank_key, ranked
 from speculab.stats import Estimate, ratio_text
 
 
@@ -87,13 +87,13 @@ def cell(point: PointResult, key: str) -> str:
     return ratio_text(found) if key.startswith(("speedup", "typical")) else f"{found:.3g}"
 
 
-FIRST_PLACE = "sweep/first_place_points"  # the leader and the points not separated from it
+IN_THE_RUNNING = "sweep/points_in_the_running"  # the leader and the points not ruled out as the fastest
 
 
 def best_metrics(answer: SweepAnswer) -> dict[str, float]:
-    """The best point's headline figures as `best/<name>` (none without one), and how many points share
-    first place (the leader and those not separated from it)."""
-    metrics = {FIRST_PLACE: float(len(first_place(answer)))}
+    """The best point's headline figures as `best/<name>` (none without one), and how many points are in
+    the running (the leader and those not ruled out as the fastest)."""
+    metrics = {IN_THE_RUNNING: float(len(answer.running()))}
     if answer.best is not None:
         best = answer.best.figures
         metrics |= {f"best/{mlflow_name(key)}": best[key].value for key in HEADLINE if key in best}
@@ -106,3 +106,16 @@ def ranking_line(points: list[PointResult], key: str | None = None) -> str:
     return f"Ranked by {key}: " + "; ".join(
         f"{place}. {short[p.shape.name]} {cell(p, key)}" for place, p in enumerate(ranked(points, key), start=1)
     )
+
+
+def contrast_cells(overrides: list[list[str]], contrast: str) -> tuple[list[ContrastCell], list[str]]:
+    """Each point's place in the contrast of the swept key (or group) `contrast`, from its overrides: its
+    value there and the setting of the other keys the sweep varies; and the contrasted values in the
+    sweep's order."""
+    parsed = [dict(o.split("=", 1) for o in job if "=" in o) for job in overrides]
+    varied = [k for k in dict.fromkeys(k for job in parsed for k in job) if len({job.get(k) for job in parsed}) > 1]
+    cells = [
+        ContrastCell(job.get(contrast, ""), tuple(f"{k}={job.get(k, '')}" for k in varied if k != contrast))
+        for job in parsed
+    ]
+    return cells, list(dict.fromkeys(cell.value for cell in cells))

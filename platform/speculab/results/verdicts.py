@@ -1,38 +1,50 @@
 """The one rule that turns measurements into verdicts, for a run, a sweep, its parent run and the report.
 
-A verdict says that a ratio differs from 1: a point's speedup over a baseline (faster or slower),
-one point's speed over another's (the ratio of their speedups over the engine's autoregressive loop,
-or of their throughputs where that baseline did not run), a compared verifier's acceptance length
-over the configured one's (`algorithm.compare`). Each is a ratio of totals over units tested by the
-bootstrap-t of `stats.log_ratio`, the computation that gives the figure's 95% interval, and paired
-where the design pairs: two points that decoded the same units (the same prompts in the same
-batches, with the same seeds) are resampled unit by unit together, so what a prompt does to both
+A verdict says that a ratio differs from 1: a point's speedup over a baseline (faster or slower), one
+point's speed over another's (the ratio of their speedups over the engine's autoregressive loop, or of
+their throughputs where that baseline did not run), a compared verifier's acceptance length over the
+configured one's (`algorithm.compare`). Each is a ratio of totals over units tested by Student's t on
+its linearised standard error at the units' effective degrees of freedom (`stats.LogRatio.p_value`),
+paired where the design pairs: two points that decoded the same units (the same prompts in the same
+batches, with the same seeds) are one group of sums, unit by unit, so what a prompt does to both
 cancels out of their ratio; points that share no units are compared unpaired.
 
-The verdicts shown together are one family, corrected by Holm's step-down procedure so that the
-chance of any false verdict among them is at most 5% (family-wise, whatever the dependence between
-them): a run's speedups; a sweep's comparisons of its leader with every other point together with
-every point against each baseline; a run's compared verifiers. A sweep names a leader only where its
-comparison with every other point is decided. A test needs MIN_CLUSTERS units: with fewer, or for a
-point read back without its units (a run logged before they were kept), the verdict is "too few
-units". `tests/test_verdicts.py` runs simulated sweeps through these functions: one point truly 8%
-faster over 16 shared prompts is named, and sweeps of equal points print no false verdict, at the
-rates docs/measuring.md gives.
+The verdicts shown together are one `Family`, whose chance of any false verdict is at most 5%
+(family-wise), split equally between the questions it answers:
+- **which point is fastest** (a sweep, a report's contests): Hsu's multiple comparisons with the best.
+  The leader's one-sided test over each other point at share / (P - 1) (Bonferroni over the P - 1
+  comparisons with the best, not the P (P - 1) / 2 pairs): a point it separates is **out** (some point
+  is at least as fast as it), the others stay **in the running**, and the leader is **the fastest**
+  where every other point is out. Whichever point is truly fastest is ruled out only if some test of
+  another point over it errs, which has probability at most the share, so the fastest is in the
+  running, and a point named fastest is it, with probability at least 1 - share.
+- **which points beat each baseline**: Holm's step-down over every point against every baseline.
+- **the contrasts a researcher names** (`sweep.contrast`): Holm's step-down over each pair of the
+  contrasted key's values at every setting of the other swept keys.
+A run's own speedups are a family of their own (Holm), and so are its compared verifiers. Every
+verdict carries its p-value adjusted to the family (decided where it is at most 5%) and its ratio
+with the interval at the level its test was judged at, so an interval beside a verdict excludes 1
+exactly where the verdict is decided. A test needs MIN_CLUSTERS units: with fewer, or for a point
+read back without its units (a run logged before they were kept), the verdict is "too few units".
+`tests/test_verdicts.py` runs simulated sweeps through these functions (docs/measuring.md gives the
+power by sweep size and prompt count).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 from speculab.paired import PromptSums
 from speculab.results.figures import relative
 from speculab.results.point import PointResult, PointUnits
-from speculab.results.ratios import Term, rate_terms
-from speculab.stats import CONFIDENCE, MIN_CLUSTERS, RESAMPLES, Estimate, LogRatio, Totals, log_ratio, ratio_text
+from speculab.results.ratios import figure_groups, figure_terms
+from speculab.results.selection import Selected, selected
+from speculab.stats import CONFIDENCE, Estimate, LogRatio, Totals, log_ratio
 
 ALPHA = 1 - CONFIDENCE  # the family-wise error rate of a family of verdicts
 # What a speedup is over, in words (`speedup_vs_hf`'s `generate` form is named where it is known).
@@ -42,102 +54,126 @@ OVER = {"speedup_vs_ar": "the autoregressive baseline", "speedup_vs_hf": "transf
 class Call(Enum):
     """A verdict on "this ratio is 1"."""
 
-    ABOVE = "above"  # decided: the ratio exceeds 1 (faster, higher)
+    ABOVE = "above"  # decided: the ratio exceeds 1 (faster, higher; for the leader over a point: it is out)
     BELOW = "below"  # decided: the ratio is under 1
     INCONCLUSIVE = "inconclusive"  # tested, not decided within the family's 5%
     TOO_FEW = "too few units"  # not testable: fewer than MIN_CLUSTERS units, or none kept
 
 
 @dataclass(frozen=True)
+class Family:
+    """The verdicts decided together: what they are (`name`, as a page names them) and how many tests
+    their 5% is shared over."""
+
+    name: str
+    tests: int
+
+    def __str__(self) -> str:
+        return f"{self.name}, {self.tests} test{'s' if self.tests != 1 else ''}, 5% family-wise"
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """A ratio (the figure, with its 95% interval), its two-sided p-value (NaN: not testable) and what
-    Holm's procedure over its family of `family` tests decided."""
+    """A ratio with the interval at `level` (the confidence its test was judged at; NaN: no test), its
+    unadjusted p-value (NaN: not testable), its p-value adjusted to the family (decided where at most
+    ALPHA) and what the family decided."""
 
     ratio: Estimate
     p: float
+    adjusted: float
     call: Call
-    family: int
+    family: Family
+    level: float = math.nan
 
     @property
     def decided(self) -> bool:
         return self.call in (Call.ABOVE, Call.BELOW)
 
 
-def holm(p: Sequence[float], family: int | None = None, alpha: float = ALPHA) -> list[bool]:
-    """Holm's step-down procedure: which hypotheses are rejected, family-wise error at most `alpha`.
-    The i-th smallest of the m testable p-values (NaN: not testable) is compared with alpha / (m - i);
-    the first that exceeds its threshold stops the rejections. ``family``: m where the family holds
-    hypotheses not tested here (each counted as p = 1, a valid p-value of any hypothesis, so the
-    guarantee holds), else the testable ones."""
+@dataclass(frozen=True)
+class Step:
+    """One hypothesis of a step-down: rejected or not, the level it was judged at and its adjusted p."""
+
+    rejected: bool
+    threshold: float
+    adjusted: float
+
+
+def holm(p: Sequence[float], alpha: float = ALPHA) -> list[Step]:
+    """Holm's step-down at family-wise `alpha` over the testable p-values (NaN: not testable): the i-th
+    smallest of m is compared with alpha / (m - i) and the first that exceeds its threshold stops the
+    rejections. A rejected hypothesis was judged at its own step's threshold, the rest at the threshold
+    where the procedure stopped; adjusted p-values are on the scale of ALPHA (a share `alpha` of the
+    family's ALPHA scales them by ALPHA / alpha), so a hypothesis is rejected exactly where its adjusted
+    p-value is at most ALPHA."""
     testable = sorted((value, i) for i, value in enumerate(p) if not math.isnan(value))
-    m = family if family is not None else len(testable)
-    rejected = [False] * len(p)
+    m, found = len(testable), [Step(False, math.nan, math.nan)] * len(p)
+    adjusted, stop = 0.0, None
     for step, (value, i) in enumerate(testable):
-        if value > alpha / (m - step):
-            break
-        rejected[i] = True
-    return rejected
-
-
-def resamples_for(tests: int) -> int:
-    """Bootstrap resamples for a family of `tests`: enough that the smallest p-value a bootstrap can give,
-    2 / (resamples + 1), lies 10 times below Holm's first threshold, alpha / tests."""
-    return max(RESAMPLES, math.ceil(20 * tests / ALPHA))
-
-
-def tested(groups: Sequence[Totals] | None, tests: int) -> LogRatio | None:
-    """The bootstrap of a ratio of totals (None: nothing to test), resampled enough for a family of
-    `tests` only where it could matter: a p-value above ALPHA at the first pass is no rejection at any
-    step, so only the rest are resampled again, more."""
-    if not groups:
-        return None
-    found = log_ratio(*groups)
-    more = resamples_for(tests)
-    if more > RESAMPLES and found.p_value() <= ALPHA:
-        found = log_ratio(*groups, resamples=more)
+        threshold = alpha / (m - step)
+        adjusted = max(adjusted, min(1.0, value * ALPHA / threshold))
+        if stop is None and value > threshold:
+            stop = threshold
+        found[i] = Step(stop is None, threshold if stop is None else stop, adjusted)
     return found
 
 
-def decide(
-    ratios: Sequence[LogRatio | None], shown: Sequence[Estimate] | None = None, untested: int = 0
-) -> list[Verdict]:
-    """One family's verdicts: Holm over the testable ratios and ``untested`` hypotheses more; each shown
-    with its own estimate (``shown``: the figure as the point logged it) or the ratio's."""
+def bonferroni(p: Sequence[float], tests: int, alpha: float) -> list[Step]:
+    """Each testable p-value against alpha / tests (one threshold for all: a single step)."""
+    threshold = alpha / max(tests, 1)
+    return [
+        Step(False, math.nan, math.nan)
+        if math.isnan(v)
+        else Step(v <= threshold, threshold, min(1.0, v * ALPHA / threshold))
+        for v in p
+    ]
+
+
+def judged(ratio: LogRatio | None, step: Step, family: Family, shown: Estimate | None, one_sided: bool) -> Verdict:
+    """A ratio's verdict from its step: decided above or below 1 where rejected, shown with the interval
+    that agrees with the test at the level it was judged at (a one-sided test at level g: the two-sided
+    interval at 1 - 2g, whose lower end is the test's bound), or with ``shown`` (the figure as logged,
+    an interval-free value) where there is no test."""
+    if ratio is None or math.isnan(step.threshold):
+        value = shown if shown is not None else ratio.estimate() if ratio is not None else Estimate(math.nan)
+        units = ratio.n if ratio is not None else value.n  # what too few units it had, to say so
+        return Verdict(Estimate(value.value, n=units), math.nan, math.nan, Call.TOO_FEW, family)
+    level = 1 - (2 if one_sided else 1) * step.threshold
+    low, high = ratio.bounds(level)
+    estimate = Estimate(ratio.value, low, high, ratio.n, f"t interval at {level:.4g}")
+    call = Call.INCONCLUSIVE if not step.rejected else Call.ABOVE if ratio.log > 0 else Call.BELOW
+    p = ratio.p_value("greater" if one_sided else "two-sided")
+    return Verdict(estimate, p, step.adjusted, call, family, level)
+
+
+def tested(groups: Sequence[Totals] | None) -> LogRatio | None:
+    """The test of a ratio of totals (None: nothing to test): its value, standard error and degrees of
+    freedom, without the bootstrap a figure's interval resamples."""
+    return log_ratio(*groups, resamples=0) if groups else None
+
+
+def decide(ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALPHA) -> list[Verdict]:
+    """One family's (or one question's, at its share `alpha`) two-sided verdicts by Holm's step-down."""
     p = [r.p_value() if r is not None else math.nan for r in ratios]
-    family = sum(not math.isnan(value) for value in p) + untested
-    rejected = holm(p, family)
-    verdicts = []
-    for at, (ratio, value, decided) in enumerate(zip(ratios, p, rejected)):
-        estimate = shown[at] if shown is not None else ratio.estimate() if ratio is not None else Estimate(math.nan)
-        if math.isnan(value):
-            call = Call.TOO_FEW
-        elif not decided:
-            call = Call.INCONCLUSIVE
-        else:
-            call = Call.ABOVE if ratio is not None and ratio.log > 0 else Call.BELOW
-        verdicts.append(Verdict(estimate, value, call, family))
-    return verdicts
+    return [judged(r, step, family, None, False) for r, step in zip(ratios, holm(p, alpha))]
 
 
-def baseline_groups(units: PointUnits | None, key: str) -> tuple[Totals, ...] | None:
-    """The sums of a point's speedup `key` (`speedup_vs_ar`, `speedup_vs_hf`) over its baseline (None:
-    not kept, or the baseline did not run)."""
-    terms = None if units is None else figure_terms(units, key, 1)
-    return None if terms is None else (Totals.of(*terms),)
+RUN_FAMILY = "this run's speedups"
 
 
 def run_verdicts(result: PointResult) -> dict[str, Verdict]:
     """A run's verdicts on its speedups (`speedup_vs_ar`, `speedup_vs_hf`, those it has), one family."""
     keys = [key for key in OVER if key in result.figures]
-    ratios = [tested(baseline_groups(result.units, key), len(keys)) for key in keys]
-    return dict(zip(keys, decide(ratios, [result.figures[key] for key in keys])))
+    ratios = [tested(figure_groups(result.units, key)) for key in keys]
+    return dict(zip(keys, decide(ratios, Family(RUN_FAMILY, sum(r is not None for r in ratios)))))
 
 
 def compared(sums: PromptSums, configured: str) -> dict[str, Verdict]:
     """`algorithm.compare`'s verdicts, one family: each compared verifier's acceptance length over the
     configured verifier's on the same drafts, paired by prompt."""
     names = [name for name in sums.accepted if name != configured]
-    return dict(zip(names, decide([tested((relative(sums, name, configured),), len(names)) for name in names])))
+    family = Family("algorithm.compare's verifiers", len(names))
+    return dict(zip(names, decide([tested((relative(sums, name, configured),)) for name in names], family)))
 
 
 def rank_key(points: Sequence[PointResult]) -> str:
@@ -158,35 +194,10 @@ def slow_loop(points: Sequence[PointResult]) -> bool:
     return has_hf and any(p.figures.value("ar_lean") == 0 for p in points)
 
 
-def headline_note(points: Sequence[PointResult]) -> str:
-    """What the run says where its autoregressive loop ran on transformers' own code (empty otherwise)."""
-    if not any(p.figures.value("ar_lean") == 0 for p in points):
-        return ""
-    why = "this model's layers ran on transformers' own code, not speculab's lean layers"
-    if not slow_loop(points):
-        return f"{why}: speedup_vs_ar may read high (baseline_hf=true measures generate beside it)"
-    if rank_key(points) == "speedup_vs_hf":
-        return f"{why}, and generate was the faster baseline: the headline is speedup_vs_hf"
-    return f"{why}; the engine's loop was still the faster baseline: the headline stays speedup_vs_ar"
-
-
 def ranked(points: Sequence[PointResult], key: str | None = None) -> list[PointResult]:
     """Highest first by ``key`` (the ranking figure, `rank_key`), points without it last."""
     key = key or rank_key(points)
     return sorted(points, key=lambda p: -v if not math.isnan(v := p.figures.value(key)) else math.inf)
-
-
-def figure_terms(units: PointUnits, key: str, sign: int) -> list[Term] | None:
-    """A point's figure `key` as terms of sums (None: a baseline it did not run): a speedup is its
-    throughput over the baseline's, ms_per_token the inverse of its throughput, block efficiency its kept
-    tokens over its rounds, per prompt."""
-    if key == "block_efficiency":
-        return [(sign, units.kept), (-sign, units.rounds)]
-    own = rate_terms(units.speculative, -sign if key == "ms_per_token" else sign)
-    if key in OVER:
-        baseline = units.autoregressive if key == "speedup_vs_ar" else units.generate
-        return None if baseline is None else own + rate_terms(baseline, -sign)
-    return own
 
 
 def paired_on(units: PointUnits, key: str) -> tuple[object, ...]:
@@ -207,158 +218,182 @@ def effect_groups(a: PointUnits | None, b: PointUnits | None, key: str) -> tuple
     return Totals.of(*over), Totals.of(*under)
 
 
-@dataclass(frozen=True)
-class SweepAnswer:
-    """A sweep's verdicts, one family: its points ranked by `key`, the leader's ratio over each other
-    point (in ranking order) and each point's speedup over each baseline it ran (in ranking order)."""
-
-    key: str  # the ranking figure
-    ranked: list[PointResult]
-    versus: list[Verdict]  # ranked[0] over ranked[i + 1]
-    against: dict[str, list[Verdict]]  # speedup key -> one verdict per point of `ranked`
-    family: int  # tests corrected together
-
-    @property
-    def leader(self) -> PointResult:
-        return self.ranked[0]
-
-    @property
-    def best(self) -> PointResult | None:
-        """The leader where its ratio over every other point is decided (and there is another point)."""
-        return self.leader if self.versus and all(v.call is Call.ABOVE for v in self.versus) else None
-
-
-def leader_over(leader: PointResult, other: PointResult, key: str, ratio: LogRatio | None) -> Estimate:
-    """The leader's figure over another point's, with its interval where it was tested, else the ratio of
-    their values alone."""
-    return ratio.estimate() if ratio is not None else Estimate(leader.figures.value(key) / other.figures.value(key))
-
-
-def sweep_answer(points: Sequence[PointResult]) -> SweepAnswer:
-    """Rank the points and decide, as one family, the leader against every other point and every point
-    against each baseline. The leader is chosen after seeing the data, so its comparisons stand for
-    every pair of points that could have been compared: the family counts all P (P - 1) / 2 pairs
-    (those not tested here as p = 1, `holm`), so the verdicts printed keep their 5% whichever point
-    leads."""
-    key = rank_key(points)
-    order = ranked(points, key)
-    leader, rest = order[0], order[1:]
-    baselines = [k for k in OVER if any(k in p.figures for p in order)]
-    pairs = len(order) * len(rest) // 2
-    tests = pairs + len(baselines) * len(order)
-    versus = [tested(effect_groups(leader.units, other.units, key), tests) for other in rest]
-    against = [tested(baseline_groups(p.units, k), tests) for k in baselines for p in order]
-    shown = [leader_over(leader, other, key, ratio) for other, ratio in zip(rest, versus)]
-    shown += [p.figures.get(k, Estimate(math.nan)) for k in baselines for p in order]
-    decided = decide([*versus, *against], shown, pairs - len(rest))
-    by_baseline = decided[len(rest) :]
-    return SweepAnswer(
-        key,
-        order,
-        decided[: len(rest)],
-        {k: by_baseline[i * len(order) : (i + 1) * len(order)] for i, k in enumerate(baselines)},
-        decided[0].family if decided else 0,
-    )
-
-
-def units_words(n: int, batch_size: int) -> str:
-    """`n` units in words: prompts where a unit is one prompt (batch 1), else units and their size."""
-    plural = "s" if n != 1 else ""
-    return f"{n} prompt{plural}" if batch_size == 1 else f"{n} unit{plural} (batches of {batch_size} prompts)"
-
-
-def too_few(verdict: Verdict, batch_size: int) -> str:
-    """Why a verdict was not tested: too few units, or enough but none kept to test on."""
-    if verdict.ratio.n == 0 or verdict.ratio.n >= MIN_CLUSTERS:
-        return "no per-unit measurements kept (a run logged before units.json)"
-    return f"too few to tell: {units_words(verdict.ratio.n, batch_size)}, needs at least {MIN_CLUSTERS}"
-
-
-def call_words(verdict: Verdict, above: str = "faster", below: str = "slower") -> str:
-    """`faster` / `slower` (or the words given) where decided, else `inconclusive` or `too few units`."""
-    return {Call.ABOVE: above, Call.BELOW: below}.get(verdict.call, verdict.call.value)
-
-
-def evidence(verdict: Verdict) -> str:
-    """The test behind a verdict, in brackets: its p-value and the family Holm corrected it over."""
-    family = f"Holm over {verdict.family} tests" if verdict.family > 1 else "one test"
-    return f"(p = {verdict.p:.2g}; {family}, 5% family-wise)"
-
-
-def baseline_sentence(key: str, verdict: Verdict, baseline: str, batch_size: int) -> str:
-    """One sentence on a speedup over a baseline: `speedup_vs_ar 1.23 [1.1, 1.37]: faster than ...`."""
-    shown = f"{key} {ratio_text(verdict.ratio)}"
-    if verdict.call is Call.TOO_FEW:
-        return f"{shown}: no verdict against {baseline}, {too_few(verdict, batch_size)}"
-    if verdict.decided:
-        return f"{shown}: {call_words(verdict)} than {baseline} {evidence(verdict)}"
-    return f"{shown}: inconclusive against {baseline} {evidence(verdict)}"
-
-
-def first_place(answer: SweepAnswer) -> list[PointResult]:
-    """The leader and every point its comparison did not separate from it (the leader alone when it is
-    named best)."""
-    return [answer.leader, *(p for p, v in zip(answer.ranked[1:], answer.versus) if not v.decided)]
-
-
-def leader_sentence(answer: SweepAnswer, name: Callable[[PointResult], str]) -> str:
-    """The sweep's answer: `leader_headline`, then `leader_detail`."""
-    return " ".join(filter(None, (leader_headline(answer, name), leader_detail(answer, name))))
-
-
-def leader_headline(answer: SweepAnswer, name: Callable[[PointResult], str]) -> str:
-    """The sweep's answer in a few words: the fastest point, or how many points the data do not separate
-    from the leader, or why there is no verdict; points named by `name`."""
-    if len(answer.ranked) == 1:
-        return f"One point ({name(answer.leader)}): nothing to compare it with."
-    if all(v.call is Call.TOO_FEW for v in answer.versus):
-        why = too_few(answer.versus[0], answer.leader.shape.batch_size)
-        return f"No verdict on {answer.key}: {why}; the points are ranked by their figures alone."
-    leader = f"**{name(answer.leader)}**"
-    if answer.best is not None:
-        return f"Fastest: {leader}, {answer.key} {ratio_text(answer.leader.figures[answer.key])}."
-    close = sum(not v.decided for v in answer.versus)
-    return f"No single fastest point: {leader} ranks first, and the data do not separate it from {close} point(s)."
-
-
-def leader_detail(answer: SweepAnswer, name: Callable[[PointResult], str]) -> str:
-    """What the verdict rests on: the leader's margin over the runner-up, or its ratio over each point it is
-    not separated from, with the units and the family they were tested over (empty without a test)."""
-    if len(answer.ranked) == 1 or all(v.call is Call.TOO_FEW for v in answer.versus):
-        return ""
-    runner, margin = answer.ranked[1], answer.versus[0]
-    paired = "paired" if effect_paired(answer.leader, runner) else "unpaired (the points decoded different prompts)"
-    units = units_words(margin.ratio.n, answer.leader.shape.batch_size)
-    over = f"{units}, {paired}; Holm over {answer.family} tests, 5% family-wise"
-    if answer.best is not None:
-        return (
-            f"It is ahead of every other point, of the runner-up {name(runner)} by {ratio_text(margin.ratio)}: {over}."
-        )
-    close = [(p, v) for p, v in zip(answer.ranked[1:], answer.versus) if not v.decided]
-    listed = "; ".join(f"{name(p)} {ratio_text(v.ratio)}" for p, v in close)
-    return f"Inconclusive over {over}; the leader's ratio over each: {listed}."
-
-
 def effect_paired(a: PointResult, b: PointResult) -> bool:
     """Whether two points decoded the same units (their comparison pairs unit by unit)."""
     return a.units is not None and b.units is not None and a.units.prompts == b.units.prompts
 
 
-def baselines_sentence(answer: SweepAnswer) -> str:
-    """How many points are faster, slower and inconclusive against each baseline (and how many could not
-    be tested), under the sweep's one family."""
-    parts = []
-    for key, verdicts in answer.against.items():
-        counts: dict[str, int] = {}
-        for verdict in verdicts:
-            if not math.isnan(verdict.ratio.value):
-                counts[call_words(verdict)] = counts.get(call_words(verdict), 0) + 1
-        words = ", ".join(
-            f"{counts[w]} {w}" for w in ("faster", "slower", "inconclusive", "too few units") if w in counts
-        )
-        parts.append(f"against {OVER[key]}, {words}")
-    family = f" (Holm over the sweep's {answer.family} tests, 5% family-wise)" if answer.family else ""
-    return ("Of the points: " + "; ".join(parts) + f"{family}.") if parts else ""
+class Standing(Enum):
+    """Where a point stands in its sweep's question "which point is fastest"."""
+
+    FASTEST = "fastest"  # named: every other point is out
+    RUNNING = "in the running"  # not ruled out: it may be the fastest
+    OUT = "out"  # ruled out: some point is at least as fast as it
+    UNTESTED = "too few units"  # no test: fewer than MIN_CLUSTERS units, or none kept
+
+
+def comparisons_with_best(
+    points: Sequence[PointResult], key: str, better: int, family: Family, alpha: float, tests: int | None = None
+) -> list[Verdict]:
+    """Hsu's multiple comparisons with the best, Bonferroni over the P - 1 comparisons at `alpha` (the
+    question's share; ``tests``: over that many instead, where the points are what is left of more): the
+    best point by `key` (``points[0]``, in the direction `better` wins) against each other, one-sided in
+    that direction, each ratio facing it (the leader's figure over the other's where higher wins, the
+    other's over the leader's where lower does); ABOVE rules the other out."""
+    leader, rest = points[0], points[1:]
+    ratios = [tested(effect_groups(leader.units, other.units, key)) for other in rest]
+    facing = [None if r is None else LogRatio(better * r.log, r.se, r.n, r.df, r.t) for r in ratios]
+    p = [r.p_value("greater") if r is not None else math.nan for r in facing]
+    steps = bonferroni(p, tests if tests is not None else len(rest), alpha)
+    shown = [Estimate((leader.figures.value(key) / other.figures.value(key)) ** better) for other in rest]
+    return [judged(r, step, family, value, True) for r, step, value in zip(facing, steps, shown)]
+
+
+@dataclass(frozen=True)
+class ContrastCell:
+    """A point's place in a contrast: the contrasted key's value there and the setting of the other
+    swept keys it was decoded at (`key=value` overrides)."""
+
+    value: str
+    setting: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """Two values of the contrasted key (`values`) at one setting of the others: `a`'s figure over `b`'s."""
+
+    setting: tuple[str, ...]
+    values: tuple[str, str]
+    a: PointResult
+    b: PointResult
+    verdict: Verdict
+
+
+Pair = tuple[tuple[str, ...], tuple[str, str], PointResult, PointResult]  # setting, values, a, b
+
+
+def contrast_pairs(points: Sequence[PointResult], cells: Sequence[ContrastCell], order: Sequence[str]) -> list[Pair]:
+    """Every pair of the contrasted key's values (in the sweep's order of them) at every setting of the
+    other swept keys where both were decoded."""
+    at: dict[tuple[str, ...], dict[str, PointResult]] = {}
+    for point, cell in zip(points, cells):
+        at.setdefault(cell.setting, {})[cell.value] = point
+    pairs = []
+    for setting, by_value in at.items():
+        present = [v for v in order if v in by_value]
+        pairs += [(setting, (x, y), by_value[x], by_value[y]) for i, x in enumerate(present) for y in present[i + 1 :]]
+    return pairs
+
+
+@dataclass(frozen=True)
+class SweepAnswer:
+    """A sweep's verdicts, one family: its points ranked by `key`, the leader's ratio over each other
+    point (in ranking order: Hsu's comparisons with the best), each point's speedup over each baseline
+    it ran (in ranking order), the contrasts asked for, and the leader's figure as its selection allows."""
+
+    key: str
+    ranked: list[PointResult]
+    versus: list[Verdict]  # ranked[0] over ranked[i + 1]: ABOVE rules ranked[i + 1] out
+    against: dict[str, list[Verdict]]  # speedup key -> one verdict per point of `ranked`
+    contrasts: list[Contrast]
+    family: Family
+
+    @property
+    def leader(self) -> PointResult:
+        return self.ranked[0]
+
+    @cached_property
+    def leader_figure(self) -> Selected:
+        """The leader's figure with its interval simultaneous over the sweep's points (found once, on demand:
+        its bootstrap is the costliest part of an answer)."""
+        return selected(self.leader, self.key, len(self.ranked))
+
+    @cached_property
+    def figures(self) -> list[Estimate]:
+        """Every point's figure, in ranking order, with its interval simultaneous over the sweep's points:
+        what a ranking shows, where every row is chosen by the same data."""
+        return [self.leader_figure.figure] + [selected(p, self.key, len(self.ranked)).figure for p in self.ranked[1:]]
+
+    @property
+    def best(self) -> PointResult | None:
+        """The leader where every other point is out (and there is another point)."""
+        return self.leader if self.versus and all(v.call is Call.ABOVE for v in self.versus) else None
+
+    def standing(self, point: PointResult) -> Standing:
+        """Where `point` stands on "which point is fastest"."""
+        if len(self.ranked) < 2 or all(v.call is Call.TOO_FEW for v in self.versus):
+            return Standing.UNTESTED
+        if point is self.leader:
+            return Standing.FASTEST if self.best is not None else Standing.RUNNING
+        verdict = self.versus[self.place(point) - 1]
+        if verdict.call is Call.TOO_FEW:
+            return Standing.UNTESTED
+        return Standing.OUT if verdict.call is Call.ABOVE else Standing.RUNNING
+
+    def place(self, point: PointResult) -> int:
+        """Where `point` ranks (0: the leader), found by identity: two points may measure alike."""
+        return next(at for at, p in enumerate(self.ranked) if p is point)
+
+    def running(self) -> list[PointResult]:
+        """The leader and every point not ruled out: what the data leave as possibly the fastest."""
+        return [p for p in self.ranked if self.standing(p) in (Standing.FASTEST, Standing.RUNNING)]
+
+
+SWEEP_FAMILY = "the sweep's verdicts"
+
+
+def allotted(blocks: Sequence[Sequence[float]], ranking: bool, spent: float = 0.0) -> tuple[list[float], float]:
+    """The share of ALPHA each question of a family is tested at: the Holm questions' p-values (`blocks`)
+    and, where `ranking`, which point is fastest. Each question starts with an equal share; a Holm
+    question whose every hypothesis is rejected passes its share on, equally, to the questions not yet
+    passed (the ranking among them), which are tested again. Valid because a question fully rejected
+    either holds no true hypothesis (it could not err) or has already erred: either way the family's
+    chance of any false verdict stays within the shares first given, ALPHA in all. ``spent``: what a race's
+    earlier stages already spent of the ranking's share (`results.race`)."""
+    live = [i for i, p in enumerate(blocks) if p]
+    count = len(live) + ranking
+    shares = [ALPHA / count if i in live else 0.0 for i in range(len(blocks))]
+    rank_share = ALPHA / count - spent if ranking else 0.0
+    passed: set[int] = set()
+    while True:
+        full = [i for i in live if i not in passed and all(step.rejected for step in holm(blocks[i], shares[i]))]
+        receivers = [i for i in live if i not in passed and i not in full]
+        if not full or not (receivers or ranking):
+            return shares, rank_share
+        given = sum(shares[i] for i in full) / (len(receivers) + ranking)
+        passed |= set(full)
+        for i in receivers:
+            shares[i] += given
+        rank_share += given if ranking else 0.0
+
+
+def sweep_answer(
+    points: Sequence[PointResult],
+    cells: Sequence[ContrastCell] | None = None,
+    order: Sequence[str] = (),
+    spent: float = 0.0,
+) -> SweepAnswer:
+    """Rank the points and decide, as one family split equally between its questions (`allotted`): which
+    point is fastest (Hsu's comparisons with the best), which points beat each baseline (Holm) and, where
+    `cells` place the points in a contrast (the values in `order`), each pair of the contrasted values at
+    every setting of the other swept keys (Holm). ``spent``: what a race's earlier stages spent of the
+    ranking's share (its last stage's answer is this one, over the points left)."""
+    key = rank_key(points)
+    order_ = ranked(points, key)
+    baselines = [k for k in OVER if any(k in p.figures for p in order_)]
+    against_ratios = [tested(figure_groups(p.units, k)) for k in baselines for p in order_]
+    pairs = [] if cells is None else contrast_pairs(points, cells, order)
+    contrast_ratios = [tested(effect_groups(a.units, b.units, key)) for _, _, a, b in pairs]
+    blocks = [
+        [r.p_value() if r is not None else math.nan for r in ratios] for ratios in (against_ratios, contrast_ratios)
+    ]
+    (base_share, contrast_share), rank_share = allotted(blocks, len(order_) > 1, spent)
+    family = Family(SWEEP_FAMILY, len(order_) - 1 + len(against_ratios) + len(pairs))
+    versus = comparisons_with_best(order_, key, 1, family, rank_share) if len(order_) > 1 else []
+    against = decide(against_ratios, family, base_share)
+    contrasts = [Contrast(*pair, v) for pair, v in zip(pairs, decide(contrast_ratios, family, contrast_share))]
+    by_baseline = {k: against[i * len(order_) : (i + 1) * len(order_)] for i, k in enumerate(baselines)}
+    return SweepAnswer(key, order_, versus, by_baseline, contrasts, family)
 
 
 @dataclass(frozen=True)
@@ -371,18 +406,18 @@ class Contest:
     better: int
 
 
+REPORT_FAMILY = "the report's contests"
+
+
 def winners(contests: Sequence[Contest]) -> list[PointResult | None]:
-    """Each contest's winner, as a paper would set it in bold, where the rule separates it: the best
-    point by its figure, decided against every other point of its contest in the direction that wins.
-    One family: every pair within every contest (those not tested counted as in `sweep_answer`)."""
+    """Each contest's winner, as a paper would set it in bold, where the rule names it: the best point
+    by its figure, every other point of its contest ruled out by Hsu's comparisons with the best in the
+    direction that wins. One family: 5% split equally between the contests."""
     ordered = [sorted(c.points, key=lambda p: -c.better * p.figures.value(c.key)) for c in contests]
-    pairs = sum(len(points) * (len(points) - 1) // 2 for points in ordered)
-    compared = [(c, points[0], other) for c, points in zip(contests, ordered) if points for other in points[1:]]
-    ratios = [tested(effect_groups(best.units, other.units, c.key), pairs) for c, best, other in compared]
-    verdicts = iter(decide(ratios, untested=pairs - len(ratios)))
-    wins = {Call.ABOVE: 1, Call.BELOW: -1}
+    family = Family(REPORT_FAMILY, sum(max(len(points) - 1, 0) for points in ordered))
+    share = ALPHA / max(sum(len(points) > 1 for points in ordered), 1)
     found: list[PointResult | None] = []
     for contest, points in zip(contests, ordered):
-        calls = [wins.get(next(verdicts).call, 0) for _ in points[1:]]
-        found.append(points[0] if calls and all(call == contest.better for call in calls) else None)
+        verdicts = comparisons_with_best(points, contest.key, contest.better, family, share) if len(points) > 1 else []
+        found.append(points[0] if verdicts and all(v.call is Call.ABOVE for v in verdicts) else None)
     return found

@@ -7,41 +7,66 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from rich import box
 from rich.table import Table
 
 from speculab.config.sampling import GENERATE_FORMS
-from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance
+from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance, lookup
 from speculab.results.point import PointResult
-from speculab.results.verdicts import OVER, Verdict, baseline_sentence, call_words, headline_note, run_verdicts
+from speculab.results.verdicts import OVER, Verdict, run_verdicts
+from speculab.show.answers import baseline_sentence, call_words, headline_note, with_level
 from speculab.show.console import plain, show
-from speculab.stats import MIN_CLUSTERS, MIN_UNITS
+from speculab.stats import MIN_CLUSTERS, MIN_UNITS, ratio_text
 
-GLOSSARY = "docs/architecture.md#tracking"  # the metrics table: every row's name explained, once
 NO_DRAFT = ("kv_peak_mb_draft",)  # a baseline has no draft: its column stays empty there
 # A baseline's own speedup over the engine's loop is no figure of the point's: its column stays empty there too
 NOT_THE_BASELINES = (*NO_DRAFT, "speedup_vs_ar")
 SUMMARY_FILE = "summary.txt"  # the whole table, in the job's directory and as the run's artifact
 
 
-def summary_table(title: str, figures: Figures, baselines: dict[str, Figures], caption: str = "") -> Table:
+def summary_table(
+    title: str, figures: Figures, baselines: dict[str, Figures], caption: str = "", meanings: bool = False
+) -> Table:
     """Every figure, the headline rows first, beside each baseline's (column name -> its figures) where
     it has one, each with its interval where it has one; ``caption``: the conditions the figures were
-    measured under. Acceptance by depth shows as a few compact rows under `accepted_mean`
-    (`acceptance_rows`), its intervals in MLflow."""
+    measured under; ``meanings``: a last column saying what each row is (`results.names`). Acceptance by
+    depth shows as a few compact rows under `accepted_mean` (`acceptance_rows`), its intervals in MLflow."""
     table = Table(title=title, caption=caption or None)
     table.add_column("metric", no_wrap=True)  # a name cut short is a name nobody can look up
     table.add_column("speculative", justify="right", no_wrap=True)
     for name in baselines:
         table.add_column(name, justify="right", no_wrap=True)
+    if meanings:
+        table.add_column("what it is")
     head, rest = summary_rows(figures)
     for keys in (head, rest):
         for key in keys:
             shown = [b.get(key) if key not in NOT_THE_BASELINES else None for b in baselines.values()]
-            table.add_row(key, f"{figures[key]}", *("" if e is None or math.isnan(e.value) else f"{e}" for e in shown))
+            cells = [f"{figures[key]}", *("" if e is None or math.isnan(e.value) else f"{e}" for e in shown)]
+            table.add_row(key, *cells, *([lookup(key)[0].meaning] if meanings else []))
             if key == "accepted_mean":
                 for name, line in acceptance_rows(figures):
                     table.add_row(name, line)
         table.add_section()
+    return table
+
+
+def headline_table(title: str, result: PointResult, caption: str = "") -> Table:
+    """The headline rows as the console's last screen shows them, 80 columns wide: each figure with its
+    interval (a speedup with the digits that keep its side of 1), and beside it what its name means in a
+    few words (`results.names.Metric.brief`), the baselines' own throughputs beside the point's."""
+    table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("metric", "speculative", "what it is"):
+        table.add_column(column, justify="right" if column == "speculative" else "left", no_wrap=column == "metric")
+    baselines = {"AR": result.autoregressive, "generate": result.generate}
+    for key in (k for k in HEADLINE if k in result.figures):
+        figure = result.figures[key]
+        shown = ratio_text(figure) if key.startswith(("speedup", "typical")) else f"{figure:.3g}"
+        meaning = lookup(key)[0].brief
+        if key == "tokens_per_s":
+            rates = [f"{name} {b.value(key):.3g}" for name, b in baselines.items() if b is not None and key in b]
+            meaning = " · ".join(rates) if rates else meaning
+        table.add_row(key, shown, meaning)
     return table
 
 
@@ -87,7 +112,7 @@ def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
         ("alpha (depth ", "alpha", 1),
         ("per position (", "position", 1),
         ("overlap (depth ", "overlap", 1),
-        ("tau share (", "hist", 0),
+        ("accepted-length share (", "hist", 0),
     )
     rows = []
     for name, stem, first in lines:
@@ -104,26 +129,20 @@ def acceptance_rows(figures: Figures) -> list[tuple[str, str]]:
     return rows
 
 
-def print_summary(
-    title: str, result: PointResult, caption: str = "", generate_form: str = "eager", brief_in: Path | None = None
-) -> str:
-    """Print the point's figures beside the engine's autoregressive loop's and transformers' generate's
-    (its column named with its form, a resolved `measure.generate`), and the verdicts; return the whole
-    table as text. ``brief_in`` (a sweep's point): print the headline rows alone and write the whole
-    table to SUMMARY_FILE there, so that a sweep's console reads point by point and ends on its ranking."""
+def print_summary(title: str, result: PointResult, out: Path, caption: str = "", generate_form: str = "eager") -> str:
+    """Print the point's headline figures with what their names mean, its baselines' throughputs and the
+    verdicts, so that the console's last screen holds the answer; write the whole table (every figure
+    beside the engine's autoregressive loop's and transformers' generate's, its column named with its form,
+    a resolved `measure.generate`; each row with its meaning) to SUMMARY_FILE in `out`, the job's directory,
+    and return it."""
     columns = {"autoregressive": result.autoregressive} if result.autoregressive is not None else {}
     if result.generate is not None:
         columns[f"generate, {generate_form}"] = result.generate
-    table = summary_table(title, result.figures, columns, caption)
     verdicts = speedup_verdicts(result, generate_form)
-    whole = plain(table, *verdicts, f"every row explained: {GLOSSARY}")
-    if brief_in is None:
-        show(table, *verdicts, f"every row explained: {GLOSSARY}")
-        return whole
-    brief_in.mkdir(parents=True, exist_ok=True)
-    (brief_in / SUMMARY_FILE).write_text(whole + "\n")
-    headline = summary_table(title, result.figures.only(HEADLINE), columns, caption)
-    show(headline, *verdicts, f"every figure: {brief_in / SUMMARY_FILE} (and the run's {SUMMARY_FILE})")
+    whole = plain(summary_table(title, result.figures, columns, caption, meanings=True), *verdicts)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SUMMARY_FILE).write_text(whole + "\n")
+    show(headline_table(title, result, caption), *verdicts, f"every figure, each explained: {out / SUMMARY_FILE}")
     return whole
 
 
@@ -131,14 +150,18 @@ def paired_table(figures: Figures, configured: str, repeats: int, verdicts: dict
     """The console's side-by-side table of `paired_figures`, each compared verifier's ratio to the
     configured one with its verdict (`results.verdicts.compared`: one family)."""
     names = compared_verifiers(figures)
+    family = next(iter(verdicts.values())).family if verdicts else None
     table = Table(
         title=f"paired comparison on the same drafts ({repeats} verifications each; 95% intervals over prompts)",
-        caption=f"over {configured}: higher, lower or inconclusive, Holm over {len(verdicts)} tests, 5% family-wise",
+        caption=f"over {configured}: the ratio with its interval at its test's level; higher, lower or inconclusive "
+        f"(Holm; {family})"
+        if family
+        else None,
     )
     for column in ("verifier", "acceptance length", "accepted", f"over {configured}", "verdict"):
         table.add_column(column, justify="left" if column in ("verifier", "verdict") else "right")
     for name in names:
-        ratio = "-" if name == configured else f"{figures[compare_key(name, 'relative')]:.4f}"
+        ratio = "-" if name == configured else with_level(verdicts[name])
         verdict = "-" if name == configured else call_words(verdicts[name], "higher", "lower")
         table.add_row(
             name,

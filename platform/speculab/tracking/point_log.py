@@ -18,11 +18,13 @@ from speculab.records import RunResult, concat_runs
 from speculab.results.figures import run_figures
 from speculab.results.names import FIGURES_ARTIFACT, UNTIMED, Figures, flatten, is_acceptance, split_spreads
 from speculab.results.point import UNITS_ARTIFACT, PointResult
+from speculab.results.verdicts import run_verdicts
 from speculab.show.acceptance import depth_figure
+from speculab.show.answers import run_verdict_words
 from speculab.show.plots import acceptance_figure, time_split_figure
 from speculab.show.summary import SUMMARY_FILE
 from speculab.tracking.run_page import point_description, prompt_records, records_jsonl, records_table
-from speculab.tracking.spool import NOTE_TAG
+from speculab.tracking.spool import NOTE_TAG, VERDICT_TAG
 from speculab.tracking.tracker import Tracker
 
 CONDITIONS_TAG = "speculab.conditions"
@@ -51,7 +53,8 @@ def log_point(
     (`conditions`, on `runtime`), its whole console summary, its per-prompt records and plots."""
     tracker.set_tags({CONDITIONS_TAG: conditions})
     log_figures(tracker, result.logged())
-    tracker.set_tags({NOTE_TAG: point_description(result.shape, runtime, result)})
+    verdicts = run_verdict_words(run_verdicts(result))
+    tracker.set_tags({NOTE_TAG: point_description(result.shape, runtime, result), VERDICT_TAG: verdicts})
     if result.units is not None:
         tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
     tracker.log_text(summary + "\n", SUMMARY_FILE)

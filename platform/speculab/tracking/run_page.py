@@ -12,22 +12,39 @@ from speculab.jobs import ReplicaLost
 from speculab.records import RunResult
 from speculab.results.names import HEADLINE
 from speculab.results.point import PointResult, PointShape
-from speculab.results.verdicts import call_words, run_verdicts
+from speculab.results.verdicts import Call, run_verdicts
+from speculab.show.answers import call_words, with_level
 from speculab.stats import ratio_text
 from speculab.tracking.spool import NOTE_TAG
 
 
 def headline_line(result: PointResult) -> str:
-    """A finished point's headline figures on one line, each with its interval where it has one and each
-    speedup with its verdict (`results.verdicts.run_verdicts`): what its page opens on."""
+    """A finished point's headline figures on one line, each with its interval where it has one, and each
+    speedup with its verdict (`results.verdicts.run_verdicts`), beside the interval its test was judged
+    at: what its page opens on."""
     verdicts = run_verdicts(result)
     parts = []
     for key in (k for k in HEADLINE if k in result.figures):
-        figure = result.figures[key]
-        shown = ratio_text(figure) if "speedup" in key else f"{figure:.4g}"
-        said = f", {call_words(verdicts[key])}" if key in verdicts else ""  # not "[a, b] (word)": markdown's link
-        parts.append(f"{key.replace('_', ' ')} {shown}{said}")
-    return f"**{parts[0]}** · " + " · ".join(parts[1:]) if parts else ""
+        figure, verdict = result.figures[key], verdicts.get(key)
+        if verdict is not None and verdict.call is not Call.TOO_FEW:
+            shown = f"{with_level(verdict)}, {call_words(verdict)}"
+        else:
+            shown = ratio_text(figure) if "speedup" in key else f"{figure:.4g}"
+        parts.append(f"{key.replace('_', ' ')} {shown}")
+    family = next(iter(verdicts.values())).family if verdicts else None
+    tested = f" · verdicts: {family}" if family is not None and family.tests else ""
+    return (f"**{parts[0]}** · " + " · ".join(parts[1:]) + tested) if parts else ""
+
+
+SWEEP_SECTION = "In the sweep "  # how the paragraph of its sweep's verdicts opens, in a point's description
+
+
+def with_sweep_section(description: str, section: str) -> str:
+    """A point's description with its sweep's verdicts (`section`) after its headline, the first paragraph,
+    in place of any such paragraph an earlier launch of the sweep wrote."""
+    head, _, rest = description.partition("\n\n")
+    kept = [part for part in rest.split("\n\n") if part and not part.startswith(SWEEP_SECTION)]
+    return "\n\n".join([head, section, *kept])
 
 
 DECODING = "\n\nDecoding…"  # what a running point's description ends with

@@ -40,6 +40,9 @@ from speculab.tracking.store import retrying_busy, store_client
 SPOOL_TAG = "speculab.spool_id"
 PARENT_TAG = "mlflow.parentRunId"
 POINT_TAG = "speculab.point_id"  # a point's identity (`tracking.resume.point_id`)
+# A run's verdicts in words (the runs table's column): its own (`faster than AR; ...`), or its sweep's once the
+# sweep has decided (`out; faster than AR`): `show.answers.run_verdict_words`, `sweep_verdict_words`.
+VERDICT_TAG = "speculab.verdict"
 KIND_TAG = "speculab.kind"  # point, sweep (a sweep's parent) or report (`speculab-report`'s files)
 LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certified lossless (spectr_gbv, K >= 2)
 NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page

@@ -17,16 +17,9 @@ from speculab.jobs import ReplicaLost
 from speculab.results.names import AHEAD_TABLED, HEADLINE, HF_PREFIX
 from speculab.results.point import FailedPoint, PointResult
 from speculab.results.sweep import cell, labels, ranking_line, shared_name
-from speculab.results.verdicts import (
-    SweepAnswer,
-    baselines_sentence,
-    headline_note,
-    leader_detail,
-    leader_headline,
-    ranked,
-    sweep_answer,
-)
-from speculab.show.sweep import LEADER_OVER, leader_cell
+from speculab.results.verdicts import OVER, SweepAnswer, ranked
+from speculab.show.answers import baselines_sentence, headline_note, leader_cell, leader_detail, leader_headline
+from speculab.show.sweep import LEADER_OVER, contrast_markdown
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 
 TABLED = (*HEADLINE, *AHEAD_TABLED)  # the figures of the sweep's table, where any point has them
@@ -86,7 +79,7 @@ def ranking_markdown(answer: SweepAnswer) -> str:
     points = answer.ranked
     short, shown = labels(points), [key for key in HEADLINE if any(key in p.figures for p in points)]
     lines = [f"| # | point | {' | '.join(shown)} | {LEADER_OVER} |", "|" + "---|" * (len(shown) + 3)]
-    versus = ["", *(leader_cell(v) for v in answer.versus)]
+    versus = ["", *(leader_cell(answer, at) for at in range(1, len(points)))]
     for place, (point, over) in enumerate(zip(points, versus), start=1):
         figures = " | ".join(cell(point, f) for f in shown)
         lines.append(f"| {place} | {short[point.shape.name]} | {figures} | {over} |")
@@ -116,19 +109,20 @@ def lost_line(lost: list[tuple[ReplicaLost, str | None]]) -> str:
 
 def sweep_description(
     overrides: str,
-    points: list[PointResult],
+    answer: SweepAnswer | None,
     failed: list[FailedPoint],
     lost: list[tuple[ReplicaLost, str | None]] | None = None,
 ) -> str:
     """The parent's description: failed points, the verdict in a few words and the ranking first (MLflow
-    shows a description's first five lines only, until "Show more"), then what the verdict rests on,
-    the points against the baselines, the ranking by block efficiency and the table; the attempts of
-    lost replicas (with their runs' links, `lost`) after the ranking."""
+    shows a description's first five lines only, until "Show more"), then what the verdict rests on, the
+    contrasts asked for, the points against the baselines, the ranking by block efficiency and the table;
+    the attempts of lost replicas (with their runs' links, `lost`) after the ranking. `answer`: the sweep's
+    verdicts on its finished points (None: none finished)."""
+    points = answer.ranked if answer is not None else []
     failures = f"{failure_line(failed, len(points) + len(failed))}\n\n" if failed else ""
     failures += f"{lost_line(lost)}\n\n" if lost and not points else ""
-    if not points:
+    if answer is None:
         return f"{failures}Sweep `{overrides}`: no point finished."
-    answer = sweep_answer(points)
     short = labels(points)
     headline, detail = (
         said(answer, lambda point: short[point.shape.name]) for said in (leader_headline, leader_detail)
@@ -145,11 +139,13 @@ def sweep_description(
     by_efficiency = ranking_line(points, "block_efficiency")
     note = f" Note: {headline_note(points)}." if headline_note(points) else ""
     replicas = f"{lost_line(lost)}\n\n" if lost else ""
+    contrasts = f"{contrast_markdown(answer)}\n" if answer.contrasts else ""
+    counts = baselines_sentence(answer, OVER)
     return (
-        f"{failures}{headline} {ranking_line(points)}\n\n{replicas}{detail} {baselines_sentence(answer)}{note}\n\n"
+        f"{failures}{headline} {ranking_line(points)}\n\n{replicas}{detail}\n\n{contrasts}{counts}{note}\n\n"
         f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} "
-        f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; 95% intervals over "
-        f"units, conditional on this machine and its load).{shared}{earlier} Every column: `sweep_table.md`, "
+        f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; intervals over "
+        f"units, conditional on the load during this run).{shared}{earlier} Every column: `sweep_table.md`, "
         f"`sweep_table.csv`; the plot: `sweep_points.png`; acceptance by draft depth: `acceptance_by_depth.png`, "
         f"`.md`, `.csv`.\n\n"
         f"{ranking_markdown(answer)}"

@@ -24,15 +24,18 @@ from omegaconf import DictConfig
 from speculab.config import RunPlan, TrackingConfig, tracking_uri
 from speculab.jobs import ReplicaLost, replica_lost
 from speculab.results.point import FailedPoint, PointResult, PointShape
-from speculab.results.sweep import best_metrics, labels, shared_name, sweep_name
-from speculab.results.verdicts import SweepAnswer, baselines_sentence, headline_note, leader_sentence, sweep_answer
+from speculab.results.sweep import best_metrics, contrast_cells, labels, shared_name, sweep_name
+from speculab.results.verdicts import OVER, SweepAnswer, sweep_answer
 from speculab.show.acceptance import depth_csv, depth_figure, depth_markdown
+from speculab.show.answers import baselines_sentence, headline_note, leader_headline, sweep_section, sweep_verdict_words
 from speculab.show.console import console
-from speculab.show.sweep import ranking_table, sweep_figure
+from speculab.show.sweep import contrast_markdown, contrast_table, ranking_table, sweep_figure
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.resume import point_id
+from speculab.tracking.run_page import with_sweep_section
 from speculab.tracking.runs import SWEEP_ID, spool_dir, write_parent_file
-from speculab.tracking.spool import KIND_TAG, NOTE_TAG, SpooledRun
+from speculab.tracking.spool import KIND_TAG, NOTE_TAG, VERDICT_TAG, SpooledRun
+from speculab.tracking.store import store_client
 from speculab.tracking.sweep_page import (
     failure_line,
     sweep_csv,
@@ -42,7 +45,7 @@ from speculab.tracking.sweep_page import (
     within_limit,
 )
 from speculab.tracking.tracker import Tracker
-from speculab.tracking.ui import experiment_tags, point_link, run_page, ui_port, where
+from speculab.tracking.ui import experiment_tags, point_link, point_runs, run_page, ui_port, where
 
 DESCRIPTION = "sweep_description.md"  # the parent's whole description, which MLflow cuts past NOTE_LIMIT
 FAILED_METRIC = "sweep/failed_points"  # a parent's count of the points that failed mid-run
@@ -54,14 +57,16 @@ class SweepRun:
     def __init__(self, config: DictConfig, plans: list[RunPlan], tracking: TrackingConfig) -> None:
         self.points: list[PointResult] = []  # one per finished point, in launch order, for the parent's summary
         self.point_ids: list[str] = []  # the same points' ids
+        self.point_overrides: list[list[str]] = []  # the same points' overrides (what a contrast reads)
+        self.contrast: str | None = config.sweep.contrast
         self.numbers: list[int] = []  # the same points' job numbers (side by side, they end in any order)
         self.failed: list[FailedPoint] = []  # the points that failed mid-run; the sweep went on
         self.lost: list[ReplicaLost] = []  # attempts whose replica was lost (each point ran again on another)
         self.total, self.ui_port = len(plans), tracking.ui_port
-        sweep_dir = Path(config.hydra.sweep.dir)
+        self.sweep_dir = sweep_dir = Path(config.hydra.sweep.dir)
         self.overrides = overrides = " ".join(config.hydra.overrides.task)
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running.", **provenance_tags(sweep_dir)}
-        name = sweep_name(PointShape.of(plans[0].cfg), list(config.hydra.overrides.task))
+        self.name = name = sweep_name(PointShape.of(plans[0].cfg), list(config.hydra.overrides.task))
         self.parent = SpooledRun(
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
@@ -87,9 +92,19 @@ class SweepRun:
             self.numbers.insert(at, number)
             self.points.insert(at, outcome.result)
             self.point_ids.insert(at, point_id(outcome.plan.cfg))
+            self.point_overrides.insert(at, list(config.hydra.overrides.task))
         if self.ended < self.total:  # the parent's page says how far the sweep is, as its points end
             lead = f"**Running: {self.ended} of {self.total} points ended.**"
             self.parent.set_tags({NOTE_TAG: within_limit(self.described(lead), DESCRIPTION)})
+
+    def answer(self) -> SweepAnswer | None:
+        """The sweep's verdicts on the points finished so far (None: none), its contrast where it names one."""
+        if not self.points:
+            return None
+        if self.contrast is None:
+            return sweep_answer(self.points)
+        cells, order = contrast_cells(self.point_overrides, self.contrast)
+        return sweep_answer(self.points, cells, order)
 
     @property
     def ended(self) -> int:
@@ -102,7 +117,7 @@ class SweepRun:
             run_page(self.parent.uri, self.parent.experiment_id, lost.run_id, port) if lost.run_id else None
             for lost in self.lost
         ]
-        text = sweep_description(self.overrides, self.points, self.failed, list(zip(self.lost, links)))
+        text = sweep_description(self.overrides, self.answer(), self.failed, list(zip(self.lost, links)))
         return f"{lead}\n\n{text}" if lead else text
 
     def stopped_tags(self, status: str, err: BaseException | None) -> dict[str, str]:
@@ -118,41 +133,51 @@ class SweepRun:
     def end(self) -> None:
         """The sweep reached its end: the parent gets its tables, plots, best point and description, and
         ends FINISHED (FAILED where a point failed); the console gets the ranking."""
-        found = sweep_answer(self.points) if self.points else None
+        found = self.answer()
         if found is not None:
             self.parent.log_table(table_rows(self.points), "sweep_points.json")
             self.parent.log_text(sweep_markdown(self.points), "sweep_table.md")
             self.parent.log_text(sweep_csv(self.points), "sweep_table.csv")
             self.parent.log_figure(sweep_figure(found), "sweep_points.png")
+            if found.contrasts:
+                self.parent.log_text(contrast_markdown(found), "sweep_contrasts.md")
             log_acceptance(self.parent, self.points)
         if found is not None:
             self.parent.log_metrics(best_metrics(found))
         if self.failed:
             self.parent.log_metrics({FAILED_METRIC: float(len(self.failed))})
-        if self.points or self.failed:
-            description = self.described()
+        if found is not None:
+            tell_points(self.parent, found, dict(zip(self.point_ids, self.points)), self.name)
+        description = self.described() if self.points or self.failed else ""
+        if description:
             self.parent.log_text(description, DESCRIPTION)
             self.parent.set_tags({NOTE_TAG: within_limit(description, DESCRIPTION)})
         self.parent.early_end = None  # it reached its end: the description above says how
         self.parent.end("FAILED" if self.failed else "FINISHED")  # not every point it was asked for finished
         if found is not None:
-            self.print_ranking(found)
+            self.print_ranking(found, description)
         if self.failed:
             total = len(self.points) + len(self.failed)
             print(f"speculab: {failure_line(self.failed, total).replace('**', '')}", file=sys.stderr)
         print(f"speculab: sweep summary in the parent {where(self.parent, self.ui_port, sweep=True)}")
 
-    def print_ranking(self, found: SweepAnswer) -> None:
-        """The top points with their intervals, the verdict in one line (the fastest point's run, or the
-        points not separated from the leader) and the points against each baseline."""
-        title = f"sweep ranking by {found.key} (totals over units, 95% intervals)"
+    def print_ranking(self, found: SweepAnswer, description: str) -> None:
+        """The console's last screen: the top points with their intervals, the contrasts asked for, the
+        verdict in a few words and the points against each baseline, and where the whole answer is (the
+        parent's description, also written to the sweep's directory)."""
+        title = f"sweep ranking by {found.key}"
         console().print(ranking_table(found, title))
+        if found.contrasts:
+            console().print(contrast_table(found, found.key))
         short = labels(self.points)
-        print(f"speculab: {leader_sentence(found, lambda point: short[point.shape.name]).replace('**', '')}")
-        if counts := baselines_sentence(found):
+        print(f"speculab: {leader_headline(found, lambda point: short[point.shape.name]).replace('**', '')}")
+        if counts := baselines_sentence(found, OVER):
             print(f"speculab: {counts}")
         if note := headline_note(self.points):
             print(f"speculab: note: {note}")
+        whole = self.sweep_dir / DESCRIPTION
+        whole.write_text(description)
+        print(f"speculab: the whole answer, every point and what each verdict rests on: {whole}")
         best = next((i for p, i in zip(self.points, self.point_ids) if p is found.best), None)
         if best is not None and (link := point_link(self.parent, best, self.ui_port)):
             print(f"speculab: best point's run: {link}")
@@ -167,3 +192,25 @@ def log_acceptance(parent: Tracker, points: list[PointResult]) -> None:
         parent.log_figure(figure, "acceptance_by_depth.png")
         parent.log_text(depth_markdown(curves), "acceptance_by_depth.md")
         parent.log_text(depth_csv(curves), "acceptance_by_depth.csv")
+
+
+def tell_points(parent: SpooledRun, answer: SweepAnswer, points: dict[str, PointResult], sweep: str) -> None:
+    """Each point's run learns its sweep's verdicts on it: its description gets the sweep's section after its
+    headline (`show.answers.sweep_section`), its verdict column the sweep's words (`sweep_verdict_words`),
+    so that its page, the runs table and the parent say the same; where the store cannot be reached, the
+    parent's answer stands alone and the console says so."""
+    runs = point_runs(parent)
+    short = labels(answer.ranked)
+    try:
+        client = store_client(parent.uri) if runs else None
+        for identity, point in points.items():
+            if client is None or (run_id := runs.get(identity)) is None:
+                continue
+            section = sweep_section(answer, point, sweep, lambda p: short[p.shape.name])
+            note = client.get_run(run_id).data.tags.get(NOTE_TAG, "")
+            client.set_tag(run_id, NOTE_TAG, with_sweep_section(note, section))
+            client.set_tag(run_id, VERDICT_TAG, sweep_verdict_words(answer, point))
+    except Exception as err:  # the store went away at the end: the parent's answer is written (or spooled)
+        print(
+            f"speculab: the points' pages were not given the sweep's verdicts ({type(err).__name__})", file=sys.stderr
+        )

@@ -20,7 +20,7 @@ import psutil
 from speculab.results.names import HEADLINE, interval_names, mlflow_name
 from speculab.tracking.provenance import JOB_TAG
 from speculab.tracking.resume import store_key
-from speculab.tracking.spool import KIND_TAG, MEMBER, NOTE_TAG, POINT_TAG, SpooledRun, member_tag
+from speculab.tracking.spool import KIND_TAG, MEMBER, NOTE_TAG, POINT_TAG, VERDICT_TAG, SpooledRun, member_tag
 from speculab.tracking.store import retrying_busy, store_client
 
 VIEW_KEY = "speculab"  # the experiment's saved view: ?viewStateShareKey=speculab
@@ -38,13 +38,14 @@ VIEW_PARAMS = (
     "dataset.num_prompts",
 )
 # ... and the headline figures, sorted by `speedup_vs_ar`. The view sets the columns' order and widths
-# (`columnOrder`, `columnWidths` of MLflow's view state): the run's name, then `speedup_vs_ar` with its
-# interval's ends (`results.names.interval_names`, wide enough that their names read whole and each sorts), then
-# block efficiency, throughput and the speedup over generate, then Created and the shape's params. At
-# 1440 px with MLflow's Assistant panel open (its default) the name, the speedup and its interval show
-# without scrolling; `accepted_mean` is left to each run's description.
+# (`columnOrder`, `columnWidths` of MLflow's view state): the run's name, its verdicts (VERDICT_TAG), then
+# `speedup_vs_ar` with its interval's ends (`results.names.interval_names`, wide enough that their names read
+# whole and each sorts), then block efficiency, throughput and the speedup over generate, then Created and
+# the shape's params. At 1440 px with MLflow's Assistant panel open (its default) the name, the verdicts,
+# the speedup and its interval show without scrolling; `accepted_mean` is left to each run's description.
 TABLE_METRICS = ("speedup_vs_ar", "block_efficiency", "tokens_per_s", "speedup_vs_hf")
 INTERVAL_WIDTH = 155  # px: the name of the interval's upper end, whole
+VERDICT_WIDTH = 190  # px: `in the running; faster than AR`, whole
 NAME_COLUMN = "attributes.`Run Name`"  # MLflow's own columns' ids
 FIXED_COLUMNS = ("runDateAndNestInfo", "duration")
 
@@ -60,10 +61,11 @@ def table_state(search: str | None = None) -> dict[str, Any]:
     autoregressive decoding first; with `search`, only the runs it finds."""
     metrics = [f"metrics.`{name}`" for name in table_metrics()]
     params = [f"params.`{key}`" for key in VIEW_PARAMS]
+    verdict = f"tags.`{VERDICT_TAG}`"
     state = {
-        "selectedColumns": params + metrics,
-        "columnOrder": [NAME_COLUMN, *metrics, *FIXED_COLUMNS, *params],
-        "columnWidths": {column: INTERVAL_WIDTH for column in metrics[1:3]},
+        "selectedColumns": [verdict, *params, *metrics],
+        "columnOrder": [NAME_COLUMN, verdict, *metrics, *FIXED_COLUMNS, *params],
+        "columnWidths": {verdict: VERDICT_WIDTH} | {column: INTERVAL_WIDTH for column in metrics[1:3]},
         "orderByKey": metrics[0],
         "orderByAsc": False,
     }
@@ -203,6 +205,19 @@ def point_link(parent: SpooledRun, point: str, port: int | None) -> str | None:
     return run_page(parent.uri, parent.experiment_id, found, ui_port(parent.uri, port)) if found else None
 
 
+def point_runs(parent: SpooledRun) -> dict[str, str]:
+    """Point id -> run id of every point run of `parent`'s sweep (those an earlier launch finished
+    included, by the tag every point of the launch carries); empty where the store is unreachable."""
+    if not parent.online or parent.experiment_id is None:
+        return {}
+    try:
+        client = store_client(parent.uri)
+        runs = client.search_runs([parent.experiment_id], f"tags.`{member_tag(str(parent.run_id))}` = '{MEMBER}'")
+    except Exception:  # the store went away since: the parent's own answer stands
+        return {}
+    return {run.data.tags[POINT_TAG]: run.info.run_id for run in runs if POINT_TAG in run.data.tags}
+
+
 def job_links(uri: str, job_id: str, port: int | None) -> list[str]:
     """ "<run name>: <its MLflow page>" for each run the Ray job ``job_id`` recorded, sweep parents
     first (raises what MLflow raises when the store is unreachable)."""
@@ -215,20 +230,25 @@ def job_links(uri: str, job_id: str, port: int | None) -> list[str]:
 
 
 def where(run: SpooledRun, configured: int | None, sweep: bool = False) -> str:
-    """Which run was written and how to see it: its page, and the runs table on its sweep's points (the
-    parent's own when `sweep`) or on the run alone, in a view written for them (`share_points_view`); at
-    the port of the `mlflow ui` serving the store where one runs (`ui_port`), else how to serve it."""
-    if run.online:
-        port = ui_port(run.uri, configured)
-        page = run_page(run.uri, run.experiment_id, run.run_id, port)
-        serve = ""
-        if not run.uri.startswith("http") and configured is None and serving_port(run.uri) is None:
-            serve = f" (serve the store: `mlflow ui --backend-store-uri {run.uri} --port {port}`; "
-            serve += f"for another port, set {UI_PORT_ENV}=N once in your shell)"
-        what = "the sweep's points" if sweep or run.parent_run_id else "this run"
+    """Which run was written and how to see it, a short line each: its page; and, for a run or a sweep's
+    parent (`sweep`), the runs table on it or its sweep's points, in a view written for them
+    (`share_points_view`; a point of a sweep leaves that to its parent); at the port of the `mlflow ui`
+    serving the store where one runs (`ui_port`), else how to serve it."""
+    if not run.online:
+        return (
+            f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"
+        )
+    port = ui_port(run.uri, configured)
+    lines = [f"MLflow run: {run_page(run.uri, run.experiment_id, run.run_id, port)}"]
+    if sweep or not run.parent_run_id:
+        what = "the sweep's points" if sweep else "this run"
         try:
             table = runs_table(run.uri, run.experiment_id, share_points_view(run, sweep), port)
         except Exception:  # the store went away since the run's last write: its page stands alone
             table = "not linked (the store did not take the view)"
-        return f"MLflow run {run.run_id}: {page} ; {what} in the runs table: {table}{serve}"
-    return f"MLflow was unreachable: the run is spooled in {run.path}; replay it with `speculab-sync {run.spool_dir}`"
+        lines.append(f"{what} in the runs table: {table}")
+    if not run.uri.startswith("http") and configured is None and serving_port(run.uri) is None:
+        lines.append(
+            f"serve the store: mlflow ui --backend-store-uri {run.uri} --port {port} (another port: {UI_PORT_ENV}=N)"
+        )
+    return "\n  ".join(lines)

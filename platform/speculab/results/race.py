@@ -1,0 +1,102 @@
+"""Racing: a sweep that spends its decodes where its answer is decided (`hydra/sweeper=race`).
+
+Every point decodes the first stage's prompts; the points the first stage already rules out as the
+fastest stop there; the rest decode the next stage's prompts, fresh ones (another slice of the same
+seeded sample: `dataset.slice`), and so on; the last stage's answer is the sweep's, decided on its own
+prompts alone. Why that keeps the sweep's 5%:
+
+- At an intermediate stage k, a point is ruled out where the leader's one-sided test over it, on the
+  stage's prompts so far, passes at `stage_share / (P - 1)`, P the points the race began with (fixed,
+  not the points left: the points left depend on the data). Whichever point is truly fastest is ruled
+  out at stage k only if some point's test over it errs, with probability at most `stage_share`.
+- The last stage's prompts were chosen before any stage ran and no earlier decision saw them, so its
+  answer (`results.verdicts.sweep_answer` over the points left) is as valid as a flat sweep's over
+  them, with the ranking question's share less what the intermediate stages spent (`spent`).
+- Together: the chance that the fastest was ruled out at any stage, or that the last stage names a
+  wrong point, is at most the ranking question's share, as in a flat sweep; and the leader's figure
+  comes from prompts that did not choose it (intermediate stages chose which points reach the last).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from speculab.results.point import PointResult
+from speculab.results.verdicts import ALPHA, Call, Family, comparisons_with_best, rank_key, ranked
+from speculab.stats import Estimate
+
+RACE_FILE = "race.json"  # the stages, in the sweep's directory: what the parent run shows of them
+SPENT = 0.5  # the share of the ranking question's share the intermediate stages spend, together
+
+
+@dataclass(frozen=True)
+class Out:
+    """A point a stage ruled out: its name, the leader's ratio over it with its interval at the stage's
+    level, and the test's adjusted p-value."""
+
+    point: str
+    value: float
+    low: float
+    high: float
+    level: float
+    adjusted: float
+
+    @property
+    def ratio(self) -> Estimate:
+        return Estimate(self.value, self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a race: its prompts (positions [start, stop) of the seeded sample), the points that
+    decoded them, and those it ruled out (none at the last: the sweep's answer says the rest)."""
+
+    number: int
+    start: int
+    stop: int
+    points: list[str]
+    leader: str = ""
+    out: list[Out] = field(default_factory=list)
+
+
+def stage_share(stages: int, points: int, baselines: bool) -> float:
+    """What each intermediate stage of `stages` spends of ALPHA: SPENT of the ranking question's share
+    (half the family's where the sweep also judges baselines, as `verdicts.allotted` splits it), spread
+    evenly over the stages before the last."""
+    ranking = ALPHA / (2 if baselines else 1) if points > 1 else 0.0
+    return SPENT * ranking / (stages - 1) if stages > 1 else 0.0
+
+
+RACE_FAMILY = "the race's intermediate stages"
+
+
+def ruled_out(
+    points: Sequence[PointResult], first: int, share: float
+) -> tuple[PointResult, list[tuple[PointResult, Out]]]:
+    """The stage's leader and the points it rules out: Hsu's comparisons with the best at `share`, each
+    against share / (first - 1), `first` the points the race began with."""
+    key = rank_key(points)
+    order = ranked(points, key)
+    family = Family(RACE_FAMILY, first - 1)
+    verdicts = comparisons_with_best(order, key, 1, family, share, tests=first - 1)
+    out = [
+        (p, Out(p.shape.name, v.ratio.value, v.ratio.low, v.ratio.high, v.level, v.adjusted))
+        for p, v in zip(order[1:], verdicts)
+        if v.call is Call.ABOVE
+    ]
+    return order[0], out
+
+
+def write_race(sweep_dir: Path, stages: list[Stage]) -> None:
+    (sweep_dir / RACE_FILE).write_text(json.dumps([asdict(stage) for stage in stages], indent=1))
+
+
+def read_race(sweep_dir: Path) -> list[Stage]:
+    """The race's stages from its directory (none: a flat sweep)."""
+    path = sweep_dir / RACE_FILE
+    if not path.is_file():
+        return []
+    return [Stage(**{**s, "out": [Out(**o) for o in s["out"]]}) for s in json.loads(path.read_text())]
