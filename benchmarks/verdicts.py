@@ -12,6 +12,9 @@
   then decides nothing, passes no share on, and the ranking keeps half the family's 5%.
 - False verdicts: 20 points all truly equal, and equal to the baseline: the share of sweeps printing any
   false verdict (a named point, a point decided against the baseline), by prompts and machine.
+- Racing (`hydra/sweeper=race`, stages [12, 32]): 20 points, one truly 8% faster, on an idle machine,
+  the share of races naming it and the tokens decoded over a flat 32-prompt sweep's, beside the flat
+  sweep's power (`support.sweeps.race`: the functions a real race decides with).
 - The leader's figure: where all 20 are equal, how often its interval (simultaneous over the 20) holds its
   truth, against its own 95% interval, and by how much its value reads high on average.
 Every figure states its sweep size and prompt count; `--trials` sweeps per cell.
@@ -28,7 +31,7 @@ from speculab.results.point import PointResult
 from speculab.results.ratios import figure_groups
 from speculab.results.verdicts import sweep_answer
 from speculab.stats import log_ratio
-from support.sweeps import LOADED, MEASURED, QUIET, Machine, draw_units, point, truth
+from support.sweeps import LOADED, MEASURED, QUIET, Machine, draw_units, point, race, truth
 
 SIZES = (2, 5, 10, 20)
 PROMPTS = (8, 12, 16, 32)
@@ -84,10 +87,29 @@ def leader(prompts: int, interaction: float, trials: int) -> tuple[float, float,
     return held / trials, own / trials, statistics.fmean(excess)
 
 
+def racing(interaction: float, trials: int) -> tuple[float, float, float]:
+    """(share of races [12, 32] naming the truly fastest of 20, their tokens over a flat 32-prompt sweep's,
+    the flat sweep's power)."""
+    rng = np.random.default_rng(11)
+    found = [race(rng, [1.08] + [1.0] * 19, [12, 32], QUIET, interaction) for _ in range(trials)]
+    named = sum(r.named == 0 for r in found) / trials
+    return named, statistics.fmean(r.cost for r in found), power(20, 32, QUIET, interaction, 1.3, trials)[0]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200, help="simulated sweeps per cell")
+    parser.add_argument("--race-only", action="store_true", help="only the racing table")
     args = parser.parse_args(argv)
+    print(f"Racing, stages [12, 32], 20 points, one 8% faster, idle machine, {args.trials} races a cell\n")
+    print("| interaction | race names it | race's tokens over a flat sweep's | flat 32-prompt sweep names it |")
+    print("|---|---|---|---|")
+    for interaction in (0.0, 0.05):
+        named, cost, flat = racing(interaction, args.trials)
+        print(f"| {interaction} | {named:.2f} | {cost:.3f} | {flat:.2f} |")
+    print()
+    if args.race_only:
+        return
     cells = [
         ("idle (QUIET), no interaction, baseline 1.3x", QUIET, 0.0, 1.3),
         ("idle (QUIET), interaction 0.05, baseline 1.3x", QUIET, 0.05, 1.3),

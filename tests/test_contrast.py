@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from speculab.config.contrast import contrast_errors
+from speculab.config.answer import contrast_errors
 from support.cli import speculab
 
 

@@ -19,8 +19,8 @@ MAX_MODULE_LINES = 450
 # The package's components (its top-level modules and subpackages), top layer first: a component
 # imports only itself and the layers below its own (docs/architecture.md draws the same picture).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("speculab_launcher",),  # hydra_plugins' module: Hydra's entry into `launcher`
-    ("cli", "launcher"),
+    ("speculab_launcher", "speculab_racing"),  # hydra_plugins' modules: Hydra's entries into `launcher`, `racing`
+    ("cli", "launcher", "racing"),
     ("replica_process",),
     ("cli_args",),
     ("experiment", "report"),

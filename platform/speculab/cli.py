@@ -127,8 +127,8 @@ def precheck(args: list[str], planning: bool = False) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from speculab.config import resolve
+    from speculab.config.answer import contrast_errors
     from speculab.config.attach import attach_env, attach_errors
-    from speculab.config.contrast import contrast_errors
     from speculab.config.overrides import composition_problem, with_range
     from speculab.config.prompts import point_prompts
     from speculab.config.replicas import AUTO

@@ -196,3 +196,46 @@ def decode_prompts(rng: np.random.Generator, n: int, beta: tuple[float, float], 
         rounds += active
         first += active & (taus >= 1)
     return kept, rounds, first
+
+
+@dataclass(frozen=True)
+class Race:
+    """A simulated race's outcome: the index of the point it named (None: none), and the tokens it decoded
+    over those a flat sweep of its points over every prompt of the sample decodes."""
+
+    named: int | None
+    cost: float
+
+
+def race(
+    rng: np.random.Generator, speeds: list[float], stages: list[int], machine: Machine, interaction: float = 0.0
+) -> Race:
+    """A race as `speculab.racing.race` runs one (the same functions decide), on simulated points: point i
+    truly speeds[i] times as fast as a point at 1.3x autoregressive decoding; each stage's prompts fresh."""
+    from speculab.results.race import ruled_out, stage_share
+    from speculab.results.verdicts import sweep_answer
+
+    share = stage_share(len(stages), len(speeds), baselines=True)
+    alive, decoded, start = list(range(len(speeds))), 0.0, 0
+    units = draw_units(rng, stages[-1])
+    cost = truth() / 1.3
+    answer = None
+    for number, stop in enumerate(stages, start=1):
+        part = Units(units.tokens[start:stop], units.rate[start:stop])
+        found = {
+            i: point(rng, part, cost / speeds[i], machine, f"p{i}", interaction=interaction, intervals=False)
+            for i in alive
+        }
+        decoded += len(alive) * float(part.tokens.sum())
+        if number == len(stages):
+            out = len(speeds) - len(alive)
+            answer = sweep_answer(list(found.values()), spent=share * (len(stages) - 1), ruled_out_before=out)
+        else:
+            _, out = ruled_out(list(found.values()), len(speeds), share)
+            dropped = {id(p) for p, _ in out}
+            alive = [i for i in alive if id(found[i]) not in dropped]
+        start = stop
+    best = answer.best if answer is not None else None
+    return Race(
+        int(best.shape.algorithm[1:]) if best is not None else None, decoded / (len(speeds) * float(units.tokens.sum()))
+    )

@@ -17,6 +17,7 @@ class DatasetConfig:
     num_prompts: int | None = 12  # the fewest prompts a figure's interval and a verdict need (stats.MIN_CLUSTERS)
     path: str | None = None
     sample_seed: int | None = 0  # the prompts are a random sample drawn with it; null: the first num_prompts
+    slice: list[int] | None = None  # [start, stop]: those positions of the sample alone (a racing sweep's stages)
 
 
 def dataset_errors(d: DatasetConfig) -> list[str]:
@@ -32,6 +33,7 @@ def dataset_errors(d: DatasetConfig) -> list[str]:
             f"dataset.sample_seed={d.sample_seed!r}: must be an integer >= 0 (a random sample of the prompts) or null "
             "(the first dataset.num_prompts)"
         )
+    errors += slice_errors(d)
     if d.name not in DATASETS:
         choice(errors, "dataset.name", d.name, DATASETS)
         return errors
@@ -54,3 +56,17 @@ def too_many_prompts(d: DatasetConfig, held: int) -> str:
         f"dataset.num_prompts={d.num_prompts}: {source} holds {count}; "
         f"must be an integer >= 1 and <= {held}, or null (every prompt)"
     )
+
+
+def slice_errors(d: DatasetConfig) -> list[str]:
+    """`dataset.slice` is null or [start, stop] with 0 <= start < stop <= dataset.num_prompts."""
+    if d.slice is None:
+        return []
+    bounds = list(d.slice)
+    top = d.num_prompts
+    if len(bounds) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in bounds):
+        start, stop = bounds
+        if 0 <= start < stop and (top is None or stop <= top):
+            return []
+    within = f"<= dataset.num_prompts={top}" if top is not None else "within the dataset"
+    return [f"dataset.slice={bounds}: must be [start, stop] with 0 <= start < stop {within}, or null"]

@@ -28,8 +28,9 @@ def point_prompts(plan: RunPlan) -> PointPrompts:
     size, a prompt too long for the target's context), before the point's run exists."""
     cfg = plan.cfg
     d = cfg.dataset
-    prompts = load_prompts(d.name, d.num_prompts, d.path, d.sample_seed)
-    if cfg.dataset.num_prompts is not None and len(prompts) < cfg.dataset.num_prompts:  # a dataset counted on load
+    part = (d.slice[0], d.slice[1]) if d.slice is not None else None
+    prompts = load_prompts(d.name, d.num_prompts, d.path, d.sample_seed, part)
+    if d.num_prompts is not None and len(prompts) < d.num_prompts and part is None:  # a dataset counted on load
         raise ConfigError.listing([too_many_prompts(cfg.dataset, len(prompts))])
     tokenizer = AutoTokenizer.from_pretrained(str(plan.target_dir))
     encoded = [encode_prompt(p, tokenizer) for p in prompts]

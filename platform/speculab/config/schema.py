@@ -2,7 +2,7 @@
 
 Hydra composes YAML from conf/ over `Config`, whose groups are the dataclasses of the concern modules
 (`config.model`, `config.algorithm`, `config.sampling`, `config.dataset`, `config.runtime`,
-`config.cluster`, `config.tracking`, `config.report`, `config.contrast`), each beside its checks; so a
+`config.cluster`, `config.tracking`, `config.report`, `config.answer`), each beside its checks; so a
 typo in a key fails at composition, and a key added with `+key=...` is refused by `unknown_keys`. Those
 modules import torch only inside their checks, so this one loads without it (`speculab --help`, a
 refused key).
@@ -17,8 +17,8 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from speculab.config.algorithm import AlgorithmConfig, DrafterConfig
+from speculab.config.answer import SweepConfig
 from speculab.config.cluster import ClusterConfig
-from speculab.config.contrast import SweepConfig
 from speculab.config.dataset import DatasetConfig
 from speculab.config.model import ModelConfig
 from speculab.config.report import ReportConfig
@@ -76,10 +76,12 @@ def override_errors(overrides: list[str], groups: list[str]) -> list[str]:
     """One line per command-line override `key=value` whose key `Config` lacks, checked before Hydra
     composes: Hydra's own message for `algoritm.K=2` proposes appending it (`+algoritm.K=2`) where the
     user meant `algorithm.K`. `groups` (conf/'s folders: `experiment=...`) are top-level keys too;
-    `+`/`++`/`~`, `hydra.` and `group@package` overrides are Hydra's to check."""
+    `+`/`++`/`~`, `hydra.`, `hydra/...` (its own groups: `hydra/sweeper=race`) and `group@package` overrides are
+    Hydra's to check."""
     keys = [key for key, equals, _ in (arg.partition("=") for arg in overrides) if equals]
     plain = [key for key in keys if key[:1] not in ("", "+", "~", "-") and "@" not in key]
-    lines = [_unknown_path(key.split("."), Config(), "", groups) for key in plain if key.split(".")[0] != "hydra"]
+    ours = [key for key in plain if key.split(".")[0] != "hydra" and not key.startswith("hydra/")]  # Hydra's own
+    lines = [_unknown_path(key.split("."), Config(), "", groups) for key in ours]
     return [line for line in lines if line]
 
 

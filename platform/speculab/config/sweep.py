@@ -17,11 +17,12 @@ from hydra.core.override_parser.types import Override
 from omegaconf import DictConfig
 
 from speculab.config import ConfigError, RunPlan, resolve, unknown_keys
+from speculab.config.answer import contrast_errors, race_errors, stage_bounds, stage_jobs
 from speculab.config.attach import attach_errors
-from speculab.config.contrast import contrast_errors
 from speculab.config.overrides import composition_problem, with_range
 from speculab.config.replicas import sweep_wide_errors
 from speculab.config.schema import job_config
+from speculab.stats import MIN_CLUSTERS
 
 # This process's points, resolved before they run, by their overrides (Hydra's `overrides.task`): a job
 # gets only its composed config from Hydra, so this is how it finds its plan. Filled by the sweep's
@@ -71,12 +72,24 @@ def varied_keys(points: list[list[str]]) -> list[str]:
     return [key for key in keys if len(values(points, key)) > 1]
 
 
+def race_stages(config: DictConfig) -> list[int] | None:
+    """A racing sweep's stages (`hydra/sweeper=race`); None for any other sweeper."""
+    sweeper = config.hydra.sweeper
+    return list(sweeper.stages) if str(sweeper.get("_target_", "")).endswith(".RacingSweeper") else None
+
+
 def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     """(each valid point's plan, in launch order, kept in `PLANS`; what `resolve` and the unknown-key
     check say of the invalid ones, each line prefixed by its point)."""
     loader = GlobalHydra.instance().config_loader()
     points = sweep_points(config)
     varied = varied_keys(points)
+    wide = contrast_errors(config.sweep.contrast, varied, True)
+    if (stages := race_stages(config)) is not None:  # a race's points: each at each of its stages
+        wide = race_errors(stages, list(config.hydra.overrides.task), config.sweep.contrast, MIN_CLUSTERS)
+        if wide:
+            return [], wide
+        points = [job for start, stop in stage_bounds(stages) for job in stage_jobs(points, start, stop, stages[-1])]
     plans: list[RunPlan] = []
     errors: list[str] = []
     for number, overrides in enumerate(points, start=1):
@@ -97,7 +110,6 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
         except ConfigError as err:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]
-    wide = sweep_wide_errors([plan.cfg for plan in plans])
-    wide += contrast_errors(config.sweep.contrast, varied, True)
+    wide += sweep_wide_errors([plan.cfg for plan in plans])
     attach = attach_errors(plans[0].cfg) if plans and not wide and not errors else []  # one address a sweep
     return plans, [*wide, *attach, *errors]

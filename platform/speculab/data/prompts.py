@@ -62,10 +62,15 @@ DATASETS: tuple[str, ...] = ("humaneval", "jsonl", *HF_SPECS)
 
 
 def load_prompts(
-    name: str, num_prompts: int | None = None, path: str | None = None, sample_seed: int | None = None
+    name: str,
+    num_prompts: int | None = None,
+    path: str | None = None,
+    sample_seed: int | None = None,
+    part: tuple[int, int] | None = None,
 ) -> list[Prompt]:
     """``num_prompts`` prompts of dataset ``name`` (all when None): a random sample drawn with
-    ``sample_seed``, or the first ones where it is None; in the dataset's order either way."""
+    ``sample_seed``, or the first ones where it is None; in the dataset's order either way. ``part``:
+    only positions [start, stop) of them (`sliced`)."""
     check_dataset(name, path)
     if num_prompts is not None and (isinstance(num_prompts, bool) or num_prompts < 1):
         raise ValueError(f"dataset.num_prompts must be a positive integer or null, got {num_prompts!r}")
@@ -76,7 +81,7 @@ def load_prompts(
         prompts = _jsonl(Path(path))
     else:
         prompts = _hf(name, HF_SPECS[name])
-    return [prompts[i] for i in chosen(len(prompts), num_prompts, sample_seed)]
+    return [prompts[i] for i in sliced(chosen(len(prompts), num_prompts, sample_seed), sample_seed, part)]
 
 
 def chosen(held: int, num_prompts: int | None, sample_seed: int | None) -> list[int]:
@@ -87,6 +92,18 @@ def chosen(held: int, num_prompts: int | None, sample_seed: int | None) -> list[
     if sample_seed is None or count == held:
         return list(range(count))
     return sorted(int(i) for i in np.random.default_rng(sample_seed).choice(held, size=count, replace=False))
+
+
+def sliced(indices: list[int], sample_seed: int | None, part: tuple[int, int] | None) -> list[int]:
+    """Positions [start, stop) of the chosen prompts (all where ``part`` is None), in the dataset's order:
+    positions in a random order of them drawn with ``sample_seed`` (its own stream), so that the parts of
+    one sample are disjoint random samples of it, each as the whole would be (a racing sweep's stages:
+    `results.race`); in the dataset's order where there is no seed (the first prompts, then the next)."""
+    if part is None:
+        return indices
+    order = np.random.default_rng((sample_seed, 1)).permutation(len(indices)) if sample_seed is not None else None
+    at = range(len(indices)) if order is None else order
+    return sorted(indices[int(i)] for i in list(at)[part[0] : part[1]])
 
 
 def check_dataset(name: str, path: str | None) -> int | None:

@@ -30,7 +30,6 @@ class Metric:
     meaning: str
     spread: str = ""  # how its interval is found (`speculab.stats`): `<mlflow>_ci_low`, `_ci_high` beside it
     over: str = ""  # the count it is a figure over (`units` or `prompts`), where it has a spread
-    brief: str = ""  # a few words for the console's legend, where a newcomer meets the name first
 
 
 PER_PROMPT = dict(spread=BOOTSTRAP_T, over="prompts")  # an acceptance figure: a ratio of sums over prompts
@@ -43,7 +42,6 @@ METRICS: tuple[Metric, ...] = (
         "kept tokens per sequence-round (per target call per sequence): kept tokens over sequence-rounds, summed "
         "over prompts",
         **PER_PROMPT,
-        brief="tokens kept per target call",
     ),
     Metric(
         "tokens_per_s",
@@ -51,7 +49,6 @@ METRICS: tuple[Metric, ...] = (
         "throughput: kept tokens over wall seconds, prefill included, totalled over every unit and measure.repeats "
         "interleaved repetition",
         **PER_UNIT,
-        brief="kept tokens over wall seconds",
     ),
     Metric(
         "speedup_vs_ar",
@@ -60,7 +57,6 @@ METRICS: tuple[Metric, ...] = (
         "tokens_per_s over the loop's, both totalled over the same units and repetitions, each unit's two decodes "
         "run back to back (docs/measuring.md)",
         **PER_UNIT,
-        brief="over the engine's AR loop: total tokens, time",
     ),
     Metric(
         "typical_speedup_vs_ar",
@@ -68,7 +64,6 @@ METRICS: tuple[Metric, ...] = (
         "a typical unit's speedup over the engine's autoregressive loop: the median over units of each unit's "
         "paired throughput ratio (its median over repetitions); differs from speedup_vs_ar where units differ",
         **TYPICAL,
-        brief="the median prompt's speedup_vs_ar",
     ),
     Metric(
         "speedup_vs_ar_cpu",
@@ -80,7 +75,6 @@ METRICS: tuple[Metric, ...] = (
         "speedup_vs_hf",
         "the throughput speedup over transformers' generate on the same target, totalled like speedup_vs_ar",
         **PER_UNIT,
-        brief="the same, over transformers' generate",
     ),
     Metric(
         "typical_speedup_vs_hf",
@@ -88,20 +82,13 @@ METRICS: tuple[Metric, ...] = (
         "a typical unit's speedup over transformers' generate: the median of per-unit paired ratios",
         **TYPICAL,
     ),
-    Metric(
-        "accepted_mean",
-        "accepted_mean",
-        "mean accepted draft tokens (tau) per sequence-round",
-        **PER_PROMPT,
-        brief="draft tokens accepted a round",
-    ),
+    Metric("accepted_mean", "accepted_mean", "mean accepted draft tokens (tau) per sequence-round", **PER_PROMPT),
     Metric(
         "acceptance_length",
         "acceptance_length",
         "mean acceptance length with the bonus token, 1 + accepted_mean (vLLM's mean acceptance length, "
         "SGLang's accept length): block_efficiency before eos or max-new-tokens cut a round",
         **PER_PROMPT,
-        brief="1 + accepted_mean: tokens a round before eos or the budget cut it",
     ),
     Metric(
         "first_accept_rate",
@@ -251,15 +238,17 @@ LIVE_METRICS: tuple[Metric, ...] = tuple(
 )
 EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *AHEAD_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
 
-# The headline figures, in the order every table, description and view shows them: the ranking figure first.
-HEADLINE = (
-    "speedup_vs_ar",
-    "typical_speedup_vs_ar",
-    "speedup_vs_hf",
-    "tokens_per_s",
-    "block_efficiency",
-    "accepted_mean",
-)
+# The headline figures, in the order every table, description and view shows them (the ranking figure first),
+# each with a few words for the console's last screen, where a newcomer meets its name first.
+BRIEF = {
+    "speedup_vs_ar": "over the engine's AR loop: total tokens, time",
+    "typical_speedup_vs_ar": "the median prompt's speedup_vs_ar",
+    "speedup_vs_hf": "the same, over transformers' generate",
+    "tokens_per_s": "kept tokens over wall seconds",
+    "block_efficiency": "tokens kept per target call",
+    "accepted_mean": "draft tokens accepted a round",
+}
+HEADLINE = tuple(BRIEF)
 # What a pass shows without timing it: a failed point logs these for the units it finished.
 UNTIMED = (
     "block_efficiency",

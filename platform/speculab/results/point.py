@@ -31,6 +31,14 @@ def ahead_shape(mode: str, budget: int, fan_out: str) -> str | None:
     return f"{mode} B={budget}" + ("" if fan_out == "geometric" else f" {fan_out}")
 
 
+def sliced(prompts: int | None, part: list[int] | None) -> tuple[int | None, str | None]:
+    """(the prompts a point decodes, the slice it decodes in words) of `dataset.num_prompts` and
+    `dataset.slice`: 12 and `0:12 of 32` for [0, 12] of 32; the count and None without a slice."""
+    if part is None:
+        return prompts, None
+    return part[1] - part[0], f"{part[0]}:{part[1]} of {prompts if prompts is not None else 'all'}"
+
+
 @dataclass(frozen=True)
 class PointShape:
     """What a point decodes, with None for what its algorithm does not have."""
@@ -51,6 +59,7 @@ class PointShape:
     batch_size: int
     seed: int
     ahead: str | None = None  # drafting ahead (`drafter.ahead`): `ssd B=8`, with a fan-out other than geometric
+    part: str | None = None  # a slice of the sample (`dataset.slice`, a race's stage): `0:12 of 32`
 
     def __post_init__(self) -> None:
         """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
@@ -71,11 +80,12 @@ class PointShape:
         """The shape of a resolved config (`RunPlan.cfg`: L set)."""
         a, s = cfg.algorithm, cfg.sampling
         assert a.L is not None  # resolved
-        d = cfg.drafter
+        d, data = cfg.drafter, cfg.dataset
+        count, part = sliced(data.num_prompts, data.slice)
         return cls(
-            a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, d.name, cfg.dataset.name,
-            cfg.dataset.num_prompts, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
-            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out),
+            a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, d.name, data.name,
+            count, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
+            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part,
         )  # fmt: skip
 
     @classmethod
@@ -87,15 +97,20 @@ class PointShape:
             return default if text in (None, "None") else int(float(text))
 
         prompts = params.get("dataset.num_prompts")
+        span = params.get("dataset.slice")
+        count, part = sliced(
+            None if prompts in (None, "None") else number("dataset.num_prompts"),
+            None if span in (None, "None") else [int(v) for v in span.strip("[]").split(",")],
+        )
         return cls(
             params.get("algorithm.name", "?"), params.get("algorithm.node_rule"), number("algorithm.K", 1),
             number("algorithm.L"), params.get("algorithm.tree"), number("algorithm.budget"),
             float(params.get("sampling.temperature", "nan")), params.get("drafter.name", "?"),
-            params.get("dataset.name", "?"), None if prompts in (None, "None") else number("dataset.num_prompts"),
+            params.get("dataset.name", "?"), count,
             params.get("model.name", "?"), number("sampling.top_k"), number("sampling.max_new_tokens"),
             number("sampling.batch_size", 1), number("sampling.seed"),
             ahead_shape(params.get("drafter.ahead", "off"), number("drafter.ahead_budget"),
-                        params.get("drafter.ahead_fan_out", "geometric")),
+                        params.get("drafter.ahead_fan_out", "geometric")), part,
         )  # fmt: skip
 
     @property
@@ -155,7 +170,8 @@ class PointShape:
         rule = f"/{self.node_rule}" if self.node_rule is not None and self.node_rule != own else ""
         verifier = f"{self.algorithm}{rule} {self.draft} L={self.L} T={self.temperature}"
         drafter = self.drafter if self.ahead is None else f"{self.drafter} ahead {self.ahead}"
-        return verifier, drafter, f"{self.dataset}×{self.prompt_count}", self.model
+        part = f" [{self.part}]" if self.part is not None else ""
+        return verifier, drafter, f"{self.dataset}×{self.prompt_count}{part}", self.model
 
     @property
     def name(self) -> str:

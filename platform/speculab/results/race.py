@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from speculab.results.point import PointResult
+from speculab.results.point import NAME_JOIN, PointResult
 from speculab.results.verdicts import ALPHA, Call, Family, comparisons_with_best, rank_key, ranked
 from speculab.stats import Estimate
 
 RACE_FILE = "race.json"  # the stages, in the sweep's directory: what the parent run shows of them
-SPENT = 0.5  # the share of the ranking question's share the intermediate stages spend, together
+SPENT = 0.75  # of the ranking question's share, what the stages before the last spend (simulated: the least cost)
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,18 @@ def ruled_out(
     family = Family(RACE_FAMILY, first - 1)
     verdicts = comparisons_with_best(order, key, 1, family, share, tests=first - 1)
     out = [
-        (p, Out(p.shape.name, v.ratio.value, v.ratio.low, v.ratio.high, v.level, v.adjusted))
+        (p, Out(race_name(p), v.ratio.value, v.ratio.low, v.ratio.high, v.level, v.adjusted))
         for p, v in zip(order[1:], verdicts)
         if v.call is Call.ABOVE
     ]
     return order[0], out
+
+
+def race_name(point: PointResult) -> str:
+    """A point's name in its race, the same at every stage: its name without its prompts (each stage
+    decodes its own slice of them)."""
+    verifier, drafter, _, model = point.shape.name_parts
+    return NAME_JOIN.join((verifier, drafter, model))
 
 
 def write_race(sweep_dir: Path, stages: list[Stage]) -> None:

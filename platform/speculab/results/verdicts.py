@@ -297,6 +297,7 @@ class SweepAnswer:
     against: dict[str, list[Verdict]]  # speedup key -> one verdict per point of `ranked`
     contrasts: list[Contrast]
     family: Family
+    ruled_out_before: int = 0  # points a race's earlier stages ruled out (`results.race`)
 
     @property
     def leader(self) -> PointResult:
@@ -316,11 +317,15 @@ class SweepAnswer:
 
     @property
     def best(self) -> PointResult | None:
-        """The leader where every other point is out (and there is another point)."""
-        return self.leader if self.versus and all(v.call is Call.ABOVE for v in self.versus) else None
+        """The leader where every other point is out (and there is another point, here or ruled out at an
+        earlier stage of a race)."""
+        others = self.versus or self.ruled_out_before
+        return self.leader if others and all(v.call is Call.ABOVE for v in self.versus) else None
 
     def standing(self, point: PointResult) -> Standing:
         """Where `point` stands on "which point is fastest"."""
+        if self.best is not None and point is self.leader:
+            return Standing.FASTEST
         if len(self.ranked) < 2 or all(v.call is Call.TOO_FEW for v in self.versus):
             return Standing.UNTESTED
         if point is self.leader:
@@ -372,12 +377,14 @@ def sweep_answer(
     cells: Sequence[ContrastCell] | None = None,
     order: Sequence[str] = (),
     spent: float = 0.0,
+    ruled_out_before: int = 0,
 ) -> SweepAnswer:
     """Rank the points and decide, as one family split equally between its questions (`allotted`): which
     point is fastest (Hsu's comparisons with the best), which points beat each baseline (Holm) and, where
     `cells` place the points in a contrast (the values in `order`), each pair of the contrasted values at
     every setting of the other swept keys (Holm). ``spent``: what a race's earlier stages spent of the
-    ranking's share (its last stage's answer is this one, over the points left)."""
+    ranking's share, ``ruled_out_before``: how many points they ruled out (its last stage's answer is this
+    one, over the points left)."""
     key = rank_key(points)
     order_ = ranked(points, key)
     baselines = [k for k in OVER if any(k in p.figures for p in order_)]
@@ -393,7 +400,7 @@ def sweep_answer(
     against = decide(against_ratios, family, base_share)
     contrasts = [Contrast(*pair, v) for pair, v in zip(pairs, decide(contrast_ratios, family, contrast_share))]
     by_baseline = {k: against[i * len(order_) : (i + 1) * len(order_)] for i, k in enumerate(baselines)}
-    return SweepAnswer(key, order_, versus, by_baseline, contrasts, family)
+    return SweepAnswer(key, order_, versus, by_baseline, contrasts, family, ruled_out_before)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from speculab.results.point import PointResult
+from speculab.results.point import NAME_JOIN, PointResult
+from speculab.results.race import Stage
 from speculab.results.verdicts import Call, Standing, SweepAnswer, Verdict, effect_paired, rank_key, slow_loop
 from speculab.stats import MIN_CLUSTERS, ratio_text
 
@@ -197,3 +198,33 @@ def sweep_section(answer: SweepAnswer, point: PointResult, sweep: str, name: Nam
     ]
     listed = "; ".join([said, *over])
     return f"In the sweep {sweep}: {listed} ({answer.family})."
+
+
+def race_lines(stages: list[Stage]) -> list[str]:
+    """A race's stages in words, one line each: the prompts, how many points decoded them, which the stage
+    ruled out and on what evidence (the leader's ratio over each at the stage's level, adjusted p), and
+    that the sweep's answer is the last stage's, on its prompts alone; points named by what sets them
+    apart."""
+    everyone = stages[0].points if stages else []
+    parts = [name.split(NAME_JOIN) for name in everyone]
+    shared = {i for i in range(min(map(len, parts), default=0)) if len({p[i] for p in parts}) == 1}
+
+    def short(name: str) -> str:
+        return NAME_JOIN.join(x for i, x in enumerate(name.split(NAME_JOIN)) if i not in shared) or name
+
+    lines = []
+    for stage in stages:
+        said = f"stage {stage.number}, prompts {stage.start}-{stage.stop} of the sample: {len(stage.points)} points"
+        if stage.out:
+            evidence = "; ".join(
+                f"{short(o.point)} ({short(stage.leader)} over it {ratio_text(o.ratio)} at {100 * o.level:.4g}%, "
+                f"adjusted p = {o.adjusted:.2g})"
+                for o in stage.out
+            )
+            said += f", {len(stage.out)} out: {evidence}"
+        elif stage is not stages[-1]:
+            said += ", none out"
+        if stage is stages[-1]:
+            said += "; the sweep's answer is theirs, on these prompts alone"
+        lines.append(said)
+    return lines

@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 
 from speculab.config.sampling import GENERATE_FORMS
-from speculab.results.names import HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance, lookup
+from speculab.results.names import BRIEF, HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance, lookup
 from speculab.results.point import PointResult
 from speculab.results.verdicts import OVER, Verdict, run_verdicts
 from speculab.show.answers import baseline_sentence, call_words, headline_note, with_level
@@ -54,7 +54,7 @@ def summary_table(
 def headline_table(title: str, result: PointResult, caption: str = "") -> Table:
     """The headline rows as the console's last screen shows them, 80 columns wide: each figure with its
     interval (a speedup with the digits that keep its side of 1), and beside it what its name means in a
-    few words (`results.names.Metric.brief`), the baselines' own throughputs beside the point's."""
+    few words (`results.names.BRIEF`), the baselines' own throughputs beside the point's."""
     table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAD, pad_edge=False)
     for column in ("metric", "speculative", "what it is"):
         table.add_column(column, justify="right" if column == "speculative" else "left", no_wrap=column == "metric")
@@ -62,7 +62,7 @@ def headline_table(title: str, result: PointResult, caption: str = "") -> Table:
     for key in (k for k in HEADLINE if k in result.figures):
         figure = result.figures[key]
         shown = ratio_text(figure) if key.startswith(("speedup", "typical")) else f"{figure:.3g}"
-        meaning = lookup(key)[0].brief
+        meaning = BRIEF[key]
         if key == "tokens_per_s":
             rates = [f"{name} {b.value(key):.3g}" for name, b in baselines.items() if b is not None and key in b]
             meaning = " · ".join(rates) if rates else meaning

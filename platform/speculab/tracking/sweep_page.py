@@ -112,12 +112,14 @@ def sweep_description(
     answer: SweepAnswer | None,
     failed: list[FailedPoint],
     lost: list[tuple[ReplicaLost, str | None]] | None = None,
+    race: list[str] | None = None,
 ) -> str:
     """The parent's description: failed points, the verdict in a few words and the ranking first (MLflow
     shows a description's first five lines only, until "Show more"), then what the verdict rests on, the
     contrasts asked for, the points against the baselines, the ranking by block efficiency and the table;
     the attempts of lost replicas (with their runs' links, `lost`) after the ranking. `answer`: the sweep's
-    verdicts on its finished points (None: none finished)."""
+    verdicts on its finished points (None: none finished); ``race``: a racing sweep's stages in words
+    (`show.answers.race_lines`), after the verdict."""
     points = answer.ranked if answer is not None else []
     failures = f"{failure_line(failed, len(points) + len(failed))}\n\n" if failed else ""
     failures += f"{lost_line(lost)}\n\n" if lost and not points else ""
@@ -140,6 +142,7 @@ def sweep_description(
     note = f" Note: {headline_note(points)}." if headline_note(points) else ""
     replicas = f"{lost_line(lost)}\n\n" if lost else ""
     contrasts = f"{contrast_markdown(answer)}\n" if answer.contrasts else ""
+    contrasts += "".join(f"- Race, {line}.\n" for line in race or []) + ("\n" if race else "")
     counts = baselines_sentence(answer, OVER)
     return (
         f"{failures}{headline} {ranking_line(points)}\n\n{replicas}{detail}\n\n{contrasts}{counts}{note}\n\n"

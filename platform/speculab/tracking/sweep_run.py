@@ -22,12 +22,21 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 
 from speculab.config import RunPlan, TrackingConfig, tracking_uri
+from speculab.config.sweep import race_stages
 from speculab.jobs import ReplicaLost, replica_lost
 from speculab.results.point import FailedPoint, PointResult, PointShape
+from speculab.results.race import read_race, stage_share
 from speculab.results.sweep import best_metrics, contrast_cells, labels, shared_name, sweep_name
 from speculab.results.verdicts import OVER, SweepAnswer, sweep_answer
 from speculab.show.acceptance import depth_csv, depth_figure, depth_markdown
-from speculab.show.answers import baselines_sentence, headline_note, leader_headline, sweep_section, sweep_verdict_words
+from speculab.show.answers import (
+    baselines_sentence,
+    headline_note,
+    leader_headline,
+    race_lines,
+    sweep_section,
+    sweep_verdict_words,
+)
 from speculab.show.console import console
 from speculab.show.sweep import contrast_markdown, contrast_table, ranking_table, sweep_figure
 from speculab.tracking.provenance import launch_label, provenance_tags
@@ -59,6 +68,8 @@ class SweepRun:
         self.point_ids: list[str] = []  # the same points' ids
         self.point_overrides: list[list[str]] = []  # the same points' overrides (what a contrast reads)
         self.contrast: str | None = config.sweep.contrast
+        self.race = race_stages(config)  # a racing sweep's stages (None: flat)
+        self.baselines = bool(config.baseline or config.baseline_hf)
         self.numbers: list[int] = []  # the same points' job numbers (side by side, they end in any order)
         self.failed: list[FailedPoint] = []  # the points that failed mid-run; the sweep went on
         self.lost: list[ReplicaLost] = []  # attempts whose replica was lost (each point ran again on another)
@@ -98,9 +109,17 @@ class SweepRun:
             self.parent.set_tags({NOTE_TAG: within_limit(self.described(lead), DESCRIPTION)})
 
     def answer(self) -> SweepAnswer | None:
-        """The sweep's verdicts on the points finished so far (None: none), its contrast where it names one."""
+        """The sweep's verdicts on the points finished so far (None: none), its contrast where it names one;
+        a race's, on its last stage's points so far, with what its earlier stages spent."""
         if not self.points:
             return None
+        if self.race is not None:
+            stages = read_race(self.sweep_dir)
+            last = f"dataset.slice=[{stages[-1].start},{stages[-1].stop}]" if stages else ""
+            points = [p for p, o in zip(self.points, self.point_overrides) if last in o] or self.points
+            share = stage_share(len(self.race), len(stages[0].points) if stages else len(points), self.baselines)
+            out = sum(len(stage.out) for stage in stages)
+            return sweep_answer(points, spent=share * (len(self.race) - 1), ruled_out_before=out)
         if self.contrast is None:
             return sweep_answer(self.points)
         cells, order = contrast_cells(self.point_overrides, self.contrast)
@@ -117,7 +136,8 @@ class SweepRun:
             run_page(self.parent.uri, self.parent.experiment_id, lost.run_id, port) if lost.run_id else None
             for lost in self.lost
         ]
-        text = sweep_description(self.overrides, self.answer(), self.failed, list(zip(self.lost, links)))
+        race = race_lines(read_race(self.sweep_dir)) if self.race is not None else []
+        text = sweep_description(self.overrides, self.answer(), self.failed, list(zip(self.lost, links)), race)
         return f"{lead}\n\n{text}" if lead else text
 
     def stopped_tags(self, status: str, err: BaseException | None) -> dict[str, str]:
@@ -147,7 +167,9 @@ class SweepRun:
         if self.failed:
             self.parent.log_metrics({FAILED_METRIC: float(len(self.failed))})
         if found is not None:
-            tell_points(self.parent, found, dict(zip(self.point_ids, self.points)), self.name)
+            answered = {id(p) for p in found.ranked}  # a race's earlier stages are not its answer
+            told = {i: p for i, p in zip(self.point_ids, self.points) if id(p) in answered}
+            tell_points(self.parent, found, told, self.name)
         description = self.described() if self.points or self.failed else ""
         if description:
             self.parent.log_text(description, DESCRIPTION)
@@ -169,7 +191,9 @@ class SweepRun:
         console().print(ranking_table(found, title))
         if found.contrasts:
             console().print(contrast_table(found, found.key))
-        short = labels(self.points)
+        short = labels(found.ranked)
+        for line in race_lines(read_race(self.sweep_dir)) if self.race else []:
+            print(f"speculab: race: {line}")
         print(f"speculab: {leader_headline(found, lambda point: short[point.shape.name]).replace('**', '')}")
         if counts := baselines_sentence(found, OVER):
             print(f"speculab: {counts}")
