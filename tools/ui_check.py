@@ -34,7 +34,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from speculab.results.names import mlflow_name
-from speculab.tracking.spool import PARENT_TAG
+from speculab.tracking.spool import HEADLINE_TAG, PARENT_TAG, VERDICT_TAG
 from speculab.tracking.ui import VIEW_KEY, VIEW_NAME, run_page, table_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -45,7 +45,7 @@ SWEEP = [  # the README's sweep, shorter: which verifier and which draft length?
     "algorithm=gbv,spectr,specinfer",
     "algorithm.L=4,8",
     "runtime=inline",
-    "dataset.num_prompts=8",  # the fewest with an interval
+    "dataset.num_prompts=12",  # the fewest with an interval and a verdict
     "sampling.max_new_tokens=32",
 ]
 WINDOW = (1440, 900)  # a laptop's browser window
@@ -225,11 +225,14 @@ def main() -> None:
             text = page_text(driver, table_page, shapes[0])
             driver.save_screenshot(str(args.out / "runs_table.png"))
             first = table_metrics()[:3]  # speedup_vs_ar and its interval's ends
-            hidden = unseen(driver, [shapes[0], *first], "[role='row']")
+            words = {p.data.tags.get(VERDICT_TAG, "") for p in points} - {""}
+            verdict = sorted(words, key=len)[0] if words else VERDICT_TAG
+            hidden = unseen(driver, [shapes[0], VERDICT_TAG, *first], "[role='row']")
             check(
-                not hidden,
-                f"at {WINDOW[0]}x{WINDOW[1]}, Assistant open, the link shows the top row's name and the "
-                f"columns {', '.join(first)}, each name whole, without scrolling (hidden: {hidden})",
+                not hidden and verdict in text,
+                f"at {WINDOW[0]}x{WINDOW[1]}, Assistant open, the link shows the top row's name, its verdict column "
+                f"({VERDICT_TAG}: {verdict!r}) and the columns {', '.join(first)}, each name whole, without "
+                f"scrolling (hidden: {hidden})",
             )
             outside = earlier.info.run_name.split(" · ")[0]
             check(outside not in text, "the link shows the sweep's points, not the run before it")
@@ -241,16 +244,28 @@ def main() -> None:
             driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
             check(all(name in text for name in table_metrics()), "the runs table shows the view's metric columns")
             check(all(shape in text for shape in shapes), f"the runs table lists the {len(shapes)} points by name")
-            text = page_text(driver, point_page, "Description")
-            check("verification" in text and "block efficiency" in text, "a point's page describes it with its numbers")
+            page_text(driver, point_page, HEADLINE_TAG)
+            driver.save_screenshot(str(args.out / "point_run.png"))
+            standing = point.data.tags.get(VERDICT_TAG, "")
+            hidden = unseen(driver, [HEADLINE_TAG, "speedup_vs_ar", VERDICT_TAG, standing])
+            check(
+                not hidden and bool(standing),
+                f"at {WINDOW[0]}x{WINDOW[1]}, MLflow's default panels (the Assistant open), a point's page opens on "
+                f"its headline figures and its sweep's verdict on it ({VERDICT_TAG}: {standing!r}; hidden: {hidden})",
+            )
             close_assistant(driver)
             page_text(driver, point_page, "Description")
-            driver.save_screenshot(str(args.out / "point_run.png"))
-            hidden = unseen(driver, ["speedup vs ar", "block efficiency"])
+            driver.save_screenshot(str(args.out / "point_run_description.png"))
+            hidden = unseen(driver, ["In the sweep", HEADLINE_TAG, VERDICT_TAG])  # the tags beside it
+            click_text(driver, "Show more")
+            text = page_text(driver, driver.current_url, "verification")
+            check(
+                "block efficiency" in text, "a point's page describes it with its numbers (its shape after Show more)"
+            )
             check(
                 not hidden,
-                f"at {WINDOW[0]}x{WINDOW[1]}, the Assistant closed, a point's page opens on its headline figures "
-                f"(hidden: {hidden})",
+                f"at {WINDOW[0]}x{WINDOW[1]}, the Assistant closed, a point's page opens on its sweep's verdicts, its "
+                f"headline figure and its verdict tag (hidden: {hidden})",
             )
             page_text(driver, point_page.replace("?", "/model-metrics?"), "baseline_ar")
             driver.save_screenshot(str(args.out / "point_metrics.png"))
@@ -275,8 +290,8 @@ def main() -> None:
             )
             answer = ("Fastest:" in text and "best/speedup_vs_ar" in text) or "No single fastest point" in text
             check(
-                answer and "sweep/first_place_points" in text,
-                "the parent run names its fastest point, or the points not separated from the leader",
+                answer and "sweep/points_in_the_running" in text,
+                "the parent run names its fastest point, or the points still in the running with the leader",
             )
             text = page_text(driver, parent_page.replace("?", "/artifacts?"), "sweep_table.md")
             check("sweep_points.png" in text and "sweep_table.csv" in text, "the parent run holds the sweep's table")

@@ -69,7 +69,7 @@ def test_the_view_shows_the_verdicts_and_the_ranking_figure_with_its_interval_fi
         state["columnOrder"][:6] == ["attributes.`Run Name`", verdict, *metrics[:4]]
         and verdict in state["selectedColumns"]
     )
-    assert state["columnWidths"] == {verdict: 190, low: 155, high: 155}
+    assert state["columnWidths"] == {"attributes.`Run Name`": 160, verdict: 100, low: 150, high: 150}
     assert state["orderByKey"] == "metrics.`speedup_vs_ar`" and state["orderByAsc"] is False
 
 

@@ -11,8 +11,8 @@ import numpy as np
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape
 from speculab.results.sweep import IN_THE_RUNNING, best_metrics, contrast_cells, labels, sweep_name, swept_keys
-from speculab.results.verdicts import ContrastCell, rank_key, ranked, sweep_answer
-from speculab.show.answers import sweep_section, sweep_verdict_words
+from speculab.results.verdicts import ContrastCell, rank_key, ranked, run_verdicts, sweep_answer
+from speculab.show.answers import run_verdict_words, sweep_section, sweep_verdict_words
 from speculab.show.console import plain
 from speculab.show.sweep import LEADER_OVER, TOP, contrast_markdown, contrast_table, ranking_table, sweep_figure
 from speculab.stats import Estimate
@@ -188,21 +188,21 @@ def test_the_contrast_table_says_each_verdict_with_its_level_and_adjusted_p() ->
     assert "Contrasts on speedup_vs_ar" in sweep_description("x", answer, [])
 
 
-def test_a_points_page_learns_its_sweeps_verdicts_after_its_headline() -> None:
+def test_a_points_page_opens_on_its_sweeps_verdicts_then_its_headline() -> None:
     rows = measured(1.2, 1.6, 1.0)
     answer = sweep_answer(rows)
     name = lambda p: p.shape.name_parts[0]  # noqa: E731
-    section = sweep_section(answer, rows[0], "sweep algorithm.L=4,5,6", name)
-    assert section.startswith("In the sweep sweep algorithm.L=4,5,6: **out**: gbv K=2 L=5 T=1.0 over it 1.")
-    assert "at 9" in section and "speedup_vs_ar 1." in section and "the sweep's verdicts, 5 tests" in section
+    section = sweep_section(answer, rows[0], name)
+    assert section.startswith("In the sweep: **out**, gbv K=2 L=5 T=1.0 over it 1.")
+    assert "at 9" in section and "the sweep's verdicts, 5 tests" in section and section.endswith("; vs AR faster.")
     note = "**speedup vs ar 1.2**\n\n**gbv** verification ...\n\nDecoding notes"
     told = with_sweep_section(note, section)
-    assert told.split("\n\n")[:2] == ["**speedup vs ar 1.2**", section]
-    assert with_sweep_section(told, "In the sweep again") == "\n\n".join(
-        ["**speedup vs ar 1.2**", "In the sweep again", "**gbv** verification ...", "Decoding notes"]
+    assert told.split("\n\n")[:2] == [section, "**speedup vs ar 1.2**"]  # what MLflow shows first
+    assert with_sweep_section(told, "In the sweep: again") == "\n\n".join(
+        ["In the sweep: again", "**speedup vs ar 1.2**", "**gbv** verification ...", "Decoding notes"]
     )  # a later launch's replaces the earlier one
-    assert sweep_verdict_words(answer, rows[1]) == "fastest; faster than AR"
-    assert sweep_verdict_words(answer, rows[2]) == "out; inconclusive vs AR"
+    assert sweep_verdict_words(answer, rows[1]) == "fastest" and sweep_verdict_words(answer, rows[2]) == "out"
+    assert run_verdict_words(run_verdicts(rows[1])) == "AR: faster"
 
 
 def test_the_chart_draws_each_point_with_its_interval_simultaneous_over_the_points() -> None:

@@ -163,41 +163,37 @@ def baselines_sentence(answer: SweepAnswer, over: dict[str, str]) -> str:
     return ("Of the points: " + "; ".join(parts) + f" (Holm; {answer.family}).") if parts else ""
 
 
-SHORT = {"speedup_vs_ar": "AR", "speedup_vs_hf": "generate"}  # a baseline in a table cell
+BASELINE = {"speedup_vs_ar": "AR", "speedup_vs_hf": "generate"}  # a baseline in a short line
+CELL = {Call.ABOVE: "faster", Call.BELOW: "slower", Call.INCONCLUSIVE: "open", Call.TOO_FEW: "too few"}
 
 
 def run_verdict_words(verdicts: dict[str, Verdict]) -> str:
-    """A run's own verdicts in a runs-table cell: `faster than AR; inconclusive vs generate`."""
-    return "; ".join(
-        f"{call_words(v)} than {SHORT[key]}" if v.decided else f"{call_words(v)} vs {SHORT[key]}"
-        for key, v in verdicts.items()
-    )
+    """A run's own verdict in a runs-table cell, a few words wide: against the engine's autoregressive
+    loop where it ran (`AR: faster`; `open`: inconclusive), else against generate; the rest is on its page."""
+    for key, name in BASELINE.items():
+        if key in verdicts:
+            return f"{name}: {CELL[verdicts[key].call]}"
+    return ""
 
 
 def sweep_verdict_words(answer: SweepAnswer, point: PointResult) -> str:
-    """A sweep point's verdicts in a runs-table cell, as its sweep decided them: where it stands on the
-    fastest, then against each baseline (`out; faster than AR`)."""
-    at = answer.place(point)
-    against = {key: verdicts[at] for key, verdicts in answer.against.items()}
-    return "; ".join(filter(None, (standing_words(answer, point), run_verdict_words(against))))
+    """A sweep point's verdict in a runs-table cell, as its sweep decided it: where it stands on the
+    fastest (`fastest`, `in the running`, `out`); its verdicts against the baselines are on its page."""
+    return standing_words(answer, point)
 
 
-def sweep_section(answer: SweepAnswer, point: PointResult, sweep: str, name: Name) -> str:
-    """What a point's page says of its sweep's verdicts on it (the sweep's family named): where it stands
-    on the fastest, with the leader's ratio over it, and its speedup over each baseline as the sweep
-    decided it."""
+def sweep_section(answer: SweepAnswer, point: PointResult, name: Name) -> str:
+    """What a point's page says of its sweep's verdicts on it, in a line or two (its page shows a
+    description's first three lines): where it stands on the fastest, with the leader's ratio over it,
+    the family, and its speedup over each baseline as the sweep decided it."""
     at = answer.place(point)
     standing = answer.standing(point)
     if at == 0:
-        said = f"**{standing.value}** (ranked first of {len(answer.ranked)})"
+        said = f"**{standing.value}**, first of {len(answer.ranked)}"
     else:
-        said = f"**{standing.value}**: {name(answer.leader)} over it {with_level(answer.versus[at - 1])}"
-    over = [
-        f"{key} {with_level(v)}: {call_words(v)}" + ("" if v.decided else " against its baseline")
-        for key, v in ((k, vs[at]) for k, vs in answer.against.items())
-    ]
-    listed = "; ".join([said, *over])
-    return f"In the sweep {sweep}: {listed} ({answer.family})."
+        said = f"**{standing.value}**, {name(answer.leader)} over it {with_level(answer.versus[at - 1])}"
+    over = ", ".join(f"vs {BASELINE[key]} {call_words(vs[at])}" for key, vs in answer.against.items())
+    return f"In the sweep: {said} ({answer.family})" + (f"; {over}." if over else ".")
 
 
 def race_lines(stages: list[Stage]) -> list[str]:

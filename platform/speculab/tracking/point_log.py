@@ -23,8 +23,8 @@ from speculab.show.acceptance import depth_figure
 from speculab.show.answers import run_verdict_words
 from speculab.show.plots import acceptance_figure, time_split_figure
 from speculab.show.summary import SUMMARY_FILE
-from speculab.tracking.run_page import point_description, prompt_records, records_jsonl, records_table
-from speculab.tracking.spool import NOTE_TAG, VERDICT_TAG
+from speculab.tracking.run_page import headline_tag, point_description, prompt_records, records_jsonl, records_table
+from speculab.tracking.spool import HEADLINE_TAG, NOTE_TAG, VERDICT_TAG
 from speculab.tracking.tracker import Tracker
 
 CONDITIONS_TAG = "speculab.conditions"
@@ -54,7 +54,10 @@ def log_point(
     tracker.set_tags({CONDITIONS_TAG: conditions})
     log_figures(tracker, result.logged())
     verdicts = run_verdict_words(run_verdicts(result))
-    tracker.set_tags({NOTE_TAG: point_description(result.shape, runtime, result), VERDICT_TAG: verdicts})
+    headline = headline_tag(result)
+    tracker.set_tags(
+        {NOTE_TAG: point_description(result.shape, runtime, result), VERDICT_TAG: verdicts, HEADLINE_TAG: headline}
+    )
     if result.units is not None:
         tracker.log_text(result.units.to_json(), UNITS_ARTIFACT)
     tracker.log_text(summary + "\n", SUMMARY_FILE)

@@ -36,15 +36,23 @@ def headline_line(result: PointResult) -> str:
     return (f"**{parts[0]}** · " + " · ".join(parts[1:]) + tested) if parts else ""
 
 
-SWEEP_SECTION = "In the sweep "  # how the paragraph of its sweep's verdicts opens, in a point's description
+def headline_tag(result: PointResult) -> str:
+    """A finished point's `speedup_vs_ar` with its 95% interval, short enough for a tag's chip on its page
+    (`tracking.spool.HEADLINE_TAG`); where the autoregressive baseline did not run, says so."""
+    if "speedup_vs_ar" not in result.figures:
+        return "none: baseline=false"
+    return ratio_text(result.figures["speedup_vs_ar"])
+
+
+SWEEP_SECTION = "In the sweep:"  # how the paragraph of its sweep's verdicts opens, in a point's description
 
 
 def with_sweep_section(description: str, section: str) -> str:
-    """A point's description with its sweep's verdicts (`section`) after its headline, the first paragraph,
-    in place of any such paragraph an earlier launch of the sweep wrote."""
-    head, _, rest = description.partition("\n\n")
-    kept = [part for part in rest.split("\n\n") if part and not part.startswith(SWEEP_SECTION)]
-    return "\n\n".join([head, section, *kept])
+    """A point's description opening on its sweep's verdicts (`section`), then its own headline, in place of
+    any such paragraph an earlier launch of the sweep wrote: MLflow shows a description's first three lines
+    until "Show more", and the sweep's verdicts are the ones the point is read by."""
+    kept = [part for part in description.split("\n\n") if part and not part.startswith(SWEEP_SECTION)]
+    return "\n\n".join([section, *kept])
 
 
 DECODING = "\n\nDecoding…"  # what a running point's description ends with

@@ -28,11 +28,14 @@ from speculab.tracking.provenance import provenance_tags
 from speculab.tracking.resume import Finished, finished_point, point_id
 from speculab.tracking.run_page import ended_tags, point_description
 from speculab.tracking.spool import (
+    DECODING_TAG,
+    HEADLINE_TAG,
     KIND_TAG,
     LOSSLESS_TAG,
     MEMBER,
     NOTE_TAG,
     POINT_TAG,
+    VERDICT_TAG,
     RunRef,
     SpooledRun,
     member_tag,
@@ -114,6 +117,8 @@ def start_point_run(plan: RunPlan, point: str, shape: PointShape, prompt_ids: li
     cfg, job = plan.cfg, jobs.current()
     beside = {REPLICA_TAG: f"{job.replica + 1} of {job.replicas}"} if job.replicas > 1 else {}
     tags = {
+        HEADLINE_TAG: DECODING_TAG,  # made first: a point's page lists its tags in that order (tracking.spool)
+        VERDICT_TAG: DECODING_TAG,
         **beside,
         POINT_TAG: point,
         KIND_TAG: "point",

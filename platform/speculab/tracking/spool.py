@@ -43,6 +43,10 @@ POINT_TAG = "speculab.point_id"  # a point's identity (`tracking.resume.point_id
 # A run's verdicts in words (the runs table's column): its own (`faster than AR; ...`), or its sweep's once the
 # sweep has decided (`out; faster than AR`): `show.answers.run_verdict_words`, `sweep_verdict_words`.
 VERDICT_TAG = "speculab.verdict"
+# A finished point's headline figure with its 95% interval: with the verdict, the first tags its page lists (a
+# run's tags show in the order they were made, above its description where MLflow's Assistant panel is open).
+HEADLINE_TAG = "speedup_vs_ar"
+DECODING_TAG = "decoding…"  # both, until the point ends
 KIND_TAG = "speculab.kind"  # point, sweep (a sweep's parent) or report (`speculab-report`'s files)
 LOSSLESS_TAG = "lossless"  # "false" where the algorithm at this K is not certified lossless (spectr_gbv, K >= 2)
 NOTE_TAG = "mlflow.note.content"  # the description MLflow shows on a run's and an experiment's page

@@ -20,6 +20,7 @@ from speculab.results.sweep import cell, labels, ranking_line, shared_name
 from speculab.results.verdicts import OVER, SweepAnswer, ranked
 from speculab.show.answers import baselines_sentence, headline_note, leader_cell, leader_detail, leader_headline
 from speculab.show.sweep import LEADER_OVER, contrast_markdown
+from speculab.stats import ratio_text
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 
 TABLED = (*HEADLINE, *AHEAD_TABLED)  # the figures of the sweep's table, where any point has them
@@ -86,6 +87,17 @@ def ranking_markdown(answer: SweepAnswer) -> str:
     return "\n".join(lines) + "\n"
 
 
+def answer_line(answer: SweepAnswer) -> str:
+    """The ranking in one line, each point's figure with its interval simultaneous over the points (what
+    the console's ranking and the chart show)."""
+    short = labels(answer.ranked)
+    listed = "; ".join(
+        f"{place}. {short[p.shape.name]} {ratio_text(shown)}"
+        for place, (p, shown) in enumerate(zip(answer.ranked, answer.figures), start=1)
+    )
+    return f"Ranked by {answer.key} (intervals simultaneous over the {len(answer.ranked)} points): {listed}"
+
+
 def failure_line(failed: list[FailedPoint], total: int) -> str:
     """The sweep's failed points, first in its description: how many, which, and why."""
     which = "; ".join(f"{point.shape.name}: {point.reason}" for point in failed)
@@ -145,7 +157,7 @@ def sweep_description(
     contrasts += "".join(f"- Race, {line}.\n" for line in race or []) + ("\n" if race else "")
     counts = baselines_sentence(answer, OVER)
     return (
-        f"{failures}{headline} {ranking_line(points)}\n\n{replicas}{detail}\n\n{contrasts}{counts}{note}\n\n"
+        f"{failures}{headline} {answer_line(answer)}\n\n{replicas}{detail}\n\n{contrasts}{counts}{note}\n\n"
         f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} "
         f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; intervals over "
         f"units, conditional on the load during this run).{shared}{earlier} Every column: `sweep_table.md`, "

@@ -77,7 +77,7 @@ class SweepRun:
         self.sweep_dir = sweep_dir = Path(config.hydra.sweep.dir)
         self.overrides = overrides = " ".join(config.hydra.overrides.task)
         tags = {KIND_TAG: "sweep", NOTE_TAG: f"Sweep `{overrides}`: running.", **provenance_tags(sweep_dir)}
-        self.name = name = sweep_name(PointShape.of(plans[0].cfg), list(config.hydra.overrides.task))
+        name = sweep_name(PointShape.of(plans[0].cfg), list(config.hydra.overrides.task))
         self.parent = SpooledRun(
             spool_dir(tracking, sweep_dir / "spool"),
             tracking_uri(tracking),
@@ -169,7 +169,7 @@ class SweepRun:
         if found is not None:
             answered = {id(p) for p in found.ranked}  # a race's earlier stages are not its answer
             told = {i: p for i, p in zip(self.point_ids, self.points) if id(p) in answered}
-            tell_points(self.parent, found, told, self.name)
+            tell_points(self.parent, found, told)
         description = self.described() if self.points or self.failed else ""
         if description:
             self.parent.log_text(description, DESCRIPTION)
@@ -218,9 +218,9 @@ def log_acceptance(parent: Tracker, points: list[PointResult]) -> None:
         parent.log_text(depth_csv(curves), "acceptance_by_depth.csv")
 
 
-def tell_points(parent: SpooledRun, answer: SweepAnswer, points: dict[str, PointResult], sweep: str) -> None:
-    """Each point's run learns its sweep's verdicts on it: its description gets the sweep's section after its
-    headline (`show.answers.sweep_section`), its verdict column the sweep's words (`sweep_verdict_words`),
+def tell_points(parent: SpooledRun, answer: SweepAnswer, points: dict[str, PointResult]) -> None:
+    """Each point's run learns its sweep's verdicts on it: its description opens on the sweep's section
+    (`show.answers.sweep_section`), its verdict column gets the sweep's words (`sweep_verdict_words`),
     so that its page, the runs table and the parent say the same; where the store cannot be reached, the
     parent's answer stands alone and the console says so."""
     runs = point_runs(parent)
@@ -230,7 +230,7 @@ def tell_points(parent: SpooledRun, answer: SweepAnswer, points: dict[str, Point
         for identity, point in points.items():
             if client is None or (run_id := runs.get(identity)) is None:
                 continue
-            section = sweep_section(answer, point, sweep, lambda p: short[p.shape.name])
+            section = sweep_section(answer, point, lambda p: short[p.shape.name])
             note = client.get_run(run_id).data.tags.get(NOTE_TAG, "")
             client.set_tag(run_id, NOTE_TAG, with_sweep_section(note, section))
             client.set_tag(run_id, VERDICT_TAG, sweep_verdict_words(answer, point))

@@ -44,8 +44,9 @@ VIEW_PARAMS = (
 # the shape's params. At 1440 px with MLflow's Assistant panel open (its default) the name, the verdicts,
 # the speedup and its interval show without scrolling; `accepted_mean` is left to each run's description.
 TABLE_METRICS = ("speedup_vs_ar", "block_efficiency", "tokens_per_s", "speedup_vs_hf")
-INTERVAL_WIDTH = 155  # px: the name of the interval's upper end, whole
-VERDICT_WIDTH = 190  # px: `in the running; faster than AR`, whole
+INTERVAL_WIDTH = 150  # px: the name of the interval's upper end, whole
+VERDICT_WIDTH = 100  # px: `in the running`, `AR: faster`, whole
+NAME_WIDTH = 160  # px: a point's verifier and shape (`gbv K=2 L=4 T=1.0`), whole; the rest of its name is its row's
 NAME_COLUMN = "attributes.`Run Name`"  # MLflow's own columns' ids
 FIXED_COLUMNS = ("runDateAndNestInfo", "duration")
 
@@ -65,7 +66,8 @@ def table_state(search: str | None = None) -> dict[str, Any]:
     state = {
         "selectedColumns": [verdict, *params, *metrics],
         "columnOrder": [NAME_COLUMN, verdict, *metrics, *FIXED_COLUMNS, *params],
-        "columnWidths": {verdict: VERDICT_WIDTH} | {column: INTERVAL_WIDTH for column in metrics[1:3]},
+        "columnWidths": {NAME_COLUMN: NAME_WIDTH, verdict: VERDICT_WIDTH}
+        | {column: INTERVAL_WIDTH for column in metrics[1:3]},
         "orderByKey": metrics[0],
         "orderByAsc": False,
     }
