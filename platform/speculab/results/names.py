@@ -241,9 +241,9 @@ EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *AHEAD_METRICS, *PAIRE
 # The headline figures, in the order every table, description and view shows them (the ranking figure first),
 # each with a few words for the console's last screen, where a newcomer meets its name first.
 BRIEF = {
-    "speedup_vs_ar": "over the engine's AR loop: total tokens, time",
+    "speedup_vs_ar": "tokens/s over the AR loop's",
     "typical_speedup_vs_ar": "the median prompt's speedup_vs_ar",
-    "speedup_vs_hf": "the same, over transformers' generate",
+    "speedup_vs_hf": "the same, over generate's",
     "tokens_per_s": "kept tokens over wall seconds",
     "block_efficiency": "tokens kept per target call",
     "accepted_mean": "draft tokens accepted a round",

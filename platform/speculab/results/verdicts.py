@@ -158,7 +158,7 @@ def decide(ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALP
     return [judged(r, step, family, None, False) for r, step in zip(ratios, holm(p, alpha))]
 
 
-RUN_FAMILY = "this run's speedups"
+RUN_FAMILY = "this run"  # its speedups over its baselines
 
 
 def run_verdicts(result: PointResult) -> dict[str, Verdict]:

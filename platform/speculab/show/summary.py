@@ -55,7 +55,8 @@ def headline_table(title: str, result: PointResult, caption: str = "") -> Table:
     """The headline rows as the console's last screen shows them, 80 columns wide: each figure with its
     interval (a speedup with the digits that keep its side of 1), and beside it what its name means in a
     few words (`results.names.BRIEF`), the baselines' own throughputs beside the point's."""
-    table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAD, pad_edge=False)
+    shown = compact_conditions(caption) or None
+    table = Table(title=title, caption=shown, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in ("metric", "speculative", "what it is"):
         table.add_column(column, justify="right" if column == "speculative" else "left", no_wrap=column == "metric")
     baselines = {"AR": result.autoregressive, "generate": result.generate}
@@ -68,6 +69,15 @@ def headline_table(title: str, result: PointResult, caption: str = "") -> Table:
             meaning = " · ".join(rates) if rates else meaning
         table.add_row(key, shown, meaning)
     return table
+
+
+def compact_conditions(caption: str) -> str:
+    """The conditions caption in a line where every role ran alike: `target and generate, draft, loop:
+    this process, 1 torch thread` for three parts that end the same."""
+    parts = [part.partition(": ") for part in caption.split(" · ")] if caption else []
+    if len(parts) < 2 or len({where for _, _, where in parts}) > 1 or not all(colon for _, colon, _ in parts):
+        return caption
+    return f"{', '.join(role for role, _, _ in parts)}: {parts[0][2]}"
 
 
 def summary_rows(figures: Figures) -> tuple[list[str], list[str]]:
@@ -142,7 +152,14 @@ def print_summary(title: str, result: PointResult, out: Path, caption: str = "",
     whole = plain(summary_table(title, result.figures, columns, caption, meanings=True), *verdicts)
     out.mkdir(parents=True, exist_ok=True)
     (out / SUMMARY_FILE).write_text(whole + "\n")
-    show(headline_table(title, result, caption), *verdicts, f"every figure, each explained: {out / SUMMARY_FILE}")
+    where = out / SUMMARY_FILE
+    shown = where.relative_to(Path.cwd()) if where.is_relative_to(Path.cwd()) else where  # a short line
+    intervals = " · 95% intervals" if any(result.figures[k].has_interval for k in result.figures.only(HEADLINE)) else ""
+    show(
+        headline_table(result.shape.name + intervals, result, caption),
+        *verdicts,
+        f"every figure, each explained: {shown}",
+    )
     return whole
 
 

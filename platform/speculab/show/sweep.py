@@ -44,7 +44,7 @@ def ranking_table(answer: SweepAnswer, title: str) -> Table:
     leader's ratio over each with its interval at its test's level, and where each stands; named by what
     sets them apart (what they share is the caption)."""
     points, key = answer.ranked, answer.key
-    table = Table(title=title, caption=ranking_caption(answer), box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(title=title, caption=ranking_caption(answer), box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     ahead = any(AHEAD_HIT in p.figures for p in points)  # a sweep over drafting ahead: its hit rates beside
     for column in ("#", "point", key, LEADER_OVER, STANDING, *(["ahead hits"] if ahead else [])):
         table.add_column(column, justify="left" if column in ("point", STANDING) else "right")
@@ -80,7 +80,13 @@ def contrast_rows(answer: SweepAnswer) -> list[tuple[str, str, str, str, str]]:
 
 def contrast_table(answer: SweepAnswer, key: str) -> Table:
     """The contrasts the sweep was asked for (`sweep.contrast`), one row each, in the console."""
-    table = Table(title=f"contrasts on {key}", caption=f"Holm; {answer.family}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(
+        title=f"contrasts on {key}",
+        caption=f"Holm; {answer.family}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+    )
     for column in ("at", "ratio", "level", "verdict"):
         table.add_column(column, justify="right" if column in ("ratio", "level") else "left")
     for setting, which, ratio, level, said in contrast_rows(answer):
