@@ -25,6 +25,7 @@ import pytest
 from speculab.config.attach import token_mode
 from speculab.tracking.provenance import COMMIT_TAG, JOB_TAG
 from support.models import REPO
+from support.ray_auth import suite_auth
 from support.servers import free_port, serving
 
 
@@ -118,10 +119,10 @@ def list_jobs(address: str) -> bool:
 
 
 @pytest.fixture
-def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A Ray head of this test only, on 127.0.0.1 without token auth; yields its Jobs API address."""
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on when ~/.ray/auth_token exists
-    yield from (head.jobs for head in ray_head({"RAY_AUTH_MODE": "disabled"}, list_jobs))
+def local_ray_head() -> Iterator[str]:
+    """A Ray head of this test only, on 127.0.0.1 with the suite's token (`support.ray_auth`: this process's
+    client sends it); yields its Jobs API address."""
+    yield from (head.jobs for head in ray_head(suite_auth(), list_jobs))
 
 
 HEAD_TOKEN = "speculab-test-token-0123456789abcdef"
