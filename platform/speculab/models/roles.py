@@ -366,3 +366,8 @@ class DraftModel:
     def conditions(self) -> Conditions:
         """This model's process and torch threads (the same inline for both roles)."""
         return process_conditions()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds so far of this model's process, every thread (asked of a draft actor of its own, whose
+        work a decode's CPU time counts: `runtime.loop_host`)."""
+        return time.process_time()

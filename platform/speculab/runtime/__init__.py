@@ -103,7 +103,10 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
 
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
-        return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model))
+        # On Ray the autoregressive baseline is one call to the target's ranks, as beside the target: a Ray
+        # call a token would handicap the baseline every speedup is taken over.
+        whole = target_model.autoregressive if host == "driver" else None
+        return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model), whole)
     from speculab.runtime.groups import POOL
     from speculab.runtime.loop_host import LoopSpec
     from speculab.runtime.proxy import GroupProxy

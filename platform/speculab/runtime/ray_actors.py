@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import ray
@@ -34,6 +35,7 @@ from speculab.runtime.draft_channel import DraftAddress, DraftServer
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
 from speculab.runtime.nested import mapped
 from speculab.runtime.placement import ClusterError
+from speculab.runtime.tp_loop import WHOLE, whole
 
 Role = TreeTarget | DraftModel | LoopHost | PeerHost
 # The role rank r of a group of n actors holds, built from its spec: one model's shard, or
@@ -152,19 +154,25 @@ class ModelHost:
         self.role: Role | None = None
         self.server: DraftServer | None = None
 
-    def serve_draft(self) -> DraftAddress:
-        """Serve this actor's draft model on a socket, for the loop on the target's rank 0
-        (`runtime.draft_channel`); the same server for every point the actor serves."""
+    def serve_draft(self, client: str, timeout_s: float) -> DraftAddress:
+        """Serve this actor's draft model on a socket to the loop on the target's rank 0, on the node at
+        `client` (`runtime.draft_channel`); the same server for every point, while the loop stays there."""
         assert isinstance(self.role, DraftModel), "only a draft actor serves its model"
-        if self.server is None:
-            self.server = DraftServer(self.role, ray.util.get_node_ip_address())
+        if self.server is None or self.server.client != client:
+            if self.server is not None:
+                self.server.close()
+            self.server = DraftServer(self.role, self.node_address(), client, timeout_s)
         return self.server.address
+
+    def node_address(self) -> str:
+        """This actor's node's address on the cluster's network, as Ray knows it."""
+        return ray.util.get_node_ip_address()
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
         with socket.socket() as s:
             s.bind(("", 0))
-            return ray.util.get_node_ip_address(), s.getsockname()[1]
+            return self.node_address(), s.getsockname()[1]
 
     def is_loaded(self) -> bool:
         return self.role is not None
@@ -186,8 +194,9 @@ class ModelHost:
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
+        run = partial(whole, method, self.role) if method in WHOLE else getattr(self.role, method)
         start, cpu = time.perf_counter(), time.process_time()
-        value = on_host(getattr(self.role, method)(*args, **kwargs, **dict(zip(ref_names, resolved))))
+        value = on_host(run(*args, **kwargs, **dict(zip(ref_names, resolved))))
         if cuda:
             torch.cuda.synchronize()
         compute, cpu = time.perf_counter() - start, time.process_time() - cpu
