@@ -137,6 +137,7 @@ class ClusterPlan:
 def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint], plan: ClusterPlan) -> list[str]:
     """The cluster's fields, its GPUs against the model actors, TP divisibility and the memory footprint
     (speculab.models.memory, from config.json), with the draft where `plan` puts it."""
+    from speculab.algorithms import ALGORITHMS
     from speculab.models.memory import DTYPE_BYTES
 
     c = cfg.cluster
@@ -152,8 +153,8 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint], plan: Cluster
             f"{c.num_gpus}; lower cluster.tp_size, shard the draft with the target (cluster.draft_placement="
             "sharded) or set cluster.draft_gpu < 1 (draft beside a target shard), or use a cluster with more GPUs"
         )
-    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
-        return split + errors
+    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES or cfg.algorithm.name not in ALGORITHMS:
+        return split + errors  # each refused in its own line; nothing to plan the memory by
     return split + errors + _memory_errors(cfg, found, plan, memory=not errors)
 
 

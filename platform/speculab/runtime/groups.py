@@ -23,11 +23,13 @@ import time
 from typing import Any
 
 import ray
+from ray.exceptions import RayTaskError
 from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from speculab.config.cluster import Placement
 from speculab.models import LMSpec
+from speculab.models.weights import WeightsError
 from speculab.runtime.loop_host import LoopSpec
 from speculab.runtime.nodes import (
     Bundle,
@@ -159,7 +161,13 @@ class ActorGroup:
         address, port = ray.get(self.members[0].endpoint.remote())
         # Every rank's load is submitted before waiting on any: the rendezvous needs all of them.
         timeout = self.placement.collective_timeout_s
-        ray.get([m.load.remote(self.role, self.spec, address, port, timeout) for m in self.members])
+        try:
+            ray.get([m.load.remote(self.role, self.spec, address, port, timeout) for m in self.members])
+        except RayTaskError as err:  # no rank of a group that failed to load is kept
+            self.close()
+            if isinstance(err.cause, WeightsError):  # its one line, without the actor's traceback
+                raise err.cause from None
+            raise
         self.loads += 1
 
     def submit(self, method: str, args: tuple, kwargs: dict, split: bool = False) -> tuple[list[Any], Any]:
