@@ -66,8 +66,8 @@ def test_each_replica_has_groups_of_its_own_name() -> None:
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [
-        (["cluster.replicas=0"], "cluster.replicas=0: must be an integer >= 1, or auto"),
-        (["cluster.replicas=many"], "cluster.replicas=many: must be an integer >= 1, or auto"),
+        (["cluster.replicas=0"], "cluster.replicas=0: must be an integer >= 1 and <= 1024, or auto"),
+        (["cluster.replicas=many"], "cluster.replicas=many: must be an integer >= 1 and <= 1024, or auto"),
         (["cluster.replicas=2", "runtime=inline"], "cluster.replicas=2: replicas are copies of a point's Ray groups"),
         (["cluster.replicas=2", "runtime.loop=driver"], "with the decode loop in the driver (runtime.loop=driver)"),
         (["cluster.replicas=3", "cluster.num_cpus=2"], "cluster.replicas=3: the local Ray cluster has 2 CPUs"),

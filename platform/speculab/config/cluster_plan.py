@@ -9,8 +9,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.cluster import OWN_DRAFT_GPU, ClusterView, field_errors, own_draft_gpu, resolve_device
-from speculab.config.errors import at_least, choice
+from speculab.config.cluster import OWN_DRAFT_GPU, TP_RANGE, ClusterView, field_errors, own_draft_gpu, resolve_device
+from speculab.config.errors import choice, within
 from speculab.config.footprint import host_memory_bytes, planned_footprint, tp_backend_for
 from speculab.config.runtime import loop_host
 
@@ -142,7 +142,7 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint], plan: Cluster
 
     c = cfg.cluster
     split: list[str] = []
-    at_least(split, "cluster.tp_size", c.tp_size, 1)
+    within(split, "cluster.tp_size", c.tp_size, TP_RANGE)
     if cfg.runtime.kind == "inline" and c.tp_size > 1:
         split.append(f"cluster.tp_size={c.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
     errors = field_errors(c) + placement_errors(cfg)
