@@ -344,9 +344,9 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
 
 
 def given_up(shape: PointShape, why: str) -> Exception:
-    """What a point whose groups were lost raises: ReplicaLost where another replica of the sweep can take
-    it over (the launcher runs it again there), else the ClusterError that fails it."""
-    if (job := jobs.current()).spare():
+    """What a point whose groups were lost raises: ReplicaLost where its replica gives it up to another of
+    the sweep (`jobs.Seat.give_up`; the launcher runs it again there), else the ClusterError that fails it."""
+    if (job := jobs.current()).give_up():
         return jobs.ReplicaLost(shape.name, why, job.replica)
     return ClusterError(why)
 

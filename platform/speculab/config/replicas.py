@@ -67,7 +67,7 @@ def replica_errors(cfg: ClusterView) -> list[str]:
     if count is not None and c.address is None and count * each > cores:
         return [
             f"cluster.replicas={count}: the local Ray cluster has {cores} CPUs and {count} copies of the point's "
-            f"{c.tp_size} model actor(s) need {count * each:g} (cluster.actor_cpus={c.actor_cpus:g} each); set "
+            f"{c.tp_size + actor} model actor(s) need {count * each:g} (cluster.actor_cpus={c.actor_cpus:g} each); set "
             f"cluster.replicas to at most {max(1, int(cores // each))}, or auto"
         ]
     return []

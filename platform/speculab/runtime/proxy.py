@@ -208,7 +208,7 @@ class GroupProxy:
         once where the sweep's other replicas run (`cluster.replicas`): one of them takes the point now,
         rather than wait while this group is placed again (Ray counts a dead node alive for about 15 s).
         `err`: the lost actor's error (a draft actor's, rank 0's `DraftLost`: `runtime.served`)."""
-        if jobs.current().spare():
+        if jobs.current().give_up():  # decided once, for every replica at once (`jobs.Seat.give_up`)
             raise ClusterError(
                 f"{self.group.role} group {self.group.name}: lost an actor ({type(err).__name__}); another "
                 "replica of the sweep takes the point over"
