@@ -104,17 +104,22 @@ def job_logging_without_file(config: DictConfig) -> dict[str, Any]:
 class Replica:
     """One replica's process (`speculab.replica_process.serve`) and the pipe its points go by."""
 
-    def __init__(self, seat: jobs.Seat, payload: bytes, address: str, namespace: str) -> None:
+    def __init__(self, seat: jobs.Seat, payload: bytes) -> None:
         spawn = multiprocessing.get_context("spawn")  # a fork of a process that holds Ray's threads is unsafe
         self.conn, theirs = spawn.Pipe()
         self.ready = spawn.Event()  # set once its signal handlers stand: before, a signal would be a traceback
         self.process = spawn.Process(
             target=serve,
-            args=(theirs, payload, seat, address, namespace, self.ready),
+            args=(theirs, payload, seat, self.ready),
             name=f"speculab-replica-{seat.replica + 1}",
         )
         self.process.start()
         theirs.close()
+
+    def join(self, address: str, namespace: str) -> None:
+        """Where the replica joins the launcher's cluster, once it runs (the process imports meanwhile)."""
+        with contextlib.suppress(OSError):  # it ended already: its thread finds out at its first point
+            self.conn.send((address, namespace))
 
     def run(self, config: DictConfig) -> JobReturn | None:
         """The point's `JobReturn` from the replica's process; None where the process ended first."""
@@ -130,10 +135,13 @@ class Replica:
         if self.ready.is_set() and self.process.is_alive() and self.process.pid is not None:
             os.kill(self.process.pid, signal.SIGINT)
 
-    def end(self, deadline: float) -> None:
-        """No more points: the process closes its groups and ends (ended by force past `deadline`)."""
+    def stop(self) -> None:
+        """No more points: the process closes its groups and ends (every replica's at once: `end` waits)."""
         with contextlib.suppress(OSError):  # it ended already
             self.conn.send(None)
+
+    def end(self, deadline: float) -> None:
+        """Once the process has ended (`stop`; ended by force past `deadline`)."""
         self.process.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():  # past its deadline it is deaf to SIGTERM (`replica_process.serve`)
             self.process.kill()
@@ -340,15 +348,15 @@ def launch_side_by_side(
     """The sweep's points on `replicas` processes, each its own replica of the model groups."""
     from ray import cloudpickle
 
-    from speculab.runtime.ray_actors import connect, joining
+    from speculab.runtime.ray_actors import connect, joining, prepare_auth
     from speculab.tracking.runs import SWEEP_ID, SWEEP_ID_ENV
 
     points = [composed(context, base, o, first_index + i) for i, o in enumerate(overrides)]
     logging.config.dictConfig(job_logging_without_file(points[0].config))
     Path(str(base.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     placement = points[0].plan.placement
-    connect(placement.address, placement.num_cpus)  # the replicas join this driver's cluster and namespace
-    address, namespace = joining(placement.address)
+    # What the replicas' processes inherit: set before they start, as they start before the cluster does
+    prepare_auth(placement.address)
     os.environ[SWEEP_ID_ENV] = SWEEP_ID  # the replicas' points find this sweep's parent run
     payload = cloudpickle.dumps((context, task, {p.overrides: p.plan for p in points}))
     lost = multiprocessing.get_context("spawn").Array("b", replicas)  # a flag a replica, shared with their processes
@@ -359,7 +367,12 @@ def launch_side_by_side(
         # A signal waits for every replica's start: a process begun and left half spawned would read the rest
         # of its start from a pipe closed under it (a traceback)
         with interrupts.held():
-            processes += [Replica(sweep.seat(r), payload, address, namespace) for r in range(replicas)]
+            processes += [Replica(sweep.seat(r), payload) for r in range(replicas)]
+        # The replicas import (torch, transformers, Ray: seconds each) while this process starts the cluster
+        connect(placement.address, placement.num_cpus)  # they join this driver's cluster and namespace
+        address, namespace = joining(placement.address)
+        for process in processes:
+            process.join(address, namespace)
         return sweep.run(processes)
     except KeyboardInterrupt:
         for process in processes:
@@ -367,5 +380,7 @@ def launch_side_by_side(
         raise
     finally:
         deadline = time.monotonic() + STOP_WAIT_S
+        for process in processes:
+            process.stop()
         for process in processes:
             process.end(deadline)

@@ -30,10 +30,11 @@ def say_lost(lost: jobs.ReplicaLost) -> None:
     say(f"speculab: replica {lost.replica + 1} lost ({lost.why}); {lost.point} runs again on another replica")
 
 
-def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, namespace: str, ready: Any) -> None:
-    """Run the points `conn` sends (composed configs; None: the sweep is over) until the sweep ends or this
-    replica is lost. `payload`: the sweep's Hydra context, task function and point plans (cloudpickle);
-    `ready`: an Event set once its signal handlers stand (the launcher signals it only then).
+def serve(conn: Connection, payload: bytes, seat: jobs.Seat, ready: Any) -> None:
+    """Run the points `conn` sends (first where to join the cluster, then composed configs; None: the sweep
+    is over) until the sweep ends or this replica is lost. `payload`: the sweep's Hydra context, task
+    function and point plans (cloudpickle); `ready`: an Event set once its signal handlers stand (the
+    launcher signals it only then).
     Ctrl-C or SIGTERM (the launcher passes either on, once) ends it at any moment, its start included,
     with its open runs KILLED and no traceback; its cleanup then runs to its end, deaf to more signals (the
     launcher ends the process by force past its own deadline)."""
@@ -43,7 +44,7 @@ def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, names
     ready.set()
     status = "KILLED"
     try:
-        run_points(conn, payload, seat, address, namespace)
+        run_points(conn, payload, seat)
         status = "FINISHED"
     except (KeyboardInterrupt, EOFError):  # Ctrl-C or SIGTERM, or the launcher gone
         pass
@@ -62,8 +63,9 @@ def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, names
             teardown()
 
 
-def run_points(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, namespace: str) -> None:
-    """Join the launcher's cluster, then run each point `conn` sends through Hydra's `run_job` and send its
+def run_points(conn: Connection, payload: bytes, seat: jobs.Seat) -> None:
+    """Import what a point runs while the launcher starts the cluster, join it (its address and namespace,
+    the first thing `conn` sends), then run each point `conn` sends through Hydra's `run_job` and send its
     `JobReturn` back, until None comes or this replica gives a point up (`jobs.Seat.give_up`)."""
     jobs.take_seat(seat)
     no_bars()
@@ -74,7 +76,9 @@ def run_points(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, 
 
     context, task, plans = cloudpickle.loads(payload)
     PLANS.update(plans)  # resolved once, as the sweep started
-    join(address, namespace)
+    if (where := conn.recv()) is None:  # the sweep ended before its cluster was up
+        return
+    join(*where)
     setup_globals()
     while (config := conn.recv()) is not None:
         done = run_job(

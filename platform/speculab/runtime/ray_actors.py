@@ -66,7 +66,7 @@ def connect(address: str | None, num_cpus: int | None) -> None:
             except ConnectionError as err:  # `auto` with no cluster here, a head gone since validation
                 raise ClusterError(f"cluster.address={address!r}: no Ray cluster to attach to ({err})") from None
         else:  # "local": a new cluster even where a `ray start` head runs (Ray would attach to it otherwise)
-            os.environ.update(embedded_auth(os.environ))
+            prepare_auth(address)
             with quiet_auth_notice():
                 ray.init(
                     address="local",
@@ -89,6 +89,14 @@ def join(address: str, namespace: str) -> None:
     """Join the cluster at `address` in `namespace` (`joining`), keeping the process's SIGTERM handler."""
     with own_sigterm():
         ray.init(address=address, namespace=namespace, log_to_driver=True, logging_level=logging.WARNING)
+
+
+def prepare_auth(address: str | None) -> None:
+    """Give this process's environment, and so every process it starts from now on (a sweep's replicas:
+    `speculab.launcher` starts them before the cluster), what Ray needs to start the cluster at `address`
+    or join it: an embedded cluster's token (`embedded_auth`); nothing for a running cluster's."""
+    if not address:
+        os.environ.update(embedded_auth(os.environ))
 
 
 def embedded_auth(environ: Mapping[str, str]) -> dict[str, str]:
