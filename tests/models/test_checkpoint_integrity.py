@@ -227,3 +227,17 @@ def test_a_run_on_non_finite_weights_ends_in_one_line_with_nothing_left_running(
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert "tensor model.layers.0.mlp.up_proj.weight holds NaN or inf values" in done.stderr
     assert {run.info.status for run in runs(store)} <= {"FAILED"}
+
+
+def test_finite_half_precision_weights_whose_sum_overflows_are_not_refused() -> None:
+    """The check sums each tensor in its own dtype (memory speed); a float16 sum of finite weights can pass
+    65504, so a sum that is not finite is looked at element by element before anything is refused."""
+    from speculab.models.weights import refuse_non_finite
+
+    ones = torch.ones(100_000, dtype=torch.float16)
+    assert not torch.isfinite(ones.sum())  # 100,000 > 65,504
+    refuse_non_finite("ckpt", [("model.norm.weight", ones)])
+    spoiled = ones.clone()
+    spoiled[5] = float("inf")
+    with pytest.raises(WeightsError, match="ckpt: tensor model.norm.weight holds NaN or inf"):
+        refuse_non_finite("ckpt", [("model.norm.weight", spoiled)])
