@@ -143,3 +143,37 @@ def test_sigterm_while_the_replicas_start_ends_the_sweep_without_a_replicas_trac
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("speculab")
     assert experiment is None or not client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'")
+
+
+@pytest.mark.slow
+def test_replicas_started_before_the_embedded_cluster_join_it_where_the_user_set_no_ray_auth(tmp_path: Path) -> None:
+    """The suite sets Ray's auth for itself (`support.ray_auth`), which would hide this: with none set, the
+    replicas' processes, started before the launcher's embedded cluster, inherit its token and its mode."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    args = [
+        "-m",
+        "algorithm=block,token",
+        "dataset.num_prompts=2",
+        "sampling.max_new_tokens=8",
+        "measure.repeats=1",
+        "baseline_hf=false",
+        "runtime=ray",
+        "runtime.torch_threads=1",
+        "cluster.num_cpus=2",
+        "cluster.replicas=2",
+        "tracking=none",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "speculab.cli", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "sweep on 2 replicas: 2 done · 0 running · 0 queued" in done.stdout
+    assert not (tmp_path / ".ray").exists()  # nothing written to the user's ~/.ray

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -30,6 +29,7 @@ from typing import Any
 import ray
 import torch
 
+from speculab.config.attach import embedded_auth
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.runtime.draft_channel import DraftAddress, DraftServer
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
@@ -97,17 +97,6 @@ def prepare_auth(address: str | None) -> None:
     or join it: an embedded cluster's token (`embedded_auth`); nothing for a running cluster's."""
     if not address:
         os.environ.update(embedded_auth(os.environ))
-
-
-def embedded_auth(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment that gives an embedded cluster a token of its own: Ray turns token
-    authentication on for a new local cluster and takes the token from `RAY_AUTH_TOKEN`, which the
-    raylet, GCS and workers inherit, so the cluster refuses other local users' calls and nothing is
-    written to `~/.ray/auth_token` (Ray's default writes it and says so). Where the user chose Ray's
-    auth mode or token, theirs stand."""
-    if "RAY_AUTH_MODE" in environ or "RAY_AUTH_TOKEN" in environ:
-        return {}
-    return {"RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 @contextmanager
