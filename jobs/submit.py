@@ -15,6 +15,11 @@ may stand anywhere among the overrides (it is moved first, as Hydra needs). Adde
   outlive Ray's copy; for a local cluster `<repo>/outputs/jobs`, else `--output-dir` (a path on
   the cluster's shared disk) is required.
 
+Before anything is uploaded, every point of the command is validated here as the job will validate it
+(`config.sweep.sweep_plans`: the whole config, with the job's own additions); for a cluster elsewhere the
+checks that look at the cluster's machine (its checkpoints, datasets, devices, store and address) are
+left to the job, and the rest refuse here.
+
 The interpreter: for a cluster on this machine, the one running this script (the project's
 venv; a bare `python` on the cluster's PATH is whatever `ray start` inherited, often one without
 hydra); for a remote cluster `python`, which the `cluster/` presets make the project's (they
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shlex
 import sys
 import time
@@ -47,6 +53,7 @@ from speculab.tracking.ui import job_links, ui_port
 
 os.environ.update(token_mode(os.environ, Path.home()))  # before Ray is imported: it reads the mode then
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from ray.exceptions import AuthenticationError
 from ray.job_submission import JobStatus, JobSubmissionClient
 
@@ -125,6 +132,45 @@ def job_overrides(overrides: list[str], tracking_uri: str, job_dir: Path) -> lis
         "tracking.spool_dir": str(job_dir / "spool"),
     }
     return with_defaults(multirun_first(overrides), defaults)
+
+
+# Config keys whose checks look at the machine the job runs on (files, caches, GPUs, paths): for a cluster
+# elsewhere the job checks them there, before it starts anything. The job's cluster (`cluster.address=auto`
+# from the head's machine) is checked here by its Jobs API instead, wherever it runs.
+MACHINE_KEYS = ("model.", "drafter.path", "dataset", "tracking.uri", "tracking.spool_dir")
+HEAD_KEYS = ("cluster.address",)
+POINT_PREFIX = re.compile(r"^point \d+ of \d+ \(.*?\): ")  # a sweep's line names its point first
+
+
+def left_to_the_job(line: str, local: bool) -> bool:
+    """Whether a validation line is the job's to say (HEAD_KEYS; MACHINE_KEYS for a cluster elsewhere)."""
+    return POINT_PREFIX.sub("", line).startswith(HEAD_KEYS if local else HEAD_KEYS + MACHINE_KEYS)
+
+
+def job_problems(args: list[str], local: bool) -> list[str]:
+    """What the job's own validation refuses in `args` (its speculab arguments, `-m` first): every point of
+    a sweep resolved as `speculab -m` resolves them (`config.sweep.sweep_plans`), but the lines left to the
+    job (`left_to_the_job`; `local`: the cluster runs on this machine); a single run's without its point."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from speculab.cli import CONF
+    from speculab.config import ConfigError
+    from speculab.config.sweep import sweep_plans
+
+    overrides = [arg for arg in args if arg != "--multirun"]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    fixed = [text for text, o in zip(overrides, parsed, strict=True) if not o.is_sweep_override()]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            config = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+            with open_dict(config):
+                config.hydra.overrides.task = overrides  # every point's, as Hydra's sweeper gives them
+            errors = sweep_plans(config)[1]
+    except ConfigError as err:
+        errors = [line.strip() for line in str(err).splitlines()[1:]]
+    kept = [line for line in errors if not left_to_the_job(line, local)]
+    return kept if args[:1] == ["--multirun"] else [POINT_PREFIX.sub("", line) for line in kept]
 
 
 def entrypoint(args: list[str], python: str) -> str:
@@ -213,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     job_id = new_job_id()
     job_dir = root.absolute() / job_id  # not resolve(): a remote path may not exist here
-    command = entrypoint(job_overrides(args.overrides, uri, job_dir), args.python or default_python(args.address))
+    job_args = job_overrides(args.overrides, uri, job_dir)
+    if problems := job_problems(job_args, is_local(args.address)):  # the whole config, before any upload
+        parser.exit(2, "submit: invalid config:\n" + "".join(f"  {line}\n" for line in problems))
+    command = entrypoint(job_args, args.python or default_python(args.address))
     try:
         client = JobSubmissionClient(args.address)
         client.submit_job(entrypoint=command, runtime_env=runtime_env(), submission_id=job_id)

@@ -22,6 +22,7 @@ import torch
 
 from support.configs import fake_checkpoint
 from support.models import save_random_lm
+from support.ray_auth import own_auth
 
 if TYPE_CHECKING:  # imports Ray: only the tests that use the fixtures below pay for it
     from speculab.runtime.groups import GroupPool
@@ -107,8 +108,10 @@ def interrupted(signum: int, frame: FrameType | None) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """A suite stopped by SIGTERM (a CI timeout, `kill`) unwinds as Ctrl-C does: fixtures stop the servers
-    they started, and Ray's exit hook stops a local cluster a test started, so nothing is left running."""
+    they started, and Ray's exit hook stops a local cluster a test started, so nothing is left running.
+    Ray's auth settings are the suite's own (`support.ray_auth`), set before collection reads them."""
     signal.signal(signal.SIGTERM, interrupted)
+    own_auth()
 
 
 @pytest.fixture

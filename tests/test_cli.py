@@ -97,7 +97,7 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
         (["tracking.uri=sqlite://", "runtime=inline"], "tracking.uri='sqlite://': an in-memory SQLite store is gone"),
         (["tracking.uri=sqlite:///:memory:", "runtime=inline"], "tracking.uri='sqlite:///:memory:': an in-memory"),
         (["resume=true", "tracking=none", "runtime=inline"], "resume=true: finds finished points in the tracking"),
-        (["runtime.placement_timeout_s=1e-9"], "runtime.placement_timeout_s=1e-09: must be >= 1 (seconds"),
+        (["runtime.placement_timeout_s=1e-9"], "runtime.placement_timeout_s=1e-09: must be >= 1 and <= 86400 (seconds"),
         (["+experiment=gbv_table1"], "+experiment=gbv_table1: a preset sweeps its paper's grid; run it with -m"),
         (["--multirun", "+experiment=gbv_table1,bv_table4"], "+experiment=gbv_table1,bv_table4: one preset a sweep"),
         (["--multirun", "+experiment=gbv_table1", "algorithm.K=7"], "algorithm.K=7: +experiment=gbv_table1 sweeps"),

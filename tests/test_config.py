@@ -412,8 +412,8 @@ BAD_SETTINGS: list[tuple[list[str], str, str]] = [
     (["tracking.uri=postgresql://u@127.0.0.1/db"], "", "its database driver is not installed (no module 'psycopg')"),
     (["cluster.actor_cpus=4", "cluster.num_cpus=2"], "", "the local Ray cluster has 2 CPUs"),
     (["cluster.address=localhost"], "", "cluster.address='localhost': not a Ray address; use null"),
-    (["runtime.placement_timeout_s=0"], "", "runtime.placement_timeout_s=0.0: must be >= 1 (seconds"),
-    (["runtime.placement_timeout_s=1e-9"], "", "runtime.placement_timeout_s=1e-09: must be >= 1 (seconds"),
+    (["runtime.placement_timeout_s=0"], "", "runtime.placement_timeout_s=0.0: must be >= 1 and <= 86400 (seconds"),
+    (["runtime.placement_timeout_s=1e-9"], "", "runtime.placement_timeout_s=1e-09: must be >= 1 and <= 86400 (seconds"),
     (["cluster.target_resources={{node_b: 1}}"], "", "custom resources need runtime=ray attached to a cluster"),
     (["cluster.target_resources={{node_b: x}}"], "", "must be a mapping of Ray resource names to amounts > 0"),
     (
@@ -522,8 +522,8 @@ CRASHING_VALUES: list[tuple[list[str], str]] = [
     ),
     (
         ["dataset.sample_seed=-1"],
-        "dataset.sample_seed=-1: must be an integer >= 0 (a random sample of the prompts) or null (the first "
-        "dataset.num_prompts)",
+        "dataset.sample_seed=-1: must be an integer in [0, 9223372032559808512) (a random sample of the prompts) or "
+        "null (the first dataset.num_prompts)",
     ),
 ]
 
@@ -615,3 +615,32 @@ def test_drafting_ahead_puts_the_loop_on_the_target_driving_the_draft_actor(weig
     assert plan.loop == "target" and plan.placement.draft_own
     alone = resolve(load([*weightless_pair_overrides, "runtime=ray", "cluster.draft_placement=own"]))
     assert alone.loop == "driver"  # without drafting ahead, auto keeps the loop in the driver
+
+
+def count_keys(node: type, at: str = "") -> list[str]:
+    """Every integer key of the config's schema (`int` or `int | None`), by its dotted name."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(node)
+    found = []
+    for field in dataclasses.fields(node):
+        hint = hints[field.name]
+        if dataclasses.is_dataclass(hint):
+            found += count_keys(hint, f"{at}{field.name}.")  # type: ignore[arg-type]
+        elif hint in (int, int | None):
+            found.append(f"{at}{field.name}")
+    return found
+
+
+COUNT_KEYS = [*count_keys(experiment.Config), "cluster.replicas"]  # replicas: an integer or auto
+
+
+@pytest.mark.parametrize("key", COUNT_KEYS)
+def test_every_integer_key_has_an_upper_bound(key: str, weightless_pair_overrides: list[str]) -> None:
+    """A value no workload has (measure.repeats=10**12 read as 181 million hours on the progress bar) is
+    refused in one line naming the key and its range, for every integer key the schema has."""
+    probe = 2**63  # past every range, seeds' too
+    with pytest.raises(ConfigError) as err:
+        validate(load([*weightless_pair_overrides, f"{key}={probe}"]))
+    assert any(line.strip().startswith(f"{key}={probe}: ") for line in str(err.value).splitlines()), str(err.value)

@@ -15,7 +15,7 @@ import pytest
 from test_config import CONF, load
 
 from speculab.config import ConfigError, checkpoint_dir, resolve, validate
-from support.configs import empty_weights
+from support.configs import header_weights
 from support.hub_configs import HUB_CONFIGS
 
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml") if not p.stem.startswith("tiny-pycode"))
@@ -37,7 +37,7 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (repo / "refs" / "main").write_text(sha)
         (repo / "snapshots" / sha).mkdir(parents=True)
         (repo / "snapshots" / sha / "config.json").write_text(json.dumps(config))
-        empty_weights(repo / "snapshots" / sha)
+        header_weights(repo / "snapshots" / sha)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     return tmp_path
 

@@ -8,7 +8,13 @@ for every pass); `support.host_reads` counts what reads a value on the host. On 
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import traceback
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +26,9 @@ from speculab.engine import decode
 from speculab.hostreads import device_form, reads_free
 from speculab.verify.verdict import Verdict
 from support.engine import TOY_PROMPTS, settings, tiny_pair_batch, toy_roles
-from support.host_reads import counting_host_reads
+from support.host_reads import counting_host_reads, site_of
+
+REPO = Path(__file__).resolve().parents[1]
 
 READ = "read_round"  # the round's one read (`engine.read_round`)
 
@@ -129,3 +137,37 @@ def test_device_form_trees_hold_the_same_nodes_and_ancestors(K: int, L: int) -> 
     for b in range(2):
         for n in range(padded.tokens.shape[1]):
             assert set(mask[b, n].nonzero().flatten().tolist()) == _ancestors(padded, b, n)
+
+
+def test_a_read_is_filed_under_the_packages_module_in_a_checkout_named_speculab() -> None:
+    """`git clone` names the checkout `speculab`: the helper's own frames, under its tests/, are not the package's."""
+    package = Path("/home/u/speculab/platform/speculab")
+    stack = [
+        traceback.FrameSummary("/home/u/speculab/platform/speculab/engine.py", 120, "read_round"),
+        traceback.FrameSummary("/home/u/speculab/tests/support/host_reads.py", 80, "counted"),
+    ]
+    assert site_of(stack, package) == "engine.py:120 read_round"
+    assert site_of(stack[1:], package) == "?"
+
+
+def test_the_counts_hold_when_run_from_a_checkout_named_speculab(tmp_path: Path) -> None:
+    """The suite's own tests of the count, run from a copy of this checkout in a folder named `speculab`."""
+    clone = tmp_path / "speculab"
+    for part in ("platform", "tests"):
+        shutil.copytree(REPO / part, clone / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", clone)
+    for part in ("assets", "conf"):  # read, not imported: their paths make no frame
+        (clone / part).symlink_to(REPO / part)
+    env = {**os.environ, "PYTHONPATH": str(clone / "platform")}
+    tests = [
+        f"tests/test_host_reads.py::test_every_path_verifier_reads_once_a_round[{name}]" for name in ("token", "gbv")
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", *tests],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]

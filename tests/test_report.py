@@ -378,3 +378,36 @@ def test_methods_sort_in_the_papers_order_from_their_shapes_not_their_names() ->
     shuffled = [method("spectr", "global_resolution"), method("gbv"), method("spectr", "nss"), method("token")]
     ordered = [str(m) for m in sorted(shuffled, key=sort_key)]
     assert ordered == [str(method("token")), str(method("gbv")), str(method("spectr", "nss")), str(shuffled[0])]
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("text", "is not an SQLite database (file is not a database)"),
+        ("fifo", "is not a regular file (a FIFO or a device); refused without opening it"),
+        ("directory", "is a directory, not a SQLite database file"),
+    ],
+)
+def test_a_store_that_is_not_a_database_is_refused_in_one_line(
+    kind: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """speculab-report and a run alike (`config.tracking.store_error`): one line, no SQLAlchemy traceback."""
+    import os
+
+    from speculab.config import TrackingConfig
+    from speculab.config.tracking import tracking_errors
+
+    store = tmp_path / "mlflow.db"
+    if kind == "text":
+        store.write_text("hello, not a database")
+    elif kind == "fifo":
+        os.mkfifo(store)
+    else:
+        store.mkdir()
+    uri = f"sqlite:///{store}"
+    with pytest.raises(SystemExit) as exit_:
+        main(["--experiment", "speculab", "--uri", uri, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and f"{store} {message}" in err, err
+    assert [line for line in tracking_errors(TrackingConfig(uri=uri)) if f"{store} {message}" in line]
+    assert not (tmp_path / "out").exists()

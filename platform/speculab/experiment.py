@@ -25,7 +25,7 @@ from transformers import PreTrainedTokenizerBase
 from speculab import jobs
 from speculab.algorithms import DRAFTERS
 from speculab.baselines import GenerateForm
-from speculab.config import Config, RunPlan, config_warnings, resolve
+from speculab.config import Config, ConfigError, RunPlan, config_warnings, resolve
 from speculab.config.prompts import PointPrompts, point_prompts
 from speculab.config.replicas import asked
 from speculab.data import Prompt
@@ -38,6 +38,7 @@ from speculab.measure import Sample, Timings, UnitTotals, interleave_lanes
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
 from speculab.models.roles import Conditions
+from speculab.models.weights import WeightsError
 from speculab.records import PromptRecord, RunResult, concat_runs
 from speculab.results.figures import (
     autoregressive_figures,
@@ -205,7 +206,10 @@ def prepare(plan: RunPlan, loaded: PointPrompts) -> Prepared:
     work = point_work(plan.cfg, loaded.encoded, settings_of(plan, loaded.tokenizer.eos_token_id), plan.verifier_passes)
     copies = spread_copies(plan, target_spec, draft_spec, len(work.units))
     placements = [replace(plan.placement, replica=plan.placement.replica + r) for r in range(copies)]
-    loops = [start_loop(plan.loop, target_spec, draft_spec, work, placement) for placement in placements]
+    try:
+        loops = [start_loop(plan.loop, target_spec, draft_spec, work, placement) for placement in placements]
+    except WeightsError as err:  # what only the weights' values tell: refused in one line, as validation refuses
+        raise ConfigError.listing([str(err)]) from None
     return Prepared(loaded.prompts, loaded.tokenizer, loops, len(work.units))
 
 
@@ -339,9 +343,9 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
 
 
 def given_up(shape: PointShape, why: str) -> Exception:
-    """What a point whose groups were lost raises: ReplicaLost where another replica of the sweep can take
-    it over (the launcher runs it again there), else the ClusterError that fails it."""
-    if (job := jobs.current()).spare():
+    """What a point whose groups were lost raises: ReplicaLost where its replica gives it up to another of
+    the sweep (`jobs.Seat.give_up`; the launcher runs it again there), else the ClusterError that fails it."""
+    if (job := jobs.current()).give_up():
         return jobs.ReplicaLost(shape.name, why, job.replica)
     return ClusterError(why)
 

@@ -9,8 +9,6 @@ job (the entry point, the tracked run's directory and parent) asks `current()`.
 
 from __future__ import annotations
 
-import io
-from contextlib import redirect_stderr
 from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
@@ -22,15 +20,33 @@ from hydra.core.utils import JobReturn, JobStatus
 @dataclass(frozen=True)
 class Seat:
     """The replica this process serves (`cluster.replicas`): its number from 0, how many run the sweep,
-    and which are lost, shared with the launcher and the other replicas' processes (one flag each)."""
+    and which are lost, shared with the launcher and the other replicas' processes (one flag each, under
+    the one lock the launcher made them with)."""
 
     replica: int = 0
     replicas: int = 1
     lost: SynchronizedArray[Any] | None = field(default=None, compare=False)
 
-    def spare(self) -> bool:
-        """Whether a replica other than this one still runs points, to take this one's point over."""
-        return self.lost is not None and any(not self.lost[r] for r in range(self.replicas) if r != self.replica)
+    def give_up(self) -> bool:
+        """Whether this replica, its groups lost, gives its point up to another: the one decision of a lost
+        replica, wherever it is asked (a replica's process, or the launcher for a process that died), made
+        under the flags' lock so that two replicas lost at once never both leave their points to the other.
+        Yes, and this replica is lost from now on, where another still runs points (or this one was lost
+        already); no where it is the last, which goes on as a sweep on one copy does (its lost group
+        placed again, or the point failed alone)."""
+        if self.lost is None:
+            return False
+        with self.lost.get_lock():
+            if not self.lost[self.replica] and all(self.lost[r] for r in range(self.replicas) if r != self.replica):
+                return False
+            self.lost[self.replica] = 1
+            return True
+
+    def retire(self) -> None:
+        """This replica takes no more points (its process ended), whether or not another can take them."""
+        if self.lost is not None:
+            with self.lost.get_lock():
+                self.lost[self.replica] = 1
 
 
 class _Seated:
@@ -62,9 +78,9 @@ class Job:
     def replicas(self) -> int:
         return self.seat.replicas
 
-    def spare(self) -> bool:
-        """Whether another replica could take this point over if this one is lost."""
-        return self.seat.spare()
+    def give_up(self) -> bool:
+        """Whether this point goes to another replica, its replica lost (`Seat.give_up`)."""
+        return self.seat.give_up()
 
 
 # this process's sweep points that failed mid-run, by name: the sweep goes on past them, and its exit status
@@ -88,15 +104,11 @@ class ReplicaLost(Exception):
 
 
 def returned(done: JobReturn) -> Any:
-    """What a job returned, or what it raised: Hydra keeps a FAILED job's exception as its return value
-    and raises it again when the value is read, writing "Error executing job" to stderr, which is kept
-    from the console here (the launcher says what happened to a lost replica's point itself, and Hydra's
-    sweeper reports any other failure)."""
-    try:
-        with redirect_stderr(io.StringIO()):
-            return done.return_value
-    except Exception as raised:
-        return raised
+    """What a job returned, or what it raised: the JobReturn's own field (`_return_value`, a dataclass field
+    like the others), since its `return_value` property raises a FAILED job's exception again and writes
+    "Error executing job" to stderr first (the launcher says what happened to a lost replica's point
+    itself, and Hydra's sweeper reports any other failure)."""
+    return done._return_value
 
 
 def replica_lost(done: JobReturn) -> ReplicaLost | None:

@@ -14,8 +14,12 @@ models again; a process per replica keeps one loaded copy for all the points it 
 
 A replica lost mid-point (its node or an actor, once the group cannot be placed again; or its process)
 gives its point back to the queue, to run again from its first unit on another replica (same seeds, same
-tokens); the lost replica takes no more points. Where no other replica is left, the point fails alone,
-with what it finished, and the sweep goes on.
+tokens); the lost replica takes no more points. Whether a replica gives its point up is decided once, for
+all of them, under the lock of their shared flags, which this process makes (`jobs.Seat.give_up`): two
+replicas lost at once never both leave their points to the other. Where no other replica is left, the
+point fails alone, with what it finished, and the sweep goes on; where every replica's process ended,
+the points not run fail, named. The run of a point whose replica's process died (SIGKILL, a crash) is
+ended FAILED here, tagged as its replica's own end would have tagged it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import logging.config
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -99,14 +104,22 @@ def job_logging_without_file(config: DictConfig) -> dict[str, Any]:
 class Replica:
     """One replica's process (`speculab.replica_process.serve`) and the pipe its points go by."""
 
-    def __init__(self, seat: jobs.Seat, payload: bytes, address: str, namespace: str) -> None:
+    def __init__(self, seat: jobs.Seat, payload: bytes) -> None:
         spawn = multiprocessing.get_context("spawn")  # a fork of a process that holds Ray's threads is unsafe
         self.conn, theirs = spawn.Pipe()
+        self.ready = spawn.Event()  # set once its signal handlers stand: before, a signal would be a traceback
         self.process = spawn.Process(
-            target=serve, args=(theirs, payload, seat, address, namespace), name=f"speculab-replica-{seat.replica + 1}"
+            target=serve,
+            args=(theirs, payload, seat, self.ready),
+            name=f"speculab-replica-{seat.replica + 1}",
         )
         self.process.start()
         theirs.close()
+
+    def join(self, address: str, namespace: str) -> None:
+        """Where the replica joins the launcher's cluster, once it runs (the process imports meanwhile)."""
+        with contextlib.suppress(OSError):  # it ended already: its thread finds out at its first point
+            self.conn.send((address, namespace))
 
     def run(self, config: DictConfig) -> JobReturn | None:
         """The point's `JobReturn` from the replica's process; None where the process ended first."""
@@ -117,38 +130,66 @@ class Replica:
             return None
 
     def interrupt(self) -> None:
-        """Ctrl-C for the replica: its point stops at its unit's end (it is in a session of its own)."""
-        if self.process.is_alive() and self.process.pid is not None:
+        """Ctrl-C for the replica: its point stops at its unit's end (it is in a session of its own). A process
+        still starting, its handlers not yet set, is told by the end of its pipe instead (`end`)."""
+        if self.ready.is_set() and self.process.is_alive() and self.process.pid is not None:
             os.kill(self.process.pid, signal.SIGINT)
 
-    def end(self, deadline: float) -> None:
-        """No more points: the process closes its groups and ends (ended by force past `deadline`)."""
+    def stop(self) -> None:
+        """No more points: the process closes its groups and ends (every replica's at once: `end` waits)."""
         with contextlib.suppress(OSError):  # it ended already
             self.conn.send(None)
+
+    def end(self, deadline: float) -> None:
+        """Once the process has ended (`stop`; ended by force past `deadline`)."""
         self.process.join(timeout=max(0.0, deadline - time.monotonic()))
-        if self.process.is_alive():
-            self.process.terminate()
+        if self.process.is_alive():  # past its deadline it is deaf to SIGTERM (`replica_process.serve`)
+            self.process.kill()
             self.process.join(timeout=5.0)
         self.conn.close()
 
 
-def process_ended(pending: Pending, replica: Replica, seat: jobs.Seat) -> JobReturn:
-    """The job of a point whose replica's process ended without its `JobReturn` (killed, crashed): a lost
-    replica where another can take the point over, else the point's failure."""
-    replica.process.join(timeout=5.0)  # its exit code, once it is reaped
-    why = f"its process ended (exit code {replica.process.exitcode})"
-    done = JobReturn(overrides=list(pending.overrides), status=JobStatus.FAILED)
-    if not seat.spare():
-        done.return_value = RuntimeError(f"replica {seat.replica + 1}: {why}")
-        return done
-    done.return_value = lost = jobs.ReplicaLost(PointShape.of(pending.plan.cfg).name, why, seat.replica)
-    say_lost(lost)
+def completed(pending: Pending, value: Any) -> JobReturn:
+    """A point's job that the launcher ends itself (its replica's process could not), as Hydra's `run_job`
+    ends one: COMPLETED with its value, a `FailedPoint` for a point that failed (the sweep goes on, its exit
+    status counts it) and a FAILED job for one its lost replica gave back."""
+    lost = isinstance(value, jobs.ReplicaLost)
+    done = JobReturn(overrides=list(pending.overrides), status=JobStatus.FAILED if lost else JobStatus.COMPLETED)
+    done.return_value = value
     return done
+
+
+def failed_point(pending: Pending, why: str) -> FailedPoint:
+    """A point failed by the launcher (its replica's process ended, or none is left to run it), said in one
+    line as the CLI's own `point_failed` says one in a point's process (`SideBySide.finish` counts it)."""
+    shape = PointShape.of(pending.plan.cfg)
+    say(f"speculab: point failed: {shape.name}: {why}; the sweep goes on", file=sys.stderr)
+    return FailedPoint(shape, f"RuntimeError: {why}")
+
+
+def end_attempt(pending: Pending, pid: int | None, status: str, err: BaseException) -> str | None:
+    """End `status` the point's run that the replica's process `pid` left RUNNING when it died, tagged as
+    its replica's own end would have tagged it (`run_page.ended_tags`); its run id (None: untracked, not
+    begun, or the store did not answer: then the next command on the store ends it KILLED)."""
+    cfg = pending.plan.cfg
+    if not cfg.tracking.enabled or pid is None:
+        return None
+    from speculab.config import tracking_uri
+    from speculab.tracking.orphans import end_runs_of
+    from speculab.tracking.run_page import ended_tags
+
+    tags = ended_tags(PointShape.of(cfg), cfg.runtime.kind, status, err)
+    try:
+        ended = end_runs_of(tracking_uri(cfg.tracking), cfg.tracking.experiment, pid, status, tags)
+    except Exception as failure:  # MLflow down: the run stays RUNNING until a later command ends it
+        say(f"speculab: the lost attempt's run could not be ended ({type(failure).__name__}); the next command ends it")
+        return None
+    return ended[0] if ended else None
 
 
 class SideBySide:
     """A sweep's points shared out to replica processes: a queue in launch order, the results by job
-    number, the replicas lost, and the sweep's own job ends heard one at a time."""
+    number, the replicas lost, and the sweep's own job ends heard one at a time, outside the queue's lock."""
 
     def __init__(self, context: HydraContext, points: list[Pending], replicas: int, lost: Any) -> None:
         self.context, self.replicas, self.lost = context, replicas, lost
@@ -157,11 +198,13 @@ class SideBySide:
         self.results: dict[int, JobReturn] = {}
         self.stopped: BaseException | None = None  # what ended a replica's thread other than the queue's end
         self.interrupted = False  # Ctrl-C or SIGTERM: no point starts, and the running ones stop
-        self.cond = threading.Condition()
+        self.cond = threading.Condition()  # the queue, the results and the board
+        self.hearing = threading.Lock()  # the sweep's callbacks (its parent run's writes), one job end at a time
         self.board = SweepBoard(len(points), replicas)
 
     def run(self, processes: list[Replica]) -> list[JobReturn]:
-        """Every point, on the replicas' processes; their JobReturns in launch order."""
+        """Every point, on the replicas' processes; their JobReturns in launch order. Points no replica is
+        left to run (every one lost) fail, each named."""
         threads = [
             threading.Thread(target=self.work, args=(r, p), name=f"speculab-replica-{r + 1}", daemon=True)
             for r, p in enumerate(processes)
@@ -180,7 +223,20 @@ class SideBySide:
                     process.interrupt()
                 self.wait(threads, time.monotonic() + STOP_WAIT_S)
                 raise
+            self.unrun()
         return [self.results[i] for i in sorted(self.results)]
+
+    def unrun(self) -> None:
+        """The points left in the queue once every replica's thread ended: every replica was lost."""
+        with self.cond:
+            left, self.queue = list(self.queue), deque()
+        if not left:
+            return
+        names = ", ".join(PointShape.of(p.plan.cfg).name for p in left)
+        say(f"speculab: every replica of the sweep was lost; {len(left)} point(s) not run: {names}", file=sys.stderr)
+        self.board.not_run(len(left))
+        for pending in left:
+            self.finish(pending, completed(pending, failed_point(pending, "not run: every replica was lost")))
 
     def wait(self, threads: list[threading.Thread], deadline: float | None = None) -> None:
         """Until every thread ends (or `deadline`): an interrupt is raised here, in the main thread, and
@@ -217,9 +273,11 @@ class SideBySide:
                 done = process.run(pending.config)
                 if done is None and self.interrupted:  # it stopped at its unit's end, its run KILLED
                     return
-                done = done or process_ended(pending, process, self.seat(replica))
-                if jobs.replica_lost(done) is not None:
-                    self.give_back(pending, replica, done)
+                if done is None:  # its process ended (killed, crashed): this replica takes no more points
+                    self.process_ended(pending, replica, process)
+                    return
+                if jobs.replica_lost(done) is not None:  # it gave the point up (`jobs.Seat.give_up`) and ends
+                    self.give_back(pending, done)
                     return
                 self.finish(pending, done, replica, time.monotonic() - start)
         except BaseException as err:  # a failure outside any point
@@ -227,35 +285,56 @@ class SideBySide:
                 self.stopped = self.stopped or err
                 self.cond.notify_all()
 
+    def process_ended(self, pending: Pending, replica: int, process: Replica) -> None:
+        """`pending`'s replica process ended without its job's end (killed, crashed): the replica is lost,
+        decided as a replica's process decides it (`jobs.Seat.give_up`); its point runs again on another
+        where one is left, else fails. Its run, left RUNNING by the dead process, ends FAILED here."""
+        process.process.join(timeout=5.0)  # its exit code, once it is reaped
+        why = f"its process ended (exit code {process.process.exitcode})"
+        seat = self.seat(replica)
+        if seat.give_up():
+            lost = jobs.ReplicaLost(PointShape.of(pending.plan.cfg).name, why, replica)
+            lost.run_id = end_attempt(pending, process.process.pid, "FAILED", lost)
+            say_lost(lost)
+            self.give_back(pending, completed(pending, lost))
+            return
+        seat.retire()
+        end_attempt(pending, process.process.pid, "FAILED", RuntimeError(f"replica {replica + 1}: {why}"))
+        self.finish(pending, completed(pending, failed_point(pending, f"replica {replica + 1}: {why}")), replica, 0.0)
+
     def job_ended(self, config: DictConfig, done: JobReturn) -> None:
         """The sweep's parent run hears of a job's end here, where it is open: the job's own callbacks ran
-        in the replica's process, where the sweep's callback has no parent run (`MlflowSweepCallback`)."""
-        for callback in self.context.callbacks.callbacks:
-            if isinstance(callback, MlflowSweepCallback):
-                callback.on_job_end(config=config, job_return=done)
+        in the replica's process, where the sweep's callback has no parent run (`MlflowSweepCallback`).
+        Outside the queue's lock (an MLflow write must not hold up a replica taking its next point)."""
+        with self.hearing:
+            for callback in self.context.callbacks.callbacks:
+                if isinstance(callback, MlflowSweepCallback):
+                    callback.on_job_end(config=config, job_return=done)
 
-    def finish(self, pending: Pending, done: JobReturn, replica: int, seconds: float) -> None:
+    def finish(self, pending: Pending, done: JobReturn, replica: int | None = None, seconds: float = 0.0) -> None:
+        """`pending` ended (on `replica`, in `seconds`; None: not run): its result kept and counted, the board
+        told, the sweep's parent run told."""
+        value = jobs.returned(done)
+        ok = done.status == JobStatus.COMPLETED and not isinstance(value, FailedPoint)
+        if isinstance(value, FailedPoint):  # said where it failed (a replica's process, `failed_point`); counted here
+            jobs.FAILED_POINTS.append(value.shape.name)
         with self.cond:
             self.results[pending.index] = done
             self.unfinished -= 1
-            self.job_ended(pending.config, done)
-            value = jobs.returned(done)
-            ok = done.status == JobStatus.COMPLETED and not isinstance(value, FailedPoint)
-            if isinstance(value, FailedPoint):  # said in its replica's process; counted here for the exit status
-                jobs.FAILED_POINTS.append(value.shape.name)
             resumed = isinstance(value, PointOutcome) and value.result.resumed
-            self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica, resumed)
+            if replica is not None:
+                self.board.ended(PointShape.of(pending.plan.cfg).name, ok, seconds, replica, resumed)
             self.cond.notify_all()
+        self.job_ended(pending.config, done)
 
-    def give_back(self, pending: Pending, replica: int, done: JobReturn) -> None:
-        """`replica` was lost in `pending` (its process said so and ends): the point goes back to the
-        queue's front, and the sweep hears of the lost attempt."""
+    def give_back(self, pending: Pending, done: JobReturn) -> None:
+        """Its replica, lost in `pending` (it gave the point up: `jobs.Seat.give_up`), ends: the point goes
+        back to the queue's front, and the sweep hears of the lost attempt."""
         with self.cond:
-            self.lost[replica] = 1
             self.queue.appendleft(pending)
             self.board.requeued()
-            self.job_ended(pending.config, done)
             self.cond.notify_all()
+        self.job_ended(pending.config, done)
 
 
 def launch_side_by_side(
@@ -269,24 +348,39 @@ def launch_side_by_side(
     """The sweep's points on `replicas` processes, each its own replica of the model groups."""
     from ray import cloudpickle
 
-    from speculab.runtime.ray_actors import connect, joining
+    from speculab.runtime.ray_actors import connect, joining, prepare_auth
     from speculab.tracking.runs import SWEEP_ID, SWEEP_ID_ENV
 
     points = [composed(context, base, o, first_index + i) for i, o in enumerate(overrides)]
     logging.config.dictConfig(job_logging_without_file(points[0].config))
     Path(str(base.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     placement = points[0].plan.placement
-    connect(placement.address, placement.num_cpus)  # the replicas join this driver's cluster and namespace
-    address, namespace = joining(placement.address)
+    # What the replicas' processes inherit: set before they start, as they start before the cluster does
+    prepare_auth(placement.address)
     os.environ[SWEEP_ID_ENV] = SWEEP_ID  # the replicas' points find this sweep's parent run
     payload = cloudpickle.dumps((context, task, {p.overrides: p.plan for p in points}))
     lost = multiprocessing.get_context("spawn").Array("b", replicas)  # a flag a replica, shared with their processes
     say(f"speculab: sweep of {len(points)} points on {replicas} replicas of their model groups (cluster.replicas)")
     sweep = SideBySide(context, points, replicas, lost)
-    processes = [Replica(sweep.seat(r), payload, address, namespace) for r in range(replicas)]
+    processes: list[Replica] = []
     try:
+        # A signal waits for every replica's start: a process begun and left half spawned would read the rest
+        # of its start from a pipe closed under it (a traceback)
+        with interrupts.held():
+            processes += [Replica(sweep.seat(r), payload) for r in range(replicas)]
+        # The replicas import (torch, transformers, Ray: seconds each) while this process starts the cluster
+        connect(placement.address, placement.num_cpus)  # they join this driver's cluster and namespace
+        address, namespace = joining(placement.address)
+        for process in processes:
+            process.join(address, namespace)
         return sweep.run(processes)
+    except KeyboardInterrupt:
+        for process in processes:
+            process.interrupt()
+        raise
     finally:
         deadline = time.monotonic() + STOP_WAIT_S
+        for process in processes:
+            process.stop()
         for process in processes:
             process.end(deadline)

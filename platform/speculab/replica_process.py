@@ -16,6 +16,7 @@ import pickle
 import signal
 import sys
 from multiprocessing.connection import Connection
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 
@@ -29,40 +30,21 @@ def say_lost(lost: jobs.ReplicaLost) -> None:
     say(f"speculab: replica {lost.replica + 1} lost ({lost.why}); {lost.point} runs again on another replica")
 
 
-def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, namespace: str) -> None:
-    """Run the points `conn` sends (composed configs; None: the sweep is over) until the sweep ends or this
-    replica is lost. `payload`: the sweep's Hydra context, task function and point plans (cloudpickle)."""
+def serve(conn: Connection, payload: bytes, seat: jobs.Seat, ready: Any) -> None:
+    """Run the points `conn` sends (first where to join the cluster, then composed configs; None: the sweep
+    is over) until the sweep ends or this replica is lost. `payload`: the sweep's Hydra context, task
+    function and point plans (cloudpickle); `ready`: an Event set once its signal handlers stand (the
+    launcher signals it only then).
+    Ctrl-C or SIGTERM (the launcher passes either on, once) ends it at any moment, its start included,
+    with its open runs KILLED and no traceback; its cleanup then runs to its end, deaf to more signals (the
+    launcher ends the process by force past its own deadline)."""
     os.setsid()  # Ctrl-C on the terminal reaches the launcher, which passes it on once (`Replica.interrupt`)
     signal.signal(signal.SIGTERM, interrupts.handler)
     signal.signal(signal.SIGINT, interrupts.handler)
-    jobs.take_seat(seat)
-    no_bars()
-    from ray import cloudpickle
-
-    from speculab.config.sweep import PLANS
-    from speculab.runtime.ray_actors import join
-    from speculab.runtime.teardown import teardown
-
-    context, task, plans = cloudpickle.loads(payload)
-    PLANS.update(plans)  # resolved once, as the sweep started
-    join(address, namespace)
-    setup_globals()
+    ready.set()
     status = "KILLED"
     try:
-        while (config := conn.recv()) is not None:
-            done = run_job(
-                hydra_context=context,
-                task_function=task,
-                config=config,
-                job_dir_key="hydra.sweep.dir",
-                job_subdir_key="hydra.sweep.subdir",
-            )
-            lost = jobs.replica_lost(done)
-            if lost is not None:  # said here, where the point's log is still open
-                say_lost(lost)
-            conn.send(sendable(done))
-            if lost is not None:
-                break
+        run_points(conn, payload, seat)
         status = "FINISHED"
     except (KeyboardInterrupt, EOFError):  # Ctrl-C or SIGTERM, or the launcher gone
         pass
@@ -70,9 +52,48 @@ def serve(conn: Connection, payload: bytes, seat: jobs.Seat, address: str, names
         status = "FAILED"
         raise
     finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
         if status != "FINISHED" and (spool := sys.modules.get("speculab.tracking.spool")):
             spool.close_open_runs(status)
-        teardown()
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():  # joined, so imported whole (an import cut short is not)
+            from speculab.runtime.teardown import teardown
+
+            teardown()
+
+
+def run_points(conn: Connection, payload: bytes, seat: jobs.Seat) -> None:
+    """Import what a point runs while the launcher starts the cluster, join it (its address and namespace,
+    the first thing `conn` sends), then run each point `conn` sends through Hydra's `run_job` and send its
+    `JobReturn` back, until None comes or this replica gives a point up (`jobs.Seat.give_up`)."""
+    jobs.take_seat(seat)
+    no_bars()
+    from ray import cloudpickle
+
+    from speculab.config.sweep import PLANS
+    from speculab.runtime.ray_actors import join
+
+    context, task, plans = cloudpickle.loads(payload)
+    PLANS.update(plans)  # resolved once, as the sweep started
+    if (where := conn.recv()) is None:  # the sweep ended before its cluster was up
+        return
+    join(*where)
+    setup_globals()
+    while (config := conn.recv()) is not None:
+        done = run_job(
+            hydra_context=context,
+            task_function=task,
+            config=config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        lost = jobs.replica_lost(done)
+        if lost is not None:  # said here, where the point's log is still open
+            say_lost(lost)
+        conn.send(sendable(done))
+        if lost is not None:
+            return
 
 
 def sendable(done: JobReturn) -> JobReturn:

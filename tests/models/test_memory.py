@@ -19,7 +19,7 @@ from speculab.models.memory import (
     memory_footprint,
     tp_errors,
 )
-from support.configs import empty_weights
+from support.configs import header_weights
 from support.hub_configs import HUB_CONFIGS
 
 LLAMA_70B = architecture(HUB_CONFIGS["meta-llama/Meta-Llama-3-70B-Instruct"])
@@ -93,7 +93,7 @@ def fake_pair(root: Path, target: str, draft: str) -> list[str]:
         path = root / role
         path.mkdir()
         (path / "config.json").write_text(json.dumps(HUB_CONFIGS[hub_id]))
-        empty_weights(path)
+        header_weights(path)
         overrides.append(f"model.{role}_path={path}")
     return overrides
 

@@ -41,6 +41,7 @@ def test_lane_threads_open_groups_while_the_end_closes_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(groups, "ActorGroup", StubGroup)
+    monkeypatch.setattr(groups.ray, "available_resources", lambda: {"CPU": 1e9})  # room for every stub
     pool: groups.GroupPool = groups.GroupPool()
     made: list[StubGroup] = []
     errors: list[BaseException] = []
@@ -66,3 +67,24 @@ def test_lane_threads_open_groups_while_the_end_closes_all(
         thread.join()
     pool.close_all()
     assert errors == [] and len(made) == 1200 and all(group.closed for group in made) and pool.groups == {}
+
+
+@pytest.mark.slow
+def test_a_group_without_room_beside_earlier_points_idle_groups_gets_theirs(ray_pool: groups.GroupPool) -> None:
+    """On the session's 4 CPUs: a point's group that the free CPUs cannot hold closes this process's idle
+    groups of earlier points (another layout's, which would hold the CPUs until the wait for placement
+    failed), never one of its own point's (`keep`); where there is room, they stay loaded."""
+    import torch
+
+    from speculab.models.toy import random_bigram
+
+    spec = LMSpec("toy", table=random_bigram(5, torch.Generator().manual_seed(1)))
+    earlier = ray_pool.get("target", spec, [{"CPU": 3.0}])  # an earlier point's, idle now
+    point = ray_pool.get("draft", spec, [{"CPU": 2.0}])  # 1 CPU free: the earlier point's group makes room
+    assert earlier.name not in ray_pool.groups and point.name in ray_pool.groups
+    room = ray_pool.get("target", spec, [{"CPU": 1.0}])  # 2 CPUs free: nothing closed
+    assert {point.name, room.name} <= set(ray_pool.groups)
+    beside = ray_pool.get(
+        "target", spec, [{"CPU": 2.0}], keep=frozenset({point.name})
+    )  # 1 free: the idle one goes, not its own
+    assert set(ray_pool.groups) == {point.name, beside.name}

@@ -25,6 +25,7 @@ import pytest
 from speculab.config.attach import token_mode
 from speculab.tracking.provenance import COMMIT_TAG, JOB_TAG
 from support.models import REPO
+from support.ray_auth import suite_auth
 from support.servers import free_port, serving
 
 
@@ -85,9 +86,15 @@ def test_no_head_at_the_address_is_one_line_naming_it_and_how_to_start_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     address = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    assert submit.main(["--address", address, "--output-dir", str(tmp_path), "--", "algorithm.K=2"]) == 2
+    assert (
+        submit.main(["--address", address, "--output-dir", str(tmp_path), "--", "algorithm=gbv", "algorithm.K=2"]) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and address in err and "docs/runtime.md#job-submission" in err and "ray start" in err
+
+
+# a cluster on another machine, with the places it reaches
+REMOTE = ["--address", "http://10.1.2.3:8265", "--tracking-uri", "http://mlflow:5000", "--output-dir", "/shared/out"]
 
 
 @pytest.mark.parametrize(
@@ -100,15 +107,41 @@ def test_no_head_at_the_address_is_one_line_naming_it_and_how_to_start_one(
             "baseline_hf",
         ),  # refused here, not on the cluster
         (["--address", "http://127.0.0.1:1", "--", "algorithm.nme=gbv"], "algorithm.nme"),
+        (  # the whole config, each key valid alone: drafting ahead needs one path
+            ["--address", "http://127.0.0.1:1", "--", "drafter.ahead=ssd", "algorithm=gbv", "algorithm.K=2"],
+            "drafter.ahead=ssd: drafts ahead for one i.i.d. path",
+        ),
+        (  # a cluster elsewhere, every point of the sweep
+            [*REMOTE, "--", "-m", "drafter.ahead=ssd", "algorithm=gbv", "algorithm.K=1,2"],
+            "point 2 of 2 (algorithm.K=2): drafter.ahead=ssd: drafts ahead",
+        ),
     ],
 )
 def test_a_bad_address_or_override_is_refused_before_anything_is_sent(
-    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(submit, "JobSubmissionClient", lambda *_: pytest.fail("a client made for a refused job"))
     with pytest.raises(SystemExit) as exit:
         submit.main(argv)
     err = capsys.readouterr().err
     assert exit.value.code == 2 and named in err and "Traceback" not in err
+
+
+def test_what_only_a_remote_clusters_machine_can_check_is_left_to_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint, a dataset or a store on the cluster's own disks is not there to check here: the job checks
+    it there, before it starts anything; the rest of its config is checked here."""
+    sent: list[str] = []
+
+    class Client:
+        def __init__(self, address: str) -> None:
+            sent.append(address)
+
+        def submit_job(self, **kwargs: object) -> None:
+            pass
+
+    monkeypatch.setattr(submit, "JobSubmissionClient", Client)
+    elsewhere = ["model.target_path=/on/the/cluster/target", "model.draft_path=/on/the/cluster/draft"]
+    assert submit.main([*REMOTE, "--no-wait", "--", *elsewhere]) == 0 and sent == [REMOTE[1]]
 
 
 def list_jobs(address: str) -> bool:
@@ -118,10 +151,10 @@ def list_jobs(address: str) -> bool:
 
 
 @pytest.fixture
-def local_ray_head(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A Ray head of this test only, on 127.0.0.1 without token auth; yields its Jobs API address."""
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # Ray 2.60 turns token auth on when ~/.ray/auth_token exists
-    yield from (head.jobs for head in ray_head({"RAY_AUTH_MODE": "disabled"}, list_jobs))
+def local_ray_head() -> Iterator[str]:
+    """A Ray head of this test only, on 127.0.0.1 with the suite's token (`support.ray_auth`: this process's
+    client sends it); yields its Jobs API address."""
+    yield from (head.jobs for head in ray_head(suite_auth(), list_jobs))
 
 
 HEAD_TOKEN = "speculab-test-token-0123456789abcdef"

@@ -141,3 +141,22 @@ def test_a_killed_loop_actor_is_recreated_and_the_unit_decoded_again_unchanged(b
     assert killed and again == clean
     assert loop.stats.restarts == 1 and "loop group" in caplog.text and "lost an actor" in caplog.text
     assert loop.group.members[0] != victim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp_size", [1, 2])
+def test_a_driver_loops_autoregressive_baseline_is_one_ray_call_a_unit(ray_pool: GroupPool, tp_size: int) -> None:
+    """With the loop in the driver the speculative decode makes Ray calls every round, but its baseline is
+    decoded whole by the target's ranks (`tp_loop.whole`): a Ray call a token would slow the baseline that
+    every speedup is taken over. Its tokens and KV (summed over the ranks) are inline's."""
+    from dataclasses import replace
+
+    driver = start_loop("driver", replace(TARGET, tp_size=tp_size), DRAFT, plan())
+    inline = start_loop("inline", TARGET, DRAFT, plan())
+    target = loop_groups(driver)["target"]
+    calls = target.stats.calls
+    whole = driver.decode_unit("autoregressive", 1, 0).result
+    assert target.stats.calls == calls + tp_size  # one call to each rank
+    reference = inline.decode_unit("autoregressive", 1, 0).result
+    assert [p.tokens for p in whole.prompts] == [p.tokens for p in reference.prompts]
+    assert [r.kv_target_bytes for r in whole.rounds] == [r.kv_target_bytes for r in reference.rounds]

@@ -85,10 +85,11 @@ def test_an_embedded_cluster_is_started_even_where_another_runs(monkeypatch) -> 
 def test_an_embedded_cluster_keeps_the_users_auth_settings_and_each_gets_its_own_token() -> None:
     """Ray's default for a new local cluster writes `~/.ray/auth_token` and warns that it did; speculab's
     embedded cluster gets a fresh token in its environment instead, unless the user chose Ray's auth."""
-    from speculab.runtime.ray_actors import embedded_auth
+    from speculab.config.attach import embedded_auth
 
     first, second = embedded_auth({}), embedded_auth({})
-    assert first.keys() == {"RAY_AUTH_TOKEN"} and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
+    assert first.keys() == {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} and first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
+    assert first["RAY_AUTH_MODE"] == "token"  # named: a process started before the cluster reads it too
     assert embedded_auth({"RAY_AUTH_MODE": "disabled"}) == {}
     assert embedded_auth({"RAY_AUTH_TOKEN": "mine"}) == {}
 

@@ -66,11 +66,15 @@ def test_each_replica_has_groups_of_its_own_name() -> None:
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [
-        (["cluster.replicas=0"], "cluster.replicas=0: must be an integer >= 1, or auto"),
-        (["cluster.replicas=many"], "cluster.replicas=many: must be an integer >= 1, or auto"),
+        (["cluster.replicas=0"], "cluster.replicas=0: must be an integer >= 1 and <= 1024, or auto"),
+        (["cluster.replicas=many"], "cluster.replicas=many: must be an integer >= 1 and <= 1024, or auto"),
         (["cluster.replicas=2", "runtime=inline"], "cluster.replicas=2: replicas are copies of a point's Ray groups"),
         (["cluster.replicas=2", "runtime.loop=driver"], "with the decode loop in the driver (runtime.loop=driver)"),
         (["cluster.replicas=3", "cluster.num_cpus=2"], "cluster.replicas=3: the local Ray cluster has 2 CPUs"),
+        (  # a copy drafting ahead is its loop group and its draft actor: two actors
+            ["cluster.replicas=2", "cluster.num_cpus=3", "cluster.draft_placement=own", "drafter.ahead=ssd"],
+            "2 copies of the point's 2 model actor(s) need 4",
+        ),
         (["cluster.spread=true"], "cluster.spread=true: spreads a point's units over replicas; set cluster.replicas"),
     ],
 )
@@ -243,6 +247,7 @@ def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: P
     sweep.send_signal(signal.SIGTERM)
     out, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]  # nor a replica's
     assert "speculab: interrupted; the running points stop at the end of their unit" in out
     assert "lost" not in out and "failed" not in out  # an interrupt is neither
     client = MlflowClient(uri)
@@ -274,6 +279,35 @@ def test_groups_lost_before_a_points_first_unit_give_the_point_back(monkeypatch:
     monkeypatch.setattr(jobs._Seated, "seat", jobs.Seat(0, 2, flags))
     with pytest.raises(jobs.ReplicaLost, match="before the point's first unit"):
         experiment.decode_point(plan, shape, NoopTracker())
-    flags[1] = 1  # the other replica lost too: none left to take the point
+    assert list(flags) == [1, 0]  # replica 1 gave its point up, and is lost
+    flags[0], flags[1] = 0, 1  # the other replica lost instead: none left to take the point
     with pytest.raises(ClusterError, match="lost an actor"):
         experiment.decode_point(plan, shape, NoopTracker())
+    assert list(flags) == [0, 1]  # the last replica runs on
+
+
+def test_two_replicas_lost_at_once_never_both_give_their_points_up() -> None:
+    """The decision is one, under the flags' lock: of two replicas whose groups are lost at the same moment,
+    one gives its point up to the other, and the other, now the last, goes on (restarts its groups)."""
+    import multiprocessing
+    import threading
+
+    from speculab import jobs
+
+    for _ in range(50):
+        flags = multiprocessing.get_context("spawn").Array("b", 2)
+        seats, answers, start = [jobs.Seat(r, 2, flags) for r in range(2)], [False, False], threading.Barrier(2)
+
+        def decide(r: int) -> None:
+            start.wait()
+            answers[r] = seats[r].give_up()
+
+        threads = [threading.Thread(target=decide, args=(r,)) for r in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(answers) == [False, True] and sum(flags) == 1
+    three = multiprocessing.get_context("spawn").Array("b", 3)
+    assert [jobs.Seat(r, 3, three).give_up() for r in (0, 1, 2)] == [True, True, False]
+    assert jobs.Seat(0, 3, three).give_up()  # asked again, a lost replica stays lost

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+import speculab
 
 # aten ops that read a value on the host, or whose output's shape a value decides
 READ_OPS = frozenset(
@@ -37,14 +40,22 @@ READ_OPS = frozenset(
 )
 # Tensor methods that read on the host without reaching the dispatcher on the CPU
 READ_METHODS = ("tolist", "numpy", "cpu")
+# The package's own folder: a checkout may be named `speculab` too (as `git clone` names it), and this
+# helper's frames, under tests/, must not count as the package's.
+PACKAGE = Path(speculab.__file__).parent
+
+
+def site_of(stack: Sequence[traceback.FrameSummary], package: Path = PACKAGE) -> str:
+    """`module.py:line function` of the innermost frame of `stack` in a module of `package`."""
+    for frame in reversed(stack):
+        if Path(frame.filename).is_relative_to(package):
+            return f"{Path(frame.filename).relative_to(package).as_posix()}:{frame.lineno} {frame.name}"
+    return "?"
 
 
 def _site() -> str:
-    """`module.py:line function` of the innermost speculab frame that made the read."""
-    for frame in reversed(traceback.extract_stack()):
-        if "/speculab/" in frame.filename:
-            return f"{frame.filename.rsplit('/speculab/', 1)[1]}:{frame.lineno} {frame.name}"
-    return "?"
+    """The site of the read being made (`site_of` this thread's stack)."""
+    return site_of(traceback.extract_stack())
 
 
 def _reads(func: Any, args: tuple[Any, ...]) -> bool:

@@ -36,10 +36,10 @@ def point_overrides(params: dict[str, str]) -> list[str]:
     return [f"algorithm={params['algorithm.name']}", f"sampling.temperature={params['sampling.temperature']}"]
 
 
-def decoding(root: Path) -> set[str]:
-    """The replicas ("1 of 2", ...) whose point run is decoding: it has logged a finished prompt and not
-    ended (the spools under `root`)."""
-    found = set()
+def decoding(root: Path) -> dict[str, int]:
+    """The replicas ("1 of 2", ...) whose point run is decoding, with the process writing it: it has logged a
+    finished prompt and not ended (the spools under `root`)."""
+    found = {}
     for spool in root.rglob("spool/*.jsonl"):
         records = []
         for line in spool.read_text().splitlines():
@@ -50,5 +50,5 @@ def decoding(root: Path) -> set[str]:
         replica = records[0].get("tags", {}).get("speculab.replica") if records else None
         decoded = any(r["op"] == "metrics" and "prompt/generated_tokens" in r["metrics"] for r in records)
         if replica and decoded and records[-1]["op"] != "end":
-            found.add(replica)
+            found[replica] = records[0]["pid"]
     return found

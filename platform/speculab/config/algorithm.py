@@ -110,8 +110,7 @@ def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
         errors.append(rule_error)
     elif algorithm.node_rule in OT_RULES and "target" in found:
         errors += _transport_size_errors(algorithm, cfg.sampling.top_k, found["target"])
-    if algorithm.compare:
-        errors += _compare_errors(algorithm)
+    errors += _compare_errors(algorithm)
     return errors + _drafter_errors(cfg) + _tree_errors(algorithm) + _ahead_errors(cfg)
 
 
@@ -210,14 +209,17 @@ def _transport_size_errors(algorithm: AlgorithmConfig, top_k: int, target: Check
 
 
 def _compare_errors(algorithm: AlgorithmConfig) -> list[str]:
-    """`algorithm.compare`: path verifiers, beside a path algorithm, lossless at K unless allowed."""
+    """`algorithm.compare`: path verifiers, beside a path algorithm, lossless at K unless allowed; and
+    `algorithm.compare_repeats` within its range, set or not."""
     from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS
 
     errors: list[str] = []
+    within(errors, "algorithm.compare_repeats", algorithm.compare_repeats, REPEATS_RANGE)
+    if not algorithm.compare:
+        return errors
     if ALGORITHMS[algorithm.name].tree_builder:
-        return [
-            f"algorithm.compare: algorithm={algorithm.name} drafts a tree; compare needs i.i.d. paths (path algorithms)"
-        ]
+        tree = f"algorithm.compare: algorithm={algorithm.name} drafts a tree; compare needs i.i.d. paths"
+        return [*errors, f"{tree} (path algorithms)"]
     for name in algorithm.compare:
         if name not in PATH_ALGORITHMS:
             errors.append(
@@ -228,5 +230,4 @@ def _compare_errors(algorithm: AlgorithmConfig) -> list[str]:
                 f"algorithm.compare: {name} is not lossless at K={algorithm.K}; "
                 "set algorithm.allow_lossy=true to compare it"
             )
-    within(errors, "algorithm.compare_repeats", algorithm.compare_repeats, REPEATS_RANGE)
     return errors

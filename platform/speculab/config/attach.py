@@ -7,6 +7,7 @@ cluster's config) needs no cluster to answer."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 from collections.abc import Mapping
 from functools import cache
@@ -40,9 +41,23 @@ def token_mode(environ: Mapping[str, str], home: Path) -> dict[str, str]:
 
 
 def attach_env(cfg: ClusterView, environ: Mapping[str, str], home: Path) -> dict[str, str]:
-    """`token_mode` where a run attaches to a running cluster (an embedded one makes a token of its own:
-    `runtime.ray_actors.embedded_auth`)."""
-    return token_mode(environ, home) if cfg.runtime.kind == "ray" and cfg.cluster.address else {}
+    """What a run on Ray sets in its environment before Ray reads it (`cli.precheck`): `token_mode` where it
+    attaches to a running cluster, `embedded_auth` where it starts one of its own."""
+    if cfg.runtime.kind != "ray":
+        return {}
+    return token_mode(environ, home) if cfg.cluster.address else embedded_auth(environ)
+
+
+def embedded_auth(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives an embedded cluster a token of its own: token authentication, named
+    (Ray would turn it on for a new local cluster only in the process that starts it, after any process
+    started before it, a sweep's replica, read its mode), with the token in `RAY_AUTH_TOKEN`, which the
+    raylet, GCS and workers inherit, so the cluster refuses other local users' calls and nothing is
+    written to `~/.ray/auth_token` (Ray's default writes it and says so). Where the user chose Ray's
+    auth mode or token, theirs stand."""
+    if "RAY_AUTH_MODE" in environ or "RAY_AUTH_TOKEN" in environ:
+        return {}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def address_errors(cfg: ClusterView) -> list[str]:

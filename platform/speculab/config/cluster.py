@@ -15,13 +15,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from speculab.config.errors import at_least, choice
+from speculab.config.errors import choice, within
 from speculab.config.model import ModelView
 from speculab.config.runtime import RuntimeView, loop_host
 
 DEVICES = ("cpu", "cuda", "cuda:N", "auto")  # auto: cuda where the models run has a GPU, else cpu
 CUDA_INDEX = re.compile(r"cuda:(\d+)")
 OWN_DRAFT_GPU = "cuda:1"  # model.draft_device on Ray: rank 0's bundle asks for a second GPU, the draft's
+CPUS_RANGE = (1, 1 << 16)  # cluster.num_cpus, and the most cluster.actor_cpus may reserve
+GPUS_RANGE = (0, 1 << 16)  # cluster.num_gpus
+PLAN_TOKENS_RANGE = (1, 1 << 20)  # cluster.plan_prompt_tokens
+TP_RANGE = (1, 1024)  # cluster.tp_size
 
 
 @dataclass
@@ -188,15 +192,16 @@ def field_errors(c: ClusterConfig) -> list[str]:
     from speculab.models.tp import TP_BACKENDS
 
     errors: list[str] = []
-    if c.num_cpus is not None and c.num_cpus < 1:
-        errors.append(f"cluster.num_cpus={c.num_cpus}: must be an integer >= 1, or null (every core)")
-    if c.actor_cpus <= 0:
-        errors.append(f"cluster.actor_cpus={c.actor_cpus}: must be > 0 (CPUs each model actor reserves)")
+    low, high = CPUS_RANGE
+    if c.num_cpus is not None and not low <= c.num_cpus <= high:
+        errors.append(f"cluster.num_cpus={c.num_cpus}: must be an integer >= {low} and <= {high}, or null (every core)")
+    if not 0 < c.actor_cpus <= high:
+        errors.append(f"cluster.actor_cpus={c.actor_cpus}: must be > 0 and <= {high} (CPUs each model actor reserves)")
     if c.gpu_memory_gib < 0:
         errors.append(f"cluster.gpu_memory_gib={c.gpu_memory_gib}: must be >= 0 (0 when cluster.num_gpus = 0)")
-    at_least(errors, "cluster.num_gpus", c.num_gpus, 0)
+    within(errors, "cluster.num_gpus", c.num_gpus, GPUS_RANGE)
     choice(errors, "cluster.tp_backend", c.tp_backend, ("auto", *TP_BACKENDS))
-    at_least(errors, "cluster.plan_prompt_tokens", c.plan_prompt_tokens, 1)
+    within(errors, "cluster.plan_prompt_tokens", c.plan_prompt_tokens, PLAN_TOKENS_RANGE)
     if not 0 < c.draft_gpu <= 1:
         errors.append(f"cluster.draft_gpu={c.draft_gpu}: must be in (0, 1] (1: own GPU; < 1: beside a target shard)")
     if c.num_gpus > 0 and c.gpu_memory_gib <= 0:

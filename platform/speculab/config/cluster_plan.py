@@ -9,8 +9,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from speculab.config.checkpoints import Checkpoint
-from speculab.config.cluster import OWN_DRAFT_GPU, ClusterView, field_errors, own_draft_gpu, resolve_device
-from speculab.config.errors import at_least, choice
+from speculab.config.cluster import OWN_DRAFT_GPU, TP_RANGE, ClusterView, field_errors, own_draft_gpu, resolve_device
+from speculab.config.errors import choice, within
 from speculab.config.footprint import host_memory_bytes, planned_footprint, tp_backend_for
 from speculab.config.runtime import loop_host
 
@@ -137,11 +137,12 @@ class ClusterPlan:
 def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint], plan: ClusterPlan) -> list[str]:
     """The cluster's fields, its GPUs against the model actors, TP divisibility and the memory footprint
     (speculab.models.memory, from config.json), with the draft where `plan` puts it."""
+    from speculab.algorithms import ALGORITHMS
     from speculab.models.memory import DTYPE_BYTES
 
     c = cfg.cluster
     split: list[str] = []
-    at_least(split, "cluster.tp_size", c.tp_size, 1)
+    within(split, "cluster.tp_size", c.tp_size, TP_RANGE)
     if cfg.runtime.kind == "inline" and c.tp_size > 1:
         split.append(f"cluster.tp_size={c.tp_size}: tensor parallelism needs runtime=ray (inline is one process)")
     errors = field_errors(c) + placement_errors(cfg)
@@ -152,8 +153,8 @@ def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint], plan: Cluster
             f"{c.num_gpus}; lower cluster.tp_size, shard the draft with the target (cluster.draft_placement="
             "sharded) or set cluster.draft_gpu < 1 (draft beside a target shard), or use a cluster with more GPUs"
         )
-    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES:
-        return split + errors
+    if len(found) < 2 or c.tp_size < 1 or cfg.model.dtype not in DTYPE_BYTES or cfg.algorithm.name not in ALGORITHMS:
+        return split + errors  # each refused in its own line; nothing to plan the memory by
     return split + errors + _memory_errors(cfg, found, plan, memory=not errors)
 
 

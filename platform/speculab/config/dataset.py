@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speculab.config.errors import at_least, choice
+from speculab.config.errors import choice
+from speculab.config.sampling import SEED_LIMIT
+
+PROMPTS_RANGE = (1, 1_000_000)  # dataset.num_prompts (null: every prompt the dataset holds)
 
 
 @dataclass
@@ -26,12 +29,15 @@ def dataset_errors(d: DatasetConfig) -> list[str]:
     from speculab.data import DATASETS, check_dataset
 
     errors: list[str] = []
-    if d.num_prompts is not None:
-        at_least(errors, "dataset.num_prompts", d.num_prompts, 1)
-    if d.sample_seed is not None and (isinstance(d.sample_seed, bool) or d.sample_seed < 0):
+    low, high = PROMPTS_RANGE
+    if d.num_prompts is not None and not low <= d.num_prompts <= high:
         errors.append(
-            f"dataset.sample_seed={d.sample_seed!r}: must be an integer >= 0 (a random sample of the prompts) or null "
-            "(the first dataset.num_prompts)"
+            f"dataset.num_prompts={d.num_prompts}: must be an integer >= {low} and <= {high}, or null (every prompt)"
+        )
+    if d.sample_seed is not None and (isinstance(d.sample_seed, bool) or not 0 <= d.sample_seed < SEED_LIMIT):
+        errors.append(
+            f"dataset.sample_seed={d.sample_seed!r}: must be an integer in [0, {SEED_LIMIT}) (a random sample of "
+            "the prompts) or null (the first dataset.num_prompts)"
         )
     errors += slice_errors(d)
     if d.name not in DATASETS:

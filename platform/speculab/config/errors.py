@@ -19,11 +19,6 @@ def choice(errors: list[str], key: str, value: Any, allowed: tuple[str, ...]) ->
         errors.append(f"{key}={value!r}: must be one of {', '.join(allowed)}")
 
 
-def at_least(errors: list[str], key: str, value: int, low: int) -> None:
-    if value < low:
-        errors.append(f"{key}={value}: must be an integer >= {low}")
-
-
 def within(errors: list[str], key: str, value: int, bounds: tuple[int, int]) -> None:
     low, high = bounds
     if not low <= value <= high:

@@ -44,10 +44,14 @@ def tp_backend_for(choice: str, target_config: dict[str, Any]) -> str:
 
 def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint], where: str) -> MemoryFootprint | None:
     """The bytes of the point on each GPU (or host process), planned from both checkpoints' config.json
-    with the draft `where` (`gpu_place`); None where the planner does not know an architecture."""
+    with the draft `where` (`gpu_place`); None where the planner does not know an architecture, or an
+    algorithm or a dtype it would size the caches by (each refused in its own line)."""
+    from speculab.algorithms import ALGORITHMS
     from speculab.models.memory import DTYPE_BYTES, Workload, architecture, memory_footprint
 
     c, s = cfg.cluster, cfg.sampling
+    if cfg.algorithm.name not in ALGORITHMS or cfg.model.dtype not in DTYPE_BYTES:
+        return None
     try:
         target, draft = architecture(found["target"].config), architecture(found["draft"].config)
     except (ValueError, KeyError):

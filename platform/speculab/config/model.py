@@ -19,7 +19,7 @@ from omegaconf import MISSING
 from safetensors import SafetensorError, safe_open
 
 from speculab.config.algorithm import DrafterConfig, DraftView
-from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, read_json, resolve_path
+from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, irregular_error, read_json, resolve_path, typed_errors
 from speculab.config.errors import choice
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -168,13 +168,18 @@ def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[
     vocab: dict[str, tuple[int, Any]] = {}
     for role, (key, path) in located.items():
         try:
-            found[role] = Checkpoint(key, path, read_json(path / "config.json"))
+            found[role] = _checkpoint(key, path)
             vocab[role] = _vocabulary(found[role])
         except ValueError as err:
             errors.append(f"{key}: {err}")
         else:
             errors += _position_errors(found[role])
-        errors += _weight_errors(key, path)
+        weights = _weight_errors(key, path)
+        if not weights and role in found:  # every file complete: its tensors against its config
+            from speculab.models.tensors import weight_problems
+
+            weights = [f"{key}: {line}" for line in weight_problems(path, found[role].config)]
+        errors += weights
     if len(vocab) == 2 and _vocabularies_differ(vocab["target"], vocab["draft"]):
         errors.append(
             f"{found['draft'].key}: draft and target vocabularies differ "
@@ -182,6 +187,15 @@ def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[
             "speculative decoding needs one shared tokenizer"
         )
     return errors, found
+
+
+def _checkpoint(key: str, path: Path) -> Checkpoint:
+    """The checkpoint at `path` with its config.json, every key the platform reads of the type it must have;
+    ValueError naming the file and the keys that are not."""
+    config = read_json(path / "config.json")
+    if typed := typed_errors(path / "config.json", config):
+        raise ValueError("; ".join(typed))
+    return Checkpoint(key, path, config)
 
 
 def pass_errors(model: ModelConfig, target_device: str) -> list[str]:
@@ -220,6 +234,9 @@ def _weight_errors(key: str, path: Path) -> list[str]:
         ]
     errors = _index_errors(key, path)
     for weights in files:
+        if (irregular := irregular_error(weights)) is not None:
+            errors.append(f"{key}: {irregular}")
+            continue
         try:
             with safe_open(str(weights), framework="numpy"):
                 pass
@@ -232,7 +249,11 @@ def _index_errors(key: str, path: Path) -> list[str]:
     """Every shard file a sharded checkpoint's index (`*.index.json`, its `weight_map`) names exists."""
     errors = []
     for index in sorted(path.glob("*.index.json")):
-        weight_map = read_json(index).get("weight_map")
+        try:
+            weight_map = read_json(index).get("weight_map")
+        except ValueError as err:
+            errors.append(f"{key}: {err}; download or save it again")
+            continue
         if not isinstance(weight_map, dict):
             errors.append(f"{key}: {index} has no weight_map (tensor name -> shard file); download or save it again")
             continue
@@ -276,8 +297,19 @@ def _vocabulary(checkpoint: Checkpoint) -> tuple[int, Any]:
             "(a positive vocab_size is required)"
         )
     tokenizer = checkpoint.path / "tokenizer.json"
-    vocab = read_json(tokenizer).get("model", {}).get("vocab") if tokenizer.is_file() else None
-    return size, vocab
+    return size, (_tokenizer_vocabulary(tokenizer) if tokenizer.exists() else None)
+
+
+def _tokenizer_vocabulary(tokenizer: Path) -> dict[str, Any] | list[Any]:
+    """tokenizer.json's vocabulary (`model.vocab`: a token -> id object, or a Unigram's list); ValueError
+    naming the file where it has none."""
+    model = read_json(tokenizer).get("model")
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not isinstance(vocab, dict | list):
+        raise ValueError(
+            f"{tokenizer}: model={model!r:.60}: not a tokenizer's (an object whose vocab lists the tokens is required)"
+        )
+    return vocab
 
 
 def context_length(config: dict[str, Any]) -> tuple[str, int] | None:

@@ -17,13 +17,15 @@ from speculab.config.cluster import ClusterView, own_draft_gpu
 from speculab.config.runtime import loop_host
 
 AUTO = "auto"
+REPLICAS_RANGE = (1, 1024)  # cluster.replicas, as an integer
 
 
 def asked(value: Any) -> int | None:
-    """The replica count asked for: an integer >= 1, None for auto; ValueError for anything else."""
+    """The replica count asked for: an integer in REPLICAS_RANGE, None for auto; ValueError for anything else."""
     if value == AUTO:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    low, high = REPLICAS_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(value)
     return value
 
@@ -37,8 +39,8 @@ def replica_errors(cfg: ClusterView) -> list[str]:
         count = asked(c.replicas)
     except ValueError:
         return [
-            f"cluster.replicas={c.replicas}: must be an integer >= 1, or auto (as many copies of a point's "
-            "model groups as the cluster holds)"
+            f"cluster.replicas={c.replicas}: must be an integer >= {REPLICAS_RANGE[0]} and <= {REPLICAS_RANGE[1]}, "
+            "or auto (as many copies of a point's model groups as the cluster holds)"
         ]
     if count == 1:
         spread = "cluster.spread=true: spreads a point's units over replicas; set cluster.replicas > 1 or auto"
@@ -65,7 +67,7 @@ def replica_errors(cfg: ClusterView) -> list[str]:
     if count is not None and c.address is None and count * each > cores:
         return [
             f"cluster.replicas={count}: the local Ray cluster has {cores} CPUs and {count} copies of the point's "
-            f"{c.tp_size} model actor(s) need {count * each:g} (cluster.actor_cpus={c.actor_cpus:g} each); set "
+            f"{c.tp_size + actor} model actor(s) need {count * each:g} (cluster.actor_cpus={c.actor_cpus:g} each); set "
             f"cluster.replicas to at most {max(1, int(cores // each))}, or auto"
         ]
     return []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from speculab.config.errors import at_least, choice
+from speculab.config.errors import choice, within
 
 RUNTIMES = ("inline", "ray")
 # runtime.loop: where the decode loop runs on Ray. target: in rank 0 of the target's group, the draft in the
@@ -30,6 +30,9 @@ class RuntimeConfig:
 
 
 MIN_TIMEOUT_S = 1.0  # below, a Ray group could never be placed (nor a collective step answered) in time
+MAX_TIMEOUT_S = 86400.0  # a day: past it a wait is a typo (and torch's timedelta overflows at 10**12 s)
+RESTARTS_RANGE = (0, 100)  # runtime.max_restarts
+THREADS_RANGE = (0, 1024)  # runtime.torch_threads (0: the CPUs one model actor reserves)
 
 
 class DraftPlaced(Protocol):
@@ -68,16 +71,16 @@ def loop_host(cfg: RuntimeView) -> str:
 
 
 def runtime_errors(r: RuntimeConfig) -> list[str]:
-    """A known runtime and loop place, counts at their least and positive timeouts."""
+    """A known runtime and loop place, counts within their ranges and timeouts between a second and a day."""
     errors: list[str] = []
     choice(errors, "runtime.kind", r.kind, RUNTIMES)
     choice(errors, "runtime.loop", r.loop, LOOPS)
-    at_least(errors, "runtime.max_restarts", r.max_restarts, 0)
-    at_least(errors, "runtime.torch_threads", r.torch_threads, 0)
+    within(errors, "runtime.max_restarts", r.max_restarts, RESTARTS_RANGE)
+    within(errors, "runtime.torch_threads", r.torch_threads, THREADS_RANGE)
     for key in ("collective_timeout_s", "placement_timeout_s"):
-        if not getattr(r, key) >= MIN_TIMEOUT_S:
+        if not MIN_TIMEOUT_S <= getattr(r, key) <= MAX_TIMEOUT_S:
             errors.append(
-                f"runtime.{key}={getattr(r, key)}: must be >= {MIN_TIMEOUT_S:g} (seconds: placing a group or a "
-                "collective step takes longer than that)"
+                f"runtime.{key}={getattr(r, key)}: must be >= {MIN_TIMEOUT_S:g} and <= {MAX_TIMEOUT_S:g} (seconds: "
+                "placing a group or a collective step takes longer than the least; the most is a day)"
             )
     return errors

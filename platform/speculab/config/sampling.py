@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from speculab.config.errors import at_least
+from speculab.config.errors import within
 
 
 @dataclass
@@ -30,6 +30,12 @@ MIN_TEMPERATURE = 1e-6
 # the sum is kept a signed 64-bit integer (below 2**63), which every generator and store takes as is,
 # and 2**32 of headroom covers the prompt index of any run.
 SEED_LIMIT = 2**63 - 2**32
+# Every count has an upper bound too: a value past it is a typo, not a workload (10**12 repetitions read as
+# 181 million hours on the progress bar)
+TOP_K_RANGE = (0, 1 << 20)  # sampling.top_k (0: no limit; one above the vocabulary limits nothing either)
+NEW_TOKENS_RANGE = (1, 1 << 20)  # sampling.max_new_tokens (the target's context bounds it further)
+BATCH_RANGE = (1, 4096)  # sampling.batch_size
+MEASURE_REPEATS_RANGE = (1, 1000)  # measure.repeats
 
 
 # `measure.generate`: the form of transformers' generate that `baseline_hf` times (`speculab.baselines`)
@@ -57,7 +63,7 @@ def generate_form(choice: str, device: str) -> str:
 
 def sampling_errors(s: SamplingConfig, m: MeasureConfig) -> list[str]:
     """A finite temperature, 0 or at least MIN_TEMPERATURE; top_p in (0, 1]; a seed below SEED_LIMIT;
-    and counts at their least."""
+    and counts within their ranges."""
     errors: list[str] = []
     if not (math.isfinite(s.temperature) and s.temperature >= 0):
         errors.append(f"sampling.temperature={s.temperature}: must be a finite number >= 0 (0 = greedy)")
@@ -65,12 +71,12 @@ def sampling_errors(s: SamplingConfig, m: MeasureConfig) -> list[str]:
         errors.append(f"sampling.temperature={s.temperature}: must be 0 (greedy) or at least {MIN_TEMPERATURE}")
     if not 0 < s.top_p <= 1:
         errors.append(f"sampling.top_p={s.top_p}: must be in (0, 1]")
-    at_least(errors, "sampling.top_k", s.top_k, 0)
-    at_least(errors, "sampling.max_new_tokens", s.max_new_tokens, 1)
-    at_least(errors, "sampling.batch_size", s.batch_size, 1)
+    within(errors, "sampling.top_k", s.top_k, TOP_K_RANGE)
+    within(errors, "sampling.max_new_tokens", s.max_new_tokens, NEW_TOKENS_RANGE)
+    within(errors, "sampling.batch_size", s.batch_size, BATCH_RANGE)
     if not 0 <= s.seed < SEED_LIMIT:
         errors.append(f"sampling.seed={s.seed}: must be an integer in [0, {SEED_LIMIT})")
-    at_least(errors, "measure.repeats", m.repeats, 1)
+    within(errors, "measure.repeats", m.repeats, MEASURE_REPEATS_RANGE)
     if m.generate not in GENERATE_FORMS:
         errors.append(f"measure.generate={m.generate}: must be one of {', '.join(GENERATE_FORMS)}")
     return errors

@@ -5,10 +5,13 @@ experiment name, local paths this user can create and write, a UI port)."""
 from __future__ import annotations
 
 import os
+import sqlite3
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from speculab.config.checkpoints import regular_file
 from speculab.config.errors import within
 
 # MLflow's tracking stores by URI scheme (no scheme: a local file store); SQLAlchemy ones may add
@@ -91,6 +94,37 @@ def store_path(uri: str) -> Path | None:
     return Path(uri) if not scheme else None
 
 
+def store_error(uri: str, field: str) -> str | None:
+    """Why a local store that exists at ``uri`` (given as ``field``) is no store: an SQLite store that is not
+    a regular file holding an SQLite database, a file store that is not a directory (None: it is one, or
+    it is not there yet)."""
+    store, scheme = store_path(uri), urlparse(uri).scheme.split("+")[0]
+    if store is None or not store.exists():
+        return None
+    if scheme != "sqlite":
+        return None if store.is_dir() else f"{field}{uri!r}: {store} is a file, not a file store's directory"
+    if store.is_dir():
+        return f"{field}{uri!r}: {store} is a directory, not a SQLite database file"
+    if not regular_file(store):
+        return f"{field}{uri!r}: {store} is not a regular file (a FIFO or a device); refused without opening it"
+    if (why := not_sqlite(store)) is not None:
+        return f"{field}{uri!r}: {store} is not an SQLite database ({why}); name the database a run wrote"
+    return None
+
+
+def not_sqlite(path: Path) -> str | None:
+    """What SQLite says of the file at `path`, opened read-only, where it is no database (an empty file is a
+    new one); None where it is one, or one busy with another writer."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)) as db:
+            db.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.OperationalError:  # locked, busy: a database all the same
+        return None
+    except sqlite3.DatabaseError as err:
+        return str(err)
+    return None
+
+
 def resume_errors(resume: bool, t: TrackingConfig) -> list[str]:
     """`resume=true` looks finished points up in the tracking store: with tracking off there is none (and
     looking would create one)."""
@@ -140,8 +174,8 @@ def tracking_errors(t: TrackingConfig) -> list[str]:
         errors.append(unknown)
     elif store is not None and (blocker := _blocking_file(store)) is not None:
         errors.append(f"tracking.uri={uri!r}: {blocker} is a file, so the store {store} cannot be created")
-    elif store is not None and scheme == "sqlite" and store.is_dir():
-        errors.append(f"tracking.uri={uri!r}: {store} is a directory, not a SQLite database file")
+    elif (wrong := store_error(uri, "tracking.uri=")) is not None:
+        errors.append(wrong)
     elif store is not None and (locked := not_writable(store)) is not None:
         errors.append(f"tracking.uri={uri!r}: {locked} is not writable by this user, so the store cannot be written")
     elif store is not None and scheme == "sqlite" and store.exists() and not_writable(store.parent) is not None:

@@ -13,8 +13,10 @@ it reads a transformers model; its norms and rotary embedding compute what trans
 around the same tensors (`TreeLM.model`, on first use).
 
 A checkpoint that is anything else (another family, an activation other than SiLU, a rope whose
-frequencies change with the length, a sliding window, a missing tensor) returns None from
-`checkpoint_lm`, and transformers loads it (`models.hf.load_causal_lm`).
+frequencies change with the length, a sliding window, a tensor left that this module does not read)
+returns None from `checkpoint_lm`, and transformers loads it (`models.hf.load_causal_lm`). Validation
+has checked its tensors' names and shapes against its config first (`models.tensors`); its weights'
+values are checked as they load (`weights.refuse_non_finite`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
 from speculab.models.families import full_attention
 from speculab.models.lean import rms_norm
 from speculab.models.tp import checkpoint_files
+from speculab.models.weights import refuse_non_finite, stored_tensors
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -158,14 +160,9 @@ def _readable(config: PretrainedConfig) -> bool:
     )
 
 
-def _shapes(files: list[Path]) -> dict[str, torch.Tensor]:
+def _shapes(path: Path, files: list[str]) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint as a meta tensor of its shape, from the files' headers (no data read)."""
-    shapes: dict[str, torch.Tensor] = {}
-    for file in files:
-        with safe_open(file, framework="pt") as header:
-            names = header.keys()  # a list: the file's handle is not iterable
-            shapes |= {key: torch.empty(header.get_slice(key).get_shape(), device="meta") for key in names}
-    return shapes
+    return {key: torch.empty(found.shape, device="meta") for key, found in stored_tensors(path, files).items()}
 
 
 def _tensors(files: list[Path], device: str) -> dict[str, torch.Tensor]:
@@ -196,13 +193,14 @@ def checkpoint_lm(path: str | Path, dtype: str = "float32", device: str = "cpu")
     if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
         return None
     config = AutoConfig.from_pretrained(str(path), local_files_only=True)
-    files, run_dtype = [path / name for name in checkpoint_files(path)], getattr(torch, dtype)
-    if any(file.suffix != ".safetensors" for file in files):  # shards of pytorch_model.bin: transformers reads them
+    names, run_dtype = checkpoint_files(path), getattr(torch, dtype)
+    if any(not name.endswith(".safetensors") for name in names):  # shards of pytorch_model.bin: transformers reads them
         return None
-    if not _readable(config) or _built(config, Weights(_shapes(files), run_dtype), path) is None:
+    if not _readable(config) or _built(config, Weights(_shapes(path, names), run_dtype), path) is None:
         return None
-    model = _built(config, Weights(_tensors(files, device), run_dtype), path)
+    model = _built(config, Weights(_tensors([path / name for name in names], device), run_dtype), path)
     assert model is not None, "the tensors the headers named"
+    refuse_non_finite(path, model.named_parameters())
     return model.to(device).eval()  # the rotary's inv_freq, made on the host
 
 

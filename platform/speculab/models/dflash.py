@@ -44,6 +44,7 @@ from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
 from speculab.models.static_pass import check_passes, pass_layer
+from speculab.models.weights import refuse_non_finite
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
 
@@ -120,6 +121,7 @@ def load_dflash(path: str | Path, dtype: torch.dtype = torch.float32, device: st
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(f"{path}: not a DFlash checkpoint (missing keys {missing}, unexpected keys {unexpected})")
+    refuse_non_finite(path, model.named_parameters())
     model.to(device=device, dtype=dtype)
     recreate_rotary_buffers(model, device)
     return model.eval()

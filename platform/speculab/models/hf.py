@@ -35,6 +35,7 @@ from speculab.models.families import lean_stack, own_decoder
 from speculab.models.lean import decoder_forward, layer_features, lean_layers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
 from speculab.models.static_pass import StaticPasses, check_passes, pass_layer
+from speculab.models.weights import refuse_non_finite
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -46,6 +47,7 @@ def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu"
     model = AutoModelForCausalLM.from_pretrained(
         str(path), dtype=getattr(torch, dtype), attn_implementation="sdpa", local_files_only=True
     )
+    refuse_non_finite(path, model.named_parameters())
     # typeshed's functools.wraps (on PreTrainedModel.to) does not bind self: mypy takes device for it
     return model.to(device).eval()  # type: ignore[arg-type]
 

@@ -85,11 +85,13 @@ def process_conditions(lean: bool = True) -> Conditions:
 def _transformers_lm(spec: LMSpec) -> DecoderLM:
     from speculab.models.checkpoint_lm import checkpoint_lm
     from speculab.models.hf import TreeLM, load_causal_lm
+    from speculab.models.weights import refuse_non_finite
 
     if spec.tp_size > 1:
         from speculab.models.tp import load_tp_causal_lm
 
         shard = load_tp_causal_lm(spec.path, spec.dtype, spec.device, spec.tp_size, spec.tp_backend)
+        refuse_non_finite(spec.path, shard.named_parameters())  # this rank's slices
         return TreeLM(shard, spec.feature_layers)  # an AutoTP shard runs its own modules, eagerly
     model = spec.model
     if model is None:  # read without transformers' classes where it runs lean anyway (a faster start)
@@ -366,3 +368,8 @@ class DraftModel:
     def conditions(self) -> Conditions:
         """This model's process and torch threads (the same inline for both roles)."""
         return process_conditions()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds so far of this model's process, every thread (asked of a draft actor of its own, whose
+        work a decode's CPU time counts: `runtime.loop_host`)."""
+        return time.process_time()

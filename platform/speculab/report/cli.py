@@ -28,7 +28,7 @@ from rich.console import Console
 
 from speculab.config import TrackingConfig, tracking_uri
 from speculab.config.overrides import first_line
-from speculab.config.tracking import scheme_error, store_path
+from speculab.config.tracking import scheme_error, store_error, store_path
 from speculab.report.figures import FIGURES
 from speculab.report.points import (
     Point,
@@ -146,6 +146,8 @@ def argument_problems(uri: str, out: Path | None) -> list[str]:
         problems.append(f"--uri {uri}: an in-memory store holds no runs; name the database a run wrote")
     elif store is not None and not store.exists():
         problems.append(f"--uri {uri}: no store at {store}; name the store your runs were tracked in (tracking.uri)")
+    elif (wrong := store_error(uri, "--uri ")) is not None:
+        problems.append(wrong)
     blocker = None if out is None else next((p for p in (out, *out.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         problems.append(f"--out {out}: {blocker} is a file, so the report's directory cannot be made there")

@@ -43,8 +43,12 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement 
     connect(p.address, p.num_cpus)
     refuse_unoffered({"cluster.target_resources": p.target_resources, "cluster.draft_resources": p.draft_resources})
     target_bundle, draft_bundle = model_bundles(target, draft, p)
-    target_group = POOL.get("target", target, target_bundle, p)
-    draft_group = POOL.get("draft", draft, draft_bundle, p)
+    from speculab.runtime.groups import group_name
+
+    target_group = POOL.get(
+        "target", target, target_bundle, p, frozenset({group_name("draft", draft, draft_bundle, p.replica)})
+    )
+    draft_group = POOL.get("draft", draft, draft_bundle, p, frozenset({target_group.name}))
     return GroupProxy(target_group, p.max_restarts), GroupProxy(draft_group, p.max_restarts)
 
 
@@ -103,8 +107,11 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
 
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
-        return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model))
-    from speculab.runtime.groups import POOL
+        # On Ray the autoregressive baseline is one call to the target's ranks, as beside the target: a Ray
+        # call a token would handicap the baseline every speedup is taken over.
+        whole = target_model.autoregressive if host == "driver" else None
+        return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model), whole)
+    from speculab.runtime.groups import POOL, group_name
     from speculab.runtime.loop_host import LoopSpec
     from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
@@ -113,14 +120,16 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
     refuse_unoffered({"cluster.target_resources": placement.target_resources})
     bundles = group_bundles(host, target, draft, placement)
     spec = LoopSpec(target, draft, draft_own=placement.draft_own)
-    loop = GroupProxy(POOL.get("loop", spec, bundles[0], placement), placement.max_restarts)
+    draft_name = group_name("draft", draft, bundles[1], placement.replica) if placement.draft_own else ""
+    loop = GroupProxy(POOL.get("loop", spec, bundles[0], placement, frozenset({draft_name})), placement.max_restarts)
     if not placement.draft_own:
         loop.start_point(work)
         return loop
     from speculab.runtime.served import ServedDraftLoop
 
     refuse_unoffered({"cluster.draft_resources": placement.draft_resources})
-    draft_group = GroupProxy(POOL.get("draft", draft, bundles[1], placement), placement.max_restarts)
+    draft_actor = POOL.get("draft", draft, bundles[1], placement, frozenset({loop.group.name}))
+    draft_group = GroupProxy(draft_actor, placement.max_restarts)
     served = ServedDraftLoop(loop, draft_group, work)
     served.start()
     return served

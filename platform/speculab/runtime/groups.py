@@ -23,11 +23,13 @@ import time
 from typing import Any
 
 import ray
+from ray.exceptions import RayTaskError
 from ray.util.placement_group import get_placement_group, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from speculab.config.cluster import Placement
 from speculab.models import LMSpec
+from speculab.models.weights import WeightsError
 from speculab.runtime.loop_host import LoopSpec
 from speculab.runtime.nodes import (
     Bundle,
@@ -36,6 +38,7 @@ from speculab.runtime.nodes import (
     bundle_nodes,
     cluster_nodes,
     demand,
+    fits,
     free_text,
     lost,
     readable,
@@ -159,7 +162,13 @@ class ActorGroup:
         address, port = ray.get(self.members[0].endpoint.remote())
         # Every rank's load is submitted before waiting on any: the rendezvous needs all of them.
         timeout = self.placement.collective_timeout_s
-        ray.get([m.load.remote(self.role, self.spec, address, port, timeout) for m in self.members])
+        try:
+            ray.get([m.load.remote(self.role, self.spec, address, port, timeout) for m in self.members])
+        except RayTaskError as err:  # no rank of a group that failed to load is kept
+            self.close()
+            if isinstance(err.cause, WeightsError):  # its one line, without the actor's traceback
+                raise err.cause from None
+            raise
         self.loads += 1
 
     def submit(self, method: str, args: tuple, kwargs: dict, split: bool = False) -> tuple[list[Any], Any]:
@@ -276,13 +285,47 @@ class GroupPool:
         self.groups: dict[str, ActorGroup] = {}
 
     def get(
-        self, role: str, spec: LMSpec | LoopSpec, bundles: list[Bundle], placement: Placement = EMBEDDED
+        self,
+        role: str,
+        spec: LMSpec | LoopSpec,
+        bundles: list[Bundle],
+        placement: Placement = EMBEDDED,
+        keep: frozenset[str] = frozenset(),
     ) -> ActorGroup:
-        """The open group for (role, spec, bundles), created and loaded on first use."""
+        """The open group for (role, spec, bundles), created and loaded on first use; `keep`: the names of
+        its point's other groups (`make_room` closes none of them)."""
         name = group_name(role, spec, bundles, placement.replica)
         if name not in self.groups:
+            self.make_room(bundles, placement.replica, keep)
             self.groups[name] = ActorGroup(role, spec, bundles, placement)
         return self.groups[name]
+
+    def make_room(self, bundles: list[Bundle], replica: int, keep: frozenset[str]) -> None:
+        """Close `replica`'s open groups not in `keep`, oldest first, until the cluster's free resources and
+        theirs hold `bundles`: a sweep's point in another layout than the point before (`runtime.loop=auto`
+        puts `drafter.ahead=off` and `ssd` apart) gets what its groups need instead of waiting for what the
+        idle groups hold. Groups that leave room stay loaded for a later point."""
+        idle = [g for name, g in self.groups.items() if g.placement.replica == replica and name not in keep]
+        if not idle:
+            return
+        free, closing = dict(ray.available_resources()), []
+        for group in idle:
+            if fits(bundles, free):
+                break
+            closing.append(group)
+            for key, amount in demand(group.bundles).items():  # what closing it frees
+                free[key] = free.get(key, 0.0) + amount
+        if not closing:
+            return
+        log.warning(
+            "closing %d group(s) of this process's earlier points to make room for %s: %s",
+            len(closing),
+            readable(demand(bundles)),
+            ", ".join(g.name for g in closing),
+        )
+        for group in closing:
+            self.groups.pop(group.name, None)
+            group.close()
 
     def model_loads(self, replica: int = 0) -> int:
         """Group loads of one replica by this driver since its pool was last emptied (a sweep reusing its

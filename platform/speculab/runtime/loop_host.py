@@ -73,10 +73,17 @@ class LoopHost:
     def start_point(self, work: PointWork, draft: DraftAddress | None = None) -> None:
         """Make `work` the point the next `decode_unit` calls decode (a sweep reuses the loaded models),
         with the draft beside it or served at `draft` by an actor of its own (`runtime.draft_channel`).
-        A decode's CPU time is every rank's (`cpu_seconds` is summed over them)."""
-        model = self.draft if draft is None else self._client(draft)
-        assert model is not None, "a loop group without its draft is given the draft actor's address"
-        self.loop = PointLoop(self.target, model, work, self.target.cpu_seconds, self.target.autoregressive)
+        A decode's CPU time is every rank's (`cpu_seconds` is summed over them) and a draft actor's."""
+        if draft is None:
+            assert self.draft is not None, "a loop group whose draft is an actor of its own needs its address"
+            self.loop = PointLoop(self.target, self.draft, work, self.target.cpu_seconds, self.target.autoregressive)
+            return
+        client = self._client(draft)
+
+        def cpu() -> float:  # the draft actor's process decodes too
+            return self.target.cpu_seconds() + client.cpu_seconds()
+
+        self.loop = PointLoop(self.target, client, work, cpu, self.target.autoregressive)
 
     def _client(self, address: DraftAddress) -> DraftClient:
         """The client of the draft served at `address`: connected once, again where the actor changed."""

@@ -2,8 +2,8 @@
 
 Each call goes to every rank of the group in the same order (a TP group's ranks must see
 identical forward and cache calls, or their collectives hang) and returns rank 0's result.
-Calls that return nothing (`commit`, `retain`) are submitted without waiting; the next
-waiting call also waits on them, so their errors still surface.
+Calls that return nothing (`runtime.calls`: `commit`, `retain`, a draft's `prefill`) are submitted
+without waiting; the next waiting call also waits on them, so their errors still surface.
 
 Target features (DFlash): a target group whose spec names `feature_layers` runs `prefill`
 and `commit` as split calls; the proxy returns the ObjectRef of rank 0's features without
@@ -41,19 +41,23 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from speculab import jobs
+from speculab.runtime.calls import semantics
+from speculab.runtime.draft_channel import DraftLost
 from speculab.runtime.groups import ActorGroup
 from speculab.runtime.placement import ClusterError
 from speculab.runtime.ray_actors import PER_RANK, Reply
 
 log = logging.getLogger(__name__)
 
-# Methods that return nothing: submitted without waiting (an actor runs its calls in order).
-FIRE_AND_FORGET = frozenset({"commit", "retain"})
 # Methods whose effects no later call depends on: not replayed after a restart (only resubmitted
-# when it interrupted them). A loop group's `decode_unit` starts from its unit's prompts and seed.
-SELF_CONTAINED = frozenset({"kv_bytes", "hf_generate", "conditions", "decode_unit"})
+# when it interrupted them). A loop group's `decode_unit` starts from its unit's prompts and seed, the
+# autoregressive baseline from its prompts.
+SELF_CONTAINED = frozenset({"kv_bytes", "hf_generate", "conditions", "decode_unit", "autoregressive"})
 # Methods that reset a group's state: nothing submitted before them needs replaying.
-RESETS = frozenset({"prefill", "start_point"})
+RESETS = frozenset({"prefill", "start_point", "autoregressive"})
+# What a call raises on rank 0 outside the group's collectives: the peers were released (`tp_loop.Announcer.
+# leading`), so the group stays whole. A draft actor lost under the loop's rank 0 is restarted alone.
+PEERS_RELEASED = (DraftLost,)
 # Target methods whose value (the features a DFlash drafter needs) stays in Ray for the draft actor.
 SPLIT = frozenset({"prefill", "commit"})
 
@@ -118,7 +122,7 @@ class GroupProxy:
         if call.method not in SELF_CONTAINED:
             self.batch_calls.append(call)
         value = self._submit(call)
-        if call.method in FIRE_AND_FORGET:
+        if not semantics(self.group.role, call.method).waited:
             return value
         while True:
             try:
@@ -150,8 +154,9 @@ class GroupProxy:
     def _recreate_if_torn(self, err: RayTaskError) -> None:
         """A call that failed on one rank of several can leave the others waiting in a collective that
         never completes: the group is recreated, so that the next call (a sweep's next point) finds it
-        whole. One rank has nobody to wait for."""
-        if self.group.size == 1:
+        whole. One rank has nobody to wait for, and a failure outside the collectives (PEERS_RELEASED) leaves
+        nobody waiting."""
+        if self.group.size == 1 or isinstance(err, PEERS_RELEASED):
             return
         log.warning(
             "%s group %s: a call failed on a rank (%s); recreating all %d rank(s)",
@@ -203,7 +208,7 @@ class GroupProxy:
         once where the sweep's other replicas run (`cluster.replicas`): one of them takes the point now,
         rather than wait while this group is placed again (Ray counts a dead node alive for about 15 s).
         `err`: the lost actor's error (a draft actor's, rank 0's `DraftLost`: `runtime.served`)."""
-        if jobs.current().spare():
+        if jobs.current().give_up():  # decided once, for every replica at once (`jobs.Seat.give_up`)
             raise ClusterError(
                 f"{self.group.role} group {self.group.name}: lost an actor ({type(err).__name__}); another "
                 "replica of the sweep takes the point over"

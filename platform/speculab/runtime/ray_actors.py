@@ -15,25 +15,27 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import ray
 import torch
 
+from speculab.config.attach import embedded_auth
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.runtime.draft_channel import DraftAddress, DraftServer
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
 from speculab.runtime.nested import mapped
 from speculab.runtime.placement import ClusterError
+from speculab.runtime.tp_loop import WHOLE, whole
 
 Role = TreeTarget | DraftModel | LoopHost | PeerHost
 # The role rank r of a group of n actors holds, built from its spec: one model's shard, or
@@ -64,7 +66,7 @@ def connect(address: str | None, num_cpus: int | None) -> None:
             except ConnectionError as err:  # `auto` with no cluster here, a head gone since validation
                 raise ClusterError(f"cluster.address={address!r}: no Ray cluster to attach to ({err})") from None
         else:  # "local": a new cluster even where a `ray start` head runs (Ray would attach to it otherwise)
-            os.environ.update(embedded_auth(os.environ))
+            prepare_auth(address)
             with quiet_auth_notice():
                 ray.init(
                     address="local",
@@ -89,15 +91,12 @@ def join(address: str, namespace: str) -> None:
         ray.init(address=address, namespace=namespace, log_to_driver=True, logging_level=logging.WARNING)
 
 
-def embedded_auth(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment that gives an embedded cluster a token of its own: Ray turns token
-    authentication on for a new local cluster and takes the token from `RAY_AUTH_TOKEN`, which the
-    raylet, GCS and workers inherit, so the cluster refuses other local users' calls and nothing is
-    written to `~/.ray/auth_token` (Ray's default writes it and says so). Where the user chose Ray's
-    auth mode or token, theirs stand."""
-    if "RAY_AUTH_MODE" in environ or "RAY_AUTH_TOKEN" in environ:
-        return {}
-    return {"RAY_AUTH_TOKEN": secrets.token_hex(32)}
+def prepare_auth(address: str | None) -> None:
+    """Give this process's environment, and so every process it starts from now on (a sweep's replicas:
+    `speculab.launcher` starts them before the cluster), what Ray needs to start the cluster at `address`
+    or join it: an embedded cluster's token (`embedded_auth`); nothing for a running cluster's."""
+    if not address:
+        os.environ.update(embedded_auth(os.environ))
 
 
 @contextmanager
@@ -152,19 +151,25 @@ class ModelHost:
         self.role: Role | None = None
         self.server: DraftServer | None = None
 
-    def serve_draft(self) -> DraftAddress:
-        """Serve this actor's draft model on a socket, for the loop on the target's rank 0
-        (`runtime.draft_channel`); the same server for every point the actor serves."""
+    def serve_draft(self, client: str, timeout_s: float) -> DraftAddress:
+        """Serve this actor's draft model on a socket to the loop on the target's rank 0, on the node at
+        `client` (`runtime.draft_channel`); the same server for every point, while the loop stays there."""
         assert isinstance(self.role, DraftModel), "only a draft actor serves its model"
-        if self.server is None:
-            self.server = DraftServer(self.role, ray.util.get_node_ip_address())
+        if self.server is None or self.server.client != client:
+            if self.server is not None:
+                self.server.close()
+            self.server = DraftServer(self.role, self.node_address(), client, timeout_s)
         return self.server.address
+
+    def node_address(self) -> str:
+        """This actor's node's address on the cluster's network, as Ray knows it."""
+        return ray.util.get_node_ip_address()
 
     def endpoint(self) -> tuple[str, int]:
         """(node IP, free port) for the group's rendezvous (asked of rank 0)."""
         with socket.socket() as s:
             s.bind(("", 0))
-            return ray.util.get_node_ip_address(), s.getsockname()[1]
+            return self.node_address(), s.getsockname()[1]
 
     def is_loaded(self) -> bool:
         return self.role is not None
@@ -186,8 +191,9 @@ class ModelHost:
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         if cuda:
             torch.cuda.reset_peak_memory_stats()
+        run = partial(whole, method, self.role) if method in WHOLE else getattr(self.role, method)
         start, cpu = time.perf_counter(), time.process_time()
-        value = on_host(getattr(self.role, method)(*args, **kwargs, **dict(zip(ref_names, resolved))))
+        value = on_host(run(*args, **kwargs, **dict(zip(ref_names, resolved))))
         if cuda:
             torch.cuda.synchronize()
         compute, cpu = time.perf_counter() - start, time.process_time() - cpu

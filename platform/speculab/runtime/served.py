@@ -21,10 +21,12 @@ from speculab.runtime.draft_channel import DraftAddress, DraftLost
 from speculab.runtime.proxy import GroupProxy
 
 
-def serve(draft: GroupProxy) -> DraftAddress:
-    """Where the draft group's one actor serves its model (it starts serving on the first ask)."""
+def serve(draft: GroupProxy, loop: GroupProxy) -> DraftAddress:
+    """Where the draft group's one actor serves its model to the loop group's rank 0, and to it alone (it
+    starts serving on the first ask); a call waits on it as long as on a peer rank."""
     (actor,) = draft.group.members
-    address: DraftAddress = ray.get(actor.serve_draft.remote())
+    client = ray.get(loop.group.members[0].node_address.remote())
+    address: DraftAddress = ray.get(actor.serve_draft.remote(client, draft.group.placement.collective_timeout_s))
     return address
 
 
@@ -38,7 +40,7 @@ class ServedDraftLoop:
     work: Any
 
     def start(self) -> None:
-        self.loop.start_point(self.work, draft=serve(self.draft))
+        self.loop.start_point(self.work, draft=serve(self.draft, self.loop))
 
     def decode_unit(self, method: str, unit: int, repeat: int) -> UnitResult:
         while True:

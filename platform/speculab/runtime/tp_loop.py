@@ -34,10 +34,10 @@ import torch.distributed as dist
 from speculab.autoregressive import autoregressive
 from speculab.engine import DecodeSettings
 from speculab.records import RunResult
+from speculab.runtime.calls import semantics
 from speculab.runtime.nested import mapped
 
 SUMMED = frozenset({"kv_bytes", "cpu_seconds"})  # rank 0 returns the sum over ranks
-LOCAL = frozenset({"commit", "retain"})  # calls that make no collective: announced with the next one
 GATHERED = frozenset({"conditions"})  # rank 0 returns its own, naming every peer's
 # Decodes every rank runs whole from one announcement, making each target call itself in rank 0's order
 # (the same logits after the collectives and the same seed give every rank the same tokens, so the same
@@ -198,8 +198,9 @@ class Announcer:
         return combined(call.method, getattr(model, call.method)(*call.args, **call.kwargs))
 
     def send(self, call: Call) -> None:
-        """Announce `call` with the local calls before it, or hold it (a local call) for the next."""
-        if call.method in LOCAL:
+        """Announce `call` with the local calls before it, or hold it for the next where it makes no
+        collective (`runtime.calls`: a cache edit)."""
+        if not semantics(call.role, call.method).collective:
             self.waiting.append(call)
             return
         announce([*self.waiting, call])
@@ -232,10 +233,9 @@ class Leader:
     def autoregressive(self, prompts: list[list[int]], settings: DecodeSettings) -> RunResult:
         """The autoregressive baseline on every rank from one announcement (WHOLE)."""
         call = Call(self.role, "autoregressive", (prompts, settings), {})
-        if self.announcer.world == 1:
-            return WHOLE[call.method](self.model, *call.args, **call.kwargs)
-        self.announcer.send(call)
-        return summed_kv(WHOLE[call.method](self.model, *call.args, **call.kwargs))
+        if self.announcer.world > 1:
+            self.announcer.send(call)
+        return whole(call.method, self.model, *call.args, **call.kwargs)
 
 
 class Follower:
@@ -249,9 +249,17 @@ class Follower:
             for call in calls:
                 model = self.models[call.role]
                 if call.method in WHOLE:
-                    summed_kv(WHOLE[call.method](model, *call.args, **call.kwargs))
+                    whole(call.method, model, *call.args, **call.kwargs)
                 else:
                     combined(call.method, getattr(model, call.method)(*call.args, **call.kwargs))
+
+
+def whole(method: str, model: Any, *args: Any, **kwargs: Any) -> RunResult:
+    """`method`'s decode (WHOLE) on this rank's `model`, each round's KV bytes summed over the world's ranks
+    where it has several (a group's ranks run it together: from rank 0's announcement, or each from the
+    driver's one Ray call)."""
+    result = WHOLE[method](model, *args, **kwargs)
+    return summed_kv(result) if dist.is_initialized() and dist.get_world_size() > 1 else result
 
 
 def summed_kv(result: RunResult) -> RunResult:

@@ -111,6 +111,12 @@ class SweepBoard:
             what = "already finished in an earlier launch (resume=true)" if resumed else what
             say(f"speculab: {name}: {what}; {self.tally.line(self.replicas)}")
 
+    def not_run(self, count: int) -> None:
+        """`count` queued points failed without running (no replica was left to run them)."""
+        with self.lock:
+            self.tally.failed += count
+            self._refresh(count)
+
     def requeued(self) -> None:
         """A running point went back to the queue (its replica was lost)."""
         with self.lock:

@@ -1,5 +1,7 @@
 """Runs left RUNNING by a process that died without cleaning up (`kill -9`, the OOM killer, a lost
-driver), found and ended KILLED by the next speculab command on the same store.
+driver), found and ended KILLED by the next speculab command on the same store; and the runs of a sweep's
+replica process that died mid-point, which the launcher ends itself as it hears of the death
+(`end_runs_of`).
 
 Every run carries its owner, `OWNER_TAG`: the host, the process id and the process's start time (so a
 later process given the same id is not taken for the owner). When this process first writes to a store,
@@ -16,6 +18,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+from speculab.tracking.store import store_client
 
 OWNER_TAG = "speculab.owner"  # "<host> <pid> <start>": the process that writes the run
 CHECKED: set[tuple[str, str]] = set()  # (store URI, experiment id) this process has looked at
@@ -73,3 +77,22 @@ def close_orphans(client: MlflowClient, uri: str, experiment_id: str) -> list[st
             file=sys.stderr,
         )
     return closed
+
+
+def end_runs_of(uri: str, experiment: str, pid: int, status: str, tags: dict[str, str]) -> list[str]:
+    """End `status`, with `tags`, the RUNNING runs of `experiment` (in the store at `uri`) that process `pid` on
+    this host wrote and left RUNNING when it died: a sweep's replica process killed mid-point, whose attempt
+    the launcher ends as the lost replica's (`speculab.launcher`); their run ids."""
+    client = store_client(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    host = socket.gethostname()
+    running = client.search_runs(
+        [found.experiment_id], f"attributes.status = 'RUNNING' and tags.`{OWNER_TAG}` LIKE '{host} {pid} %'"
+    )
+    for run in running:
+        for key, value in tags.items():
+            client.set_tag(run.info.run_id, key, value)
+        client.set_terminated(run.info.run_id, status)
+    return [run.info.run_id for run in running]
