@@ -45,7 +45,7 @@ SWEEP = [
 # What the sweep's console says as it goes, for where its time goes: Ray's start, each point's end, the end
 MILESTONES = {"Started a local Ray instance": "Ray started", "speculab: sweep summary": "the parent's summary"}
 POINT_END = re.compile(r"speculab: (?P<point>.+?): done in (?P<seconds>[\d.]+) s on replica (?P<replica>\d+)")
-SERIAL_END = re.compile(r"speculab: MLflow run ")  # one a point, as a serial sweep's point ends
+SERIAL_END = re.compile(r"speculab: MLflow run: ")  # one a point, as a serial sweep's point ends
 
 
 def launch(replicas: int, extra: list[str], where: Path) -> tuple[float, list[str]]:
