@@ -116,8 +116,9 @@ class Estimate:
         bare = spec.replace("+", "")
         if self.has_interval:
             return f"{self.value:{spec}} [{self.low:{bare}}, {self.high:{bare}}]"
-        if self.has_se:
-            return f"{self.value:{spec}} ± {self.se:{bare}}"
+        if self.has_se:  # a spread of equal values is 0, not its rounding error (2.4 ± 3.6e-08)
+            se = self.se if self.se > 1e-9 * abs(self.value) else 0.0
+            return f"{self.value:{spec}} ± {se:{bare}}"
         if self.unbounded:
             return f"{self.value:{spec}} (no interval)"
         return f"{self.value:{spec}}"

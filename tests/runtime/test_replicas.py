@@ -181,6 +181,9 @@ def test_the_replica_count_is_no_part_of_a_points_identity() -> None:
 SAVED = ("config.yaml", "hydra.yaml", "overrides.yaml")  # what Hydra saves in a job's .hydra/
 
 
+SUMMARY_LINE = "every figure, each explained: summary.txt"  # the last line of a point's table
+
+
 def job_seen(job_dir: Path, sweep_dir: Path) -> dict[str, object]:
     """What a point's job saw (`support.job_probe`) and saved (`.hydra/`), with the paths made relative to
     its sweep and the replica count taken out."""
@@ -196,7 +199,7 @@ def job_seen(job_dir: Path, sweep_dir: Path) -> dict[str, object]:
         "config": OmegaConf.to_yaml(config),
         "overrides": [o for o in saved["overrides.yaml"] if not o.startswith("cluster.replicas=")],
         "job": OmegaConf.to_yaml(OmegaConf.masked_copy(hydra, ["job"])).replace("replicas=2", "replicas=1"),
-        "log": "interleaved repetition(s)" in (job_dir / f"{hydra.job.name}.log").read_text(),  # the point's summary
+        "log": SUMMARY_LINE in (job_dir / f"{hydra.job.name}.log").read_text(),  # the point's table
     }
 
 

@@ -6,16 +6,22 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import torch
 from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file, save_file
 
 from support.cli import speculab
 
+BROKEN_TENSOR = "model.norm.weight"
+
 
 def broken_copy(pair: tuple[Path, Path], where: Path) -> Path:
-    """The target's config.json over the draft's weights (other shapes): a checkpoint that passes validation
-    (its config and a complete safetensors file) and fails to load, as a corrupted upload would."""
+    """The target with a NaN in one tensor: a checkpoint whose config and headers pass the checks made before
+    any weight loads, and that fails only as its values load, mid-sweep, as a corrupted upload would."""
     shutil.copytree(pair[0], where)
-    shutil.copy(pair[1] / "model.safetensors", where / "model.safetensors")
+    tensors = load_file(where / "model.safetensors")
+    tensors[BROKEN_TENSOR][0] = torch.nan
+    save_file(tensors, where / "model.safetensors", metadata={"format": "pt"})
     return where
 
 
@@ -42,7 +48,8 @@ def test_a_failed_point_is_filed_and_the_sweep_goes_on_then_resume_reruns_it(
     first = speculab(sweep(random_llama_pair, [broken, random_llama_pair[0]], uri), tmp_path)
     assert first.returncode == 1, first.stderr
     assert "speculab: point failed: " in first.stderr and "; the sweep goes on" in first.stderr
-    assert "speculab: 1 of 2 points failed" in first.stderr and "Traceback" in first.stderr  # an unforeseen error
+    assert f"tensor {BROKEN_TENSOR} holds NaN or inf values" in first.stderr  # the file and tensor, in one line
+    assert "speculab: 1 of 2 points failed" in first.stderr and "Traceback" not in first.stderr
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("speculab")

@@ -305,7 +305,7 @@ class GroupPool:
         theirs hold `bundles`: a sweep's point in another layout than the point before (`runtime.loop=auto`
         puts `drafter.ahead=off` and `ssd` apart) gets what its groups need instead of waiting for what the
         idle groups hold. Groups that leave room stay loaded for a later point."""
-        idle = [g for name, g in self.groups.items() if g.placement.replica == replica and name not in keep]
+        idle = [g for name, g in list(self.groups.items()) if g.placement.replica == replica and name not in keep]
         if not idle:
             return
         free, closing = dict(ray.available_resources()), []

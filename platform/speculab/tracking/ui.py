@@ -208,8 +208,9 @@ def point_link(parent: SpooledRun, point: str, port: int | None) -> str | None:
 
 
 def point_runs(parent: SpooledRun) -> dict[str, str]:
-    """Point id -> run id of every point run of `parent`'s sweep (those an earlier launch finished
-    included, by the tag every point of the launch carries); empty where the store is unreachable."""
+    """Point id -> run id of every finished point run of `parent`'s sweep (those an earlier launch finished
+    included, by the tag every point of the launch carries): the runs the sweep's answer rests on, not an
+    attempt a lost replica left FAILED; empty where the store is unreachable."""
     if not parent.online or parent.experiment_id is None:
         return {}
     try:
@@ -217,7 +218,8 @@ def point_runs(parent: SpooledRun) -> dict[str, str]:
         runs = client.search_runs([parent.experiment_id], f"tags.`{member_tag(str(parent.run_id))}` = '{MEMBER}'")
     except Exception:  # the store went away since: the parent's own answer stands
         return {}
-    return {run.data.tags[POINT_TAG]: run.info.run_id for run in runs if POINT_TAG in run.data.tags}
+    finished = [run for run in runs if POINT_TAG in run.data.tags and run.info.status == "FINISHED"]
+    return {run.data.tags[POINT_TAG]: run.info.run_id for run in finished}
 
 
 def job_links(uri: str, job_id: str, port: int | None) -> list[str]:
