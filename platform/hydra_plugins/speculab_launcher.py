@@ -39,7 +39,14 @@ class ReplicaLauncher(Launcher):
 
     def one_by_one(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         """Each point in turn as Hydra runs a job: its config composed and numbered as for points side by
-        side (`speculab.launcher.composed`), and run by `run_job`."""
+        side (`speculab.launcher.composed`), and run by `run_job`.
+
+        The loop is Hydra 1.3's `BasicLauncher.launch` (hydra/_internal/core_plugins/basic_launcher.py),
+        step for step: globals set, logging configured, the sweep directory made, a line per job, its
+        config composed and numbered, `run_job` with the sweep's directory keys, logging configured again
+        after each job. It is not called: BasicLauncher lives in Hydra's `_internal` package, which Hydra
+        does not keep stable, and it composes each job's config itself, where a point here is composed by
+        `composed`, as a point side by side is."""
         from speculab.launcher import composed
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None

@@ -99,7 +99,7 @@ def form_errors(address: str) -> tuple[str, ...]:
 def reach_errors(address: str) -> tuple[str, ...]:
     """`attach_errors` for one address: its form, then its head."""
     if address == "auto":
-        return tuple(auto_errors())
+        return tuple(head_errors(address, "auto"))
     if (found := gcs_host_port(address)) is None:
         return form_errors(address)
     scheme, host, port = found
@@ -110,33 +110,47 @@ def reach_errors(address: str) -> tuple[str, ...]:
             f"cluster.address={address!r}: nothing answers at {host}:{port} within {ADDRESS_TIMEOUT_S:g} s "
             f"({err.strerror or err}); start the cluster's head or fix the address",
         )
-    return () if scheme == "ray" else tuple(gcs_errors(address, f"{host}:{port}"))
+    return () if scheme == "ray" else tuple(head_errors(address, f"{host}:{port}"))
 
 
-def auto_errors() -> list[str]:
-    """`cluster.address=auto`: the head Ray would attach to, found as Ray finds it, and let in."""
-    from ray._private.services import canonicalize_bootstrap_address
-
-    try:
-        gcs = canonicalize_bootstrap_address("auto")
-    except ConnectionError:
-        gcs = None
-    if gcs is None:
+def head_errors(address: str, gcs: str) -> list[str]:
+    """The head's GCS at `gcs` (`auto`: found as Ray finds it) lets this user in: "no cluster here" and
+    "a cluster that wants a token" said apart, each at once."""
+    found, refused = ask_gcs(gcs)
+    if found is None:
         return [
             "cluster.address='auto': no Ray cluster runs on this machine (Ray looks at RAY_ADDRESS, the last "
             "`ray start` and running GCS processes); start a head (docs/runtime.md#job-submission), name one as "
             "host:port, or leave cluster.address null for an embedded cluster"
         ]
-    return gcs_errors("auto", gcs)
+    if refused is None:
+        return []
+    if refused == "UNAUTHENTICATED":
+        given = "the token Ray keeps for you is not its" if token_kept(os.environ, Path.home()) else "none is set"
+        return [f"cluster.address={address!r}: the Ray cluster at {found} needs its token and {given}; {TOKEN_HELP}"]
+    return [f"cluster.address={address!r}: the Ray head at {found} does not answer ({refused}); start it"]
 
 
-def gcs_errors(address: str, gcs: str) -> list[str]:
-    """Ask the head's GCS for its cluster id, as `ray.init` does first, with the token Ray would send: a
-    refusal for want of a token is said as such at once."""
+def ask_gcs(gcs: str) -> tuple[str | None, str | None]:
+    """What `ray.init` does first, without its 20 s of retries: the GCS address (`auto`: looked up as Ray
+    looks it up, in RAY_ADDRESS, the last `ray start` and the running GCS processes; None where none is
+    found), and the name of the gRPC status its GCS answered a request for the cluster id with, sent over
+    the channel `ray.init` opens, token included (None: it answered). Ray has no public call for either,
+    so its private API is used here alone; `tests/test_attach.py` checks the names and signatures used
+    against the installed Ray."""
     import grpc
-    from ray._private.grpc_utils import init_grpc_channel  # the channel `ray.init` opens, token included
+    from ray._private import services
+    from ray._private.grpc_utils import init_grpc_channel
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
+    if gcs == "auto":
+        try:
+            found = services.canonicalize_bootstrap_address("auto")
+        except ConnectionError:
+            found = None
+        if found is None:
+            return None, None
+        gcs = found
     channel = init_grpc_channel(gcs)
     try:
         gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
@@ -144,10 +158,7 @@ def gcs_errors(address: str, gcs: str) -> list[str]:
             timeout=ADDRESS_TIMEOUT_S,
         )
     except grpc.RpcError as err:
-        if err.code() == grpc.StatusCode.UNAUTHENTICATED:
-            given = "the token Ray keeps for you is not its" if token_kept(os.environ, Path.home()) else "none is set"
-            return [f"cluster.address={address!r}: the Ray cluster at {gcs} needs its token and {given}; {TOKEN_HELP}"]
-        return [f"cluster.address={address!r}: the Ray head at {gcs} does not answer ({err.code().name}); start it"]
+        return gcs, err.code().name
     finally:
         channel.close()
-    return []
+    return gcs, None

@@ -151,11 +151,10 @@ class CheckpointLM(nn.Module):
 
 
 def _readable(config: PretrainedConfig) -> bool:
-    rope = getattr(config, "rope_parameters", None) or {}
     return (
         config.model_type in CHECKPOINT_FAMILIES
         and config.hidden_act == "silu"
-        and rope.get("rope_type") in STATIC_ROPES
+        and config.rope_parameters["rope_type"] in STATIC_ROPES  # a Llama's or Qwen3's config has one in 5.x
         and full_attention(config)
     )
 
