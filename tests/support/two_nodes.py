@@ -50,7 +50,7 @@ class TwoNodes:
         for worker in workers:
             with contextlib.suppress(psutil.NoSuchProcess):
                 worker.kill()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 30  # a hang guard: the fast health checks mark it dead within seconds
         b = str(self.node_b.node_id)
         while until_dead and any(n["NodeID"] == b and n["Alive"] for n in ray.nodes()) and time.monotonic() < deadline:
             time.sleep(0.1)
