@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -463,15 +462,15 @@ def test_a_head_that_does_not_answer_is_named_before_a_run_starts_and_a_plan_nee
 def test_every_class_of_bad_setting_is_refused_naming_it(
     tmp_path: Path, overrides: list[str], make: str, message: str
 ) -> None:
+    """Refused by `validate`, in a message naming the setting; a check that hung (a probe with no timeout of
+    its own) is left to the suite's timeout, since how long a refusal takes is no claim of this test."""
     if make:
         name, _, text = make.partition(":")
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    start = time.perf_counter()
     with pytest.raises(ConfigError) as err:
         validate(load([o.format(tmp=tmp_path) for o in overrides]))
     assert message.format(tmp=tmp_path) in str(err.value)
-    assert time.perf_counter() - start < 10
 
 
 @pytest.mark.parametrize(

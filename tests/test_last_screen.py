@@ -23,7 +23,8 @@ COLUMNS, ROWS = 80, 24
 
 
 def in_terminal(args: list[str], cwd: Path, timeout_s: float = 240) -> tuple[int, str]:
-    """Run `speculab` in a pseudo-terminal of COLUMNS x ROWS; its exit status and what it wrote."""
+    """Run `speculab` in a pseudo-terminal of COLUMNS x ROWS; its exit status and what it wrote. `timeout_s` is
+    a hang guard: a run still going then fails the test at the wait for its exit."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}

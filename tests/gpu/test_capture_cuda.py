@@ -29,7 +29,10 @@ CAPTURE_FILE = str(Path("torch", "cuda", "graphs.py"))
 @pytest.mark.parametrize("compile", [False, True])
 @torch.inference_mode()
 def test_captured_tree_passes_give_the_eager_logits_and_features(compile: bool) -> None:
-    """Captured as they are, and with inductor's compiled layers inside the graphs (`model.compile`)."""
+    """On a GPU: the target's tree passes (a tree scored, its commit, a feed) replayed from CUDA graphs give
+    the eager passes' logits and features to 1e-4, round after round at the same shapes, captured as they
+    are and with inductor's compiled layers inside the graphs (`model.compile`: compile=True was added
+    2026-11-28 and has not yet run on a GPU)."""
     model = load_causal_lm(TARGET, device="cuda")
     graphs, eager = TreeLM(model, (0, 1), "graphs", compile), TreeLM(model, (0, 1))
     gen = torch.Generator().manual_seed(0)
@@ -57,6 +60,10 @@ def test_captured_tree_passes_give_the_eager_logits_and_features(compile: bool) 
     [("draft", 0.0, False), ("draft", 1.0, False), ("dflash", 0.0, False), ("draft", 0.0, True), ("dflash", 0.0, True)],
 )
 def test_captured_passes_decode_the_eager_tokens(drafter: str, temperature: float, compile: bool) -> None:
+    """On a GPU: the tiny pair's batch (holes, repacks, rows leaving) decoded with its passes replayed from
+    CUDA graphs, GBV on the draft at T = 0 and 1 and DDTree on DFlash at T = 0, gives the eager passes'
+    tokens on the same GPU (the compile=True rows, inductor's layers inside the graphs, were added
+    2026-11-28 and have not yet run on a GPU)."""
     captured, target, _ = tiny_pair_batch("graphs", drafter, temperature, device="cuda", compile=compile)
     assert target.lm.static is not None and target.lm.static.shapes
     eager = tiny_pair_batch("eager", drafter, temperature, device="cuda")[0]
@@ -82,6 +89,9 @@ def test_the_round_never_waits_for_the_gpu_to_time_a_phase(monkeypatch: pytest.M
 
 @pytest.mark.parametrize(("capture", "compile"), [("true", "false"), ("false", "false"), ("true", "true")])
 def test_the_cli_runs_with_capture_on_and_off_and_logs_host_syncs(tmp_path: Path, capture: str, compile: str) -> None:
+    """On a GPU: `speculab` on CUDA, inline, ends 0 with capture on and off, logs both switches, and counts
+    the round's host synchronisations on its warm-up: some, and with capture at most 2 (that bound and the
+    row with compiled layers were added 2026-11-28 and have not yet run on a GPU)."""
     uri = file_store(tmp_path)
     args = ["runtime=inline", "model.device=cuda", f"model.capture={capture}", f"model.compile={compile}"]
     args.append("dataset.num_prompts=2")

@@ -56,6 +56,8 @@ def tokens(run) -> list[list[int]]:
 
 
 def test_tree_attention_commit_repack_and_retain_match_the_cpu() -> None:
+    """On a GPU: the target's tree attention, step by step (two contexts fed, a tree scored, a commit's
+    repack, a retain that swaps the rows, a feed after), gives the CPU's logits to 1e-4."""
     torch.manual_seed(0)
     lms = {device: TreeLM(load_causal_lm(TARGET, device=device)) for device in ("cpu", "cuda")}
     contexts = [[5, 17, 301, 42, 9, 77, 1000, 3], [12, 640, 2048]]
@@ -76,6 +78,8 @@ def test_tree_attention_commit_repack_and_retain_match_the_cpu() -> None:
 
 
 def test_greedy_decoding_on_cuda_equals_generate_on_cuda(roles, prompts) -> None:
+    """On a GPU, T = 0: the autoregressive baseline and every path verifier decode the tokens of
+    transformers' `generate` on the same GPU, in batches of prompts of different lengths (padded rows)."""
     target, drafter = roles
     s = settings()
     reference = [list(t) for t in target.hf_generate(prompts, s).tokens]  # baseline_hf, on the target's GPU
@@ -98,6 +102,8 @@ def test_compiled_generate_on_cuda_decodes_what_eager_does(roles, prompts) -> No
 
 @pytest.mark.parametrize("temperature", [0.6, 1.0])
 def test_every_verifier_samples_on_cuda(roles, prompts, temperature: float) -> None:
+    """On a GPU, T = 0.6 and 1: every path verifier decodes its batches there, each row to its full length
+    or to EOS (the draws' distribution is test_verify_cuda's)."""
     target, drafter = roles
     for name in PATH_ALGORITHMS:
         run = decode(target, drafter, get_verifier(name), prompts, settings(temperature, max_new=16))
@@ -105,6 +111,8 @@ def test_every_verifier_samples_on_cuda(roles, prompts, temperature: float) -> N
 
 
 def test_ddtree_on_the_parallel_drafter_and_dflash_keep_greedy_output(roles, prompts) -> None:
+    """On a GPU, T = 0: DDTree on the parallel drafter, DDTree on DFlash (best-first and chain trees) and
+    DFlash's marginals as one path under block verification all decode the autoregressive tokens."""
     target, _ = roles
     s = settings(L=7, max_new=24, K=1)
     reference = tokens(autoregressive(target, prompts, s))
@@ -135,6 +143,8 @@ def test_ray_with_both_actors_on_one_gpu_decodes_like_inline(roles, prompts) -> 
 
 
 def test_a_gpu_run_logs_its_device_and_memory_peaks(tmp_path: Path) -> None:
+    """On a GPU: `speculab` on CUDA, inline and on Ray (`cluster=gpu1`), ends 0 and logs the devices it ran
+    on (`cuda:0 (<the GPU's name>)`), CUDA memory peaks above 0, its block efficiency and generate's speed."""
     uri = file_store(tmp_path)
     for runtime in ("inline", "ray"):
         args = [f"runtime={runtime}", "model.device=cuda", "dataset.num_prompts=2", "sampling.max_new_tokens=16"]

@@ -57,11 +57,15 @@ def decode_path(name: str, device: str, passes: str, temperature: float) -> list
 
 @pytest.mark.parametrize("name", [*PATH_ALGORITHMS, "ddtree"])
 def test_greedy_tokens_are_the_same_on_the_cpu_and_on_cuda_eager_and_captured(name: str) -> None:
+    """On a GPU, T = 0: each path verifier on the tiny pair, and DDTree on DFlash, decodes the CPU's tokens
+    on CUDA with eager passes and with passes replayed from CUDA graphs."""
     cpu, eager, captured = (decode_path(name, device, passes, 0.0) for device, passes in PLACES)
     assert eager == cpu and captured == cpu
 
 
 @pytest.mark.parametrize("name", [*PATH_ALGORITHMS, "ddtree"])
 def test_sampled_rows_start_the_same_eager_and_captured_on_cuda(name: str) -> None:
+    """On a GPU, T = 1: each row's first FIRST tokens are the same with eager and captured passes on CUDA,
+    for the same draws (the module docstring says why not every token)."""
     eager, captured = (decode_path(name, "cuda", passes, 1.0) for _, passes in PLACES[1:])
     assert [row[:FIRST] for row in captured] == [row[:FIRST] for row in eager]

@@ -110,13 +110,15 @@ def test_the_smallest_run_imports_none_of_transformers_model_code(tmp_path: Path
     """What made its start slow (`benchmarks/startup.py`): transformers' modeling_utils, which imports torch's
     dynamo (and SciPy, and the distributed tensors that transformers' config classes import anyway)."""
     smallest = "runtime=inline tracking=none dataset.num_prompts=1 baseline=false baseline_hf=false"
-    probe = (
+    probe = (  # the run's exit code, passed on once the modules it imported are listed
         "import sys, runpy; sys.argv = ['speculab', *sys.argv[1:]]\n"
+        "code = 0\n"
         "try:\n    runpy.run_module('speculab.cli', run_name='__main__')\n"
-        "except SystemExit:\n    pass\n"
+        "except SystemExit as ended:\n    code = ended.code\n"
         "heavy = [m for m in ('transformers.modeling_utils', 'torch._dynamo', 'scipy.optimize') "
         "if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
+        "sys.exit(code)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe, *smallest.split(), "sampling.max_new_tokens=2"],
@@ -126,4 +128,4 @@ def test_the_smallest_run_imports_none_of_transformers_model_code(tmp_path: Path
         env={"PYTHONPATH": f"{REPO / 'platform'}:{REPO / 'tests'}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
         timeout=240,
     )
-    assert "HEAVY []" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and "HEAVY []" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]

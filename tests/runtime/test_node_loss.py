@@ -89,10 +89,9 @@ def test_a_group_on_a_lost_node_is_placed_again_and_decodes_the_same_tokens(pool
 
 
 def test_a_group_with_nowhere_to_go_ends_its_point_at_once_keeping_what_finished(pool: TwoNodes) -> None:
-    """Pinned to node B, which crashes after the first unit: the point ends within seconds (not after
-    `runtime.placement_timeout_s`), naming node B and the group's needs; the finished unit is logged."""
-    import time
-
+    """Pinned to node B, which crashes after the first unit: the point ends as soon as no alive node can hold
+    the group (not once `runtime.placement_timeout_s` runs out, which would say so instead), naming node B
+    and the group's needs; the finished unit is logged."""
     tracker = CrashOnFirstPrompt(pool)
     plan = resolve(load(overrides(pool, "cluster.target_resources={node_b: 1}", "runtime.placement_timeout_s=60")))
     with pytest.raises(ClusterError) as failed:
@@ -101,7 +100,7 @@ def test_a_group_with_nowhere_to_go_ends_its_point_at_once_keeping_what_finished
     lost_b = f"node {pool.node_b.node_ip_address} (node {str(pool.node_b.node_id)[:8]}) was lost"
     assert lost_b in message, message  # by address and id: both nodes of this test share one address
     assert "CPU 1, node_b 1 on one node" in message and "1 of 2 finished unit(s) are logged" in message
-    assert time.monotonic() - tracker.crashed_at < 30
+    assert "no alive node can hold" in message and "not placed within" not in message, message
     assert tracker.metrics["runtime/units_finished"] == 1 and "records.jsonl" in tracker.texts
 
 

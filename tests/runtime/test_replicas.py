@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,8 @@ from speculab.tracking.tracker import NoopTracker
 from support.cli import speculab
 from support.configs import load
 from support.job_probe import PROBE_FILE, PROBE_VARIABLE
-from support.replicas import alone, decoding, logged_tokens, point_overrides
+from support.replicas import alone, both_decoding, logged_tokens, point_overrides
+from support.waits import awaited
 
 HEAD = Node("h0123456789", "10.0.0.1", True, {"CPU": 4.0, "GPU": 2.0})
 B = Node("b0123456789", "10.0.0.2", True, {"CPU": 2.0})
@@ -243,10 +244,7 @@ def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: P
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [*SWEEP, "dataset.num_prompts=16", "sampling.max_new_tokens=64", "cluster.replicas=2", f"tracking.uri={uri}"]
     sweep = sweeps(args, tmp_path)  # killed when the test ends, if it still runs
-    deadline = time.monotonic() + 180
-    while sweep.poll() is None and len(decoding(tmp_path)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sweep.poll() is None, "the sweep ended before both replicas decoded at once"
+    awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
     sweep.send_signal(signal.SIGTERM)
     out, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, err[-3000:]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +25,8 @@ from speculab.results.point import FailedPoint
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG
 from support.configs import load
-from support.replicas import decoding
+from support.replicas import both_decoding
+from support.waits import awaited
 
 
 class Dead:
@@ -86,10 +87,7 @@ def test_a_replica_process_killed_mid_point_leaves_its_attempt_failed_and_tagged
         f"tracking.uri={uri}",
     ]
     sweep = sweeps(args, tmp_path)
-    deadline = time.monotonic() + 180
-    while sweep.poll() is None and len(found := decoding(tmp_path)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sweep.poll() is None, "the sweep ended before both replicas decoded at once"
+    found = awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
     victim, pid = sorted(found.items())[0]
     os.kill(pid, signal.SIGKILL)
     out, err = sweep.communicate(timeout=240)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,9 @@ from mlflow.tracking import MlflowClient
 from speculab.results.names import mlflow_name
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG
-from support.replicas import alone, decoding, logged_tokens, point_overrides
+from support.replicas import alone, both_decoding, logged_tokens, point_overrides
 from support.two_nodes import FAST_HEALTH, TwoNodes, cluster_of_two
+from support.waits import awaited
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +51,7 @@ def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes:
     ]
     command = [sys.executable, "-m", "speculab.cli", *args]
     sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    while sweep.poll() is None and len(decoding(tmp_path)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sweep.poll() is None, "the sweep ended before both replicas decoded at once"
+    awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
     nodes.crash_b()  # Ray places the two copies, one a node: whichever is on node B is lost
     out, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 0, err[-3000:]

@@ -52,3 +52,9 @@ def decoding(root: Path) -> dict[str, int]:
         if replica and decoded and records[-1]["op"] != "end":
             found[replica] = records[0]["pid"]
     return found
+
+
+def both_decoding(root: Path) -> dict[str, int]:
+    """`decoding(root)` once both replicas of a two-replica sweep decode at once, else nothing."""
+    found = decoding(root)
+    return found if len(found) >= 2 else {}

@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from speculab.tracking.spool import NOTE_TAG
 from speculab.tracking.sync import main as sync_main
 from support.cli import runs_by_kind, speculab
 from support.mlflow_server import mlflow_server
+from support.waits import awaited
 
 # A signal or a killed server lands when the sweep's first point has FINISHED in the store
 # (`wait_for_finished_child`), not on a timer: a busy machine moves when it lands, not what it hits. Store
@@ -58,10 +58,7 @@ def finished_children(uri: str) -> list:
 
 
 def wait_for_finished_child(uri: str, sweep: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 300
-    while not finished_children(uri):
-        assert sweep.poll() is None and time.monotonic() < deadline, "the sweep ended before any point finished"
-        time.sleep(0.1)
+    awaited(lambda: finished_children(uri), "a point of the sweep finished", sweep, 300)
 
 
 def assert_each_point_once(uri: str, parents: int) -> None:

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from speculab.tracking import orphans
 from speculab.tracking.orphans import OWNER_TAG, owner, process_start
 from speculab.tracking.spool import SpooledRun
+from support.waits import awaited
 
 
 def dead_pid() -> int:
@@ -72,10 +72,7 @@ def test_a_sweep_killed_with_sigkill_is_closed_by_the_next_run(random_llama_pair
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 180
-    while len(running(store)) < 2:  # the parent and its first point
-        assert time.monotonic() < deadline and sweep.poll() is None, "the sweep never started its first point"
-        time.sleep(0.2)
+    awaited(lambda: len(running(store)) >= 2, "the sweep's parent and first point were running", sweep, 180)
     os.kill(sweep.pid, signal.SIGKILL)
     sweep.wait()
     assert len(running(store)) == 2  # nothing ended them

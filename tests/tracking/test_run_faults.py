@@ -7,12 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from support.cli import points_logged, runs_by_kind, speculab
+from support.waits import awaited
 
 
 @pytest.mark.slow
@@ -45,6 +46,11 @@ def test_a_store_down_from_the_start_keeps_the_run(random_llama_pair, tmp_path: 
     assert point.info.status == "FINISHED" and "block_efficiency" in point.data.metrics
 
 
+def prompt_decoded(uri: str) -> bool:
+    """Whether the run in the store at `uri` has logged a decoded prompt."""
+    return any("prompt/generated_tokens" in r.data.metrics for r in points_logged(uri))
+
+
 @pytest.mark.slow
 def test_sigterm_on_ray_ends_the_run_killed_as_inline(random_llama_pair, tmp_path: Path, sweeps) -> None:
     """Ray's driver handler (a C stack dump and exit 134 when shutdown is slow) does not replace
@@ -60,10 +66,7 @@ def test_sigterm_on_ray_ends_the_run_killed_as_inline(random_llama_pair, tmp_pat
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
     run = sweeps(args, tmp_path)
-    deadline = time.monotonic() + 300
-    while not any("prompt/generated_tokens" in r.data.metrics for r in points_logged(uri)):  # decoding on Ray
-        assert run.poll() is None and time.monotonic() < deadline, "the run ended before decoding a prompt"
-        time.sleep(0.2)
+    awaited(partial(prompt_decoded, uri), "the run decoded a prompt on Ray", run, 300)
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=120)
     assert run.returncode == 130 and "SIGTERM received" not in err, err
