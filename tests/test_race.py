@@ -16,10 +16,10 @@ import pytest
 
 from speculab.config.answer import race_errors, stage_bounds, stage_jobs
 from speculab.data.prompts import chosen, sliced
-from speculab.results.race import RACE_FILE, ruled_out, stage_share
-from speculab.results.verdicts import ALPHA
+from speculab.results.race import RACE_FILE, SPENT, pooled, race_name, ruled_out, stage_share
+from speculab.results.verdicts import ALPHA, sweep_answer
 from support.cli import speculab
-from support.sweeps import LOADED, QUIET, draw_units, point, race, truth
+from support.sweeps import LOADED, QUIET, draw_units, point, race, truth, values_only
 
 
 def test_a_race_names_the_fastest_of_20_on_half_the_tokens_of_a_flat_sweep() -> None:
@@ -51,10 +51,39 @@ def test_a_stage_rules_out_against_the_points_the_race_began_with() -> None:
     units = draw_units(rng, 12)
     points = [point(rng, units, truth() / 1.3 / s, QUIET, f"p{i}", intervals=False) for i, s in enumerate((1.3, 1.0))]
     share = stage_share(2, 20, baselines=True)
-    assert share == pytest.approx(ALPHA / 2 * 0.75)
+    assert share == pytest.approx(ALPHA / 2 * SPENT)
     leader, out = ruled_out(points, 20, share)
     assert leader is points[0] and [p for p, _ in out] == [points[1]]
     assert out[0][1].level == pytest.approx(1 - 2 * share / 19) and out[0][1].adjusted <= ALPHA
+
+
+def test_a_point_left_is_pooled_over_its_stages() -> None:
+    """The answer's point is one point over every stage's prompts: its units joined in stage order, its
+    throughput and speedup the ratios of totals over all of them, its prompt count the whole sample's."""
+    rng = np.random.default_rng(3)
+    stages = [point(rng, draw_units(rng, n), truth() / 1.3, QUIET, "p0", intervals=False) for n in (12, 20)]
+    both = pooled(stages, values_only)
+    assert both.units is not None and len(both.units.prompts) == 32 and both.shape.prompts == 32
+    assert both.shape.part is None and race_name(both) == race_name(stages[-1])
+    totals = [s.units.speculative for s in stages if s.units is not None]
+    tokens = sum(sum(t.tokens) for t in totals)
+    seconds = sum(sum(t.wall_s) for t in totals)
+    assert both.figures.value("tokens_per_s") == pytest.approx(tokens / seconds)
+    assert both.figures.value("units") == 32 and "speedup_vs_ar" in both.figures
+    assert not any(k.startswith("typical_") for k in both.figures)
+
+
+def test_a_races_answer_counts_every_point_it_began_with() -> None:
+    """Two points left of 20: the leader's test over the other is judged at the share over 19, and each
+    baseline question's Holm counts the 18 ruled-out points' tests (as never rejected)."""
+    rng = np.random.default_rng(4)
+    units = draw_units(rng, 32)
+    left = [point(rng, units, truth() / 1.3 / s, QUIET, f"p{i}", intervals=False) for i, s in enumerate((1.3, 1.0))]
+    answer = sweep_answer(left, spent=0.01, ruled_out_before=18)
+    assert answer.chosen_from == 20 and answer.family.tests == 19 + 20
+    (versus,) = answer.versus
+    assert versus.level == pytest.approx(1 - 2 * (ALPHA / 2 - 0.01) / 19)
+    assert all(v.level >= 1 - ALPHA / 2 / 19 for v in answer.against["speedup_vs_ar"])  # of 20, not of 2
 
 
 def test_a_race_that_cannot_run_is_refused_in_one_line() -> None:
@@ -102,7 +131,7 @@ def test_a_real_race_on_the_tiny_pair_shows_its_stages(tmp_path: Path) -> None:
     assert [(s["start"], s["stop"]) for s in stages] == [(0, 12), (12, 24)] and len(stages[0]["points"]) == 4
     assert len(stages[1]["points"]) == 4 - len(stages[0]["out"])
     assert "speculab: race: stage 1, prompts 0-12 of the sample: 4 points" in result.stdout
-    assert "the sweep's answer is theirs, on these prompts alone" in result.stdout
+    assert "the sweep's answer is on these points, over every stage's prompts" in result.stdout
     described = (tmp_path / "sweep" / "sweep_description.md").read_text()
     assert "- Race, stage 1, prompts 0-12 of the sample" in described
 

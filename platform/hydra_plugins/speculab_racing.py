@@ -1,10 +1,10 @@
 """speculab's racing sweeper (`hydra/sweeper=race`; `hydra.sweeper.stages`, the prompts decoded by the
 end of each stage, [12, 32] by default): the sweep's points decode the first stage's prompts, the points
-it rules out as the fastest stop, the rest decode the next stage's fresh prompts, and the last stage's
-answer is the sweep's (`speculab.racing`, `speculab.results.race`). Hydra finds sweepers in the
-`hydra_plugins` namespace package; the sweep's points are expanded as its basic sweeper expands them
-(the preset's `hydra.sweeper.params`, then the command line), and launched by the sweep's launcher
-(`hydra/launcher: speculab`), replicas included."""
+it rules out as the fastest stop, the rest decode the next stage's fresh prompts, and the sweep's answer
+is decided on the points left, over every stage's prompts (`speculab.racing`, `speculab.results.race`).
+Hydra finds sweepers in the `hydra_plugins` namespace package; the sweep's points are expanded as its
+basic sweeper expands them (the preset's `hydra.sweeper.params`, then the command line), and launched by
+the sweep's launcher (`hydra/launcher: speculab`), replicas included."""
 
 # No `from __future__ import annotations`: Hydra imports this module in its plugin scan before it is in
 # sys.modules, where a dataclass cannot resolve string annotations; OmegaConf reads RaceConf's types as written.

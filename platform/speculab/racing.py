@@ -2,7 +2,8 @@
 launched through the sweep's launcher as one batch, on a slice of one seeded sample of prompts
 (`dataset.slice`, fresh at every stage), the points a stage rules out dropped before the next
 (`results.race.ruled_out`), and the stages written to the sweep's directory as they end (`race.json`),
-where the sweep's parent run reads them. Why it keeps the sweep's 5%: `speculab.results.race`."""
+where the sweep's parent run reads them and pools each point left over its stages (`results.race.pooled`).
+Why it keeps the sweep's 5%: `speculab.results.race`."""
 
 from __future__ import annotations
 

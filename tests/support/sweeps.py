@@ -24,7 +24,7 @@ from speculab.measure import UnitTotals
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.ratios import speedup, throughput
-from speculab.stats import log_ratio, ratio_of_totals
+from speculab.stats import Estimate, Totals, log_ratio, ratio_of_totals
 
 L = 4
 SHAPE = PointShape("block", None, 1, L, None, None, 1.0, "iid", "humaneval", 16, "tiny-pycode", 0, 64, 1, 0)
@@ -145,6 +145,11 @@ def design_truth(cell, n: int, samples: int = 20_000) -> float:
     return float(sum(ar.sum() for _, _, ar in drawn) / sum(spec.sum() for _, spec, _ in drawn))
 
 
+def values_only(totals: Totals) -> Estimate:
+    """A figure's value alone, no bootstrap: a simulated sweep decides from its units."""
+    return log_ratio(totals, resamples=0).estimate()
+
+
 def point(
     rng: np.random.Generator,
     units: Units,
@@ -160,7 +165,7 @@ def point(
     point-by-prompt ``interaction`` (`measure`). Without ``intervals`` its figures are their values
     alone: a simulated sweep's verdicts are computed from the units, and the bootstrap of every figure's
     own interval would cost most of its time."""
-    figure = ratio_of_totals if intervals else lambda totals: log_ratio(totals, resamples=0).estimate()
+    figure = ratio_of_totals if intervals else values_only
     spec, ar = measure(rng, units, round_cost, machine, interaction=interaction)
     figures = {"tokens_per_s": figure(throughput(spec)), "speedup_vs_ar": figure(speedup(spec, ar))}
     hf = None
@@ -212,24 +217,27 @@ def race(
 ) -> Race:
     """A race as `speculab.racing.race` runs one (the same functions decide), on simulated points: point i
     truly speeds[i] times as fast as a point at 1.3x autoregressive decoding; each stage's prompts fresh."""
-    from speculab.results.race import ruled_out, stage_share
+    from speculab.results.race import pooled, ruled_out, stage_share
     from speculab.results.verdicts import sweep_answer
 
     share = stage_share(len(stages), len(speeds), baselines=True)
     alive, decoded, start = list(range(len(speeds))), 0.0, 0
     units = draw_units(rng, stages[-1])
     cost = truth() / 1.3
-    answer = None
+    answer, history = None, {i: [] for i in alive}
     for number, stop in enumerate(stages, start=1):
         part = Units(units.tokens[start:stop], units.rate[start:stop])
         found = {
             i: point(rng, part, cost / speeds[i], machine, f"p{i}", interaction=interaction, intervals=False)
             for i in alive
         }
+        for i, found_i in found.items():
+            history[i].append(found_i)
         decoded += len(alive) * float(part.tokens.sum())
         if number == len(stages):
             out = len(speeds) - len(alive)
-            answer = sweep_answer(list(found.values()), spent=share * (len(stages) - 1), ruled_out_before=out)
+            left = [pooled(history[i], values_only) for i in alive]
+            answer = sweep_answer(left, spent=share * (len(stages) - 1), ruled_out_before=out)
         else:
             _, out = ruled_out(list(found.values()), len(speeds), share)
             dropped = {id(p) for p, _ in out}

@@ -11,7 +11,7 @@ model: the same records give the same figures.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from speculab.measure import Sample, Timings, UnitTotals, paired_ratios
 from speculab.paired import PromptSums
@@ -154,22 +154,30 @@ def acceptance_by_depth(run: RunResult) -> Figures:
 
 def speed_figures(timings: Timings, spec: str, ar: str | None, hf: str | None) -> Figures:
     """The point's speed from interleaved timings of the speculative method `spec` and its baselines
-    (None: not run): its throughput and its speedups over each baseline (total tokens over total
-    seconds, paired by unit and repetition: the field's figure) with their intervals; the CPU-time
-    speedup; a typical unit's speedup (the median of per-unit paired ratios) beside each."""
-    own = UnitTotals.of(timings[spec])
-    rate = ratio_of_totals(throughput(own))
-    figures: dict[str, Estimate | float] = {"tokens_per_s": rate, "ms_per_token": 1000.0 / rate.value}
-    figures["units"] = float(len(timings[spec]))
+    (None: not run): `totals_figures` over each unit's sums, and a typical unit's speedup (the median of
+    per-unit paired ratios) beside each speedup."""
+    baselines = {key: UnitTotals.of(timings[b]) for key, b in (("ar", ar), ("hf", hf)) if b is not None}
+    figures = totals_figures(UnitTotals.of(timings[spec]), baselines)
     for key, baseline in (("ar", ar), ("hf", hf)):
-        if baseline is None:
-            continue
-        other = UnitTotals.of(timings[baseline])
-        figures[f"speedup_vs_{key}"] = ratio_of_totals(speedup(own, other))
-        figures[f"typical_speedup_vs_{key}"] = median_estimate(paired_ratios(timings[spec], timings[baseline]))
-        if key == "ar":
-            figures["speedup_vs_ar_cpu"] = ratio_of_totals(speedup(own, other, cpu=True)).value
+        if baseline is not None:
+            figures[f"typical_speedup_vs_{key}"] = median_estimate(paired_ratios(timings[spec], timings[baseline]))
     return Figures(figures)
+
+
+def totals_figures(
+    own: UnitTotals, baselines: Mapping[str, UnitTotals], figure: Callable[[Totals], Estimate] = ratio_of_totals
+) -> dict[str, Estimate | float]:
+    """A point's throughput and its speedups over each baseline (`ar`, `hf`: their sums on the same units),
+    total tokens over total seconds, paired by unit (the field's figure), with the CPU-time speedup;
+    ``figure``: how each is estimated (a simulated sweep, that decides from units alone, takes values)."""
+    rate = figure(throughput(own))
+    figures: dict[str, Estimate | float] = {"tokens_per_s": rate, "ms_per_token": 1000.0 / rate.value}
+    figures["units"] = float(len(own.tokens))
+    for key, other in baselines.items():
+        figures[f"speedup_vs_{key}"] = figure(speedup(own, other))
+        if key == "ar":
+            figures["speedup_vs_ar_cpu"] = figure(speedup(own, other, cpu=True)).value
+    return figures
 
 
 def baseline_speed(samples: list[list[Sample]]) -> Figures:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from speculab.algorithms import ALGORITHMS, method_label, method_rank
@@ -221,6 +221,28 @@ class PointUnits:
     @property
     def batch_size(self) -> int:
         return max(map(len, self.prompts), default=1)
+
+    @classmethod
+    def joined(cls, parts: Sequence[PointUnits]) -> PointUnits:
+        """One point's units over the disjoint prompts of several decodes, in order (a race's stages): a
+        baseline's sums only where every part has them."""
+
+        def totals(each: list[UnitTotals | None]) -> UnitTotals | None:
+            if any(t is None for t in each):
+                return None
+            kept = [t for t in each if t is not None]
+            return UnitTotals(*(tuple(x for t in kept for x in getattr(t, f)) for f in ("tokens", "wall_s", "cpu_s")))
+
+        speculative = totals([p.speculative for p in parts])
+        assert speculative is not None  # every part decodes speculatively
+        return cls(
+            tuple(unit for p in parts for unit in p.prompts),
+            speculative,
+            totals([p.autoregressive for p in parts]),
+            totals([p.generate for p in parts]),
+            tuple(x for p in parts for x in p.kept),
+            tuple(x for p in parts for x in p.rounds),
+        )
 
 
 @dataclass(frozen=True)

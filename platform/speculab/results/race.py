@@ -2,34 +2,42 @@
 
 Every point decodes the first stage's prompts; the points the first stage already rules out as the
 fastest stop there; the rest decode the next stage's prompts, fresh ones (another slice of the same
-seeded sample: `dataset.slice`), and so on; the last stage's answer is the sweep's, decided on its own
-prompts alone. Why that keeps the sweep's 5%:
+seeded sample: `dataset.slice`), and so on; the sweep's answer is decided over the points left, each on
+every stage's prompts together (`pooled`). Why that keeps the sweep's 5%:
 
 - At an intermediate stage k, a point is ruled out where the leader's one-sided test over it, on the
   stage's prompts so far, passes at `stage_share / (P - 1)`, P the points the race began with (fixed,
   not the points left: the points left depend on the data). Whichever point is truly fastest is ruled
   out at stage k only if some point's test over it errs, with probability at most `stage_share`.
-- The last stage's prompts were chosen before any stage ran and no earlier decision saw them, so its
-  answer (`results.verdicts.sweep_answer` over the points left) is as valid as a flat sweep's over
-  them, with the ranking question's share less what the intermediate stages spent (`spent`).
-- Together: the chance that the fastest was ruled out at any stage, or that the last stage names a
-  wrong point, is at most the ranking question's share, as in a flat sweep; and the leader's figure
-  comes from prompts that did not choose it (intermediate stages chose which points reach the last).
+- At the end, the points left are compared on all the prompts they decoded, each test at the ranking
+  question's share less what the stages spent (`spent`), over P - 1 again. Every point could have
+  decoded every prompt (the sample was drawn before any stage ran), so each test over the truly fastest
+  is valid on the whole sample whatever the stages decided; the points ruled out only take tests away.
+  The fastest is then ruled out at the end with probability at most that share, by the union bound.
+- Together, the stages' shares and the end's add up to the ranking question's share: the chance that
+  the fastest is ruled out, or a wrong point named, is at most it, as in a flat sweep. The questions
+  over the baselines count the ruled-out points' tests as never rejected (`verdicts.decide`'s unseen),
+  and the leader's figure is simultaneous over the P points it was chosen from, as a flat sweep's is
+  (`SweepAnswer.chosen_from`): pooling keeps the prompts that chose it, so its value is a selected one.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from speculab.results.point import NAME_JOIN, PointResult
+from speculab.results.figures import totals_figures
+from speculab.results.names import Figures
+from speculab.results.point import NAME_JOIN, PointResult, PointUnits
 from speculab.results.verdicts import ALPHA, Call, Family, comparisons_with_best, rank_key, ranked
-from speculab.stats import Estimate
+from speculab.stats import Estimate, Totals, ratio_of_totals
 
 RACE_FILE = "race.json"  # the stages, in the sweep's directory: what the parent run shows of them
-SPENT = 0.75  # of the ranking question's share, what the stages before the last spend (simulated: the least cost)
+# Of the ranking question's share, what the stages before the last spend: at most half a flat sweep's tokens
+# with the most power left for the end (benchmarks/verdicts.py; 0.5 sat at half, 0.75 lost power).
+SPENT = 0.6
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,22 @@ def ruled_out(
         if v.call is Call.ABOVE
     ]
     return order[0], out
+
+
+def pooled(stages: Sequence[PointResult], figure: Callable[[Totals], Estimate] = ratio_of_totals) -> PointResult:
+    """A point as the race's answer sees it: its results at every stage it decoded (in order), one point over
+    their prompts together, its units joined and its speed figures from them (``figure``: how each is
+    estimated, `figures.totals_figures`); its other figures (acceptance, its baselines' own), from one
+    stage's records, its last stage's. A typical unit's speedup, one stage's median, is left out."""
+    last = stages[-1]
+    if len(stages) == 1 or any(s.units is None for s in stages):
+        return last
+    units = PointUnits.joined([s.units for s in stages if s.units is not None])
+    baselines = {key: t for key, t in (("ar", units.autoregressive), ("hf", units.generate)) if t is not None}
+    kept = {k: v for k, v in last.figures.items() if not k.startswith("typical_")}
+    shape = replace(last.shape, prompts=len(units.prompt_ids), part=None)  # the whole sample: every stage's
+    figures = Figures(kept) | totals_figures(units.speculative, baselines, figure)
+    return replace(last, shape=shape, figures=figures, units=units)
 
 
 def race_name(point: PointResult) -> str:

@@ -152,10 +152,13 @@ def tested(groups: Sequence[Totals] | None) -> LogRatio | None:
     return log_ratio(*groups, resamples=0) if groups else None
 
 
-def decide(ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALPHA) -> list[Verdict]:
-    """One family's (or one question's, at its share `alpha`) two-sided verdicts by Holm's step-down."""
+def decide(ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALPHA, unseen: int = 0) -> list[Verdict]:
+    """One family's (or one question's, at its share `alpha`) two-sided verdicts by Holm's step-down;
+    ``unseen``: hypotheses of the question left untested (a race's ruled-out points), counted in Holm's m
+    with p = 1, which keeps its guarantee (Holm rejects less as any p-value grows)."""
     p = [r.p_value() if r is not None else math.nan for r in ratios]
-    return [judged(r, step, family, None, False) for r, step in zip(ratios, holm(p, alpha))]
+    steps = holm([*p, *[1.0] * unseen], alpha)
+    return [judged(r, step, family, None, False) for r, step in zip(ratios, steps)]
 
 
 RUN_FAMILY = "this run"  # its speedups over its baselines
@@ -307,13 +310,18 @@ class SweepAnswer:
     def leader_figure(self) -> Selected:
         """The leader's figure with its interval simultaneous over the sweep's points (found once, on demand:
         its bootstrap is the costliest part of an answer)."""
-        return selected(self.leader, self.key, len(self.ranked))
+        return selected(self.leader, self.key, self.chosen_from)
 
     @cached_property
     def figures(self) -> list[Estimate]:
         """Every point's figure, in ranking order, with its interval simultaneous over the sweep's points:
         what a ranking shows, where every row is chosen by the same data."""
-        return [self.leader_figure.figure] + [selected(p, self.key, len(self.ranked)).figure for p in self.ranked[1:]]
+        return [self.leader_figure.figure] + [selected(p, self.key, self.chosen_from).figure for p in self.ranked[1:]]
+
+    @property
+    def chosen_from(self) -> int:
+        """The points the leader was chosen from: the sweep's, or every point its race began with."""
+        return len(self.ranked) + self.ruled_out_before
 
     @property
     def best(self) -> PointResult | None:
@@ -383,21 +391,25 @@ def sweep_answer(
     point is fastest (Hsu's comparisons with the best), which points beat each baseline (Holm) and, where
     `cells` place the points in a contrast (the values in `order`), each pair of the contrasted values at
     every setting of the other swept keys (Holm). ``spent``: what a race's earlier stages spent of the
-    ranking's share, ``ruled_out_before``: how many points they ruled out (its last stage's answer is this
-    one, over the points left)."""
+    ranking's share, ``ruled_out_before``: how many points they ruled out (its answer is this one, over the
+    points left, each pooled over its stages: `results.race.pooled`; every test the race began with is
+    counted, those of the points ruled out as never rejected)."""
     key = rank_key(points)
     order_ = ranked(points, key)
     baselines = [k for k in OVER if any(k in p.figures for p in order_)]
     against_ratios = [tested(figure_groups(p.units, k)) for k in baselines for p in order_]
     pairs = [] if cells is None else contrast_pairs(points, cells, order)
     contrast_ratios = [tested(effect_groups(a.units, b.units, key)) for _, _, a, b in pairs]
+    unseen = ruled_out_before * len(baselines)  # a race's ruled-out points' tests over each baseline, as p = 1
     blocks = [
-        [r.p_value() if r is not None else math.nan for r in ratios] for ratios in (against_ratios, contrast_ratios)
+        [r.p_value() if r is not None else math.nan for r in ratios] + [1.0] * extra
+        for ratios, extra in ((against_ratios, unseen), (contrast_ratios, 0))
     ]
     (base_share, contrast_share), rank_share = allotted(blocks, len(order_) > 1, spent)
-    family = Family(SWEEP_FAMILY, len(order_) - 1 + len(against_ratios) + len(pairs))
-    versus = comparisons_with_best(order_, key, 1, family, rank_share) if len(order_) > 1 else []
-    against = decide(against_ratios, family, base_share)
+    rivals = len(order_) - 1 + ruled_out_before  # a race's leader was chosen from every point it began with
+    family = Family(SWEEP_FAMILY, rivals + len(against_ratios) + unseen + len(pairs))
+    versus = comparisons_with_best(order_, key, 1, family, rank_share, tests=rivals) if len(order_) > 1 else []
+    against = decide(against_ratios, family, base_share, unseen)
     contrasts = [Contrast(*pair, v) for pair, v in zip(pairs, decide(contrast_ratios, family, contrast_share))]
     by_baseline = {k: against[i * len(order_) : (i + 1) * len(order_)] for i, k in enumerate(baselines)}
     return SweepAnswer(key, order_, versus, by_baseline, contrasts, family, ruled_out_before)

@@ -199,8 +199,8 @@ def sweep_section(answer: SweepAnswer, point: PointResult, name: Name) -> str:
 def race_lines(stages: list[Stage]) -> list[str]:
     """A race's stages in words, one line each: the prompts, how many points decoded them, which the stage
     ruled out and on what evidence (the leader's ratio over each at the stage's level, adjusted p), and
-    that the sweep's answer is the last stage's, on its prompts alone; points named by what sets them
-    apart."""
+    that the sweep's answer is on the last stage's points, over every stage's prompts; points named by
+    what sets them apart."""
     everyone = stages[0].points if stages else []
     parts = [name.split(NAME_JOIN) for name in everyone]
     shared = {i for i in range(min(map(len, parts), default=0)) if len({p[i] for p in parts}) == 1}
@@ -221,6 +221,6 @@ def race_lines(stages: list[Stage]) -> list[str]:
         elif stage is not stages[-1]:
             said += ", none out"
         if stage is stages[-1]:
-            said += "; the sweep's answer is theirs, on these prompts alone"
+            said += "; the sweep's answer is on these points, over every stage's prompts"
         lines.append(said)
     return lines

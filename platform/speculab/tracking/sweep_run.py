@@ -25,7 +25,7 @@ from speculab.config import RunPlan, TrackingConfig, tracking_uri
 from speculab.config.sweep import race_stages
 from speculab.jobs import ReplicaLost, replica_lost
 from speculab.results.point import FailedPoint, PointResult, PointShape
-from speculab.results.race import read_race, stage_share
+from speculab.results.race import pooled, race_name, read_race, stage_share
 from speculab.results.sweep import best_metrics, contrast_cells, labels, shared_name, sweep_name
 from speculab.results.verdicts import OVER, SweepAnswer, sweep_answer
 from speculab.show.acceptance import depth_csv, depth_figure, depth_markdown
@@ -108,15 +108,28 @@ class SweepRun:
             lead = f"**Running: {self.ended} of {self.total} points ended.**"
             self.parent.set_tags({NOTE_TAG: within_limit(self.described(lead), DESCRIPTION)})
 
-    def answer(self) -> SweepAnswer | None:
+    def answered(self) -> dict[str, PointResult]:
+        """Point id -> the point as the sweep's answer sees it: every finished point; a race's, those of its
+        last stage so far, each pooled with its earlier stages (`results.race.pooled`)."""
+        if self.race is None:
+            return dict(zip(self.point_ids, self.points))
+        stages = read_race(self.sweep_dir)
+        last = f"dataset.slice=[{stages[-1].start},{stages[-1].stop}]" if stages else ""
+        history: dict[str, list[PointResult]] = {}
+        for point in self.points:  # in the launch's order: stage by stage
+            history.setdefault(race_name(point), []).append(point)
+        found = zip(self.point_ids, self.points, self.point_overrides)
+        return {i: pooled(history[race_name(p)]) for i, p, o in found if last in o}
+
+    def answer(self, answered: dict[str, PointResult] | None = None) -> SweepAnswer | None:
         """The sweep's verdicts on the points finished so far (None: none), its contrast where it names one;
-        a race's, on its last stage's points so far, with what its earlier stages spent."""
+        a race's, on its last stage's points so far pooled over their stages, with what the earlier stages
+        spent. ``answered``: `answered()`, where the caller keeps its points (the answer ranks those)."""
         if not self.points:
             return None
         if self.race is not None:
             stages = read_race(self.sweep_dir)
-            last = f"dataset.slice=[{stages[-1].start},{stages[-1].stop}]" if stages else ""
-            points = [p for p, o in zip(self.points, self.point_overrides) if last in o] or self.points
+            points = list((answered if answered is not None else self.answered()).values()) or self.points
             share = stage_share(len(self.race), len(stages[0].points) if stages else len(points), self.baselines)
             out = sum(len(stage.out) for stage in stages)
             return sweep_answer(points, spent=share * (len(self.race) - 1), ruled_out_before=out)
@@ -153,7 +166,8 @@ class SweepRun:
     def end(self) -> None:
         """The sweep reached its end: the parent gets its tables, plots, best point and description, and
         ends FINISHED (FAILED where a point failed); the console gets the ranking."""
-        found = self.answer()
+        answered = self.answered()
+        found = self.answer(answered)
         if found is not None:
             self.parent.log_table(table_rows(self.points), "sweep_points.json")
             self.parent.log_text(sweep_markdown(self.points), "sweep_table.md")
@@ -166,10 +180,8 @@ class SweepRun:
             self.parent.log_metrics(best_metrics(found))
         if self.failed:
             self.parent.log_metrics({FAILED_METRIC: float(len(self.failed))})
-        if found is not None:
-            answered = {id(p) for p in found.ranked}  # a race's earlier stages are not its answer
-            told = {i: p for i, p in zip(self.point_ids, self.points) if id(p) in answered}
-            tell_points(self.parent, found, told)
+        if found is not None:  # a race's earlier stages are not its answer: its last stage's runs are told
+            tell_points(self.parent, found, answered)
         description = self.described() if self.points or self.failed else ""
         if description:
             self.parent.log_text(description, DESCRIPTION)
