@@ -55,18 +55,32 @@ def ray_cluster() -> Iterator[GroupPool]:
     own). Only the session tears Ray down, so no test depends on another to leave or to have left it;
     a CLI run in a subprocess starts its own."""
     from speculab.runtime.groups import POOL
-    from speculab.runtime.ray_actors import connect
     from speculab.runtime.teardown import teardown
 
-    connect(None, RAY_CPUS)
+    sized_cluster(POOL)
     yield POOL
     teardown()
 
 
+def sized_cluster(pool: GroupPool) -> None:
+    """Ray on an embedded cluster of `RAY_CPUS`, whoever started Ray in this process first: a test that
+    prepares a point in-process starts one of its `cluster.num_cpus` (3 in one of them), and the pool's
+    room arithmetic (`test_group_pool`) then runs short of a CPU."""
+    import ray
+
+    from speculab.runtime.ray_actors import connect
+
+    if ray.is_initialized() and ray.cluster_resources().get("CPU") != RAY_CPUS:
+        pool.close_all()
+        ray.shutdown()
+    connect(None, RAY_CPUS)
+
+
 def emptied(pool: GroupPool) -> Iterator[GroupPool]:
-    """`pool` with no group open, and none once its user is done, whatever that user did (killed
-    actors, restarted a group): open groups hold cluster CPUs that a later test's actors would wait
-    for (then fail), and loads that `model_loads` would count again."""
+    """`pool` with no group open, on the session's cluster of `RAY_CPUS`, and none once its user is done,
+    whatever that user did (killed actors, restarted a group): open groups hold cluster CPUs that a later
+    test's actors would wait for (then fail), and loads that `model_loads` would count again."""
+    sized_cluster(pool)
     pool.close_all()
     yield pool
     pool.close_all()
