@@ -75,6 +75,11 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
     [
         (["algorithm=foo"], "algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, greedy_block, nss,"),
         (["algorithm.L=abc"], "algorithm.L=abc: must be an integer >= 1 and <= 128"),  # the type, and the range
+        (["algorithm.L=4", "algorithm.L=1.5"], "algorithm.L=1.5: must be an integer >= 1"),  # the last, as applied
+        (
+            ["--multirun", "hydra/sweeper=race", "hydra.sweeper.stages=[12.5,32]"],
+            "hydra.sweeper.stages=[12.5,32]: stages[0]",
+        ),
         (["sampling.temperature=warm"], "sampling.temperature=warm: must be a finite number >= 0 (0 = greedy)"),
         (["baseline=maybe"], "baseline=maybe: must be true or false"),
         (["algorithm.K=1,2"], "algorithm.K=1,2: several values sweep only with -m (speculab -m algorithm.K=1,2)"),
@@ -178,6 +183,27 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
         "greedy_block, nss, specinfer, spectr, spectr_gbv, token, traversal",
         "point 4 of 4 (algorithm=foo algorithm.L=x): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, "
         "greedy_block, nss, specinfer, spectr, spectr_gbv, token, traversal",
+    ]
+
+
+def test_sweep_values_that_read_as_one_point_are_refused() -> None:
+    """`algorithm.L=4,04` is one point twice: Hydra would run it twice, a contrast would test it against
+    itself, and resume would take the second for the first."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from speculab.cli import CONF
+    from speculab.config.sweep import PLANS, sweep_plans
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)
+        OmegaConf.set_readonly(config, False)
+        config.hydra.overrides.task = ["runtime=inline", "tracking=none", "algorithm.L=4,04,8"]
+        plans, errors = sweep_plans(config)
+    PLANS.clear()
+    assert len(plans) == 3 and errors == [
+        "point 2 of 3 (algorithm.L=04): the same point as algorithm.L=4 (the values differ as written, not as "
+        "read); sweep each value once"
     ]
 
 

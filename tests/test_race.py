@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from speculab.config.answer import race_errors, stage_bounds, stage_jobs
+from speculab.config.dataset import DatasetConfig, dataset_errors
 from speculab.data.prompts import chosen, sliced
 from speculab.results.race import RACE_FILE, SPENT, pooled, race_name, ruled_out, stage_share
 from speculab.results.verdicts import ALPHA, sweep_answer
@@ -87,18 +88,31 @@ def test_a_races_answer_counts_every_point_it_began_with() -> None:
 
 
 def test_a_race_that_cannot_run_is_refused_in_one_line() -> None:
-    assert race_errors([12, 32], ["algorithm.L=4,8"], None, 12) == []
-    (short,) = race_errors([8, 32], [], None, 12)
+    assert race_errors([12, 32], ["algorithm.L=4,8"], None, 12, 164) == []
+    (short,) = race_errors([8, 32], [], None, 12, None)
     assert short.startswith("hydra.sweeper.stages=[8, 32]: must be two or more increasing prompt counts")
-    assert race_errors([12, 20], [], None, 12) and race_errors([32], [], None, 12)  # 8 fresh prompts; one stage
-    (count,) = race_errors([12, 32], ["dataset.num_prompts=40"], None, 12)
+    assert race_errors([12, 20], [], None, 12, None) and race_errors([32], [], None, 12, None)  # 8 fresh; one stage
+    (beyond,) = race_errors([12, 200], [], None, 12, 164)
+    assert beyond.startswith("hydra.sweeper.stages=[12, 200]: the last stage decodes 200") and "<= 164" in beyond
+    (count,) = race_errors([12, 32], ["dataset.num_prompts=40"], None, 12, None)
     assert count.startswith("dataset.num_prompts: a race sets it")
-    (paired,) = race_errors([12, 32], [], "algorithm", 12)
+    (paired,) = race_errors([12, 32], [], "algorithm", 12, None)
     assert "a race drops points a contrast pairs" in paired
     assert stage_bounds([12, 32]) == [(0, 12), (12, 32)]
     assert stage_jobs([["algorithm=gbv"]], 12, 32, 32) == [
         ["algorithm=gbv", "dataset.num_prompts=32", "dataset.slice=[12,32]"]
     ]
+
+
+def test_a_slice_past_the_dataset_is_refused_where_the_sample_is_all_of_it() -> None:
+    """With `dataset.num_prompts=null` the sample is the whole dataset: a slice past its end is refused
+    naming what it holds, not run on fewer prompts than its name says (or on none)."""
+    (line,) = dataset_errors(DatasetConfig(num_prompts=None, slice=[160, 170]))
+    assert line == (
+        "dataset.slice=[160, 170]: must be [start, stop] with 0 <= start < stop <= 164, the prompts humaneval "
+        "holds, or null"
+    )
+    assert dataset_errors(DatasetConfig(num_prompts=None, slice=[150, 164])) == []
 
 
 def test_a_samples_slices_are_disjoint_random_parts_of_it() -> None:

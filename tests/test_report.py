@@ -386,6 +386,7 @@ def test_methods_sort_in_the_papers_order_from_their_shapes_not_their_names() ->
         ("text", "is not an SQLite database (file is not a database)"),
         ("fifo", "is not a regular file (a FIFO or a device); refused without opening it"),
         ("directory", "is a directory, not a SQLite database file"),
+        ("foreign", "is another application's SQLite database (tables notes; none of MLflow's)"),
     ],
 )
 def test_a_store_that_is_not_a_database_is_refused_in_one_line(
@@ -393,6 +394,7 @@ def test_a_store_that_is_not_a_database_is_refused_in_one_line(
 ) -> None:
     """speculab-report and a run alike (`config.tracking.store_error`): one line, no SQLAlchemy traceback."""
     import os
+    import sqlite3
 
     from speculab.config import TrackingConfig
     from speculab.config.tracking import tracking_errors
@@ -402,6 +404,9 @@ def test_a_store_that_is_not_a_database_is_refused_in_one_line(
         store.write_text("hello, not a database")
     elif kind == "fifo":
         os.mkfifo(store)
+    elif kind == "foreign":
+        with sqlite3.connect(store) as db:
+            db.execute("CREATE TABLE notes (x INTEGER)")
     else:
         store.mkdir()
     uri = f"sqlite:///{store}"

@@ -35,9 +35,12 @@ def contrast_errors(contrast: str | None, varied: list[str], sweeping: bool) -> 
 RACE_SETS = ("dataset.num_prompts", "dataset.slice")  # what a race sets for each stage's points
 
 
-def race_errors(stages: Sequence[int], overrides: Sequence[str], contrast: str | None, least: int) -> list[str]:
+def race_errors(
+    stages: Sequence[int], overrides: Sequence[str], contrast: str | None, least: int, held: int | None
+) -> list[str]:
     """A race's stages: increasing whole numbers of prompts, each stage `least` prompts or more (a test's
-    fewest units), its points' prompt count and slices left to it, and no contrast (a race drops points a
+    fewest units), the last no more than the `held` prompts of the dataset (None: not known before it
+    loads), its points' prompt count and slices left to it, and no contrast (a race drops points a
     contrast would pair)."""
     errors = []
     bounds = [0, *stages]
@@ -46,6 +49,11 @@ def race_errors(stages: Sequence[int], overrides: Sequence[str], contrast: str |
         errors.append(
             f"hydra.sweeper.stages={list(stages)}: must be two or more increasing prompt counts, each stage "
             f"{least} prompts or more (the fewest a verdict is tested on), e.g. [12,32]"
+        )
+    elif held is not None and stages[-1] > held:
+        errors.append(
+            f"hydra.sweeper.stages={list(stages)}: the last stage decodes {stages[-1]} prompts of a sample; the "
+            f"dataset holds {held}, so it must be <= {held}"
         )
     for key in RACE_SETS:
         if any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides):

@@ -39,40 +39,47 @@ def dataset_errors(d: DatasetConfig) -> list[str]:
             f"dataset.sample_seed={d.sample_seed!r}: must be an integer in [0, {SEED_LIMIT}) (a random sample of "
             "the prompts) or null (the first dataset.num_prompts)"
         )
-    errors += slice_errors(d)
     if d.name not in DATASETS:
         choice(errors, "dataset.name", d.name, DATASETS)
-        return errors
+        return errors + slice_errors(d, None)
     try:
         held = check_dataset(d.name, d.path)
     except (ValueError, RuntimeError) as err:
         errors.append(str(err))
-        return errors
+        return errors + slice_errors(d, None)
     if held is not None and d.num_prompts is not None and d.num_prompts > held:
         errors.append(too_many_prompts(d, held))
-    return errors
+    return errors + slice_errors(d, held)
+
+
+def source(d: DatasetConfig) -> str:
+    """The prompts' source as a user named it."""
+    return f"dataset.path={d.path!r}" if d.name == "jsonl" else d.name
 
 
 def too_many_prompts(d: DatasetConfig, held: int) -> str:
     """The line refusing `dataset.num_prompts` beyond the `held` prompts: the run would decode fewer
     prompts than its name and records say."""
-    source = f"dataset.path={d.path!r}" if d.name == "jsonl" else d.name
     count = f"{held} prompt" if held == 1 else f"{held} prompts"
     return (
-        f"dataset.num_prompts={d.num_prompts}: {source} holds {count}; "
+        f"dataset.num_prompts={d.num_prompts}: {source(d)} holds {count}; "
         f"must be an integer >= 1 and <= {held}, or null (every prompt)"
     )
 
 
-def slice_errors(d: DatasetConfig) -> list[str]:
-    """`dataset.slice` is null or [start, stop] with 0 <= start < stop <= dataset.num_prompts."""
+def slice_errors(d: DatasetConfig, held: int | None) -> list[str]:
+    """`dataset.slice` is null or [start, stop] with 0 <= start < stop <= the sample's size: dataset.num_prompts,
+    or the `held` prompts of the whole dataset where that is null (None: not known before it loads)."""
     if d.slice is None:
         return []
     bounds = list(d.slice)
-    top = d.num_prompts
+    top = d.num_prompts if d.num_prompts is not None else held
     if len(bounds) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in bounds):
         start, stop = bounds
         if 0 <= start < stop and (top is None or stop <= top):
             return []
-    within = f"<= dataset.num_prompts={top}" if top is not None else "within the dataset"
+    if d.num_prompts is not None:
+        within = f"<= dataset.num_prompts={d.num_prompts}"
+    else:
+        within = f"<= {held}, the prompts {source(d)} holds" if held is not None else f"within what {source(d)} holds"
     return [f"dataset.slice={bounds}: must be [start, stop] with 0 <= start < stop {within}, or null"]

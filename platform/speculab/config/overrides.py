@@ -92,9 +92,12 @@ def composition_problem(err: Exception, overrides: list[str]) -> str | None:
         return f"{group}={option}: no such {group}; allowed: {', '.join(sorted(err.options))}"
     if isinstance(err, ConfigCompositionException) and isinstance(cause, ValidationError) and cause.full_key:
         key = str(cause.full_key)
-        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "?")
         wanted = next((words for said, words in TYPES.items() if said in str(cause)), None)
-        return f"{key}={value}: must be {wanted}" if wanted else f"{key}={value}: {first_line(cause)}"
+        said = f"must be {wanted}" if wanted else first_line(cause)
+        if (value := given_value(key, overrides)) is not None:
+            return f"{key}={value}: {said}"
+        whole = key.split("[", 1)[0]  # an element of a list: the list as given, and which element
+        return f"{whole}={given_value(whole, overrides) or '?'}: {key.rsplit('.', 1)[-1]} {said}"
     if isinstance(err, ConfigCompositionException) and str(err).startswith("Could not override '"):
         group = str(err).split("'")[1]
         given = next((o for o in overrides if o.split("=", 1)[0] == group), group)
@@ -102,6 +105,12 @@ def composition_problem(err: Exception, overrides: list[str]) -> str | None:
     if isinstance(err, (ConfigCompositionException, OverrideParseException)):
         return " ".join(str(err).split("\n\n")[0].split())
     return None
+
+
+def given_value(key: str, overrides: list[str]) -> str | None:
+    """The value the command line gave `key`: its last override, the one Hydra applies."""
+    values = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key]
+    return values[-1] if values else None
 
 
 # A value of a field's type below every range validation allows: validating it names that range

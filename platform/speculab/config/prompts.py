@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from speculab.config.dataset import too_many_prompts
+from speculab.config.dataset import slice_errors, too_many_prompts
 from speculab.config.errors import ConfigError
 from speculab.config.model import prompt_length_errors
 from speculab.config.plan import RunPlan
@@ -32,6 +32,8 @@ def point_prompts(plan: RunPlan) -> PointPrompts:
     prompts = load_prompts(d.name, d.num_prompts, d.path, d.sample_seed, part)
     if d.num_prompts is not None and len(prompts) < d.num_prompts and part is None:  # a dataset counted on load
         raise ConfigError.listing([too_many_prompts(cfg.dataset, len(prompts))])
+    if part is not None and len(prompts) < part[1] - part[0]:  # a slice past a dataset counted on load
+        raise ConfigError.listing(slice_errors(d, part[0] + len(prompts) if prompts else None))
     tokenizer = AutoTokenizer.from_pretrained(str(plan.target_dir))
     encoded = [encode_prompt(p, tokenizer) for p in prompts]
     if errors := prompt_length_errors(cfg, plan.target_dir, [(p.id, len(e)) for p, e in zip(prompts, encoded)]):

@@ -78,6 +78,17 @@ def race_stages(config: DictConfig) -> list[int] | None:
     return list(sweeper.stages) if str(sweeper.get("_target_", "")).endswith(".RacingSweeper") else None
 
 
+def dataset_held(name: str, path: str | None) -> int | None:
+    """How many prompts the sweep's dataset holds, where that is known before it loads; None otherwise, and
+    for a dataset that is not one (its points' checks say so)."""
+    from speculab.data import check_dataset
+
+    try:
+        return check_dataset(name, path)
+    except (ValueError, RuntimeError):
+        return None
+
+
 def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     """(each valid point's plan, in launch order, kept in `PLANS`; what `resolve` and the unknown-key
     check say of the invalid ones, each line prefixed by its point)."""
@@ -86,12 +97,14 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
     varied = varied_keys(points)
     wide = contrast_errors(config.sweep.contrast, varied, True)
     if (stages := race_stages(config)) is not None:  # a race's points: each at each of its stages
-        wide = race_errors(stages, list(config.hydra.overrides.task), config.sweep.contrast, MIN_CLUSTERS)
+        held = dataset_held(config.dataset.name, config.dataset.path)
+        wide = race_errors(stages, list(config.hydra.overrides.task), config.sweep.contrast, MIN_CLUSTERS, held)
         if wide:
             return [], wide
         points = [job for start, stop in stage_bounds(stages) for job in stage_jobs(points, start, stop, stages[-1])]
     plans: list[RunPlan] = []
     errors: list[str] = []
+    first: dict[str, str] = {}  # a resolved point's config -> the first point that resolved to it
     for number, overrides in enumerate(points, start=1):
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in varied)
         try:
@@ -107,6 +120,11 @@ def sweep_plans(config: DictConfig) -> tuple[list[RunPlan], list[str]]:
                 raise ConfigError.listing(unknown)
             plans.append(resolve(job_config(job)))
             PLANS[tuple(overrides)] = plans[-1]
+            if (earlier := first.setdefault(repr(plans[-1].cfg), label)) != label:
+                errors.append(
+                    f"point {number} of {len(points)} ({label}): the same point as {earlier} (the values differ as "
+                    "written, not as read); sweep each value once"
+                )
         except ConfigError as err:
             lines = str(err).splitlines()[1:]  # after "invalid config:"
             errors += [f"point {number} of {len(points)} ({label}): {line.strip()}" for line in lines]

@@ -109,6 +109,11 @@ def store_error(uri: str, field: str) -> str | None:
         return f"{field}{uri!r}: {store} is not a regular file (a FIFO or a device); refused without opening it"
     if (why := not_sqlite(store)) is not None:
         return f"{field}{uri!r}: {store} is not an SQLite database ({why}); name the database a run wrote"
+    if tables := foreign_tables(store):
+        return (
+            f"{field}{uri!r}: {store} is another application's SQLite database (tables {', '.join(tables[:3])}; "
+            "none of MLflow's), which MLflow would add its own tables to; name the database a run wrote, or a new file"
+        )
     return None
 
 
@@ -123,6 +128,21 @@ def not_sqlite(path: Path) -> str | None:
     except sqlite3.DatabaseError as err:
         return str(err)
     return None
+
+
+# Tables an MLflow store has from its first migration on: a store being created holds one of them already.
+MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs", "metrics", "params", "tags"})
+
+
+def foreign_tables(path: Path) -> list[str]:
+    """The tables of the SQLite database at `path`, sorted, where it has some and none of them MLflow's;
+    [] for an MLflow store, an empty database, or one busy with another writer."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)) as db:
+            tables = sorted(row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    except sqlite3.DatabaseError:  # locked or busy (OperationalError): a writer's, so MLflow's
+        return []
+    return [] if MLFLOW_TABLES & set(tables) else tables
 
 
 def resume_errors(resume: bool, t: TrackingConfig) -> list[str]:
