@@ -1,6 +1,6 @@
 """At most 2 host reads a decode round, counted on the CPU with the code a GPU runs.
 
-`speculab.hostreads.device_form` makes the CPU take the static-shape forms a GPU takes (the level
+`speculab.device.hostreads.device_form` makes the CPU take the static-shape forms a GPU takes (the level
 tree builder, the verifiers' fixed-shape walks, no trimming of padding by value, the tree mask
 for every pass); `support.host_reads` counts what reads a value on the host. On CUDA
 `runtime/host_syncs_per_round` counts the same reads with torch's sync debug mode
@@ -21,9 +21,9 @@ import torch
 
 import speculab.engine as engine
 from speculab.algorithms import PATH_ALGORITHMS, get_verifier
+from speculab.device.hostreads import device_form, reads_free
 from speculab.drafting.tree import DraftTree
 from speculab.engine import decode
-from speculab.hostreads import device_form, reads_free
 from speculab.verify.verdict import Verdict
 from support.engine import TOY_PROMPTS, settings, tiny_pair_batch, toy_roles
 from support.host_reads import counting_host_reads, site_of

@@ -35,11 +35,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("baselines", "data"),
     ("engine",),
     ("clock", "evidence"),
-    ("captured",),
-    ("records", "measure", "stats", "syncs", "algorithms", "interrupts", "jobs"),
+    ("records", "measure", "stats", "algorithms", "interrupts", "jobs"),
     ("verify",),
     ("drafting",),
-    ("hostreads",),
+    ("device",),
 )
 
 

@@ -309,7 +309,7 @@ def get_verifier(
     """The batched verifier of ``name`` (with ``node_rule`` for spectr), behind the contract's shape check.
 
     A `PathVerifier` ``(paths, p, q, *, rng, carry)`` or, for tree algorithms, a `TreeVerifier`
-    ``(tree, p, *, rng)``. ``replay``: how a `DrawnPathVerifier` runs (`captured.CapturedPaths`: from
+    ``(tree, p, *, rng)``. ``replay``: how a `DrawnPathVerifier` runs (`verify.captured.CapturedPaths`: from
     CUDA graphs); None, and every other verifier, as it is. ValueError naming the field and its choices
     for an unknown name or rule.
     """

@@ -31,7 +31,7 @@ import torch
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
 from speculab.autoregressive import autoregressive
 from speculab.baselines import BaselineResult, GenerateForm
-from speculab.captured import replayed
+from speculab.device.syncs import counting_host_syncs
 from speculab.drafting.ahead import Ahead, AheadDrafter
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.engine import DecodeSettings, Drafter, decode
@@ -39,7 +39,7 @@ from speculab.measure import Sample, timed
 from speculab.models.roles import Conditions, process_conditions
 from speculab.paired import PairedComparison, PromptSums
 from speculab.records import RunResult
-from speculab.syncs import counting_host_syncs
+from speculab.verify.captured import replayed
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
 METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
@@ -61,7 +61,7 @@ class PointWork:
     settings: DecodeSettings
     # how `baseline_hf` runs transformers' generate (default: eager)
     generate: GenerateForm = field(default_factory=GenerateForm)
-    # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `captured.CapturedPaths`)
+    # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `verify.captured.CapturedPaths`)
     verifier_passes: str = "eager"
     ahead: Ahead | None = None  # drafting ahead (`drafter.ahead=ssd`); None: off
 
@@ -149,7 +149,7 @@ class PointLoop:
         }
         if method not in runs:
             raise ValueError(f"method={method!r}: must be one of {', '.join(METHODS)}")
-        # The warm-up is untimed: count its host synchronisations there (`speculab.syncs`), not in a measured run.
+        # The warm-up is untimed: count its host synchronisations there (`device.syncs`), not in a measured run.
         with counting_host_syncs(enabled=repeat == -1 and method == "speculative") as syncs:
             result, wall, cpu = timed(self.cpu, runs[method])
         per_round = syncs[0] / len(result.rounds) if syncs and isinstance(result, RunResult) and result.rounds else None

@@ -44,7 +44,7 @@ class ModelConfig:
     capture: bool = True  # on CUDA: the models' passes replayed from CUDA graphs (models.static_pass); false: eager
     # the captured passes compiled by inductor first (fused norms, rotary, residuals); off until a GPU run checks it
     compile: bool = False
-    # with capture on CUDA: the path verifier's decision replayed from a CUDA graph per shape (`captured`);
+    # with capture on CUDA: the path verifier's decision replayed from a CUDA graph per shape (`verify.captured`);
     # off until a GPU run checks it
     capture_verifier: bool = False
 

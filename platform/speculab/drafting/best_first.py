@@ -32,8 +32,8 @@ from array import array
 
 import torch
 
+from speculab.device.hostreads import reads_free, upload
 from speculab.drafting.tree import DraftTree
-from speculab.hostreads import reads_free, upload
 
 FINE = 64  # largest token chunk whose maximum stands for it when locating reachable tokens
 GROUP = 8  # fine chunks per coarse chunk (the first, cheap bound)
