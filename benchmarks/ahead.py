@@ -48,9 +48,9 @@ from speculab.cli import composed_config
 from speculab.config import resolve
 from speculab.config.prompts import point_prompts
 from speculab.config.schema import job_config
+from speculab.core.measure import Sample, UnitTotals
+from speculab.core.records import RunResult, concat_runs
 from speculab.experiment import prepare
-from speculab.measure import Sample, UnitTotals
-from speculab.records import RunResult, concat_runs
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_TABLED
 from speculab.results.ratios import speedup, throughput

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.results.figures import run_figures, tokens_per_second
 
 

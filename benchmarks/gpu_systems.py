@@ -67,14 +67,14 @@ from transformers.utils import logging as hf_logging
 from verify import batched_call, random_inputs
 
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.device.graphs import Graphs
 from speculab.drafting.best_first import best_first, chain_tree
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash import DFlashDraft, block_allowed, draft_logits
 from speculab.models.dflash_layout import DFlashLayout, read_layout

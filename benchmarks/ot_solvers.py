@@ -228,9 +228,9 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: 
 
     from speculab.algorithms import get_verifier
     from speculab.config import resolve_path
+    from speculab.core.engine import DecodeSettings, decode
     from speculab.data import encode_prompt, load_prompts
     from speculab.drafting.sampling import SamplingParams
-    from speculab.engine import DecodeSettings, decode
     from speculab.models import DraftModel, LMSpec, TreeTarget
     from speculab.results.figures import run_figures
 

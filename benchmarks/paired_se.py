@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.algorithms import get_verifier
+from speculab.core.engine import DecodeSettings, decode
+from speculab.core.paired import PairedComparison
+from speculab.core.records import RunResult
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
-from speculab.paired import PairedComparison
-from speculab.records import RunResult
 from speculab.results.figures import relative
 from speculab.stats import LogRatio, Totals, log_ratio
 

@@ -39,10 +39,10 @@ from rich.table import Table
 
 import speculab.cli  # noqa: F401  registers the structured schema
 from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
 from speculab.config import PROJECT_ROOT, Config, resolve
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import decode
 from speculab.data import encode_prompt, load_prompts
-from speculab.engine import decode
 from speculab.experiment import model_specs, settings_of
 from speculab.models import DraftModel, TreeTarget
 from speculab.results.figures import tokens_per_second

@@ -24,8 +24,8 @@ import pytest
 from scipy import stats
 
 from speculab.algorithms import get_verifier
-from speculab.engine import decode
-from speculab.measure import Sample, paired_ratios
+from speculab.core.engine import decode
+from speculab.core.measure import Sample, paired_ratios
 from speculab.results.figures import acceptance_by_depth, per_round
 from speculab.results.ratios import speedup
 from speculab.stats import CONFIDENCE, MEDIAN, MIN_CLUSTERS, MIN_UNITS, Totals, log_ratio, median_estimate

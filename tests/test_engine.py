@@ -7,8 +7,8 @@ import math
 import pytest
 
 from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
-from speculab.engine import decode
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from support.engine import PROMPTS, TOY_PROMPTS, greedy_reference, settings, toy_roles
 

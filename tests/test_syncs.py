@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from speculab.clock import PhaseClock
+from speculab.core.clock import PhaseClock
+from speculab.core.records import RoundRecord
 from speculab.device.syncs import SYNC_WARNING, counting_host_syncs
-from speculab.records import RoundRecord
 
 
 def test_nothing_is_counted_without_cuda_work() -> None:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from speculab import interrupts
+from speculab.core.measure import Sample
+from speculab.core.paired import PromptSums
+from speculab.core.records import PromptRecord, RunResult
 from speculab.loop import METHODS, UnitResult
-from speculab.measure import Sample
-from speculab.paired import PromptSums
-from speculab.records import PromptRecord, RunResult
 
 if TYPE_CHECKING:
     from speculab.runtime.proxy import GroupProxy

@@ -29,16 +29,16 @@ from typing import Any
 import torch
 
 from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.autoregressive import autoregressive
 from speculab.baselines import BaselineResult, GenerateForm
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, Drafter, decode
+from speculab.core.measure import Sample, timed
+from speculab.core.paired import PairedComparison, PromptSums
+from speculab.core.records import RunResult
 from speculab.device.syncs import counting_host_syncs
 from speculab.drafting.ahead import Ahead, AheadDrafter
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
-from speculab.engine import DecodeSettings, Drafter, decode
-from speculab.measure import Sample, timed
 from speculab.models.roles import Conditions, process_conditions
-from speculab.paired import PairedComparison, PromptSums
-from speculab.records import RunResult
 from speculab.verify.captured import replayed
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)

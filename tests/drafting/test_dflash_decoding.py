@@ -11,9 +11,9 @@ import torch
 from scipy.stats import chisquare
 
 from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import Drafter, decode
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
-from speculab.engine import Drafter, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from support.engine import PROMPTS, settings
 from support.models import save_random_dflash

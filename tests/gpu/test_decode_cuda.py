@@ -14,13 +14,13 @@ from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
 from speculab.algorithms import PATH_ALGORITHMS, get_verifier
-from speculab.autoregressive import autoregressive
 from speculab.config.cluster import Placement
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.runtime import start_models

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.core.engine import DecodeSettings, decode
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
 from support.models import TINY_PAIR

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from speculab.core.engine import DecodeSettings
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
-from speculab.engine import DecodeSettings
 from speculab.models import LMSpec, TreeTarget
 from speculab.models.checkpoint_lm import CheckpointLM, checkpoint_lm, transformers_twin
 from speculab.models.hf import TreeLM, load_causal_lm

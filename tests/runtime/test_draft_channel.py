@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
+from speculab.core.records import concat_runs
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import DraftModel, LMSpec
 from speculab.models.toy import random_bigram
-from speculab.records import concat_runs
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_METRICS
 from speculab.runtime import draft_channel

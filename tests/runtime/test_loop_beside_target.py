@@ -15,12 +15,12 @@ import pytest
 from transformers import AutoTokenizer
 
 from speculab.config import ConfigError, loop_host, validate
+from speculab.core.engine import DecodeSettings
+from speculab.core.records import RunResult
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
 from speculab.loop import PointWork
 from speculab.models import LMSpec
-from speculab.records import RunResult
 from speculab.runtime import loop_groups, proxy, start_loop
 from speculab.runtime.groups import GroupPool, group_name, loop_bundles
 from speculab.runtime.loop_host import LoopSpec

@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 from speculab.config import ConfigError, resolve
 from speculab.config.prompts import point_prompts
 from speculab.config.replicas import asked
+from speculab.core.records import concat_runs
 from speculab.decoders import Decoders
 from speculab.experiment import SPREAD_TAG, measure_point, prepare
 from speculab.models import LMSpec
-from speculab.records import concat_runs
 from speculab.results.names import mlflow_name
 from speculab.results.point import PointShape
 from speculab.runtime import loop_groups

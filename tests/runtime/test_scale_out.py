@@ -21,11 +21,11 @@ import torch
 from transformers import AutoTokenizer
 
 from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
 from speculab.config import Config, ConfigError, validate
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.tp import checkpoint_files
 from speculab.results.names import mlflow_name

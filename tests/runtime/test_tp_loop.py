@@ -119,7 +119,7 @@ def test_the_autoregressive_baseline_is_one_announcement_a_decode(monkeypatch) -
     of one process) are the same."""
     import torch.distributed as dist
 
-    from speculab.autoregressive import autoregressive
+    from speculab.core.autoregressive import autoregressive
     from speculab.runtime import tp_loop
     from support.engine import TOY_PROMPTS, settings, toy_roles
     from support.servers import free_port

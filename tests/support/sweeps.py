@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from speculab.measure import UnitTotals
+from speculab.core.measure import UnitTotals
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.ratios import speedup, throughput

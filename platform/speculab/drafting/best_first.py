@@ -86,7 +86,7 @@ def node_paths(parents: torch.Tensor, depth: torch.Tensor, length: int) -> torch
     """[B, N, L+1] root-to-node path of every node (column = depth), -1 past the node's depth.
 
     parents, depth: [B, N]. Path k ends at node k, so a walk that stops at node k reports
-    path k and `engine.accepted_nodes` gathers the accepted nodes like for i.i.d. paths.
+    path k and `core.engine.accepted_nodes` gathers the accepted nodes like for i.i.d. paths.
     """
     B, N = parents.shape
     up = parents.clamp(min=0)  # the root (and padding) point at node 0, so climbing saturates

@@ -35,7 +35,7 @@ from speculab.models.slots import workload_capacity
 
 if TYPE_CHECKING:
     from speculab.baselines import BaselineResult, GenerateForm
-    from speculab.engine import DecodeSettings
+    from speculab.core.engine import DecodeSettings
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 
 from speculab.algorithms import ALGORITHMS, method_label, method_rank
 from speculab.config import Config
+from speculab.core.measure import UnitTotals
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
-from speculab.measure import UnitTotals
 from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, flatten, parse
 
 NAME_JOIN = " · "  # between the parts of a point's name
@@ -185,7 +185,7 @@ UNITS_ARTIFACT = "units.json"  # a point's `PointUnits`, logged with its run
 @dataclass(frozen=True)
 class PointUnits:
     """What a point measured unit by unit: each unit's prompt ids and each method's sums
-    (`measure.UnitTotals`; None: not run). Its comparisons with its baselines and with other points
+    (`core.measure.UnitTotals`; None: not run). Its comparisons with its baselines and with other points
     pair on these units (`results.verdicts`); a run logs them as UNITS_ARTIFACT, so a resumed sweep
     and the report compare points measured in other processes."""
 

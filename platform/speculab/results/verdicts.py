@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 
-from speculab.paired import PromptSums
+from speculab.core.paired import PromptSums
 from speculab.results.figures import relative
 from speculab.results.point import PointResult, PointUnits
 from speculab.results.ratios import figure_groups, figure_terms

@@ -4,7 +4,7 @@
 over inline models, or over Ray group proxies (`driver`: every model call of a round is a Ray
 call), or the loop group's proxy (`target`: one actor holds both models and the loop, and the
 driver makes one call per unit). `start_models` gives the role objects a loop in this process
-drives; both have the methods of the protocols in `speculab.engine`, so the engine does not know
+drives; both have the methods of the protocols in `speculab.core.engine`, so the engine does not know
 which runtime it drives. On Ray a model is always a group (`speculab.runtime.groups`): `tp_size`
 ranks joined by torch.distributed when > 1, one plain actor when 1 (the same naming, placement,
 reuse and restart path), placed as the plan's `Placement` says.

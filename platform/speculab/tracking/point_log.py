@@ -14,7 +14,7 @@ from typing import cast
 import matplotlib.pyplot as plt
 from transformers import PreTrainedTokenizerBase
 
-from speculab.records import RunResult, concat_runs
+from speculab.core.records import RunResult, concat_runs
 from speculab.results.figures import run_figures
 from speculab.results.names import FIGURES_ARTIFACT, UNTIMED, Figures, flatten, is_acceptance, split_spreads
 from speculab.results.point import UNITS_ARTIFACT, PointResult

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from speculab.algorithms import get_algorithm
+from speculab.core.records import RunResult
 from speculab.jobs import ReplicaLost
-from speculab.records import RunResult
 from speculab.results.names import HEADLINE
 from speculab.results.point import PointResult, PointShape
 from speculab.results.verdicts import Call, run_verdicts
