@@ -66,7 +66,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, CompileConfig, Lla
 from transformers.utils import logging as hf_logging
 from verify import batched_call, random_inputs
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
@@ -81,6 +80,7 @@ from speculab.models.dflash_layout import DFlashLayout, read_layout
 from speculab.models.hf import TreeLM
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.static_pass import BUCKETS
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.results.figures import run_figures
 from speculab.verify.captured import replayed
 

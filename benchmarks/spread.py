@@ -38,13 +38,13 @@ from rich.console import Console
 from rich.table import Table
 
 import speculab.cli  # noqa: F401  registers the structured schema
-from speculab.algorithms import get_verifier
 from speculab.config import PROJECT_ROOT, Config, resolve
 from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.experiment import model_specs, settings_of
 from speculab.models import DraftModel, TreeTarget
+from speculab.registry import get_verifier
 from speculab.results.figures import tokens_per_second
 
 HOG = """

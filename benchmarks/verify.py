@@ -35,7 +35,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_reference, get_verifier
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_reference, get_verifier
 from speculab.verify.contracts import DrawnPathVerifier, PathVerifier
 from speculab.verify.decisions import generator_decisions
 

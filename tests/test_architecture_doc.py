@@ -26,7 +26,7 @@ def blocks_after(marker: str) -> list[str]:
 
 
 def layout_entries() -> dict[str, str]:
-    """The layout block's entries under `platform/speculab/`: the name at two spaces' indent (`loop.py`,
+    """The layout block's entries under `platform/speculab/`: the name at two spaces' indent (`registry.py`,
     `models/`) -> its description, continuation lines included."""
     entries: dict[str, str] = {}
     name = None

@@ -10,8 +10,6 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from speculab.algorithms import get_verifier
-from speculab.baselines import GenerateForm, check_assisted_widths, cut_at_eos, generate, left_padded
 from speculab.config import Config
 from speculab.config.sampling import generate_form, sampling_errors
 from speculab.core.autoregressive import autoregressive
@@ -19,6 +17,8 @@ from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.models.generate import GenerateForm, check_assisted_widths, cut_at_eos, generate, left_padded
+from speculab.registry import get_verifier
 from support.models import REPO, TINY_PAIR
 
 

@@ -203,9 +203,10 @@ def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_make
 def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch, capsys) -> None:
     """A single run has a plan from `precheck`; what loading refuses (a prompt too long) still ends it
     with exit 2 and the refusal, not as a failed sweep point."""
-    from speculab import cli, jobs
+    from speculab import cli
     from speculab.config import resolve
     from speculab.config.sweep import PLANS
+    from speculab.process import jobs
 
     def too_long(cfg, plan=None):
         raise ConfigError.listing(["dataset: prompt 'long/1' has 4401 tokens"])

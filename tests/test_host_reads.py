@@ -20,10 +20,10 @@ import pytest
 import torch
 
 import speculab.core.engine as engine
-from speculab.algorithms import PATH_ALGORITHMS, get_verifier
 from speculab.core.engine import decode
 from speculab.device.hostreads import device_form, reads_free
 from speculab.drafting.tree import DraftTree
+from speculab.registry import PATH_ALGORITHMS, get_verifier
 from speculab.verify.verdict import Verdict
 from support.engine import TOY_PROMPTS, settings, tiny_pair_batch, toy_roles
 from support.host_reads import counting_host_reads, site_of

@@ -23,10 +23,10 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from speculab import interrupts, jobs
 from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
-from speculab.jobs import ReplicaLost
+from speculab.process import interrupts, jobs
+from speculab.process.jobs import ReplicaLost
 
 if TYPE_CHECKING:
     from speculab.config import RunPlan

@@ -42,10 +42,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from speculab import interrupts, jobs
 from speculab.config import RunPlan
 from speculab.config.sweep import planned
 from speculab.experiment import PointOutcome
+from speculab.process import interrupts, jobs
 from speculab.replica_process import say_lost, serve
 from speculab.results.point import FailedPoint, PointShape
 from speculab.show.board import SweepBoard

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.drafting.best_first import best_first_tree
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.verify.captured import replayed
 from support.toy_instances import decoded_joint_pvalue, sample_batch, toy_pair
 

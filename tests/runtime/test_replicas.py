@@ -267,7 +267,8 @@ def test_groups_lost_before_a_points_first_unit_give_the_point_back(monkeypatch:
     running, the point goes back to the queue (ReplicaLost); alone, it fails (ClusterError)."""
     import multiprocessing
 
-    from speculab import experiment, jobs
+    from speculab import experiment
+    from speculab.process import jobs
     from speculab.runtime.placement import ClusterError
 
     def lost(*_: object) -> None:
@@ -293,7 +294,7 @@ def test_two_replicas_lost_at_once_never_both_give_their_points_up() -> None:
     import multiprocessing
     import threading
 
-    from speculab import jobs
+    from speculab.process import jobs
 
     for _ in range(50):
         flags = multiprocessing.get_context("spawn").Array("b", 2)

@@ -17,10 +17,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from speculab import jobs
 from speculab.config import resolve
 from speculab.config.sweep import PLANS
 from speculab.launcher import Pending, SideBySide
+from speculab.process import jobs
 from speculab.results.point import FailedPoint
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG

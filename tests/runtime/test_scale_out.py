@@ -20,7 +20,6 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from speculab.algorithms import get_verifier
 from speculab.config import Config, ConfigError, validate
 from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import DecodeSettings, decode
@@ -28,6 +27,7 @@ from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.tp import checkpoint_files
+from speculab.registry import get_verifier
 from speculab.results.names import mlflow_name
 from speculab.runtime import start_models
 from speculab.runtime.groups import GroupPool, draft_bundles, group_name, target_bundles
@@ -183,7 +183,7 @@ def test_a_killed_actor_restarts_its_whole_group_and_the_run_completes_unchanged
     restarts = proxy.stats.restarts
     faulty = KillOnCall(proxy, "propose" if victim == "draft" else "score", batch=2, call=2, rank=len(before) - 1)
     models = (group, faulty) if victim == "draft" else (faulty, draft)
-    with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
+    with caplog.at_level(logging.WARNING, logger="speculab.runtime.transport.proxy"):
         run = decode(*models, get_verifier("block"), encoded, settings)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in clean.prompts]
     assert proxy.stats.restarts == restarts + 1

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 
-from speculab.algorithms import get_verifier
 from speculab.core.engine import DecodeSettings, decode
 from speculab.core.evidence import left_chain
 from speculab.core.records import RunResult
@@ -18,6 +17,7 @@ from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
+from speculab.registry import get_verifier
 from speculab.results.figures import run_figures
 from speculab.results.names import Figures, flatten, is_acceptance, mlflow_name, parse
 from speculab.results.point import PointResult, PointShape

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.config import Config, passes_on
 from speculab.core.engine import decode
 from speculab.device.graphs import Graphs
 from speculab.device.hostreads import device_form
 from speculab.drafting.best_first import best_first_tree
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.verify.captured import CapturedPaths, carry_from, carry_parts, replayed
 from speculab.verify.contracts import DrawnPathVerifier
 from speculab.verify.ddtree_walk import ddtree_walk_decision

@@ -34,8 +34,8 @@ from speculab.models.kinds import (
 from speculab.models.slots import workload_capacity
 
 if TYPE_CHECKING:
-    from speculab.baselines import BaselineResult, GenerateForm
     from speculab.core.engine import DecodeSettings
+    from speculab.models.generate import BaselineResult, GenerateForm
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,9 @@ class TreeTarget:
         assert not isinstance(lm, OnePassDrafterLM), "a one-pass drafter cannot score trees"
         self.lm = lm
         self.source = lm if isinstance(lm, FeatureSource) else None  # told once, not at every commit
-        self.generate_warmed: set[int] = set()  # batch sizes compiled generate has run untimed (`baselines.generate`)
+        self.generate_warmed: set[int] = (
+            set()
+        )  # batch sizes compiled generate has run untimed (`models.generate.generate`)
 
     def prefill(self, contexts: list[list[int]], room: int = 0) -> torch.Tensor | None:
         """Process each prompt but its last token (the first round's root), in a cache with `room`
@@ -194,7 +196,7 @@ class TreeTarget:
         """transformers' `generate` on this target's own model (the `baseline_hf` of a run), in `form`;
         leaves the tree cache alone. The batch sizes its compiled form has warmed are kept here, one set
         per loaded model."""
-        from speculab.baselines import GenerateForm, generate
+        from speculab.models.generate import GenerateForm, generate
 
         if not isinstance(self.lm, TransformersLM):  # a toy table has no transformers model
             raise ValueError("baseline_hf needs a transformers target (model.backend=hf)")

@@ -14,10 +14,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from speculab.algorithms import ALGORITHMS, method_label, method_rank
 from speculab.config import Config
 from speculab.core.measure import UnitTotals
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
+from speculab.registry import ALGORITHMS, method_label, method_rank
 from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, flatten, parse
 
 NAME_JOIN = " · "  # between the parts of a point's name
@@ -115,12 +115,12 @@ class PointShape:
 
     @property
     def method(self) -> str:
-        """The method as the papers name it (`speculab.algorithms.method_label`)."""
+        """The method as the papers name it (`speculab.registry.method_label`)."""
         return method_label(self.algorithm, self.node_rule or "", self.drafter, self.tree or "")
 
     @property
     def method_rank(self) -> tuple[int, int]:
-        """Where the method sorts in the papers' order (`speculab.algorithms.method_rank`)."""
+        """Where the method sorts in the papers' order (`speculab.registry.method_rank`)."""
         spec = ALGORITHMS.get(self.algorithm)
         own = spec.node_rules[0] if spec is not None and spec.node_rules else ""
         return method_rank(self.algorithm, self.node_rule or own)

@@ -11,7 +11,7 @@ sweep attaches to the same loaded actors (`get_if_exists` ignores constructor ar
 the hash). Ray collects a named actor once no handle to it is left, so `POOL` keeps this
 driver's open groups between sweep points until `close_all`. A group is
 used whole or not at all: if any rank is missing it is torn down and created again.
-This module does not keep ranks in lock step or replay calls (`speculab.runtime.proxy`).
+This module does not keep ranks in lock step or replay calls (`speculab.runtime.transport.proxy`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ can tell Ray's transfer time from model time. `call_split` returns the value as 
 object instead (the target's features for a DFlash drafter): the driver hands its ObjectRef to
 the draft actor without fetching it, and keyword arguments that are ObjectRefs arrive as
 top-level arguments, which Ray resolves in the callee. Groups, placement and restarts are
-`speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
+`speculab.runtime.groups`' and `speculab.runtime.transport.proxy`'s business.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import torch
 
 from speculab.config.attach import embedded_auth
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.runtime.draft_channel import DraftAddress, DraftServer
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
 from speculab.runtime.nested import mapped
 from speculab.runtime.placement import ClusterError
-from speculab.runtime.tp_loop import WHOLE, whole
+from speculab.runtime.transport.draft_channel import DraftAddress, DraftServer
+from speculab.runtime.transport.tp_loop import WHOLE, whole
 
 Role = TreeTarget | DraftModel | LoopHost | PeerHost
 # The role rank r of a group of n actors holds, built from its spec: one model's shard, or

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from speculab import interrupts, jobs
-from speculab.algorithms import get_algorithm
 from speculab.config import NOT_PARAMS, Config, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.config.prompts import PointPrompts, point_prompts
+from speculab.process import interrupts, jobs
+from speculab.registry import get_algorithm
 from speculab.results.point import PointResult, PointShape
 from speculab.show.console import say
 from speculab.tracking.provenance import provenance_tags

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from speculab.config import RunPlan, TrackingConfig, tracking_uri
 from speculab.config.sweep import race_stages
-from speculab.jobs import ReplicaLost, replica_lost
+from speculab.process.jobs import ReplicaLost, replica_lost
 from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.results.race import pooled, race_name, read_race, stage_share
 from speculab.results.sweep import best_metrics, contrast_cells, labels, shared_name, sweep_name

@@ -28,8 +28,6 @@ from typing import Any
 
 import torch
 
-from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.baselines import BaselineResult, GenerateForm
 from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import DecodeSettings, Drafter, decode
 from speculab.core.measure import Sample, timed
@@ -38,7 +36,9 @@ from speculab.core.records import RunResult
 from speculab.device.syncs import counting_host_syncs
 from speculab.drafting.ahead import Ahead, AheadDrafter
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
+from speculab.models.generate import BaselineResult, GenerateForm
 from speculab.models.roles import Conditions, process_conditions
+from speculab.registry import DRAFTERS, get_algorithm, get_verifier
 from speculab.verify.captured import replayed
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
@@ -50,7 +50,7 @@ TARGET_ROLE = "target and generate"  # `PointLoop.conditions`' key of the target
 class PointWork:
     """What a point decodes and how, in plain values (it travels to the loop's actor)."""
 
-    algorithm: str  # the verifier's name (`speculab.algorithms`)
+    algorithm: str  # the verifier's name (`speculab.registry`)
     node_rule: str
     drafter: str  # `drafter.name`
     tree: str  # tree algorithms: the tree builder (`best_first`, `chain`) ...
