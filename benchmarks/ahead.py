@@ -6,7 +6,7 @@ same placement and against the draft beside the target, interleaved in one run.
         [--overrides algorithm=block ...]
 
 Three placements of one point (the tiny pair, block verification, K = 1, L = 4, batch 1, by default),
-each started by the platform (`experiment.prepare`) on the embedded Ray cluster, one torch thread an
+each started by the platform (`point.experiment.prepare`) on the embedded Ray cluster, one torch thread an
 actor:
 
 - beside: the draft in the target actor's process, the loop on its rank 0 (the default placement);
@@ -44,13 +44,13 @@ from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_file, save_file
 
-from speculab.cli import composed_config
 from speculab.config import resolve
 from speculab.config.prompts import point_prompts
 from speculab.config.schema import job_config
 from speculab.core.measure import Sample, UnitTotals
 from speculab.core.records import RunResult, concat_runs
-from speculab.experiment import prepare
+from speculab.launch.cli import composed_config
+from speculab.point.experiment import prepare
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_TABLED
 from speculab.results.ratios import speedup, throughput

@@ -19,23 +19,18 @@ MAX_MODULE_LINES = 450
 # The package's components (its top-level modules and subpackages), top layer first: a component
 # imports only itself and the layers below its own (docs/architecture.md draws the same picture).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("speculab_launcher", "speculab_racing"),  # hydra_plugins' modules: Hydra's entries into `launcher`, `racing`
-    ("cli", "launcher", "racing"),
-    ("replica_process",),
-    ("cli_args",),
-    ("experiment", "report"),
-    ("tracking", "decoders"),
+    ("speculab_launcher", "speculab_racing"),  # hydra_plugins' modules: Hydra's entries into `launch`
+    ("launch",),
+    ("point", "report"),
+    ("tracking",),
     ("show",),
-    ("runtime",),
-    ("results",),
+    ("runtime", "results"),
     ("config",),
     ("models",),
-    ("data",),
-    ("core",),
-    ("stats", "registry"),
+    ("core", "registry"),
     ("verify",),
     ("drafting",),
-    ("device", "process"),
+    ("device", "process", "data", "stats"),
 )
 
 

@@ -222,7 +222,7 @@ def test_a_served_loop_charges_the_draft_actors_cpu_to_its_decodes() -> None:
 def test_the_tiny_pair_decodes_the_same_tokens_with_its_draft_served_over_a_socket(temperature: float) -> None:
     from speculab.config import resolve
     from speculab.config.prompts import point_prompts
-    from speculab.experiment import prepare
+    from speculab.point.experiment import prepare
     from support.configs import load
 
     common = [
@@ -264,7 +264,7 @@ def test_a_unit_whose_draft_actor_died_is_decoded_again_on_a_restarted_draft(mon
 
     from speculab.config import resolve
     from speculab.config.prompts import point_prompts
-    from speculab.experiment import prepare
+    from speculab.point.experiment import prepare
     from speculab.runtime import loop_groups
     from speculab.runtime.transport.draft_channel import DraftLost
     from support.configs import load

@@ -225,7 +225,7 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
         f"tracking.uri=sqlite:///{store}",
     ]
     result = subprocess.run(
-        [sys.executable, "-m", "speculab.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "speculab.launch.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
     )
     assert result.returncode == 0, result.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{store}")

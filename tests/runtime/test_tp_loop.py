@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from speculab.experiment import decode_point
+from speculab.point.experiment import decode_point
 from speculab.runtime import start_loop
 from speculab.runtime.groups import GroupPool
 from speculab.runtime.transport.proxy import GroupProxy

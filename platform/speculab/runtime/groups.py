@@ -113,7 +113,7 @@ def replica_of(name: str) -> int:
 
 def held_beside(replica: int) -> dict[str, Bundle]:
     """What the placed groups of the sweep's other replicas hold, by node id: the placement groups of this
-    driver's namespace, whichever replica's process placed them (`speculab.replica_process`); empty with one
+    driver's namespace, whichever replica's process placed them (`speculab.launch.replica_process`); empty with one
     replica."""
     prefix = f"{ray.get_runtime_context().namespace}:speculab-"
     held: dict[str, Bundle] = {}
@@ -277,7 +277,7 @@ class GroupPool:
     own loads here, in the driver, so that no helper actor on some node is needed to count them.
 
     One per process (`POOL`), because Ray's named actors are the process's: a single run's, one replica's
-    of a sweep (`speculab.replica_process`), or a point's spread over replicas (`cluster.spread`), whose
+    of a sweep (`speculab.launch.replica_process`), or a point's spread over replicas (`cluster.spread`), whose
     lanes run in threads; every walk over the groups takes a snapshot, so a lane's thread adding a group
     while the run's end closes all never breaks a walk."""
 

@@ -79,7 +79,7 @@ def connect(address: str | None, num_cpus: int | None) -> None:
 
 def joining(address: str | None) -> tuple[str, str]:
     """Where another process joins the cluster this driver is on, and in which namespace (a sweep's
-    replica processes, `speculab.replica_process`): a Ray client's `ray://` address as given, else the
+    replica processes, `speculab.launch.replica_process`): a Ray client's `ray://` address as given, else the
     head's GCS address (an embedded cluster's too: its token is in the environment they inherit)."""
     context = ray.get_runtime_context()
     return (address if address and address.startswith("ray://") else context.gcs_address), context.namespace
@@ -93,7 +93,7 @@ def join(address: str, namespace: str) -> None:
 
 def prepare_auth(address: str | None) -> None:
     """Give this process's environment, and so every process it starts from now on (a sweep's replicas:
-    `speculab.launcher` starts them before the cluster), what Ray needs to start the cluster at `address`
+    `speculab.launch.launcher` starts them before the cluster), what Ray needs to start the cluster at `address`
     or join it: an embedded cluster's token (`embedded_auth`); nothing for a running cluster's."""
     if not address:
         os.environ.update(embedded_auth(os.environ))

@@ -1,7 +1,7 @@
 """What a tracked point's run holds when it ends: its figures as metrics, its description, its console
 summary, its prompts' records and plots; and of a point that failed, what its finished units tell.
 
-`experiment.decode_point` calls these with the point's `Tracker` (a spooled MLflow run) only when the
+`point.experiment.decode_point` calls these with the point's `Tracker` (a spooled MLflow run) only when the
 point is tracked: an untracked run builds no figure and imports no matplotlib.
 """
 

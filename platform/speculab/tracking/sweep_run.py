@@ -98,7 +98,7 @@ class SweepRun:
             return
         elif isinstance(outcome := job_return.return_value, FailedPoint):
             self.failed.append(outcome)
-        else:  # `experiment.PointOutcome` of a finished point
+        else:  # `point.experiment.PointOutcome` of a finished point
             at = bisect.bisect(self.numbers, number := int(config.hydra.job.num))
             self.numbers.insert(at, number)
             self.points.insert(at, outcome.result)

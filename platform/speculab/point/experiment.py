@@ -29,7 +29,6 @@ from speculab.core.engine import DecodeSettings
 from speculab.core.measure import Sample, Timings, UnitTotals, interleave_lanes
 from speculab.core.records import PromptRecord, RunResult, concat_runs
 from speculab.data import Prompt
-from speculab.decoders import Decoders, merged
 from speculab.drafting.ahead import Ahead
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import LMSpec
@@ -37,6 +36,7 @@ from speculab.models.dflash_layout import read_layout
 from speculab.models.generate import GenerateForm
 from speculab.models.roles import Conditions
 from speculab.models.weights import WeightsError
+from speculab.point.decoders import Decoders, merged
 from speculab.process import jobs
 from speculab.registry import DRAFTERS
 from speculab.results.figures import (

@@ -52,7 +52,7 @@ class Decoders:
 
     def method(self, name: str) -> Callable[[int, int], Sample]:
         def run(unit: int, repeat: int) -> Sample:
-            interrupts.raise_if_received()  # a point in a replica's thread stops at a unit's end (`speculab.launcher`)
+            interrupts.raise_if_received()  # a point in a replica's thread stops at a unit's end (`launch.launcher`)
             ray_s, calls = self.ray_clock(), self.model_call_count()
             done: UnitResult = self.loop.decode_unit(name, unit, repeat)
             if done.host_syncs_per_round is not None:
