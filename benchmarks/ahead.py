@@ -54,7 +54,7 @@ from speculab.point.experiment import prepare
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_TABLED
 from speculab.results.ratios import speedup, throughput
-from speculab.results.verdicts import Verdict, decide, tested
+from speculab.results.verdicts import RatioVerdict, decide, tested
 from speculab.stats import ratio_of_totals, ratio_text
 
 TINY_TARGET = Path(__file__).resolve().parents[1] / "assets" / "tiny-pycode" / "target"
@@ -134,7 +134,9 @@ def comparisons(names: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for a in ahead for b in ("own", "beside")] + [("own", "beside")]
 
 
-def tables(temperature: float, found: dict[str, Measured], verdicts: dict[tuple[str, str], Verdict]) -> list[Table]:
+def tables(
+    temperature: float, found: dict[str, Measured], verdicts: dict[tuple[str, str], RatioVerdict]
+) -> list[Table]:
     speed = Table(title=f"T = {temperature:g}: each placement over the same units (ratios of totals)")
     for column in ("placement", "tokens/s", "share draft", "share target", "share verify", *AHEAD_TABLED):
         speed.add_column(column)
