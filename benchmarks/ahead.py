@@ -6,7 +6,7 @@ same placement and against the draft beside the target, interleaved in one run.
         [--overrides algorithm=block ...]
 
 Three placements of one point (the tiny pair, block verification, K = 1, L = 4, batch 1, by default),
-each started by the platform (`experiment.prepare`) on the embedded Ray cluster, one torch thread an
+each started by the platform (`point.experiment.prepare`) on the embedded Ray cluster, one torch thread an
 actor:
 
 - beside: the draft in the target actor's process, the loop on its rank 0 (the default placement);
@@ -44,17 +44,17 @@ from rich.console import Console
 from rich.table import Table
 from safetensors.torch import load_file, save_file
 
-from speculab.cli import composed_config
 from speculab.config import resolve
 from speculab.config.prompts import point_prompts
 from speculab.config.schema import job_config
-from speculab.experiment import prepare
-from speculab.measure import Sample, UnitTotals
-from speculab.records import RunResult, concat_runs
+from speculab.core.measure import Sample, UnitTotals
+from speculab.core.records import RunResult, concat_runs
+from speculab.launch.cli import composed_config
+from speculab.point.experiment import prepare
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_TABLED
 from speculab.results.ratios import speedup, throughput
-from speculab.results.verdicts import Verdict, decide, tested
+from speculab.results.verdicts import RatioVerdict, decide, tested
 from speculab.stats import ratio_of_totals, ratio_text
 
 TINY_TARGET = Path(__file__).resolve().parents[1] / "assets" / "tiny-pycode" / "target"
@@ -134,7 +134,9 @@ def comparisons(names: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for a in ahead for b in ("own", "beside")] + [("own", "beside")]
 
 
-def tables(temperature: float, found: dict[str, Measured], verdicts: dict[tuple[str, str], Verdict]) -> list[Table]:
+def tables(
+    temperature: float, found: dict[str, Measured], verdicts: dict[tuple[str, str], RatioVerdict]
+) -> list[Table]:
     speed = Table(title=f"T = {temperature:g}: each placement over the same units (ratios of totals)")
     for column in ("placement", "tokens/s", "share draft", "share target", "share verify", *AHEAD_TABLED):
         speed.add_column(column)

@@ -26,13 +26,13 @@ from pair import load_pair
 from rich.console import Console
 from rich.table import Table
 
-from speculab.algorithms import get_verifier
 from speculab.config import resolve_path
+from speculab.core.engine import DecodeSettings, Drafter, decode
 from speculab.drafting.ddtree import TREES, MarginalPathDrafter, Marginals, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams, sample, tempered_probs
-from speculab.engine import DecodeSettings, Drafter, decode
 from speculab.models import TreeTarget
 from speculab.models.hf import load_causal_lm
+from speculab.registry import get_verifier
 
 
 class OracleMarginals:

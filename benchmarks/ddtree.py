@@ -27,13 +27,13 @@ from rich.console import Console
 from rich.table import Table
 from transformers import AutoTokenizer
 
-from speculab.autoregressive import autoregressive
 from speculab.config import resolve_path
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.best_first import best_first_tree, best_first_tree_levels, best_first_tree_reference
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.results.figures import run_figures, tokens_per_second
 from speculab.verify.ddtree_walk import ddtree_walk

@@ -31,14 +31,14 @@ from peers import Measure, speculab_measure, spread
 from rich.console import Console
 from rich.table import Table
 
-from speculab.autoregressive import autoregressive
 from speculab.config import resolve_path
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
+from speculab.core.records import RunResult
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
-from speculab.records import RunResult
 from speculab.verify.ddtree_walk import ddtree_walk
 
 

@@ -28,11 +28,11 @@ from rich.console import Console
 from rich.table import Table
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
-from speculab.autoregressive import autoregressive
-from speculab.baselines import generate
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
 from speculab.models import LMSpec, TreeTarget, runs_lean
+from speculab.models.generate import generate
 
 VOCAB = 512
 

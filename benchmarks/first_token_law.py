@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import chisquare
 
-from speculab.algorithms import get_verifier
 from speculab.drafting.sampling import tempered_probs
+from speculab.registry import get_verifier
 
 VERIFIERS = ("spectr_gbv", "gbv", "spectr")
 

@@ -66,22 +66,23 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, CompileConfig, Lla
 from transformers.utils import logging as hf_logging
 from verify import batched_call, random_inputs
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
-from speculab.autoregressive import autoregressive
-from speculab.captured import Graphs, replayed
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
+from speculab.device.graphs import Graphs
 from speculab.drafting.best_first import best_first, chain_tree
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash import DFlashDraft, block_allowed, draft_logits
 from speculab.models.dflash_layout import DFlashLayout, read_layout
 from speculab.models.hf import TreeLM
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.static_pass import BUCKETS
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from speculab.results.figures import run_figures
+from speculab.verify.captured import replayed
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_PAIR = REPO / "assets" / "tiny-pycode"
@@ -365,7 +366,7 @@ def verifier_table(
     vocabs: tuple[int, ...], verifiers: tuple[str, ...], device: str, bandwidth: float, repeats: int
 ) -> Table:
     """(c): ms per call of each path verifier, eager and with its decision replayed from a CUDA graph
-    (`captured.CapturedPaths`; on the CPU through the same buffers, eagerly), beside reading p and q once
+    (`verify.captured.CapturedPaths`; on the CPU through the same buffers, eagerly), beside reading p and q once
     at the measured bandwidth and the issue's limit."""
     captured = "captured" if device == "cuda" else "buffers"
     table = Table(

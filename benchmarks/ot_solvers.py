@@ -37,7 +37,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from speculab.algorithms import SPECTR_NODE_RULES  # noqa: E402
+from speculab.registry import SPECTR_NODE_RULES  # noqa: E402
 from speculab.verify.ot import optimal_acceptance  # noqa: E402
 from speculab.verify.ot.global_resolution import solve_global_resolution  # noqa: E402
 from speculab.verify.ot.lp import solve_lp  # noqa: E402
@@ -226,12 +226,12 @@ def end_to_end(prompts: int, max_new_tokens: int, top_k: int, seed: int, rules: 
     import torch
     from transformers import AutoTokenizer
 
-    from speculab.algorithms import get_verifier
     from speculab.config import resolve_path
+    from speculab.core.engine import DecodeSettings, decode
     from speculab.data import encode_prompt, load_prompts
     from speculab.drafting.sampling import SamplingParams
-    from speculab.engine import DecodeSettings, decode
     from speculab.models import DraftModel, LMSpec, TreeTarget
+    from speculab.registry import get_verifier
     from speculab.results.figures import run_figures
 
     torch.set_num_threads(1)

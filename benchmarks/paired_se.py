@@ -22,11 +22,11 @@ from pair import load_pair
 from rich.console import Console
 from rich.table import Table
 
-from speculab.algorithms import get_verifier
+from speculab.core.engine import DecodeSettings, decode
+from speculab.core.paired import PairedComparison
+from speculab.core.records import RunResult
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
-from speculab.paired import PairedComparison
-from speculab.records import RunResult
+from speculab.registry import get_verifier
 from speculab.results.figures import relative
 from speculab.stats import LogRatio, Totals, log_ratio
 

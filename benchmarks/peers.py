@@ -34,13 +34,13 @@ from pair import load_pair
 from rich.console import Console
 from rich.table import Table
 
-from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
-from speculab.baselines import check_assisted_widths, generate
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
+from speculab.core.records import RunResult
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, TreeTarget
-from speculab.records import RunResult
+from speculab.models.generate import check_assisted_widths, generate
+from speculab.registry import get_verifier
 
 HF = ("generate", "assisted")
 SPECULAB_SD = ("token", "block", "gbv")

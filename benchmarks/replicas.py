@@ -55,7 +55,7 @@ def launch(replicas: int, extra: list[str], where: Path) -> tuple[float, list[st
     args = [*SWEEP, *extra, f"cluster.replicas={replicas}", f"tracking.uri=sqlite:///{where / 'mlflow.db'}"]
     start = time.perf_counter()
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "speculab.cli", *args],
+        [sys.executable, "-m", "speculab.launch.cli", *args],
         cwd=where,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

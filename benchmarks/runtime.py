@@ -153,7 +153,7 @@ def points_table(title: str, rows: dict[str, list[str]], keys: tuple[str, ...], 
 
     from spread import point
 
-    from speculab.experiment import logged_figures, run
+    from speculab.point.experiment import logged_figures, run
     from speculab.runtime.groups import POOL
 
     found: dict[str, dict[str, list[float]]] = {row: {key: [] for key in keys} for row in rows}

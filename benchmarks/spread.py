@@ -9,7 +9,7 @@ machine. Each run of the point is measured two ways on the same models and promp
 
 - sequential (the protocol speculab used before): every prompt decoded speculatively, then
   every prompt autoregressively, once; speedup = the ratio of the two throughputs;
-- interleaved (`speculab.experiment.decode_point`, `measure.repeats=R`): each prompt by both
+- interleaved (`speculab.point.experiment.decode_point`, `measure.repeats=R`): each prompt by both
   methods back to back in rotating order, R times, the median of paired ratios with its 95%
   bootstrap interval over prompts (docs/measuring.md).
 
@@ -37,14 +37,14 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-import speculab.cli  # noqa: F401  registers the structured schema
-from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
+import speculab.launch.cli  # noqa: F401  registers the structured schema
 from speculab.config import PROJECT_ROOT, Config, resolve
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import decode
 from speculab.data import encode_prompt, load_prompts
-from speculab.engine import decode
-from speculab.experiment import model_specs, settings_of
 from speculab.models import DraftModel, TreeTarget
+from speculab.point.experiment import model_specs, settings_of
+from speculab.registry import get_verifier
 from speculab.results.figures import tokens_per_second
 
 HOG = """

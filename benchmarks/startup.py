@@ -45,7 +45,7 @@ def speculab(
 ) -> tuple[float, str]:
     """(wall seconds from process start to exit, its stderr) of one `speculab` run in ``where``, of this
     process's speculab or of the one in ``checkout``."""
-    command = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "speculab.cli", *overrides]
+    command = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "speculab.launch.cli", *overrides]
     env = os.environ | ({"PYTHONPATH": str(checkout / "platform")} if checkout else {})
     start = time.perf_counter()
     done = subprocess.run(command, cwd=where, capture_output=True, text=True, check=False, env=env)

@@ -35,7 +35,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_reference, get_verifier
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_reference, get_verifier
 from speculab.verify.contracts import DrawnPathVerifier, PathVerifier
 from speculab.verify.decisions import generator_decisions
 
@@ -137,7 +137,7 @@ def batched_call(
 ) -> Callable[[], object]:
     """One round per call; a verifier's carry goes into its next call (greedy_block is timed with
     the modification the previous round left pending, as in decoding, not as a first round).
-    replay: as `get_verifier`'s (`captured.replayed`: the decision replayed from CUDA graphs)."""
+    replay: as `get_verifier`'s (`verify.captured.replayed`: the decision replayed from CUDA graphs)."""
     rng = torch.Generator().manual_seed(0)  # on the CPU, as the engine's: its uniforms move to p's device
     verifier = get_verifier(name, replay=replay)
     pending: list[object] = [None]

@@ -3,7 +3,7 @@
     .venv/bin/python jobs/submit.py [--address http://127.0.0.1:8265] [--tracking-uri URI] \
         [--output-dir DIR] [--python PY] -- algorithm=gbv -m algorithm.K=1,2
 
-The job runs `<python> -m speculab.cli <overrides>` on the cluster with this checkout as its
+The job runs `<python> -m speculab.launch.cli <overrides>` on the cluster with this checkout as its
 working dir (stores, virtualenvs, git history and weight files left out) and
 `PYTHONPATH=platform`, so the driver and the model actors import the uploaded speculab. `-m`
 may stand anywhere among the overrides (it is moved first, as Hydra needs). Added unless given:
@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
 
-from speculab.cli import command_problems
-from speculab.cli_args import multirun_first
 from speculab.config import TrackingConfig
 from speculab.config.attach import token_mode
+from speculab.launch.cli import command_problems
+from speculab.launch.cli_args import multirun_first
 from speculab.tracking.provenance import COMMIT_ENV, DIRTY_ENV, git_state
 from speculab.tracking.ui import job_links, ui_port
 
@@ -154,9 +154,9 @@ def job_problems(args: list[str], local: bool) -> list[str]:
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from speculab.cli import CONF
     from speculab.config import ConfigError
     from speculab.config.sweep import sweep_plans
+    from speculab.launch.cli import CONF
 
     overrides = [arg for arg in args if arg != "--multirun"]
     parsed = OverridesParser.create().parse_overrides(overrides)
@@ -175,7 +175,7 @@ def job_problems(args: list[str], local: bool) -> list[str]:
 
 def entrypoint(args: list[str], python: str) -> str:
     """The shell command the job runs."""
-    return shlex.join([python, "-m", "speculab.cli", *args])
+    return shlex.join([python, "-m", "speculab.launch.cli", *args])
 
 
 def runtime_env() -> dict:

@@ -137,7 +137,7 @@ def sweeps() -> Iterator[Callable[[list[str], Path], subprocess.Popen]]:
 
     def launch(args: list[str], cwd: Path) -> subprocess.Popen:
         sweep = subprocess.Popen(
-            [sys.executable, "-m", "speculab.cli", *args],
+            [sys.executable, "-m", "speculab.launch.cli", *args],
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

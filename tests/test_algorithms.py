@@ -13,8 +13,8 @@ import re
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS, DRAFTERS, PATH_ALGORITHMS, get_reference, get_verifier, registry_markdown
 from speculab.config import PROJECT_ROOT
+from speculab.registry import ALGORITHMS, DRAFTERS, PATH_ALGORITHMS, get_reference, get_verifier, registry_markdown
 from support.toy_instances import assert_greedy_matching, decoded_joint_pvalue, sample_batch, toy_pair
 
 
@@ -68,7 +68,7 @@ def test_unknown_names_are_refused_with_the_choices(name: str, rule: str, messag
 
 
 def test_docs_table_is_the_registry() -> None:
-    """docs/algorithms.md holds `python -m speculab.algorithms` verbatim between its markers."""
+    """docs/algorithms.md holds `python -m speculab.registry` verbatim between its markers."""
     text = (PROJECT_ROOT / "docs" / "algorithms.md").read_text()
     start, end = "<!-- registry-table:start -->\n", "\n<!-- registry-table:end -->"
     assert text[text.index(start) + len(start) : text.index(end)] == registry_markdown()

@@ -26,7 +26,7 @@ def blocks_after(marker: str) -> list[str]:
 
 
 def layout_entries() -> dict[str, str]:
-    """The layout block's entries under `platform/speculab/`: the name at two spaces' indent (`loop.py`,
+    """The layout block's entries under `platform/speculab/`: the name at two spaces' indent (`registry.py`,
     `models/`) -> its description, continuation lines included."""
     entries: dict[str, str] = {}
     name = None
@@ -58,7 +58,7 @@ def test_the_layout_names_every_component_and_nothing_else() -> None:
 
 def test_every_file_the_layout_names_exists() -> None:
     """`tree.py` in `drafting/`'s entry is a module of drafting (any depth); in a module's entry, one of
-    the package (`runs.py` beside `experiment.py` is tracking's); a path with a slash is from the
+    the package (`runs.py` beside `registry.py` is tracking's); a path with a slash is from the
     repository's root."""
     missing = []
     for name, text in layout_entries().items():

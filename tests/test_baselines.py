@@ -10,15 +10,15 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
-from speculab.baselines import GenerateForm, check_assisted_widths, cut_at_eos, generate, left_padded
 from speculab.config import Config
 from speculab.config.sampling import generate_form, sampling_errors
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.models.generate import GenerateForm, check_assisted_widths, cut_at_eos, generate, left_padded
+from speculab.registry import get_verifier
 from support.models import REPO, TINY_PAIR
 
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from rich.table import Table
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--small", "--repeats", "1", "--max-new-tokens", "8"]  # 8: a decode step is a difference of two loaded runs

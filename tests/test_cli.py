@@ -56,13 +56,15 @@ def test_a_point_the_cluster_cannot_keep_fails_in_one_line(monkeypatch, capsys) 
     """A `ClusterError` (a lost node with nowhere to go): exit 1, its message on one line, no traceback;
     the point's run was already ended FAILED by `tracked`, with what it finished. The point's function
     itself, not Hydra's wrapper: Hydra's run would configure this process's logging for the session."""
-    from speculab import cli
+    from speculab.launch import cli
     from speculab.runtime.placement import ClusterError
 
     def lost(cfg, plan=None):
         raise ClusterError("loop group: node 10.0.0.2 was lost; no alive node can hold ...")
 
-    monkeypatch.setattr("speculab.experiment.run", lost)  # what `cli.hydra_main` imports when it runs a point
+    monkeypatch.setattr(
+        "speculab.point.experiment.run", lost
+    )  # what `launch.cli.hydra_main` imports when it runs a point
     with pytest.raises(SystemExit) as ended:
         cli.hydra_main.__wrapped__(compose_config(["runtime=inline", "tracking=none"]))
     assert ended.value.code == 1
@@ -113,7 +115,7 @@ def test_hydras_own_refusals_are_one_line_before_any_output_directory(
 ) -> None:
     """What Hydra refuses itself (a block of lines, sometimes a traceback, exit 1) and what validation
     refuses, as one line naming the field, exit 2, before Hydra makes `outputs/<date>/<time>`."""
-    from speculab import cli
+    from speculab.launch import cli
 
     monkeypatch.chdir(tmp_path)
     if line is None:
@@ -144,7 +146,7 @@ def test_prompts_a_run_cannot_decode_are_refused_before_any_output_directory(
 ) -> None:
     """Prompt identity (every prompt checked: a later one with the same id hid an earlier long one) and
     text a tokenizer cannot take, refused in one line, exit 2, with no directory made."""
-    from speculab import cli
+    from speculab.launch import cli
 
     data = tmp_path_factory.mktemp("data") / "prompts.jsonl"
     data.write_text("\n".join(lines) + "\n")
@@ -168,8 +170,8 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from speculab.cli import CONF
     from speculab.config.sweep import PLANS, sweep_plans
+    from speculab.launch.cli import CONF
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):  # the sweep's Hydra, as it starts
         config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)
@@ -212,7 +214,7 @@ def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_make
 ) -> None:
     import os
 
-    from speculab import cli
+    from speculab.launch import cli
 
     monkeypatch.chdir(tmp_path)
     real = os.access
@@ -229,16 +231,17 @@ def test_an_output_directory_this_user_cannot_write_is_refused_before_hydra_make
 def test_one_run_refused_on_load_exits_2_though_precheck_planned_it(monkeypatch, capsys) -> None:
     """A single run has a plan from `precheck`; what loading refuses (a prompt too long) still ends it
     with exit 2 and the refusal, not as a failed sweep point."""
-    from speculab import cli, jobs
     from speculab.config import resolve
     from speculab.config.sweep import PLANS
+    from speculab.launch import cli
+    from speculab.process import jobs
 
     def too_long(cfg, plan=None):
         raise ConfigError.listing(["dataset: prompt 'long/1' has 4401 tokens"])
 
     cfg = compose_config(["runtime=inline", "tracking=none"])
     monkeypatch.setitem(PLANS, (), resolve(load(["runtime=inline", "tracking=none"])))  # no overrides: key ()
-    monkeypatch.setattr("speculab.experiment.run", too_long)
+    monkeypatch.setattr("speculab.point.experiment.run", too_long)
     with pytest.raises(SystemExit) as ended:
         cli.hydra_main.__wrapped__(cfg)
     assert ended.value.code == 2 and jobs.FAILED_POINTS == []
@@ -250,7 +253,7 @@ def test_plan_prints_where_everything_runs_and_starts_nothing(capsys, tmp_path: 
     no output directory and no run; `-m` with it is refused in one line."""
     import sys
 
-    from speculab import cli
+    from speculab.launch import cli
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["speculab", "cluster.tp_size=2", "--plan", "cluster.draft_placement=sharded"])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from speculab.cli_args import multirun_first
+from speculab.launch.cli_args import multirun_first
 from support.cli import speculab
 
 

@@ -8,7 +8,7 @@ import sys
 
 from speculab.config import override_errors
 
-HEAVY = ("torch", "transformers", "ray", "mlflow", "speculab.experiment", "speculab.tracking.spool")
+HEAVY = ("torch", "transformers", "ray", "mlflow", "speculab.point.experiment", "speculab.tracking.spool")
 
 
 def speculab_lean(args: list[str]) -> subprocess.CompletedProcess:
@@ -16,7 +16,7 @@ def speculab_lean(args: list[str]) -> subprocess.CompletedProcess:
     script = (
         "import atexit, sys\n"
         f"atexit.register(lambda: print('imported:', [m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr))\n"
-        "from speculab.cli import main\n"
+        "from speculab.launch.cli import main\n"
         f"sys.argv[1:] = {args!r}\n"
         "main()\n"
     )

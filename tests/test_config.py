@@ -10,9 +10,9 @@ import pytest
 from omegaconf import OmegaConf
 from safetensors.numpy import save_file
 
-from speculab import experiment
 from speculab.config import ConfigError, config_warnings, resolve, resolve_device, unknown_keys, validate
 from speculab.config import prompts as config_prompts
+from speculab.point import experiment
 from support.configs import CONF, compose_config, fake_checkpoint, load
 
 

@@ -7,8 +7,8 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from speculab import experiment
 from speculab.config import ConfigError, resolve, resolve_path, validate
+from speculab.point import experiment
 from speculab.results.names import Figures
 from support.configs import CONF, load
 from support.models import TINY_PAIR

@@ -186,7 +186,7 @@ def test_dflash_presets_resolve_to_a_dflash_drafter_fed_by_target_features(
     """The draft role loads the preset's DFlash checkpoint (backend dflash, with the target's dir for its
     embeddings and head); the target is told the drafter's target_layer_ids. Loading that layout is
     tested on a random-weight checkpoint (tests/models/test_dflash.py)."""
-    from speculab.experiment import model_specs
+    from speculab.point.experiment import model_specs
 
     cfg = load([f"model={model}", "drafter=dflash", "algorithm=ddtree"])
     target, draft = model_specs(resolve(cfg))

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculab.algorithms import get_verifier
-from speculab.engine import decode
-from speculab.measure import Sample, paired_ratios
+from speculab.core.engine import decode
+from speculab.core.measure import Sample, paired_ratios
+from speculab.registry import get_verifier
 from speculab.results.figures import acceptance_by_depth, per_round
 from speculab.results.ratios import speedup
 from speculab.stats import CONFIDENCE, MEDIAN, MIN_CLUSTERS, MIN_UNITS, Totals, log_ratio, median_estimate

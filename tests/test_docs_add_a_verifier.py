@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS
 from speculab.config import PROJECT_ROOT
+from speculab.registry import ALGORITHMS
 
 PAGE = PROJECT_ROOT / "docs" / "add-a-verifier.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from speculab.algorithms import PATH_ALGORITHMS, get_verifier
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import LMSpec
+from speculab.registry import PATH_ALGORITHMS, get_verifier
 from speculab.runtime import start_models
 from support.models import TINY_PAIR
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from speculab import experiment
 from speculab.config import prompts
 from speculab.models import TreeTarget
+from speculab.point import experiment
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
 

@@ -1,6 +1,6 @@
 """At most 2 host reads a decode round, counted on the CPU with the code a GPU runs.
 
-`speculab.hostreads.device_form` makes the CPU take the static-shape forms a GPU takes (the level
+`speculab.device.hostreads.device_form` makes the CPU take the static-shape forms a GPU takes (the level
 tree builder, the verifiers' fixed-shape walks, no trimming of padding by value, the tree mask
 for every pass); `support.host_reads` counts what reads a value on the host. On CUDA
 `runtime/host_syncs_per_round` counts the same reads with torch's sync debug mode
@@ -19,18 +19,18 @@ from pathlib import Path
 import pytest
 import torch
 
-import speculab.engine as engine
-from speculab.algorithms import PATH_ALGORITHMS, get_verifier
+import speculab.core.engine as engine
+from speculab.core.engine import decode
+from speculab.device.hostreads import device_form, reads_free
 from speculab.drafting.tree import DraftTree
-from speculab.engine import decode
-from speculab.hostreads import device_form, reads_free
+from speculab.registry import PATH_ALGORITHMS, get_verifier
 from speculab.verify.verdict import Verdict
 from support.engine import TOY_PROMPTS, settings, tiny_pair_batch, toy_roles
 from support.host_reads import counting_host_reads, site_of
 
 REPO = Path(__file__).resolve().parents[1]
 
-READ = "read_round"  # the round's one read (`engine.read_round`)
+READ = "read_round"  # the round's one read (`core.engine.read_round`)
 
 
 def _counted_rounds(monkeypatch: pytest.MonkeyPatch) -> list[Counter[str]]:
@@ -143,10 +143,10 @@ def test_a_read_is_filed_under_the_packages_module_in_a_checkout_named_speculab(
     """`git clone` names the checkout `speculab`: the helper's own frames, under its tests/, are not the package's."""
     package = Path("/home/u/speculab/platform/speculab")
     stack = [
-        traceback.FrameSummary("/home/u/speculab/platform/speculab/engine.py", 120, "read_round"),
+        traceback.FrameSummary("/home/u/speculab/platform/speculab/core/engine.py", 120, "read_round"),
         traceback.FrameSummary("/home/u/speculab/tests/support/host_reads.py", 80, "counted"),
     ]
-    assert site_of(stack, package) == "engine.py:120 read_round"
+    assert site_of(stack, package) == "core/engine.py:120 read_round"
     assert site_of(stack[1:], package) == "?"
 
 

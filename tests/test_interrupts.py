@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM (`speculab.interrupts`): raised at once, but never inside a tracking-store write,
+"""Ctrl-C and SIGTERM (`speculab.process.interrupts`): raised at once, but never inside a tracking-store write,
 which would leave a connection holding SQLite's write lock and the sweep's runs RUNNING; remembered
 where Python swallows them."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from speculab import interrupts
+from speculab.process import interrupts
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ def in_terminal(args: list[str], cwd: Path, timeout_s: float = 240) -> tuple[int
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "speculab.cli", *args],
+        [sys.executable, "-m", "speculab.launch.cli", *args],
         cwd=cwd,
         stdin=follower,
         stdout=follower,

@@ -1,10 +1,10 @@
-"""`speculab.measure`: interleaved order, paired ratios and totals per unit, on made-up clocks."""
+"""`speculab.core.measure`: interleaved order, paired ratios and totals per unit, on made-up clocks."""
 
 from __future__ import annotations
 
 import pytest
 
-from speculab.measure import Sample, UnitTotals, interleave, paired_ratios, rotation, throughputs
+from speculab.core.measure import Sample, UnitTotals, interleave, paired_ratios, rotation, throughputs
 from speculab.results.figures import speed_figures
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import get_reference, get_verifier
-from speculab.engine import decode
-from speculab.paired import PairedComparison, PromptSums
+from speculab.core.engine import decode
+from speculab.core.paired import PairedComparison, PromptSums
+from speculab.registry import get_reference, get_verifier
 from speculab.results.figures import paired_figures
 from speculab.results.verdicts import Call, compared
 from speculab.show.console import plain

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import shlex
 
-from speculab import experiment
 from speculab.config import PROJECT_ROOT
+from speculab.point import experiment
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
 

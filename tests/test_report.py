@@ -19,7 +19,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from speculab.measure import UnitTotals
+from speculab.core.measure import UnitTotals
 from speculab.report.cli import main
 from speculab.report.figures import plot_lines
 from speculab.report.points import Method, Point, dimensions, sort_key

@@ -1,4 +1,4 @@
-"""`speculab.syncs` and the engine's phase clock, on the CPU: the sync counter counts torch's
+"""`speculab.device.syncs` and the engine's phase clock, on the CPU: the sync counter counts torch's
 sync-debug warnings (simulated here: CI has no CUDA) and restores the mode; the clock fills each
 round's phases when the run is over. tests/gpu/test_capture_cuda.py runs both on a GPU."""
 
@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from speculab.clock import PhaseClock
-from speculab.records import RoundRecord
-from speculab.syncs import SYNC_WARNING, counting_host_syncs
+from speculab.core.clock import PhaseClock
+from speculab.core.records import RoundRecord
+from speculab.device.syncs import SYNC_WARNING, counting_host_syncs
 
 
 def test_nothing_is_counted_without_cuda_work() -> None:

@@ -24,7 +24,7 @@ mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
 # absolute: the CLI tests start `speculab` in a temporary directory
 export PYTHONPATH=$PWD/platform:$PWD/tests:/tmp/site MLFLOW_ALLOW_FILE_STORE=true PYTHONUNBUFFERED=1
-cli=(python -m speculab.cli tracking.uri=file:/tmp/mlruns dataset.num_prompts=4 sampling.max_new_tokens=32)
+cli=(python -m speculab.launch.cli tracking.uri=file:/tmp/mlruns dataset.num_prompts=4 sampling.max_new_tokens=32)
 
 step() {  # NAME SECONDS COMMAND...
   local name=$1 limit=$2 start=$SECONDS

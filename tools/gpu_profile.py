@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from gpu_systems import ARCHS, random_model, random_tree  # noqa: E402
 
+from speculab.device.syncs import SYNC_WARNING  # noqa: E402
 from speculab.models import LMSpec, TreeTarget  # noqa: E402
-from speculab.syncs import SYNC_WARNING  # noqa: E402
 
 
 def kernels(device: str, top: int) -> None:

@@ -58,7 +58,7 @@ def run_sweep(workdir: Path) -> tuple[str, str]:
     """The tracking URI of a fresh store holding one earlier single run, then one tiny sweep; and the
     runs-table link the sweep printed."""
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    speculab = [sys.executable, "-m", "speculab.cli", f"tracking.uri={uri}"]
+    speculab = [sys.executable, "-m", "speculab.launch.cli", f"tracking.uri={uri}"]
     subprocess.run([*speculab, *EARLIER], cwd=workdir, check=True, capture_output=True, timeout=600)
     command = [*speculab, *SWEEP, f"hydra.sweep.dir={workdir / 'sweep'}"]
     done = subprocess.run(command, cwd=workdir, check=True, capture_output=True, text=True, timeout=900)

@@ -1,7 +1,7 @@
 """speculab's Hydra launcher (`hydra/launcher: speculab`, conf/config.yaml): Hydra finds launchers in the
 `hydra_plugins` namespace package. With `cluster.replicas` = 1 it runs the sweep's points one after another,
 each through Hydra's `run_job` (its directory, saved config, logging, environment and callbacks); with
-more, side by side on replicas of their model groups (`speculab.launcher`)."""
+more, side by side on replicas of their model groups (`speculab.launch.launcher`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class ReplicaLauncher(Launcher):
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from speculab.launcher import launch_side_by_side, replica_count
+        from speculab.launch.launcher import launch_side_by_side, replica_count
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         if job_overrides and (replicas := replica_count(job_overrides)) > 1:
@@ -39,7 +39,7 @@ class ReplicaLauncher(Launcher):
 
     def one_by_one(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
         """Each point in turn as Hydra runs a job: its config composed and numbered as for points side by
-        side (`speculab.launcher.composed`), and run by `run_job`.
+        side (`speculab.launch.launcher.composed`), and run by `run_job`.
 
         The loop is Hydra 1.3's `BasicLauncher.launch` (hydra/_internal/core_plugins/basic_launcher.py),
         step for step: globals set, logging configured, the sweep directory made, a line per job, its
@@ -47,7 +47,7 @@ class ReplicaLauncher(Launcher):
         after each job. It is not called: BasicLauncher lives in Hydra's `_internal` package, which Hydra
         does not keep stable, and it composes each job's config itself, where a point here is composed by
         `composed`, as a point side by side is."""
-        from speculab.launcher import composed
+        from speculab.launch.launcher import composed
 
         assert self.hydra_context is not None and self.task_function is not None and self.config is not None
         setup_globals()

@@ -1,7 +1,7 @@
 """speculab's racing sweeper (`hydra/sweeper=race`; `hydra.sweeper.stages`, the prompts decoded by the
 end of each stage, [12, 32] by default): the sweep's points decode the first stage's prompts, the points
 it rules out as the fastest stop, the rest decode the next stage's fresh prompts, and the sweep's answer
-is decided on the points left, over every stage's prompts (`speculab.racing`, `speculab.results.race`).
+is decided on the points left, over every stage's prompts (`speculab.launch.racing`, `speculab.results.race`).
 Hydra finds sweepers in the `hydra_plugins` namespace package; the sweep's points are expanded as its
 basic sweeper expands them (the preset's `hydra.sweeper.params`, then the command line), and launched by
 the sweep's launcher (`hydra/launcher: speculab`), replicas included."""
@@ -47,7 +47,7 @@ class RacingSweeper(Sweeper):
         """Every stage's jobs, through the launcher; the stages were checked, and every point of every stage
         resolved, when the sweep started (`speculab.config.sweep.sweep_plans`)."""
         from speculab.config.sweep import sweep_points
-        from speculab.racing import race
+        from speculab.launch.racing import race
 
         assert self.config is not None and self.launcher is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))

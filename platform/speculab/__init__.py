@@ -1,8 +1,10 @@
 """speculab: an experiment platform for speculative decoding research.
 
-Subpackages: ``verify`` (verification algorithms), ``drafting`` (draft trees), ``models``
-(model backends), ``runtime`` (Ray actors), ``tracking`` (metrics and MLflow), ``data``
-(prompt datasets); ``engine`` runs the decoding loop and ``cli`` is the Hydra entry point.
+Subpackages: ``core`` (the round loop: draft, score, verify, commit), ``verify`` (verification
+algorithms), ``drafting`` (draft trees), ``models`` (model backends), ``device`` (host reads, syncs,
+CUDA graphs), ``runtime`` (where the loop runs: inline or Ray actors), ``point`` (one experiment
+point), ``launch`` (the Hydra entry point and launchers), ``tracking`` (MLflow), ``data`` (prompt
+datasets); ``registry`` names the algorithms and drafters (docs/architecture.md has the layout).
 """
 
 import os

@@ -13,12 +13,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from speculab.algorithms import get_verifier
+from speculab.core.engine import DecodeSettings, decode
 from speculab.drafting.ahead import AcceptanceRate, Ahead, AheadDrafter, fan_out, guessed, stop_probabilities
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.toy import random_bigram
+from speculab.registry import get_verifier
 from speculab.results.figures import run_figures
 from support.engine import TOY_PROMPTS
 from support.models import TINY_PAIR

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import decode
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
-from speculab.engine import decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.verify.ddtree_walk import ddtree_walk
 from support.engine import PROMPTS, TOY_PROMPTS, greedy_reference, settings, toy_roles

@@ -10,11 +10,11 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import Drafter, decode
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
-from speculab.engine import Drafter, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
+from speculab.registry import get_verifier
 from support.engine import PROMPTS, settings
 from support.models import save_random_dflash
 

@@ -13,16 +13,16 @@ import torch
 from mlflow.tracking import MlflowClient
 from transformers import AutoTokenizer
 
-from speculab.algorithms import PATH_ALGORITHMS, get_verifier
-from speculab.autoregressive import autoregressive
 from speculab.config.cluster import Placement
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.hf import TreeLM, load_causal_lm
+from speculab.registry import PATH_ALGORITHMS, get_verifier
 from speculab.runtime import start_models
 from support.cli import file_store, speculab
 from support.models import TINY_PAIR
@@ -91,7 +91,7 @@ def test_greedy_decoding_on_cuda_equals_generate_on_cuda(roles, prompts) -> None
 def test_compiled_generate_on_cuda_decodes_what_eager_does(roles, prompts) -> None:
     """`baseline_hf` on a GPU (measure.generate=auto): static cache + inductor + CUDA graphs, warmed
     untimed at each batch size, gives eager generate's greedy tokens."""
-    from speculab.baselines import GenerateForm
+    from speculab.models.generate import GenerateForm
 
     target, _ = roles
     s = settings(batch=3)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.core.engine import DecodeSettings, decode
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
 from support.models import TINY_PAIR
 
 pytestmark = pytest.mark.gpu

@@ -1,5 +1,5 @@
 """Every registered verifier on CUDA: the verdicts the CPU gives for the same draws, eager and
-replayed from a CUDA graph (`captured.CapturedPaths`), and tokens drawn on the GPU that follow the
+replayed from a CUDA graph (`verify.captured.CapturedPaths`), and tokens drawn on the GPU that follow the
 target (chi-square over the first four tokens)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
-from speculab.captured import replayed
 from speculab.drafting.best_first import best_first_tree
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.verify.captured import replayed
 from support.toy_instances import decoded_joint_pvalue, sample_batch, toy_pair
 
 pytestmark = pytest.mark.gpu

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from speculab.core.engine import DecodeSettings
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree
-from speculab.engine import DecodeSettings
 from speculab.models import LMSpec, TreeTarget
 from speculab.models.checkpoint_lm import CheckpointLM, checkpoint_lm, transformers_twin
 from speculab.models.hf import TreeLM, load_causal_lm
@@ -113,7 +113,7 @@ def test_the_smallest_run_imports_none_of_transformers_model_code(tmp_path: Path
     probe = (  # the run's exit code, passed on once the modules it imported are listed
         "import sys, runpy; sys.argv = ['speculab', *sys.argv[1:]]\n"
         "code = 0\n"
-        "try:\n    runpy.run_module('speculab.cli', run_name='__main__')\n"
+        "try:\n    runpy.run_module('speculab.launch.cli', run_name='__main__')\n"
         "except SystemExit as ended:\n    code = ended.code\n"
         "heavy = [m for m in ('transformers.modeling_utils', 'torch._dynamo', 'scipy.optimize') "
         "if m in sys.modules]\n"

@@ -161,8 +161,8 @@ def test_run_refuses_a_model_that_does_not_fit_before_starting_actors(
 ) -> None:
     from test_config import load
 
-    from speculab import experiment
     from speculab.config import ConfigError
+    from speculab.point import experiment
 
     def must_not_start(*args, **kwargs):
         raise AssertionError("models started before validation")

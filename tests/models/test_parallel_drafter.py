@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from speculab.autoregressive import autoregressive
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
-from speculab.engine import decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.hf import load_causal_lm
 from speculab.models.parallel import ParallelDraftLM, block_allowed

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from speculab.algorithms import get_verifier
+from speculab.core.engine import decode
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
-from speculab.engine import decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
 from speculab.models.hf import TreeLM, load_causal_lm
+from speculab.registry import get_verifier
 from support.cli import runs, speculab
 from support.engine import PROMPTS, greedy_reference, settings
 from support.models import REPO

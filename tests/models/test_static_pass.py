@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import speculab.models.static_pass as static_pass
-from speculab.captured import Graphs
 from speculab.config import Config, passes_on
+from speculab.device.graphs import Graphs
 from speculab.drafting.tree import DraftTree
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.models.lean import lean_layer

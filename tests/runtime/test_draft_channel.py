@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import torch
 
+from speculab.core.records import concat_runs
 from speculab.drafting.sampling import SamplingParams
 from speculab.models import DraftModel, LMSpec
 from speculab.models.toy import random_bigram
-from speculab.records import concat_runs
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_METRICS
-from speculab.runtime import draft_channel
 from speculab.runtime.calls import CALLS, semantics
-from speculab.runtime.draft_channel import DraftClient, DraftLost, DraftServer, serving_host
+from speculab.runtime.transport import draft_channel
+from speculab.runtime.transport.draft_channel import DraftClient, DraftLost, DraftServer, serving_host
 
 if TYPE_CHECKING:  # imports Ray: only the tests that use the cluster pay for it
     from speculab.runtime.groups import GroupPool
@@ -206,7 +206,7 @@ def test_a_served_loop_charges_the_draft_actors_cpu_to_its_decodes() -> None:
     """The loop on the target's rank 0 counts a decode's CPU as its ranks' and the draft actor's."""
     from speculab.models import TreeTarget
     from speculab.runtime.loop_host import LoopHost
-    from speculab.runtime.tp_loop import Announcer, Leader
+    from speculab.runtime.transport.tp_loop import Announcer, Leader
     from support.tiny_loop import plan
 
     draft = toy()
@@ -222,7 +222,7 @@ def test_a_served_loop_charges_the_draft_actors_cpu_to_its_decodes() -> None:
 def test_the_tiny_pair_decodes_the_same_tokens_with_its_draft_served_over_a_socket(temperature: float) -> None:
     from speculab.config import resolve
     from speculab.config.prompts import point_prompts
-    from speculab.experiment import prepare
+    from speculab.point.experiment import prepare
     from support.configs import load
 
     common = [
@@ -264,9 +264,9 @@ def test_a_unit_whose_draft_actor_died_is_decoded_again_on_a_restarted_draft(mon
 
     from speculab.config import resolve
     from speculab.config.prompts import point_prompts
-    from speculab.experiment import prepare
+    from speculab.point.experiment import prepare
     from speculab.runtime import loop_groups
-    from speculab.runtime.draft_channel import DraftLost
+    from speculab.runtime.transport.draft_channel import DraftLost
     from support.configs import load
 
     overrides = [

@@ -62,7 +62,7 @@ def test_the_job_command_attaches_writes_durably_and_keeps_user_keys(tmp_path: P
         f"hydra.sweep.dir={tmp_path / 'job'}",
         f"tracking.spool_dir={tmp_path / 'job' / 'spool'}",
     ]
-    assert submit.entrypoint(["a=1"], "/venv/bin/python") == "/venv/bin/python -m speculab.cli a=1"
+    assert submit.entrypoint(["a=1"], "/venv/bin/python") == "/venv/bin/python -m speculab.launch.cli a=1"
     local, remote = "http://127.0.0.1:8265", "http://head.example:8265"
     assert submit.default_tracking_uri(local) == f"sqlite:///{REPO / 'mlflow.db'}"
     assert submit.default_output_root(local) == REPO / "outputs" / "jobs"
@@ -281,7 +281,7 @@ def with_token(token: str, args: list[str]) -> subprocess.CompletedProcess:
 
 def speculab_in(home: str, env: dict[str, str], args: list[str]) -> subprocess.CompletedProcess:
     """`speculab` with `args` in a fresh process, in `home` with `env` (its timeout a hang guard only)."""
-    command = [sys.executable, "-m", "speculab.cli", *args]
+    command = [sys.executable, "-m", "speculab.launch.cli", *args]
     return subprocess.run(command, env=env, cwd=home, capture_output=True, text=True, timeout=180)
 
 

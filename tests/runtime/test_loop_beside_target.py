@@ -15,16 +15,17 @@ import pytest
 from transformers import AutoTokenizer
 
 from speculab.config import ConfigError, loop_host, validate
+from speculab.core.engine import DecodeSettings
+from speculab.core.records import RunResult
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
-from speculab.loop import PointWork
 from speculab.models import LMSpec
-from speculab.records import RunResult
-from speculab.runtime import loop_groups, proxy, start_loop
+from speculab.runtime import loop_groups, start_loop
 from speculab.runtime.groups import GroupPool, group_name, loop_bundles
+from speculab.runtime.loop import PointWork
 from speculab.runtime.loop_host import LoopSpec
-from speculab.runtime.proxy import GroupProxy
+from speculab.runtime.transport import proxy
+from speculab.runtime.transport.proxy import GroupProxy
 from support.configs import load
 from support.faults import kill_when_in_flight
 from support.models import TINY_PAIR
@@ -145,7 +146,7 @@ def test_a_killed_loop_actor_is_recreated_and_the_unit_decoded_again_unchanged(b
     clean = tokens(loop, "speculative", 2)
     victim = loop.group.members[0]
     killed = kill_when_in_flight(loop, victim)  # the first unit's call, once submitted
-    with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
+    with caplog.at_level(logging.WARNING, logger="speculab.runtime.transport.proxy"):
         again = tokens(loop, "speculative", 2)
     assert killed and again == clean
     assert loop.stats.restarts == 1 and "loop group" in caplog.text and "lost an actor" in caplog.text

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from speculab.config import resolve
-from speculab.experiment import decode_point
+from speculab.point.experiment import decode_point
 from speculab.results.point import PointShape
 from speculab.runtime import start_loop
 from speculab.runtime.placement import ClusterError
@@ -105,7 +105,7 @@ def test_a_group_with_nowhere_to_go_ends_its_point_at_once_keeping_what_finished
 
 
 def model_specs(plan: Any) -> tuple[Any, Any]:
-    from speculab.experiment import model_specs as specs
+    from speculab.point.experiment import model_specs as specs
 
     return specs(plan)
 
@@ -114,7 +114,7 @@ def work(plan: Any) -> Any:
     from transformers import AutoTokenizer
 
     from speculab.data import encode_prompt, load_prompts
-    from speculab.experiment import point_work, settings_of
+    from speculab.point.experiment import point_work, settings_of
 
     tokenizer = AutoTokenizer.from_pretrained(plan.target_dir)
     prompts = [encode_prompt(p, tokenizer) for p in load_prompts("humaneval", 2)]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from speculab.config import resolve
-from speculab.experiment import decode_point
+from speculab.point.experiment import decode_point
 from speculab.results.point import PointShape
 from speculab.runtime.placement import ClusterError
 from support.configs import load

@@ -1,4 +1,4 @@
-"""`cluster.replicas`: a sweep's points side by side on copies of their model groups (`speculab.launcher`).
+"""`cluster.replicas`: a sweep's points side by side on copies of their model groups (`speculab.launch.launcher`).
 
 Without Ray: how many copies the nodes hold, what a lost replica's group has left, the replica checks
 and the board's line. End to end: a 2-point sweep on two replicas of the embedded cluster gives every
@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 from speculab.config import ConfigError, resolve
 from speculab.config.prompts import point_prompts
 from speculab.config.replicas import asked
-from speculab.decoders import Decoders
-from speculab.experiment import SPREAD_TAG, measure_point, prepare
+from speculab.core.records import concat_runs
 from speculab.models import LMSpec
-from speculab.records import concat_runs
+from speculab.point.decoders import Decoders
+from speculab.point.experiment import SPREAD_TAG, measure_point, prepare
 from speculab.results.names import mlflow_name
 from speculab.results.point import PointShape
 from speculab.runtime import loop_groups
@@ -224,7 +224,7 @@ def test_a_points_hydra_job_is_the_same_on_two_replicas_as_on_one(tmp_path: Path
         ]
         path = os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
         done = subprocess.run(
-            [sys.executable, "-m", "speculab.cli", *args],
+            [sys.executable, "-m", "speculab.launch.cli", *args],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": path},  # the probe callback's module, in every replica's process too
             capture_output=True,
@@ -267,7 +267,8 @@ def test_groups_lost_before_a_points_first_unit_give_the_point_back(monkeypatch:
     running, the point goes back to the queue (ReplicaLost); alone, it fails (ClusterError)."""
     import multiprocessing
 
-    from speculab import experiment, jobs
+    from speculab.point import experiment
+    from speculab.process import jobs
     from speculab.runtime.placement import ClusterError
 
     def lost(*_: object) -> None:
@@ -293,7 +294,7 @@ def test_two_replicas_lost_at_once_never_both_give_their_points_up() -> None:
     import multiprocessing
     import threading
 
-    from speculab import jobs
+    from speculab.process import jobs
 
     for _ in range(50):
         flags = multiprocessing.get_context("spawn").Array("b", 2)

@@ -1,4 +1,4 @@
-"""Replicas lost for good (`speculab.launcher`): a replica process killed mid-point, and every replica's
+"""Replicas lost for good (`speculab.launch.launcher`): a replica process killed mid-point, and every replica's
 process gone. The launcher decides for a dead process as a replica decides for itself (`jobs.Seat.give_up`),
 ends the dead process's run FAILED and tagged as the lost replica's, and fails the points no replica is
 left to run, naming them, so that nothing is left RUNNING and no point vanishes."""
@@ -17,10 +17,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from speculab import jobs
 from speculab.config import resolve
 from speculab.config.sweep import PLANS
-from speculab.launcher import Pending, SideBySide
+from speculab.launch.launcher import Pending, SideBySide
+from speculab.process import jobs
 from speculab.results.point import FailedPoint
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG
@@ -165,7 +165,7 @@ def test_replicas_started_before_the_embedded_cluster_join_it_where_the_user_set
         "tracking=none",
     ]
     done = subprocess.run(
-        [sys.executable, "-m", "speculab.cli", *args],
+        [sys.executable, "-m", "speculab.launch.cli", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -49,7 +49,7 @@ def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes:
         f"cluster.address={nodes.cluster.address}",
         f"tracking.uri={uri}",
     ]
-    command = [sys.executable, "-m", "speculab.cli", *args]
+    command = [sys.executable, "-m", "speculab.launch.cli", *args]
     sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
     nodes.crash_b()  # Ray places the two copies, one a node: whichever is on node B is lost

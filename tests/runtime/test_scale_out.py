@@ -20,14 +20,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from speculab.algorithms import get_verifier
-from speculab.autoregressive import autoregressive
 from speculab.config import Config, ConfigError, validate
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, decode
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.tp import checkpoint_files
+from speculab.registry import get_verifier
 from speculab.results.names import mlflow_name
 from speculab.runtime import start_models
 from speculab.runtime.groups import GroupPool, draft_bundles, group_name, target_bundles
@@ -183,7 +183,7 @@ def test_a_killed_actor_restarts_its_whole_group_and_the_run_completes_unchanged
     restarts = proxy.stats.restarts
     faulty = KillOnCall(proxy, "propose" if victim == "draft" else "score", batch=2, call=2, rank=len(before) - 1)
     models = (group, faulty) if victim == "draft" else (faulty, draft)
-    with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
+    with caplog.at_level(logging.WARNING, logger="speculab.runtime.transport.proxy"):
         run = decode(*models, get_verifier("block"), encoded, settings)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in clean.prompts]
     assert proxy.stats.restarts == restarts + 1
@@ -225,7 +225,7 @@ def test_a_sweep_loads_each_model_once(tmp_path: Path) -> None:
         f"tracking.uri=sqlite:///{store}",
     ]
     result = subprocess.run(
-        [sys.executable, "-m", "speculab.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "speculab.launch.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=240
     )
     assert result.returncode == 0, result.stderr[-3000:]
     mlflow.set_tracking_uri(f"sqlite:///{store}")

@@ -14,7 +14,7 @@ import pytest
 
 from speculab.runtime import start_loop
 from speculab.runtime.groups import GroupPool
-from speculab.runtime.proxy import GroupProxy
+from speculab.runtime.transport.proxy import GroupProxy
 from support.faults import kill_when_in_flight
 from support.tiny_loop import DRAFT, DRAFT_TP2, TARGET, TP2, plan, tokens
 

@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from speculab.experiment import decode_point
+from speculab.point.experiment import decode_point
 from speculab.runtime import start_loop
 from speculab.runtime.groups import GroupPool
-from speculab.runtime.proxy import GroupProxy
+from speculab.runtime.transport.proxy import GroupProxy
 from speculab.tracking.tracker import NoopTracker
 from support.configs import plan_and_shape
 from support.faults import kill_when_in_flight
@@ -28,7 +28,7 @@ def test_an_announcement_carries_its_calls_and_their_tensors_exactly() -> None:
     import torch
 
     from speculab.drafting.tree import DraftTree
-    from speculab.runtime.tp_loop import Call, decoded, encoded, stripped
+    from speculab.runtime.transport.tp_loop import Call, decoded, encoded, stripped
 
     tree = DraftTree.from_paths(torch.tensor([5, 6]), torch.randint(2, 99, (2, 3, 4)))
     calls = [
@@ -97,7 +97,7 @@ def test_a_killed_rank_costs_its_unit_and_the_tokens_stay(tp_loop: GroupProxy, r
     victim = loop.group.members[rank]
     restarts = loop.stats.restarts
     killed = kill_when_in_flight(loop, victim)  # the first unit's call, once submitted
-    with caplog.at_level(logging.WARNING, logger="speculab.runtime.proxy"):
+    with caplog.at_level(logging.WARNING, logger="speculab.runtime.transport.proxy"):
         again = tokens(loop, "speculative")
     assert killed and again == clean
     assert loop.stats.restarts == restarts + 1 and "loop group" in caplog.text and "lost an actor" in caplog.text
@@ -119,8 +119,8 @@ def test_the_autoregressive_baseline_is_one_announcement_a_decode(monkeypatch) -
     of one process) are the same."""
     import torch.distributed as dist
 
-    from speculab.autoregressive import autoregressive
-    from speculab.runtime import tp_loop
+    from speculab.core.autoregressive import autoregressive
+    from speculab.runtime.transport import tp_loop
     from support.engine import TOY_PROMPTS, settings, toy_roles
     from support.servers import free_port
 

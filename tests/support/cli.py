@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 def speculab(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "speculab.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "speculab.launch.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=240
     )
 
 

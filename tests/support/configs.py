@@ -12,7 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-import speculab.cli  # noqa: F401  registers the structured schema
+import speculab.launch.cli  # noqa: F401  registers the structured schema
 from speculab.config import PROJECT_ROOT, Config, RunPlan, resolve
 from speculab.results.point import PointShape
 
@@ -94,6 +94,6 @@ def load(overrides: list[str]) -> Config:
 
 
 def plan_and_shape(overrides: list[str]) -> tuple[RunPlan, PointShape]:
-    """A point's resolved plan and its shape, what `experiment.decode_point` takes with its tracker."""
+    """A point's resolved plan and its shape, what `point.experiment.decode_point` takes with its tracker."""
     plan = resolve(load(overrides))
     return plan, PointShape.of(plan.cfg)

@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
+from speculab.core.engine import DecodeSettings
+from speculab.core.records import RunResult
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.toy import random_bigram
-from speculab.records import RunResult
 
 PROMPTS = [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]
 TOY_PROMPTS = [[1, 2, 3], [4], [0, 5], [2]]  # vocabulary of 6
@@ -46,10 +46,10 @@ def tiny_pair_batch(
     leaving; 20 new tokens each) with both models' passes as given (`models.static_pass.PASSES`, compiled
     with `compile`): the run, the target role and the draft model role. drafter: "draft" (GBV over K = 2
     paths of 4) or "dflash" (DDTree, budget 16, on the DFlash drafter)."""
-    from speculab.algorithms import get_verifier
+    from speculab.core.engine import decode
     from speculab.drafting.ddtree import TreeDrafter, tree_builder
-    from speculab.engine import decode
     from speculab.models.dflash_layout import read_layout
+    from speculab.registry import get_verifier
     from support.models import TINY_PAIR
 
     target_path, draft_path, dflash = (str(TINY_PAIR / name) for name in ("target", "draft", "dflash"))

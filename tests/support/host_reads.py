@@ -4,7 +4,7 @@
 value on the host: `item` and a tensor's truth value (`_local_scalar_dense`), `tolist`, `numpy`,
 `cpu`, and the ops whose output shape a value decides (`nonzero`, boolean indexing,
 `masked_select`, `repeat_interleave` without an output size, `unique`). Run under
-`speculab.hostreads.device_form`, the count is what a decode round reads on a GPU; a tensor the
+`speculab.device.hostreads.device_form`, the count is what a decode round reads on a GPU; a tensor the
 host made itself (a list of rows turned into a tensor) counts too, although on a GPU reading it
 waits for nothing, so the count is an upper bound. On CUDA `runtime/host_syncs_per_round` counts
 the same reads by torch's sync debug mode.

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from speculab.config import resolve
 from speculab.config.prompts import point_prompts
-from speculab.experiment import prepare
+from speculab.point.experiment import prepare
 from support.configs import load
 
 

@@ -20,7 +20,7 @@ from functools import cache
 
 import numpy as np
 
-from speculab.measure import UnitTotals
+from speculab.core.measure import UnitTotals
 from speculab.results.names import Figures
 from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.ratios import speedup, throughput
@@ -215,7 +215,7 @@ class Race:
 def race(
     rng: np.random.Generator, speeds: list[float], stages: list[int], machine: Machine, interaction: float = 0.0
 ) -> Race:
-    """A race as `speculab.racing.race` runs one (the same functions decide), on simulated points: point i
+    """A race as `speculab.launch.racing.race` runs one (the same functions decide), on simulated points: point i
     truly speeds[i] times as fast as a point at 1.3x autoregressive decoding; each stage's prompts fresh."""
     from speculab.results.race import pooled, ruled_out, stage_share
     from speculab.results.verdicts import sweep_answer

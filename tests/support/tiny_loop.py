@@ -7,12 +7,12 @@ from dataclasses import replace
 
 from transformers import AutoTokenizer
 
+from speculab.core.engine import DecodeSettings
+from speculab.core.records import RunResult
 from speculab.data import encode_prompt, load_prompts
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
-from speculab.loop import PointWork
 from speculab.models import LMSpec
-from speculab.records import RunResult
+from speculab.runtime.loop import PointWork
 from support.models import TINY_PAIR
 
 TARGET, DRAFT = LMSpec("hf", str(TINY_PAIR / "target"), threads=1), LMSpec("hf", str(TINY_PAIR / "draft"), threads=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from scipy.stats import chisquare
 
-from speculab.algorithms import ALGORITHMS, get_verifier
+from speculab.registry import ALGORITHMS, get_verifier
 from speculab.verify.decisions import replay_decisions, sample_inverse_cdf
 from speculab.verify.exact import (
     Reference,

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import torch
 
-from speculab.algorithms import get_verifier
+from speculab.core.engine import DecodeSettings, decode
+from speculab.core.evidence import left_chain
+from speculab.core.records import RunResult
 from speculab.drafting.ddtree import TreeDrafter, tree_builder
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings, decode
-from speculab.evidence import left_chain
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.dflash_layout import read_layout
-from speculab.records import RunResult
+from speculab.registry import get_verifier
 from speculab.results.figures import run_figures
 from speculab.results.names import Figures, flatten, is_acceptance, mlflow_name, parse
 from speculab.results.point import PointResult, PointShape

@@ -27,7 +27,7 @@ from support.waits import awaited
 
 # A signal or a killed server lands when the sweep's first point has FINISHED in the store
 # (`wait_for_finished_child`), not on a timer: a busy machine moves when it lands, not what it hits. Store
-# writes hold a signal until they end (`speculab.interrupts.held`), so these run beside the rest of the suite.
+# writes hold a signal until they end (`speculab.process.interrupts.held`), so these run beside the rest of the suite.
 
 POINTS = ["algorithm=gbv", "algorithm.K=1,2,3"]
 

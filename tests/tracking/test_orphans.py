@@ -67,7 +67,7 @@ def test_a_sweep_killed_with_sigkill_is_closed_by_the_next_run(random_llama_pair
     store = tmp_path / "mlflow.db"
     args = [*small_run(random_llama_pair, store), "runtime=inline", "baseline_hf=false"]
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "speculab.cli", "-m", "algorithm.K=1,2", "algorithm=gbv", *args],
+        [sys.executable, "-m", "speculab.launch.cli", "-m", "algorithm.K=1,2", "algorithm=gbv", *args],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import PATH_ALGORITHMS, get_verifier
+from speculab.registry import PATH_ALGORITHMS, get_verifier
 from speculab.verify import Verdict
 from speculab.verify.block import block_verify, block_verify_reference, token_verify, token_verify_reference
 from speculab.verify.decisions import draw_uniforms

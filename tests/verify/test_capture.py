@@ -2,7 +2,7 @@
 
 ``torch.compile(decide, fullgraph=True)`` fails on any graph break (a host read, a shape chosen
 by data), so passing here means no host synchronisation inside a call. Traced, the verifiers
-take their static-shape form (`hostreads.reads_free` is False); eager on the CPU they
+take their static-shape form (`device.hostreads.reads_free` is False); eager on the CPU they
 prune finished rows and sparse sets. Both must give the same verdict for the same uniforms.
 The "eager" backend keeps compiling cheap; what is checked is the trace, not the kernels.
 """
@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 import torch
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_verifier
-from speculab.captured import CapturedPaths, Graphs, carry_from, carry_parts, replayed
 from speculab.config import Config, passes_on
+from speculab.core.engine import decode
+from speculab.device.graphs import Graphs
+from speculab.device.hostreads import device_form
 from speculab.drafting.best_first import best_first_tree
-from speculab.engine import decode
-from speculab.hostreads import device_form
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_verifier
+from speculab.verify.captured import CapturedPaths, carry_from, carry_parts, replayed
 from speculab.verify.contracts import DrawnPathVerifier
 from speculab.verify.ddtree_walk import ddtree_walk_decision
 from speculab.verify.decisions import draw_uniforms
@@ -63,7 +64,7 @@ def test_compiled_verifier_gives_the_eager_verdict(name: str) -> None:
 
 @pytest.mark.parametrize("name", PATH_ALGORITHMS)
 def test_the_captured_form_decodes_the_eager_tokens(name: str) -> None:
-    """`captured.CapturedPaths` with its graphs off: the decision reads its inputs and the previous
+    """`verify.captured.CapturedPaths` with its graphs off: the decision reads its inputs and the previous
     round's carry from the buffers a graph would replay over, in the GPU's static forms, and the toy pair
     decodes what the verifier itself decodes, rows leaving the batch (new shapes) and carries crossing
     rounds. The graphs themselves are checked in tests/gpu/test_verify_cuda.py."""

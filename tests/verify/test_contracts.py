@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import get_verifier
 from speculab.drafting.best_first import chain_tree
+from speculab.registry import get_verifier
 from speculab.verify import ContractError
 
 B, K, L, V = 2, 3, 4, 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import get_verifier
+from speculab.registry import get_verifier
 from speculab.verify.decisions import draw_uniforms
 from speculab.verify.exact import enumerate_outcomes
 from speculab.verify.multidraft_walk import multidraft_walk, multidraft_walk_reference

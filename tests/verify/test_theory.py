@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS, get_reference
+from speculab.registry import ALGORITHMS, PATH_ALGORITHMS, get_reference
 from speculab.verify.exact import ToyModel, expected_accepted, round_outcomes, sequence_probability
 from support.toy_instances import Instance, instance_pair
 

@@ -1,5 +1,5 @@
 """`algorithm.*` and `drafter.*`: the verification algorithm and the drafter that proposes to it, with
-their checks against the registry (`speculab.algorithms`): K and L, losslessness, node rules (and the
+their checks against the registry (`speculab.registry`): K and L, losslessness, node rules (and the
 size of an optimal-transport rule's problem), the paired comparison, the tree keys, and the drafter an
 algorithm takes; and `largest_tree`, the most nodes a round drafts. The registry imports torch, so the
 checks import it when they run: the dataclasses load with `speculab --help`, which needs none of it."""
@@ -66,7 +66,7 @@ class DraftView(Protocol):
 def largest_tree(a: AlgorithmConfig) -> int:
     """The most nodes a round's draft tree has, root included: a tree algorithm's budget, else K paths
     of L tokens under one root (algorithm.L set). It sizes the KV caches (and the memory footprint) up front."""
-    from speculab.algorithms import ALGORITHMS
+    from speculab.registry import ALGORITHMS
 
     assert a.L is not None  # set by `config.checks.with_draft_length`
     return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
@@ -81,7 +81,7 @@ def ahead_nodes(ahead: str, budget: int, length: int | None) -> int:
 
 def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
     """K and L in their ranges; algorithm, K, node rule, drafter and tree settings against the registry."""
-    from speculab.algorithms import ALGORITHMS, OT_RULES, drafter_name_error, get_algorithm, node_rule_error
+    from speculab.registry import ALGORITHMS, OT_RULES, drafter_name_error, get_algorithm, node_rule_error
 
     algorithm, drafter = cfg.algorithm, cfg.drafter
     assert algorithm.L is not None  # set by `config.checks.with_draft_length`
@@ -116,7 +116,7 @@ def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
 
 def _drafter_errors(cfg: DraftView) -> list[str]:
     """A drafter the algorithm takes, and `drafter.path` only for a drafter that reads one."""
-    from speculab.algorithms import ALGORITHMS, DRAFTERS
+    from speculab.registry import ALGORITHMS, DRAFTERS
 
     algorithm, drafter = cfg.algorithm, cfg.drafter
     errors = []
@@ -137,8 +137,8 @@ def _drafter_errors(cfg: DraftView) -> list[str]:
 def _ahead_errors(cfg: DraftView) -> list[str]:
     """Drafting ahead: its mode, budget and fan-out, and what it drafts ahead for: one path (K = 1) of
     i.i.d. tokens, which a path verifier checks (speculab.drafting.ahead); its settings only with it on."""
-    from speculab.algorithms import ALGORITHMS, DRAFTERS
     from speculab.drafting.ahead import FAN_OUTS
+    from speculab.registry import ALGORITHMS, DRAFTERS
 
     drafter, algorithm = cfg.drafter, cfg.algorithm
     errors: list[str] = []
@@ -167,8 +167,8 @@ def _ahead_errors(cfg: DraftView) -> list[str]:
 def _tree_errors(algorithm: AlgorithmConfig) -> list[str]:
     """A tree algorithm's budget and builder; `algorithm.tree` and `algorithm.budget` away from their
     defaults for an algorithm that builds no tree."""
-    from speculab.algorithms import ALGORITHMS
     from speculab.drafting.ddtree import TREES
+    from speculab.registry import ALGORITHMS
 
     errors: list[str] = []
     if ALGORITHMS[algorithm.name].tree_builder:
@@ -211,7 +211,7 @@ def _transport_size_errors(algorithm: AlgorithmConfig, top_k: int, target: Check
 def _compare_errors(algorithm: AlgorithmConfig) -> list[str]:
     """`algorithm.compare`: path verifiers, beside a path algorithm, lossless at K unless allowed; and
     `algorithm.compare_repeats` within its range, set or not."""
-    from speculab.algorithms import ALGORITHMS, PATH_ALGORITHMS
+    from speculab.registry import ALGORITHMS, PATH_ALGORITHMS
 
     errors: list[str] = []
     within(errors, "algorithm.compare_repeats", algorithm.compare_repeats, REPEATS_RANGE)

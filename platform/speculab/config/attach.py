@@ -35,13 +35,13 @@ def token_kept(environ: Mapping[str, str], home: Path) -> bool:
 def token_mode(environ: Mapping[str, str], home: Path) -> dict[str, str]:
     """RAY_AUTH_MODE=token where the user left the mode unset and Ray keeps a token: a head started with
     that file takes token mode by itself, but Ray's clients send the token only in token mode. Ray reads
-    the mode when it is imported, so a process sets this before its first `import ray` (`cli.main`,
+    the mode when it is imported, so a process sets this before its first `import ray` (`launch.cli.main`,
     `jobs/submit.py`)."""
     return {"RAY_AUTH_MODE": "token"} if "RAY_AUTH_MODE" not in environ and token_kept(environ, home) else {}
 
 
 def attach_env(cfg: ClusterView, environ: Mapping[str, str], home: Path) -> dict[str, str]:
-    """What a run on Ray sets in its environment before Ray reads it (`cli.precheck`): `token_mode` where it
+    """What a run on Ray sets in its environment before Ray reads it (`launch.cli.precheck`): `token_mode` where it
     attaches to a running cluster, `embedded_auth` where it starts one of its own."""
     if cfg.runtime.kind != "ray":
         return {}

@@ -96,7 +96,7 @@ def with_draft_length(cfg: Config, draft_dir: Path | None) -> Config:
 
 def config_warnings(cfg: Config) -> list[str]:
     """Settings that are valid but that a user should hear about before the run starts (printed, not raised)."""
-    from speculab.algorithms import DRAFTERS, get_algorithm
+    from speculab.registry import DRAFTERS, get_algorithm
 
     algorithm = cfg.algorithm
     notes = []

@@ -42,8 +42,8 @@ def fits_only_sharded(cfg: ClusterView, found: dict[str, Checkpoint]) -> bool:
     """On GPUs at tp_size > 1, by the planner's figures: the whole draft beside a target shard overflows
     the busiest GPU and a draft shard on each does not (a drafter that can be sharded, without a GPU of its
     own). Sharding costs collectives every draft pass (benchmarks/RESULTS.md), so `auto` shards only then."""
-    from speculab.algorithms import DRAFTERS
     from speculab.models.memory import GIB
+    from speculab.registry import DRAFTERS
 
     c, drafter = cfg.cluster, DRAFTERS.get(cfg.drafter.name)
     if c.tp_size == 1 or c.num_gpus == 0 or own_draft_gpu(cfg) or drafter is None or drafter.backend:
@@ -63,7 +63,7 @@ def placement_errors(cfg: ClusterView) -> list[str]:
     rank 0, and a draft asked to be
     sharded needs a drafter whose checkpoint loads as tensor-parallel shards (the pair's draft model) and
     no GPU of its own (`auto` shards only such a draft: `fits_only_sharded`)."""
-    from speculab.algorithms import DRAFTERS
+    from speculab.registry import DRAFTERS
 
     c, errors = cfg.cluster, list[str]()
     choice(errors, "cluster.draft_placement", c.draft_placement, DRAFT_PLACEMENTS)
@@ -137,8 +137,8 @@ class ClusterPlan:
 def cluster_errors(cfg: ClusterView, found: dict[str, Checkpoint], plan: ClusterPlan) -> list[str]:
     """The cluster's fields, its GPUs against the model actors, TP divisibility and the memory footprint
     (speculab.models.memory, from config.json), with the draft where `plan` puts it."""
-    from speculab.algorithms import ALGORITHMS
     from speculab.models.memory import DTYPE_BYTES
+    from speculab.registry import ALGORITHMS
 
     c = cfg.cluster
     split: list[str] = []

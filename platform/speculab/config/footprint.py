@@ -46,8 +46,8 @@ def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint], where: str
     """The bytes of the point on each GPU (or host process), planned from both checkpoints' config.json
     with the draft `where` (`gpu_place`); None where the planner does not know an architecture, or an
     algorithm or a dtype it would size the caches by (each refused in its own line)."""
-    from speculab.algorithms import ALGORITHMS
     from speculab.models.memory import DTYPE_BYTES, Workload, architecture, memory_footprint
+    from speculab.registry import ALGORITHMS
 
     c, s = cfg.cluster, cfg.sampling
     if cfg.algorithm.name not in ALGORITHMS or cfg.model.dtype not in DTYPE_BYTES:

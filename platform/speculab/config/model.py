@@ -44,7 +44,7 @@ class ModelConfig:
     capture: bool = True  # on CUDA: the models' passes replayed from CUDA graphs (models.static_pass); false: eager
     # the captured passes compiled by inductor first (fused norms, rotary, residuals); off until a GPU run checks it
     compile: bool = False
-    # with capture on CUDA: the path verifier's decision replayed from a CUDA graph per shape (`captured`);
+    # with capture on CUDA: the path verifier's decision replayed from a CUDA graph per shape (`verify.captured`);
     # off until a GPU run checks it
     capture_verifier: bool = False
 
@@ -86,7 +86,7 @@ def checkpoint_dir(cfg: ModelConfig, role: str) -> Path:
 
 def own_weights(drafter: DrafterConfig) -> bool:
     """The draft role loads `drafter.path` (a drafter with its own checkpoint), not the pair's draft."""
-    from speculab.algorithms import DRAFTERS
+    from speculab.registry import DRAFTERS
 
     spec = DRAFTERS.get(drafter.name)
     if spec is None or spec.weights == "model.draft":
@@ -97,7 +97,7 @@ def own_weights(drafter: DrafterConfig) -> bool:
 def drafter_dir(cfg: DrafterConfig) -> Path:
     """The checkpoint dir of a drafter with its own weights (`drafter.path`, holding its marker file:
     block.json for `parallel`, config.json for `dflash`)."""
-    from speculab.algorithms import DRAFTERS
+    from speculab.registry import DRAFTERS
 
     marker = DRAFTERS[cfg.name].marker
     if not (cfg.path and (resolve_path(cfg.path) / marker).is_file()):
@@ -148,7 +148,7 @@ def block_length(drafter: DrafterConfig, draft_dir: Path | None) -> int | None:
     """The longest draft the configured drafter makes in one pass (`DrafterSpec.block_file` in
     `draft_dir`, the draft role's checkpoint), or None for a drafter without a block or a checkpoint
     that was not found."""
-    from speculab.algorithms import DRAFTERS
+    from speculab.registry import DRAFTERS
 
     spec = DRAFTERS.get(drafter.name)
     if spec is None or not spec.block_file or draft_dir is None:
@@ -356,8 +356,8 @@ def context_errors(cfg: ModelView, target: Checkpoint | None) -> list[str]:
 def drafter_checkpoint_errors(cfg: ModelView, found: dict[str, Checkpoint]) -> list[str]:
     """The draft role's checkpoint against the drafter and the draft length: a parallel drafter's block
     size, a DFlash drafter's layout and target, and a DFlash checkpoint named as another drafter."""
-    from speculab.algorithms import DRAFTERS
     from speculab.models.dflash_layout import is_dflash
+    from speculab.registry import DRAFTERS
 
     if "draft" not in found:
         return []

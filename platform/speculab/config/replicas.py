@@ -2,9 +2,9 @@
 
 Each copy (a replica) is a disjoint placement of the point's Ray groups that keeps its loaded models
 across the points it runs, as the one copy of a serial sweep does; speculab's Hydra launcher
-(`speculab.launcher`) hands each point to a free replica. `auto` takes as many copies as the cluster's
+(`speculab.launch.launcher`) hands each point to a free replica. `auto` takes as many copies as the cluster's
 alive nodes hold (`speculab.runtime.nodes.copies`), never more than the sweep has points. With
-`cluster.spread` the copies share each point instead: its units are dealt to them (`speculab.decoders`),
+`cluster.spread` the copies share each point instead: its units are dealt to them (`speculab.point.decoders`),
 one point after another, and a single run may use them too.
 """
 

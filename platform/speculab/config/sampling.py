@@ -38,7 +38,7 @@ BATCH_RANGE = (1, 4096)  # sampling.batch_size
 MEASURE_REPEATS_RANGE = (1, 1000)  # measure.repeats
 
 
-# `measure.generate`: the form of transformers' generate that `baseline_hf` times (`speculab.baselines`)
+# `measure.generate`: the form of transformers' generate that `baseline_hf` times (`speculab.models.generate`)
 GENERATE_FORMS = {
     "auto": "compiled on a GPU, eager on the CPU",
     "compiled": "static cache + torch.compile",

@@ -26,7 +26,7 @@ from speculab.stats import MIN_CLUSTERS
 
 # This process's points, resolved before they run, by their overrides (Hydra's `overrides.task`): a job
 # gets only its composed config from Hydra, so this is how it finds its plan. Filled by the sweep's
-# callback when it starts (a single run's by `speculab.cli.precheck`), emptied when the sweep ends;
+# callback when it starts (a single run's by `speculab.launch.cli.precheck`), emptied when the sweep ends;
 # written before any point starts and only read while they run, so replica threads share it safely.
 PLANS: dict[tuple[str, ...], RunPlan] = {}
 

@@ -7,14 +7,17 @@ adds after it, x (its correction where k < L, its bonus at k = L): the round com
 the next root. For each k the draft guesses the F_k tokens its logits rank highest after d_1..d_k,
 leaving out d_{k+1} (a correction is never the token it replaces); the guesses are nodes of the draft's
 forest under the drafted chain, and each drafts L tokens from there as a path of its own, so a round's
-speculation is L + 1 forest passes over G = sum F_k guesses a row, and no KV cache is copied. A round is
-a hit when every row's verdict is among its guesses; a miss drafts as the synchronous loop does.
+speculation (`draft_ahead`) is L + 1 forest passes over G = sum F_k guesses a row, and no KV cache is
+copied. A round is a hit when every row's verdict is among its guesses; a miss drafts as the synchronous
+loop does. A draft model that drafts ahead keeps the next round's uniforms, drafts and hit in an
+`AheadState` between rounds.
 
 Randomness: a round's uniforms [B, K, L] are drawn once from the draft's generator, before the verdict
-(`draw_uniforms`); every guess of row b draws its tokens with row b's uniforms, and a miss drafts with
-the same ones. So the draft's randomness never depends on the verdict it guesses, and the generator
-moves as in the synchronous loop. Losslessness is the verifier's: a cached draft's tokens were drawn
-from the q it carries, after the very context the verdict committed.
+(`drafting.sampling.draft_uniforms`, as every decode draws them); every guess of row b draws its tokens
+with row b's uniforms, and a miss drafts with the same ones. So the draft's randomness never depends on
+the verdict it guesses, and the generator moves as in the synchronous loop. Losslessness is the
+verifier's: a cached draft's tokens were drawn from the q it carries, after the very context the verdict
+committed.
 
 The fan-out over k is geometric by default: with a per-token acceptance rate a, the verdict stops at k
 with probability P(k) = a^k (1 - a) (k < L) or a^L (k = L), and a budget of G guesses goes to F_k in
@@ -31,16 +34,11 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.drafting.sampling import SamplingParams
+from speculab.drafting.iid import ForestLM
+from speculab.drafting.sampling import SamplingParams, draft_probs, sample_with
 from speculab.drafting.tree import DraftTree, Proposal
 
 FAN_OUTS = ("geometric", "uniform")  # `drafter.ahead_fan_out`
-
-
-def draw_uniforms(rng: torch.Generator, rows: int, paths: int, length: int) -> torch.Tensor:
-    """A round's uniforms [B, K, L] in [0, 1), float64 on the generator's device: drawn whole, so a round's
-    draft takes the same ones however it is computed (`speculab.drafting.sampling.sample_with`)."""
-    return torch.rand(rows, paths, length, generator=rng, dtype=torch.float64, device=rng.device)
 
 
 def stop_probabilities(length: int, rate: float) -> list[float]:
@@ -125,7 +123,7 @@ def guess_nodes(guesses: Guesses) -> DraftTree:
     return DraftTree(x, parents, guesses.k.to(x.device).expand_as(x), torch.ones_like(x, dtype=torch.bool))
 
 
-def step_nodes(tokens: torch.Tensor, k: torch.Tensor, step: int, length: int) -> DraftTree:
+def guess_step_nodes(tokens: torch.Tensor, k: torch.Tensor, step: int, length: int) -> DraftTree:
     """Drafted token `step` (1-based) of every guess: tokens [B, G] as forest nodes after the chain, the
     guesses and the steps before, each under its guess's previous node (the guess itself at step 1)."""
     B, G = tokens.shape
@@ -170,6 +168,64 @@ class Speculation:
         """The speculation of the rows still decoding."""
         at = rows.to(self.tokens.device)
         return Speculation(Guesses(self.guesses.k, self.guesses.x[at]), self.tokens[at], self.q[at])
+
+
+def draft_ahead(
+    lm: ForestLM,
+    root_logits: torch.Tensor,
+    drafted: torch.Tensor,
+    fan: list[int],
+    sampling: SamplingParams,
+    u: torch.Tensor,
+) -> Speculation:
+    """The next round drafted ahead of the verdict on the round's drafted path (drafted [B, L], its root's
+    logits [B, V] the last the draft fed), for each of F_k guesses (`fan`) of the token the verdict adds
+    after k accepted tokens: L + 1 passes over `lm`'s forest, by the next round's uniforms u [B, 1, L]
+    (row b's for every guess of row b)."""
+    B, L = drafted.shape
+    after = lm.extend(chain_nodes(drafted))  # [B, L, V] after d_1..d_L
+    guesses = guessed(torch.cat([root_logits[:, None], after], dim=1), drafted, fan)
+    logits = lm.extend(guess_nodes(guesses))  # [B, G, V]
+    tokens: list[torch.Tensor] = []
+    qs: list[torch.Tensor] = []
+    for step in range(L):
+        qs.append(draft_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p))  # [B, G, V]
+        row_u = u[:, 0, step, None, None].expand(B, qs[-1].shape[1], 1)  # row b's, for every guess
+        tokens.append(sample_with(qs[-1], row_u)[..., 0])  # [B, G]
+        if step < L - 1:
+            logits = lm.extend(guess_step_nodes(tokens[-1], guesses.k, step + 1, L))
+    return Speculation(guesses, torch.stack(tokens, dim=2), torch.stack(qs, dim=2))
+
+
+class AheadState:
+    """What a draft model that drafts ahead holds between rounds: the next round's uniforms, drawn ahead,
+    its drafts for the guessed verdicts (`Speculation`), and the guess each row's verdict matched."""
+
+    def __init__(self) -> None:
+        self.next_u: torch.Tensor | None = None  # [B, K, L] the next round's uniforms, drawn ahead
+        self.speculation: Speculation | None = None  # the next round drafted ahead
+        self.hit: torch.Tensor | None = None  # [B] the guess each row's verdict matched (every row's did)
+
+    def hold(self, u: torch.Tensor, speculation: Speculation) -> None:
+        """The next round's uniforms and its drafts, made ahead of this round's verdict."""
+        self.next_u, self.speculation, self.hit = u, speculation, None
+
+    def take(self) -> tuple[torch.Tensor | None, Speculation | None, torch.Tensor | None]:
+        """(the uniforms drawn ahead, the speculation, the guess hit) for the round about to be proposed,
+        each None where the last round drafted nothing ahead; forgotten here."""
+        held = self.next_u, self.speculation, self.hit
+        self.next_u, self.speculation, self.hit = None, None, None
+        return held
+
+    def commit(self, emitted: list[list[int]]) -> None:
+        """The round's verdict (the tokens each row committed): found among the guesses, or not."""
+        if self.speculation is not None:
+            self.hit = self.speculation.hits(emitted)
+
+    def retain(self, rows: torch.Tensor) -> None:
+        self.next_u = self.next_u[rows.to(self.next_u.device)] if self.next_u is not None else None
+        self.speculation = self.speculation.retain(rows) if self.speculation is not None else None
+        self.hit = self.hit[rows] if self.hit is not None else None
 
 
 class AheadModel(Protocol):

@@ -32,8 +32,8 @@ from array import array
 
 import torch
 
+from speculab.device.hostreads import reads_free, upload
 from speculab.drafting.tree import DraftTree
-from speculab.hostreads import reads_free, upload
 
 FINE = 64  # largest token chunk whose maximum stands for it when locating reachable tokens
 GROUP = 8  # fine chunks per coarse chunk (the first, cheap bound)
@@ -86,7 +86,7 @@ def node_paths(parents: torch.Tensor, depth: torch.Tensor, length: int) -> torch
     """[B, N, L+1] root-to-node path of every node (column = depth), -1 past the node's depth.
 
     parents, depth: [B, N]. Path k ends at node k, so a walk that stops at node k reports
-    path k and `engine.accepted_nodes` gathers the accepted nodes like for i.i.d. paths.
+    path k and `core.engine.accepted_nodes` gathers the accepted nodes like for i.i.d. paths.
     """
     B, N = parents.shape
     up = parents.clamp(min=0)  # the root (and padding) point at node 0, so climbing saturates

@@ -40,7 +40,7 @@ def sample_iid_paths(
     num_paths: int,
     length: int,
     sampling: SamplingParams,
-    u: torch.Tensor,  # [B, K, L] the round's uniforms (`drafting.ahead.draw_uniforms`)
+    u: torch.Tensor,  # [B, K, L] the round's uniforms (`drafting.sampling.draft_uniforms`)
 ) -> Proposal:
     """Draw K i.i.d. paths of L tokens, path k's token i by u[:, k, i]; L - 1 forest extensions after the root."""
     B, V = root_logits.shape

@@ -67,3 +67,9 @@ def sample_with(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     torch.multinomial at V = 4096, which matters once per drafted token."""
     cdf = probs.to(torch.float64).cumsum(-1)  # [..., V]
     return torch.searchsorted(cdf, (1 - u.to(probs.device)) * cdf[..., -1:])
+
+
+def draft_uniforms(rng: torch.Generator, rows: int, paths: int, length: int) -> torch.Tensor:
+    """A round's draft uniforms [B, K, L] in [0, 1), float64 on the generator's device: drawn whole, so a
+    round's draft takes the same ones however it is computed (`sample_with`), drafted ahead or not."""
+    return torch.rand(rows, paths, length, generator=rng, dtype=torch.float64, device=rng.device)

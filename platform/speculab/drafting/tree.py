@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from speculab.hostreads import reads_free
+from speculab.device.hostreads import reads_free
 
 
 @dataclass(frozen=True)

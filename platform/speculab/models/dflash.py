@@ -34,9 +34,9 @@ from torch import nn
 from transformers import Qwen3Config
 from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding
 
-from speculab.captured import Graphs
+from speculab.device.graphs import Graphs
+from speculab.device.hostreads import upload
 from speculab.drafting.sampling import tempered_probs
-from speculab.hostreads import upload
 from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
 from speculab.models.families import layer_stack
 from speculab.models.lean import LayerFn, key_values, lean_layer, lean_layers, rms_norm

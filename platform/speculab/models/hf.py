@@ -27,9 +27,9 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
-from speculab.captured import Graphs
+from speculab.device.graphs import Graphs
+from speculab.device.hostreads import reads_free, upload
 from speculab.drafting.tree import DraftTree
-from speculab.hostreads import reads_free, upload
 from speculab.models.checkpoint_lm import CheckpointLM, transformers_twin
 from speculab.models.families import lean_stack, own_decoder
 from speculab.models.lean import decoder_forward, layer_features, lean_layers

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from speculab.drafting.ahead import Speculation, chain_nodes, draw_uniforms, guess_nodes, guessed, step_nodes
+from speculab.drafting.ahead import AheadState, draft_ahead
 from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
-from speculab.drafting.sampling import SamplingParams, draft_probs, sample_with, tempered_probs
+from speculab.drafting.sampling import SamplingParams, draft_uniforms, tempered_probs
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.models.kinds import (
     DecoderLM,
@@ -34,8 +34,8 @@ from speculab.models.kinds import (
 from speculab.models.slots import workload_capacity
 
 if TYPE_CHECKING:
-    from speculab.baselines import BaselineResult, GenerateForm
-    from speculab.engine import DecodeSettings
+    from speculab.core.engine import DecodeSettings
+    from speculab.models.generate import BaselineResult, GenerateForm
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,9 @@ class TreeTarget:
         assert not isinstance(lm, OnePassDrafterLM), "a one-pass drafter cannot score trees"
         self.lm = lm
         self.source = lm if isinstance(lm, FeatureSource) else None  # told once, not at every commit
-        self.generate_warmed: set[int] = set()  # batch sizes compiled generate has run untimed (`baselines.generate`)
+        self.generate_warmed: set[int] = (
+            set()
+        )  # batch sizes compiled generate has run untimed (`models.generate.generate`)
 
     def prefill(self, contexts: list[list[int]], room: int = 0) -> torch.Tensor | None:
         """Process each prompt but its last token (the first round's root), in a cache with `room`
@@ -194,7 +196,7 @@ class TreeTarget:
         """transformers' `generate` on this target's own model (the `baseline_hf` of a run), in `form`;
         leaves the tree cache alone. The batch sizes its compiled form has warmed are kept here, one set
         per loaded model."""
-        from speculab.baselines import GenerateForm, generate
+        from speculab.models.generate import GenerateForm, generate
 
         if not isinstance(self.lm, TransformersLM):  # a toy table has no transformers model
             raise ValueError("baseline_hf needs a transformers target (model.backend=hf)")
@@ -230,9 +232,7 @@ class DraftModel:
         self.rng = torch.Generator(device=spec.device)
         self.fed = False  # whether `pending` is in the cache (a proposal or a speculation fed it)
         self.root_logits: torch.Tensor | None = None  # [B, V] after the last token fed
-        self.next_u: torch.Tensor | None = None  # [B, K, L] the next round's uniforms, drawn ahead
-        self.speculation: Speculation | None = None  # the next round drafted ahead
-        self.hit: torch.Tensor | None = None  # [B] the guess each row's verdict matched (every row's did)
+        self.ahead = AheadState()  # the next round drafted ahead, where this model drafts ahead (`speculate`)
         # [B] each live row's place in its batch as prefilled: a round draws uniforms for every row of the
         # batch, so a row's draws do not depend on which rows left, nor on when a round drew them
         self.rows, self.width = torch.arange(0), 0
@@ -252,7 +252,7 @@ class DraftModel:
         self.rng.manual_seed(seed)
         self.pending = [[root] for root in roots]
         self.pending_features = None
-        self.fed, self.root_logits, self.next_u, self.speculation, self.hit = False, None, None, None, None
+        self.fed, self.root_logits, self.ahead = False, None, AheadState()
         self.rows, self.width = torch.arange(len(contexts)), len(contexts)
         if self.conditioned is not None:
             if features is not None:
@@ -266,8 +266,8 @@ class DraftModel:
         """K paths of L tokens, by the round's uniforms (drawn now, or when the round was drafted ahead);
         the cached draft where the round was drafted ahead and its verdict guessed."""
         assert not isinstance(self.lm, OnePassDrafterLM), "a one-pass drafter drafts marginals, not paths"
-        u = self.next_u if self.next_u is not None else self._uniforms(num_paths, length)
-        ahead, hit, self.next_u, self.speculation, self.hit = self.speculation, self.hit, None, None, None
+        u_ahead, ahead, hit = self.ahead.take()
+        u = u_ahead if u_ahead is not None else self._uniforms(num_paths, length)
         drafts = ahead.drafts if ahead is not None else 0
         if ahead is not None and hit is not None:
             return replace(ahead.proposal(hit, self._root()), ahead_hit=True, ahead_drafts=drafts)
@@ -288,20 +288,8 @@ class DraftModel:
             self.root_logits, self.fed = lm.feed(self.pending), True
         assert self.root_logits is not None
         drafted = paths[:, 0].to(self.root_logits.device)  # [B, L]
-        B, L = drafted.shape
-        self.next_u = self._uniforms(1, L)
-        after = lm.extend(chain_nodes(drafted))  # [B, L, V] after d_1..d_L
-        guesses = guessed(torch.cat([self.root_logits[:, None], after], dim=1), drafted, fan)
-        logits = lm.extend(guess_nodes(guesses))  # [B, G, V]
-        tokens: list[torch.Tensor] = []
-        qs: list[torch.Tensor] = []
-        for step in range(L):
-            qs.append(draft_probs(logits, sampling.temperature, sampling.top_k, sampling.top_p))  # [B, G, V]
-            u = self.next_u[:, 0, step, None, None].expand(B, qs[-1].shape[1], 1)  # row b's, for every guess
-            tokens.append(sample_with(qs[-1], u)[..., 0])  # [B, G]
-            if step < L - 1:
-                logits = lm.extend(step_nodes(tokens[-1], guesses.k, step + 1, L))
-        self.speculation = Speculation(guesses, torch.stack(tokens, dim=2), torch.stack(qs, dim=2))
+        u = self._uniforms(1, drafted.shape[1])
+        self.ahead.hold(u, draft_ahead(lm, self.root_logits, drafted, fan, sampling, u))
         self._drop_forest(lm, drafted.device)
 
     def marginals(self, length: int, temperature: float) -> Marginals:
@@ -330,7 +318,7 @@ class DraftModel:
 
     def _uniforms(self, paths: int, length: int) -> torch.Tensor:
         """[B, K, L] the live rows' uniforms of a round drawn for the whole batch as prefilled."""
-        return draw_uniforms(self.rng, self.width, paths, length)[self.rows.to(self.rng.device)]
+        return draft_uniforms(self.rng, self.width, paths, length)[self.rows.to(self.rng.device)]
 
     def _root(self) -> torch.Tensor:
         """[B] the pending bonus token of every row."""
@@ -344,8 +332,7 @@ class DraftModel:
         """Tokens each row committed this round (accepted, then the extra token), and the target's
         features of the root and the accepted tokens (left-aligned; the extra token is the next root)."""
         self.pending, self.fed = emitted, False
-        if self.speculation is not None:
-            self.hit = self.speculation.hits(emitted)
+        self.ahead.commit(emitted)
         if features is not None:
             self.pending_features = features, aligned_valid([len(row) for row in emitted], features.shape[1])
 
@@ -354,9 +341,7 @@ class DraftModel:
         self.rows = self.rows[rows]
         self.pending = [self.pending[r] for r in rows.tolist()]
         self.root_logits = self.root_logits[rows.to(self.root_logits.device)] if self.root_logits is not None else None
-        self.next_u = self.next_u[rows.to(self.next_u.device)] if self.next_u is not None else None
-        self.speculation = self.speculation.retain(rows) if self.speculation is not None else None
-        self.hit = self.hit[rows] if self.hit is not None else None
+        self.ahead.retain(rows)
         if self.pending_features is not None:
             features, valid = self.pending_features
             self.pending_features = features[rows.to(features.device)], valid[rows.to(valid.device)]

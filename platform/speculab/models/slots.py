@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from transformers import Cache, DynamicLayer
 
-from speculab.hostreads import reads_free
+from speculab.device.hostreads import reads_free
 
 DEFAULT_CAPACITY = 256  # slots a layer starts with when the caller does not know its workload
 

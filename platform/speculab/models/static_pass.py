@@ -37,7 +37,7 @@ from typing import ParamSpec, TypeVar
 
 import torch
 
-from speculab.captured import Graphs
+from speculab.device.graphs import Graphs
 from speculab.models.lean import Decoder, LayerFn, LeanStack, decoder_forward, lean_layer, lean_layers
 from speculab.models.slots import Buffers
 

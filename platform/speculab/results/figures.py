@@ -1,5 +1,5 @@
 """A point's figures, computed once from what it measured: the records of a decode
-(`speculab.records`) and the interleaved timings of its methods (`speculab.measure`).
+(`speculab.core.records`) and the interleaved timings of its methods (`speculab.core.measure`).
 
 Acceptance figures come from the speculative decode's first repetition (every repetition decodes
 the same tokens); speed figures from every repetition, paired turn by turn. Every figure that is a
@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
-from speculab.measure import Sample, Timings, UnitTotals, paired_ratios
-from speculab.paired import PromptSums
-from speculab.records import PromptRecord, RoundRecord, RunResult, concat_runs
+from speculab.core.measure import Sample, Timings, UnitTotals, paired_ratios
+from speculab.core.paired import PromptSums
+from speculab.core.records import PromptRecord, RoundRecord, RunResult, concat_runs
 from speculab.results.names import BASELINE_AR, Figures, compare_key
 from speculab.results.ratios import speedup, throughput
 from speculab.stats import Estimate, Totals, median_estimate, ratio_of_totals

@@ -14,10 +14,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from speculab.algorithms import ALGORITHMS, method_label, method_rank
 from speculab.config import Config
+from speculab.core.measure import UnitTotals
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
-from speculab.measure import UnitTotals
+from speculab.registry import ALGORITHMS, method_label, method_rank
 from speculab.results.names import AR_PREFIX, HF_PREFIX, Figures, flatten, parse
 
 NAME_JOIN = " · "  # between the parts of a point's name
@@ -115,12 +115,12 @@ class PointShape:
 
     @property
     def method(self) -> str:
-        """The method as the papers name it (`speculab.algorithms.method_label`)."""
+        """The method as the papers name it (`speculab.registry.method_label`)."""
         return method_label(self.algorithm, self.node_rule or "", self.drafter, self.tree or "")
 
     @property
     def method_rank(self) -> tuple[int, int]:
-        """Where the method sorts in the papers' order (`speculab.algorithms.method_rank`)."""
+        """Where the method sorts in the papers' order (`speculab.registry.method_rank`)."""
         spec = ALGORITHMS.get(self.algorithm)
         own = spec.node_rules[0] if spec is not None and spec.node_rules else ""
         return method_rank(self.algorithm, self.node_rule or own)
@@ -185,7 +185,7 @@ UNITS_ARTIFACT = "units.json"  # a point's `PointUnits`, logged with its run
 @dataclass(frozen=True)
 class PointUnits:
     """What a point measured unit by unit: each unit's prompt ids and each method's sums
-    (`measure.UnitTotals`; None: not run). Its comparisons with its baselines and with other points
+    (`core.measure.UnitTotals`; None: not run). Its comparisons with its baselines and with other points
     pair on these units (`results.verdicts`); a run logs them as UNITS_ARTIFACT, so a resumed sweep
     and the report compare points measured in other processes."""
 

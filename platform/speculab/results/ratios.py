@@ -6,7 +6,7 @@ units (`stats.ratio_of_totals`, `stats.log_ratio`), so a figure and the test of 
 
 from __future__ import annotations
 
-from speculab.measure import UnitTotals
+from speculab.core.measure import UnitTotals
 from speculab.results.point import PointUnits
 from speculab.stats import Totals
 

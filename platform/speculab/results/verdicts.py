@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
 
-from speculab.paired import PromptSums
+from speculab.core.paired import PromptSums
 from speculab.results.figures import relative
 from speculab.results.point import PointResult, PointUnits
 from speculab.results.ratios import figure_groups, figure_terms
@@ -73,8 +73,9 @@ class Family:
 
 
 @dataclass(frozen=True)
-class Verdict:
-    """A ratio with the interval at `level` (the confidence its test was judged at; NaN: no test), its
+class RatioVerdict:
+    """A verdict on "this ratio is 1" (a verifier's on a round's drafts is `verify.verdict.Verdict`): the
+    ratio with the interval at `level` (the confidence its test was judged at; NaN: no test), its
     unadjusted p-value (NaN: not testable), its p-value adjusted to the family (decided where at most
     ALPHA) and what the family decided."""
 
@@ -129,7 +130,7 @@ def bonferroni(p: Sequence[float], tests: int, alpha: float) -> list[Step]:
     ]
 
 
-def judged(ratio: LogRatio | None, step: Step, family: Family, shown: Estimate | None, one_sided: bool) -> Verdict:
+def judged(ratio: LogRatio | None, step: Step, family: Family, shown: Estimate | None, one_sided: bool) -> RatioVerdict:
     """A ratio's verdict from its step: decided above or below 1 where rejected, shown with the interval
     that agrees with the test at the level it was judged at (a one-sided test at level g: the two-sided
     interval at 1 - 2g, whose lower end is the test's bound), or with ``shown`` (the figure as logged,
@@ -137,13 +138,13 @@ def judged(ratio: LogRatio | None, step: Step, family: Family, shown: Estimate |
     if ratio is None or math.isnan(step.threshold):
         value = shown if shown is not None else ratio.estimate() if ratio is not None else Estimate(math.nan)
         units = ratio.n if ratio is not None else value.n  # what too few units it had, to say so
-        return Verdict(Estimate(value.value, n=units), math.nan, math.nan, Call.TOO_FEW, family)
+        return RatioVerdict(Estimate(value.value, n=units), math.nan, math.nan, Call.TOO_FEW, family)
     level = 1 - (2 if one_sided else 1) * step.threshold
     low, high = ratio.bounds(level)
     estimate = Estimate(ratio.value, low, high, ratio.n, f"t interval at {level:.4g}")
     call = Call.INCONCLUSIVE if not step.rejected else Call.ABOVE if ratio.log > 0 else Call.BELOW
     p = ratio.p_value("greater" if one_sided else "two-sided")
-    return Verdict(estimate, p, step.adjusted, call, family, level)
+    return RatioVerdict(estimate, p, step.adjusted, call, family, level)
 
 
 def tested(groups: Sequence[Totals] | None) -> LogRatio | None:
@@ -152,7 +153,9 @@ def tested(groups: Sequence[Totals] | None) -> LogRatio | None:
     return log_ratio(*groups, resamples=0) if groups else None
 
 
-def decide(ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALPHA, unseen: int = 0) -> list[Verdict]:
+def decide(
+    ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALPHA, unseen: int = 0
+) -> list[RatioVerdict]:
     """One family's (or one question's, at its share `alpha`) two-sided verdicts by Holm's step-down;
     ``unseen``: hypotheses of the question left untested (a race's ruled-out points), counted in Holm's m
     with p = 1, which keeps its guarantee (Holm rejects less as any p-value grows)."""
@@ -164,14 +167,14 @@ def decide(ratios: Sequence[LogRatio | None], family: Family, alpha: float = ALP
 RUN_FAMILY = "this run"  # its speedups over its baselines
 
 
-def run_verdicts(result: PointResult) -> dict[str, Verdict]:
+def run_verdicts(result: PointResult) -> dict[str, RatioVerdict]:
     """A run's verdicts on its speedups (`speedup_vs_ar`, `speedup_vs_hf`, those it has), one family."""
     keys = [key for key in OVER if key in result.figures]
     ratios = [tested(figure_groups(result.units, key)) for key in keys]
     return dict(zip(keys, decide(ratios, Family(RUN_FAMILY, sum(r is not None for r in ratios)))))
 
 
-def compared(sums: PromptSums, configured: str) -> dict[str, Verdict]:
+def compared(sums: PromptSums, configured: str) -> dict[str, RatioVerdict]:
     """`algorithm.compare`'s verdicts, one family: each compared verifier's acceptance length over the
     configured verifier's on the same drafts, paired by prompt."""
     names = [name for name in sums.accepted if name != configured]
@@ -237,7 +240,7 @@ class Standing(Enum):
 
 def comparisons_with_best(
     points: Sequence[PointResult], key: str, better: int, family: Family, alpha: float, tests: int | None = None
-) -> list[Verdict]:
+) -> list[RatioVerdict]:
     """Hsu's multiple comparisons with the best, Bonferroni over the P - 1 comparisons at `alpha` (the
     question's share; ``tests``: over that many instead, where the points are what is left of more): the
     best point by `key` (``points[0]``, in the direction `better` wins) against each other, one-sided in
@@ -269,7 +272,7 @@ class Contrast:
     values: tuple[str, str]
     a: PointResult
     b: PointResult
-    verdict: Verdict
+    verdict: RatioVerdict
 
 
 Pair = tuple[tuple[str, ...], tuple[str, str], PointResult, PointResult]  # setting, values, a, b
@@ -296,8 +299,8 @@ class SweepAnswer:
 
     key: str
     ranked: list[PointResult]
-    versus: list[Verdict]  # ranked[0] over ranked[i + 1]: ABOVE rules ranked[i + 1] out
-    against: dict[str, list[Verdict]]  # speedup key -> one verdict per point of `ranked`
+    versus: list[RatioVerdict]  # ranked[0] over ranked[i + 1]: ABOVE rules ranked[i + 1] out
+    against: dict[str, list[RatioVerdict]]  # speedup key -> one verdict per point of `ranked`
     contrasts: list[Contrast]
     family: Family
     ruled_out_before: int = 0  # points a race's earlier stages ruled out (`results.race`)

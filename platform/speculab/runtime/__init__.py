@@ -4,7 +4,7 @@
 over inline models, or over Ray group proxies (`driver`: every model call of a round is a Ray
 call), or the loop group's proxy (`target`: one actor holds both models and the loop, and the
 driver makes one call per unit). `start_models` gives the role objects a loop in this process
-drives; both have the methods of the protocols in `speculab.engine`, so the engine does not know
+drives; both have the methods of the protocols in `speculab.core.engine`, so the engine does not know
 which runtime it drives. On Ray a model is always a group (`speculab.runtime.groups`): `tp_size`
 ranks joined by torch.distributed when > 1, one plain actor when 1 (the same naming, placement,
 reuse and restart path), placed as the plan's `Placement` says.
@@ -25,8 +25,8 @@ from speculab.runtime.placement import EMBEDDED
 Bundle = dict[str, float]  # a Ray bundle: resource -> amount
 
 if TYPE_CHECKING:
-    from speculab.loop import PointWork
-    from speculab.runtime.proxy import GroupProxy
+    from speculab.runtime.loop import PointWork
+    from speculab.runtime.transport.proxy import GroupProxy
 
 
 def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement = EMBEDDED) -> tuple[Any, Any]:
@@ -36,8 +36,8 @@ def start_models(kind: str, target: LMSpec, draft: LMSpec, placement: Placement 
             raise ValueError(f"tensor parallelism (tp_size={target.tp_size}) needs runtime=ray")
         return TreeTarget(target), DraftModel(draft)
     from speculab.runtime.groups import POOL
-    from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
+    from speculab.runtime.transport.proxy import GroupProxy
 
     p = placement
     connect(p.address, p.num_cpus)
@@ -100,10 +100,10 @@ def refuse_unoffered(pins: dict[str, dict[str, float]]) -> None:
 
 
 def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placement: Placement = EMBEDDED) -> Any:
-    """The point's loop (`speculab.loop.PointLoop`'s `decode_unit` and `conditions`) for `host`
+    """The point's loop (`speculab.runtime.loop.PointLoop`'s `decode_unit` and `conditions`) for `host`
     (`RunPlan.loop`): in this process over inline models ("inline") or over Ray groups ("driver"), or
     in the target's actor with the draft beside it ("target": the loop group's proxy)."""
-    from speculab.loop import PointLoop
+    from speculab.runtime.loop import PointLoop
 
     if host != "target":
         target_model, draft_model = start_models("inline" if host == "inline" else "ray", target, draft, placement)
@@ -113,8 +113,8 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
         return PointLoop(target_model, draft_model, work, lambda: cpu_seconds(target_model, draft_model), whole)
     from speculab.runtime.groups import POOL, group_name
     from speculab.runtime.loop_host import LoopSpec
-    from speculab.runtime.proxy import GroupProxy
     from speculab.runtime.ray_actors import connect
+    from speculab.runtime.transport.proxy import GroupProxy
 
     connect(placement.address, placement.num_cpus)
     refuse_unoffered({"cluster.target_resources": placement.target_resources})
@@ -137,7 +137,7 @@ def start_loop(host: str, target: LMSpec, draft: LMSpec, work: PointWork, placem
 
 def loop_groups(loop: Any) -> dict[str, GroupProxy]:
     """The Ray groups a loop from `start_loop` uses, by role (none inline)."""
-    from speculab.loop import PointLoop
+    from speculab.runtime.loop import PointLoop
 
     if isinstance(loop, PointLoop):
         return proxies(target=loop.target, draft=loop.draft_model)
@@ -149,7 +149,7 @@ def loop_groups(loop: Any) -> dict[str, GroupProxy]:
 
 def proxies(**models: Any) -> dict[str, Any]:
     """The Ray group proxies among ``models`` (role -> model), by role (none inline)."""
-    proxy = sys.modules.get("speculab.runtime.proxy")  # never imported: no model is on Ray (nor Ray imported)
+    proxy = sys.modules.get("speculab.runtime.transport.proxy")  # never imported: no model is on Ray (nor Ray imported)
     return {} if proxy is None else {role: m for role, m in models.items() if isinstance(m, proxy.GroupProxy)}
 
 

@@ -11,7 +11,7 @@ sweep attaches to the same loaded actors (`get_if_exists` ignores constructor ar
 the hash). Ray collects a named actor once no handle to it is left, so `POOL` keeps this
 driver's open groups between sweep points until `close_all`. A group is
 used whole or not at all: if any rank is missing it is torn down and created again.
-This module does not keep ranks in lock step or replay calls (`speculab.runtime.proxy`).
+This module does not keep ranks in lock step or replay calls (`speculab.runtime.transport.proxy`).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def replica_of(name: str) -> int:
 
 def held_beside(replica: int) -> dict[str, Bundle]:
     """What the placed groups of the sweep's other replicas hold, by node id: the placement groups of this
-    driver's namespace, whichever replica's process placed them (`speculab.replica_process`); empty with one
+    driver's namespace, whichever replica's process placed them (`speculab.launch.replica_process`); empty with one
     replica."""
     prefix = f"{ray.get_runtime_context().namespace}:speculab-"
     held: dict[str, Bundle] = {}
@@ -277,7 +277,7 @@ class GroupPool:
     own loads here, in the driver, so that no helper actor on some node is needed to count them.
 
     One per process (`POOL`), because Ray's named actors are the process's: a single run's, one replica's
-    of a sweep (`speculab.replica_process`), or a point's spread over replicas (`cluster.spread`), whose
+    of a sweep (`speculab.launch.replica_process`), or a point's spread over replicas (`cluster.spread`), whose
     lanes run in threads; every walk over the groups takes a snapshot, so a lane's thread adding a group
     while the run's end closes all never breaks a walk."""
 

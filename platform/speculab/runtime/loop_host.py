@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from speculab.loop import PointLoop, PointWork, UnitResult
 from speculab.models import DraftModel, LMSpec, TreeTarget
 from speculab.models.roles import Conditions
-from speculab.runtime.draft_channel import DraftAddress, DraftClient
-from speculab.runtime.tp_loop import Announcer, Follower, Leader
+from speculab.runtime.loop import PointLoop, PointWork, UnitResult
+from speculab.runtime.transport.draft_channel import DraftAddress, DraftClient
+from speculab.runtime.transport.tp_loop import Announcer, Follower, Leader
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ can tell Ray's transfer time from model time. `call_split` returns the value as 
 object instead (the target's features for a DFlash drafter): the driver hands its ObjectRef to
 the draft actor without fetching it, and keyword arguments that are ObjectRefs arrive as
 top-level arguments, which Ray resolves in the callee. Groups, placement and restarts are
-`speculab.runtime.groups`' and `speculab.runtime.proxy`'s business.
+`speculab.runtime.groups`' and `speculab.runtime.transport.proxy`'s business.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import torch
 
 from speculab.config.attach import embedded_auth
 from speculab.models import DraftModel, LMSpec, TreeTarget
-from speculab.runtime.draft_channel import DraftAddress, DraftServer
 from speculab.runtime.loop_host import LoopHost, LoopSpec, PeerHost, loop_role
 from speculab.runtime.nested import mapped
 from speculab.runtime.placement import ClusterError
-from speculab.runtime.tp_loop import WHOLE, whole
+from speculab.runtime.transport.draft_channel import DraftAddress, DraftServer
+from speculab.runtime.transport.tp_loop import WHOLE, whole
 
 Role = TreeTarget | DraftModel | LoopHost | PeerHost
 # The role rank r of a group of n actors holds, built from its spec: one model's shard, or
@@ -79,7 +79,7 @@ def connect(address: str | None, num_cpus: int | None) -> None:
 
 def joining(address: str | None) -> tuple[str, str]:
     """Where another process joins the cluster this driver is on, and in which namespace (a sweep's
-    replica processes, `speculab.replica_process`): a Ray client's `ray://` address as given, else the
+    replica processes, `speculab.launch.replica_process`): a Ray client's `ray://` address as given, else the
     head's GCS address (an embedded cluster's too: its token is in the environment they inherit)."""
     context = ray.get_runtime_context()
     return (address if address and address.startswith("ray://") else context.gcs_address), context.namespace
@@ -93,7 +93,7 @@ def join(address: str, namespace: str) -> None:
 
 def prepare_auth(address: str | None) -> None:
     """Give this process's environment, and so every process it starts from now on (a sweep's replicas:
-    `speculab.launcher` starts them before the cluster), what Ray needs to start the cluster at `address`
+    `speculab.launch.launcher` starts them before the cluster), what Ray needs to start the cluster at `address`
     or join it: an embedded cluster's token (`embedded_auth`); nothing for a running cluster's."""
     if not address:
         os.environ.update(embedded_auth(os.environ))

@@ -16,9 +16,9 @@ from typing import Any
 
 import ray
 
-from speculab.loop import UnitResult
-from speculab.runtime.draft_channel import DraftAddress, DraftLost
-from speculab.runtime.proxy import GroupProxy
+from speculab.runtime.loop import UnitResult
+from speculab.runtime.transport.draft_channel import DraftAddress, DraftLost
+from speculab.runtime.transport.proxy import GroupProxy
 
 
 def serve(draft: GroupProxy, loop: GroupProxy) -> DraftAddress:
@@ -32,7 +32,7 @@ def serve(draft: GroupProxy, loop: GroupProxy) -> DraftAddress:
 
 @dataclass
 class ServedDraftLoop:
-    """`decode_unit` and `conditions` of the loop group (`speculab.loop.PointLoop`'s), whose rank 0 drives
+    """`decode_unit` and `conditions` of the loop group (`speculab.runtime.loop.PointLoop`'s), whose rank 0 drives
     the draft group's actor; `work` is the point it decodes (`PointWork`)."""
 
     loop: GroupProxy

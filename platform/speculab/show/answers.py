@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from speculab.results.point import NAME_JOIN, PointResult
 from speculab.results.race import Stage
-from speculab.results.verdicts import Call, Standing, SweepAnswer, Verdict, effect_paired, rank_key, slow_loop
+from speculab.results.verdicts import Call, RatioVerdict, Standing, SweepAnswer, effect_paired, rank_key, slow_loop
 from speculab.stats import MIN_CLUSTERS, ratio_text
 
 Name = Callable[[PointResult], str]
@@ -21,41 +21,41 @@ def units_words(n: int, batch_size: int) -> str:
     return f"{n} prompt{plural}" if batch_size == 1 else f"{n} unit{plural} (batches of {batch_size} prompts)"
 
 
-def too_few(verdict: Verdict, batch_size: int) -> str:
+def too_few(verdict: RatioVerdict, batch_size: int) -> str:
     """Why a verdict was not tested: too few units, or enough but none kept to test on."""
     if verdict.ratio.n == 0 or verdict.ratio.n >= MIN_CLUSTERS:
         return "no per-unit measurements kept (a run logged before units.json)"
     return f"too few to tell: {units_words(verdict.ratio.n, batch_size)}, needs at least {MIN_CLUSTERS}"
 
 
-def call_words(verdict: Verdict, above: str = "faster", below: str = "slower") -> str:
+def call_words(verdict: RatioVerdict, above: str = "faster", below: str = "slower") -> str:
     """`faster` / `slower` (or the words given) where decided, else `inconclusive` or `too few units`."""
     return {Call.ABOVE: above, Call.BELOW: below}.get(verdict.call, verdict.call.value)
 
 
-def level_words(verdict: Verdict) -> str:
+def level_words(verdict: RatioVerdict) -> str:
     """The confidence of the interval beside a verdict: `97.5%` (empty without a test)."""
     return "" if math.isnan(verdict.level) else f"{100 * verdict.level:.4g}%"
 
 
-def with_level(verdict: Verdict) -> str:
+def with_level(verdict: RatioVerdict) -> str:
     """A verdict's ratio with its interval and that interval's level: `1.08 [1.02, 1.15] at 97.5%` (not in
     brackets: `[a, b] (c)` reads as a link in markdown)."""
     level = level_words(verdict)
     return f"{ratio_text(verdict.ratio)}" + (f" at {level}" if level else "")
 
 
-def adjusted_words(verdict: Verdict) -> str:
+def adjusted_words(verdict: RatioVerdict) -> str:
     """`adjusted p = 0.012` (`< 0.0001` below it)."""
     return "adjusted p < 0.0001" if verdict.adjusted < 1e-4 else f"adjusted p = {verdict.adjusted:.2g}"
 
 
-def evidence(verdict: Verdict) -> str:
+def evidence(verdict: RatioVerdict) -> str:
     """The test behind a verdict, in brackets: its adjusted p-value and the family it was decided in."""
     return f"({adjusted_words(verdict)}; {verdict.family})"
 
 
-def baseline_sentence(key: str, verdict: Verdict, baseline: str, batch_size: int) -> str:
+def baseline_sentence(key: str, verdict: RatioVerdict, baseline: str, batch_size: int) -> str:
     """One sentence on a speedup over a baseline: `speedup_vs_ar 1.23 [1.1, 1.37] (97.5%): faster than ...`."""
     if verdict.call is Call.TOO_FEW:
         return f"{key} {ratio_text(verdict.ratio)}: no verdict against {baseline}, {too_few(verdict, batch_size)}"
@@ -167,7 +167,7 @@ BASELINE = {"speedup_vs_ar": "AR", "speedup_vs_hf": "generate"}  # a baseline in
 CELL = {Call.ABOVE: "faster", Call.BELOW: "slower", Call.INCONCLUSIVE: "open", Call.TOO_FEW: "too few"}
 
 
-def run_verdict_words(verdicts: dict[str, Verdict]) -> str:
+def run_verdict_words(verdicts: dict[str, RatioVerdict]) -> str:
     """A run's own verdict in a runs-table cell, a few words wide: against the engine's autoregressive
     loop where it ran (`AR: faster`; `open`: inconclusive), else against generate; the rest is on its page."""
     for key, name in BASELINE.items():

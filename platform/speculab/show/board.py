@@ -1,7 +1,7 @@
 """What the console shows while a point decodes: one progress bar, or a sweep's board.
 
 A point alone draws its own bar (`point_progress`). When a sweep's points run side by side on replicas
-(`speculab.launcher`), each in a replica's process, the launcher's `SweepBoard` owns the terminal: one
+(`speculab.launch.launcher`), each in a replica's process, the launcher's `SweepBoard` owns the terminal: one
 line for the sweep (points done, running, queued and failed, elapsed time and an estimate of what is
 left), and the replicas draw no bars of their own. Without a terminal nothing animates: each finished
 point prints one line, and the board prints its last state when the sweep ends.
@@ -28,7 +28,9 @@ from speculab.show.console import console, say
 
 
 class _Bars:
-    drawn = True  # False in a replica's process (`speculab.replica_process`): the launcher's board owns the terminal
+    drawn = (
+        True  # False in a replica's process (`speculab.launch.replica_process`): the launcher's board owns the terminal
+    )
 
 
 def no_bars() -> None:

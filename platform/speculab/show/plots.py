@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from speculab.records import RunResult
+from speculab.core.records import RunResult
 from speculab.results.figures import PHASES, acceptance_histogram
 from speculab.results.names import Figures
 

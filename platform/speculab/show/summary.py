@@ -13,7 +13,7 @@ from rich.table import Table
 from speculab.config.sampling import GENERATE_FORMS
 from speculab.results.names import BRIEF, HEADLINE, Figures, compare_key, compared_verifiers, is_acceptance, lookup
 from speculab.results.point import PointResult
-from speculab.results.verdicts import OVER, Verdict, run_verdicts
+from speculab.results.verdicts import OVER, RatioVerdict, run_verdicts
 from speculab.show.answers import baseline_sentence, call_words, headline_note, with_level
 from speculab.show.console import plain, show
 from speculab.stats import MIN_CLUSTERS, MIN_UNITS, ratio_text
@@ -163,7 +163,7 @@ def print_summary(title: str, result: PointResult, out: Path, caption: str = "",
     return whole
 
 
-def paired_table(figures: Figures, configured: str, repeats: int, verdicts: dict[str, Verdict]) -> Table:
+def paired_table(figures: Figures, configured: str, repeats: int, verdicts: dict[str, RatioVerdict]) -> Table:
     """The console's side-by-side table of `paired_figures`, each compared verifier's ratio to the
     configured one with its verdict (`results.verdicts.compared`: one family)."""
     names = compared_verifiers(figures)

@@ -28,7 +28,7 @@ class MlflowSweepCallback(Callback):
         self.sweep: SweepRun | None = None  # a tracked sweep's parent run
 
     def __getstate__(self) -> dict[str, Any]:
-        # a copy in a replica's process (`speculab.replica_process`) has no parent run: the launcher feeds
+        # a copy in a replica's process (`speculab.launch.replica_process`) has no parent run: the launcher feeds
         # this one, where the parent is open, each job's end
         return {**self.__dict__, "sweep": None}
 

@@ -82,7 +82,7 @@ def close_orphans(client: MlflowClient, uri: str, experiment_id: str) -> list[st
 def end_runs_of(uri: str, experiment: str, pid: int, status: str, tags: dict[str, str]) -> list[str]:
     """End `status`, with `tags`, the RUNNING runs of `experiment` (in the store at `uri`) that process `pid` on
     this host wrote and left RUNNING when it died: a sweep's replica process killed mid-point, whose attempt
-    the launcher ends as the lost replica's (`speculab.launcher`); their run ids."""
+    the launcher ends as the lost replica's (`speculab.launch.launcher`); their run ids."""
     client = store_client(uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:

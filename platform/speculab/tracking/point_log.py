@@ -1,7 +1,7 @@
 """What a tracked point's run holds when it ends: its figures as metrics, its description, its console
 summary, its prompts' records and plots; and of a point that failed, what its finished units tell.
 
-`experiment.decode_point` calls these with the point's `Tracker` (a spooled MLflow run) only when the
+`point.experiment.decode_point` calls these with the point's `Tracker` (a spooled MLflow run) only when the
 point is tracked: an untracked run builds no figure and imports no matplotlib.
 """
 
@@ -14,7 +14,7 @@ from typing import cast
 import matplotlib.pyplot as plt
 from transformers import PreTrainedTokenizerBase
 
-from speculab.records import RunResult, concat_runs
+from speculab.core.records import RunResult, concat_runs
 from speculab.results.figures import run_figures
 from speculab.results.names import FIGURES_ARTIFACT, UNTIMED, Figures, flatten, is_acceptance, split_spreads
 from speculab.results.point import UNITS_ARTIFACT, PointResult

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from speculab.algorithms import get_algorithm
-from speculab.jobs import ReplicaLost
-from speculab.records import RunResult
+from speculab.core.records import RunResult
+from speculab.process.jobs import ReplicaLost
+from speculab.registry import get_algorithm
 from speculab.results.names import HEADLINE
 from speculab.results.point import PointResult, PointShape
 from speculab.results.verdicts import Call, run_verdicts

@@ -1,6 +1,6 @@
 """The tracked runs of an experiment point and of a sweep: where they spool, how a point finds its
 sweep's parent run, and a tracked point's decode inside its run (`tracked_point`: skipped where
-`resume=true` finds it finished; `experiment.run` hands a point here only when it is tracked, so an
+`resume=true` finds it finished; `point.experiment.run` hands a point here only when it is tracked, so an
 untracked run imports no MLflow).
 
 Each `speculab` process that runs a sweep has its own id (`SWEEP_ID`; its replicas' processes share
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from speculab import interrupts, jobs
-from speculab.algorithms import get_algorithm
 from speculab.config import NOT_PARAMS, Config, RunPlan, TrackingConfig, describe_device, tracking_uri
 from speculab.config.prompts import PointPrompts, point_prompts
+from speculab.process import interrupts, jobs
+from speculab.registry import get_algorithm
 from speculab.results.point import PointResult, PointShape
 from speculab.show.console import say
 from speculab.tracking.provenance import provenance_tags
@@ -45,7 +45,9 @@ from speculab.tracking.store import store_client
 from speculab.tracking.tracker import Tracker, flat_params
 from speculab.tracking.ui import experiment_tags, where
 
-SWEEP_ID_ENV = "SPECULAB_SWEEP_ID"  # a replica's process (`speculab.replica_process`) takes its launcher's sweep id
+SWEEP_ID_ENV = (
+    "SPECULAB_SWEEP_ID"  # a replica's process (`speculab.launch.replica_process`) takes its launcher's sweep id
+)
 # the end of the sweep directory's name, and its parent file's key
 SWEEP_ID = os.environ.get(SWEEP_ID_ENV) or uuid.uuid4().hex[:8]
 PARENT_FILE = f"mlflow_parent.{SWEEP_ID}.json"  # in a sweep's directory: the parent run's spool id and run id
@@ -63,7 +65,7 @@ def spool_dir(tracking: TrackingConfig, default: Path) -> Path:
 
 
 def sweep_id() -> str:
-    """The `${sweep_id:}` resolver (registered by `speculab.cli`): this process's `SWEEP_ID`."""
+    """The `${sweep_id:}` resolver (registered by `speculab.launch.cli`): this process's `SWEEP_ID`."""
     return SWEEP_ID
 
 
@@ -150,7 +152,7 @@ def start_point_run(plan: RunPlan, point: str, shape: PointShape, prompt_ids: li
     return run
 
 
-Decode = Callable[[RunPlan, PointShape, Tracker, PointPrompts], PointResult]  # `experiment.decode_point`
+Decode = Callable[[RunPlan, PointShape, Tracker, PointPrompts], PointResult]  # `point.experiment.decode_point`
 
 
 def tracked_point(plan: RunPlan, shape: PointShape, decode: Decode) -> PointResult:

@@ -33,7 +33,7 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from speculab.interrupts import held
+from speculab.process.interrupts import held
 from speculab.tracking.orphans import OWNER_TAG, close_orphans, owner, process_start
 from speculab.tracking.store import retrying_busy, store_client
 

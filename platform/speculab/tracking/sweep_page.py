@@ -13,7 +13,7 @@ import io
 import math
 from typing import Any
 
-from speculab.jobs import ReplicaLost
+from speculab.process.jobs import ReplicaLost
 from speculab.results.names import AHEAD_TABLED, HEADLINE, HF_PREFIX
 from speculab.results.point import FailedPoint, PointResult
 from speculab.results.sweep import cell, labels, ranking_line, shared_name

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from speculab.config import RunPlan, TrackingConfig, tracking_uri
 from speculab.config.sweep import race_stages
-from speculab.jobs import ReplicaLost, replica_lost
+from speculab.process.jobs import ReplicaLost, replica_lost
 from speculab.results.point import FailedPoint, PointResult, PointShape
 from speculab.results.race import pooled, race_name, read_race, stage_share
 from speculab.results.sweep import best_metrics, contrast_cells, labels, shared_name, sweep_name
@@ -98,7 +98,7 @@ class SweepRun:
             return
         elif isinstance(outcome := job_return.return_value, FailedPoint):
             self.failed.append(outcome)
-        else:  # `experiment.PointOutcome` of a finished point
+        else:  # `point.experiment.PointOutcome` of a finished point
             at = bisect.bisect(self.numbers, number := int(config.hydra.job.num))
             self.numbers.insert(at, number)
             self.points.insert(at, outcome.result)

@@ -21,7 +21,7 @@ The contracts (`verify.contracts`): a `PathVerifier` takes ``paths [B, K, L]`` i
 takes a deterministic ``DraftTree`` and ``p [B, N, V]`` at its nodes. Both return a
 ``Verdict``: ``tokens [B, L+1]`` (accepted tokens, then the extra token, padded with -1),
 ``num_tokens [B]`` (tau + 1), ``path [B]`` and ``carry``. The registry of algorithms
-(`speculab.algorithms`: ``get_verifier("block")``) hands them out behind one shape check.
+(`speculab.registry`: ``get_verifier("block")``) hands them out behind one shape check.
 
 Every algorithm also has a scalar reference implementation (one prompt, following its paper
 line by line, randomness through ``decisions.Decisions``) that ``verify.exact`` enumerates to

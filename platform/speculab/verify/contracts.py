@@ -5,7 +5,7 @@ A `PathVerifier` verifies K drafted paths per prompt (token, block, GBV, SpecTr,
 every random number from ``rng`` and return a `Verdict`. Verifiers themselves assume well-formed
 inputs; `checked` wraps one so that a wrong-shaped tensor fails on entry, naming the tensor and
 the shape it should have, instead of deep inside the algorithm. The registry
-(`speculab.algorithms`) hands out only checked verifiers.
+(`speculab.registry`) hands out only checked verifiers.
 """
 
 from __future__ import annotations

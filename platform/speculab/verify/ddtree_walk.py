@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from speculab.device.hostreads import reads_free
 from speculab.drafting.tree import DraftTree
-from speculab.hostreads import reads_free
 
 from .decisions import Decisions, draw_uniforms, sample_inverse_cdf
 from .verdict import PAD, Verdict

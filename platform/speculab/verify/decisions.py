@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from speculab.hostreads import upload
+from speculab.device.hostreads import upload
 
 
 class Decisions(Protocol):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from speculab.hostreads import reads_free
+from speculab.device.hostreads import reads_free
 
 from .block import (
     block_acceptance,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from speculab.hostreads import reads_free
+from speculab.device.hostreads import reads_free
 
 from .primitives import positive_part, residual_or_target, select_positions, token_probs
 

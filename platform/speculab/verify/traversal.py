@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from speculab.hostreads import reads_free
+from speculab.device.hostreads import reads_free
 
 from .block import block_acceptance
 from .contracts import DrawnPathVerifier

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from speculab.algorithms import SPECTR_NODE_RULES, get_verifier
+from speculab.registry import SPECTR_NODE_RULES, get_verifier
 from speculab.verify.exact import ToyModel, extended_distribution, max_difference, round_outcomes, target_distribution
 from speculab.verify.multidraft_walk import multidraft_walk_reference
 from speculab.verify.ot import OT_NODE_RULES

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from speculab.engine import Verifier
+from speculab.core.engine import Verifier
 
 
 @dataclass(frozen=True)

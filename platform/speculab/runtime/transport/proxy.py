@@ -40,12 +40,12 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from speculab import jobs
+from speculab.process import jobs
 from speculab.runtime.calls import semantics
-from speculab.runtime.draft_channel import DraftLost
 from speculab.runtime.groups import ActorGroup
 from speculab.runtime.placement import ClusterError
 from speculab.runtime.ray_actors import PER_RANK, Reply
+from speculab.runtime.transport.draft_channel import DraftLost
 
 log = logging.getLogger(__name__)
 

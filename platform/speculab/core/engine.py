@@ -2,9 +2,9 @@
 
 `decode` runs speculative decoding over prompts in batches, with any target and drafter
 that follow the model protocols (in-process or Ray actor proxies) and any verifier that
-follows the verifier contract; it returns the run's records (`speculab.records`), its phases
-timed by a `speculab.clock.PhaseClock`. The autoregressive baseline is this loop with a
-root-only drafter (`speculab.autoregressive`). This module does no I/O and no logging.
+follows the verifier contract; it returns the run's records (`speculab.core.records`), its phases
+timed by a `speculab.core.clock.PhaseClock`. The autoregressive baseline is this loop with a
+root-only drafter (`speculab.core.autoregressive`). This module does no I/O and no logging.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.clock import PhaseClock
+from speculab.core.clock import PhaseClock
+from speculab.core.evidence import Drafts, along_path, depth_evidence
+from speculab.core.records import PromptRecord, RoundRecord, RunResult
 from speculab.drafting.sampling import SamplingParams
 from speculab.drafting.tree import DraftTree, Proposal
-from speculab.evidence import Drafts, along_path, depth_evidence
-from speculab.records import PromptRecord, RoundRecord, RunResult
 from speculab.verify.verdict import Verdict
 
 # Target features (DFlash): what `TargetModel.prefill`/`commit` return and `Drafter.prefill`/`commit`
@@ -141,7 +141,7 @@ def decode(
     """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records.
 
     ``on_prompt_done`` gets each prompt's record as soon as it stops (live progress, tracking).
-    ``paired`` sees every round's i.i.d. drafts after they are verified (`speculab.paired`); its
+    ``paired`` sees every round's i.i.d. drafts after they are verified (`speculab.core.paired`); its
     time is kept out of the run's wall time and phase split."""
     records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
     rounds: list[RoundRecord] = []

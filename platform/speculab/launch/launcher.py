@@ -2,7 +2,7 @@
 
 Hydra hands a sweep's jobs to a launcher (`hydra/launcher`); speculab's (`hydra_plugins.speculab_launcher`)
 runs them one after another through Hydra's `run_job` when `cluster.replicas` is 1. With N > 1 it starts
-a process per replica (`speculab.replica_process`), each with its own copy of the model groups
+a process per replica (`speculab.launch.replica_process`), each with its own copy of the model groups
 (`Placement.replica`: groups of their own names, placed apart by Ray) kept loaded from one point to its
 next. A thread here per replica takes the next point in launch order, sends its composed config to its
 replica's process, which runs it through `run_job` exactly as at N = 1 (Hydra's running job, working
@@ -42,11 +42,11 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from speculab import interrupts, jobs
 from speculab.config import RunPlan
 from speculab.config.sweep import planned
-from speculab.experiment import PointOutcome
-from speculab.replica_process import say_lost, serve
+from speculab.launch.replica_process import say_lost, serve
+from speculab.point.experiment import PointOutcome
+from speculab.process import interrupts, jobs
 from speculab.results.point import FailedPoint, PointShape
 from speculab.show.board import SweepBoard
 from speculab.show.console import say
@@ -73,7 +73,7 @@ def replica_count(overrides: Sequence[Sequence[str]]) -> int:
     checked when it started), for auto as many copies of the first point's groups as the alive nodes
     hold, never more than there are points; 1 with `cluster.spread` (each point spreads its units over
     the replicas, one point after another)."""
-    from speculab.experiment import model_specs, replica_copies
+    from speculab.point.experiment import model_specs, replica_copies
 
     plan = planned(list(overrides[0]))
     return 1 if plan.cfg.cluster.spread else replica_copies(plan, *model_specs(plan), len(overrides))
@@ -102,7 +102,7 @@ def job_logging_without_file(config: DictConfig) -> dict[str, Any]:
 
 
 class Replica:
-    """One replica's process (`speculab.replica_process.serve`) and the pipe its points go by."""
+    """One replica's process (`speculab.launch.replica_process.serve`) and the pipe its points go by."""
 
     def __init__(self, seat: jobs.Seat, payload: bytes) -> None:
         spawn = multiprocessing.get_context("spawn")  # a fork of a process that holds Ray's threads is unsafe

@@ -20,7 +20,7 @@ from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
 
-from speculab import interrupts, jobs
+from speculab.process import interrupts, jobs
 from speculab.show.board import no_bars
 from speculab.show.console import say
 

@@ -23,14 +23,14 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from speculab import interrupts, jobs
-from speculab.cli_args import multirun_first
 from speculab.config import PROJECT_ROOT, Config, ConfigError, override_errors, unknown_keys
-from speculab.jobs import ReplicaLost
+from speculab.launch.cli_args import multirun_first
+from speculab.process import interrupts, jobs
+from speculab.process.jobs import ReplicaLost
 
 if TYPE_CHECKING:
     from speculab.config import RunPlan
-    from speculab.experiment import PointOutcome
+    from speculab.point.experiment import PointOutcome
     from speculab.results.point import FailedPoint
 
 # What runs a point (torch, transformers, Ray, MLflow: seconds to import) is imported where it is
@@ -55,7 +55,7 @@ def hydra_main(cfg: DictConfig) -> PointOutcome | FailedPoint:
     """One point; its plan and result are the job's return value (a sweep's parent run summarises them).
     A sweep's point that fails mid-run is FAILED with the units it finished and the sweep goes on."""
     from speculab.config.sweep import PLANS, planned
-    from speculab.experiment import run
+    from speculab.point.experiment import run
     from speculab.runtime.placement import ClusterError
 
     interrupts.raise_if_received()

@@ -4,7 +4,7 @@ Small pure functions over a loaded transformers model (the same object a `TreeLM
 prompts as token lists and the engine's `DecodeSettings`, so a baseline runs on exactly the
 prompts, sampling, budget, eos and batching of the speculab run it is compared with. Each
 returns the generated tokens per prompt (cut after the first eos, which is kept, like
-`engine.truncate`), the wall and CPU seconds of the `generate` calls, and the number of tokens
+`core.engine.truncate`), the wall and CPU seconds of the `generate` calls, and the number of tokens
 every target forward carried (a forward pre-hook), which gives target calls and block
 efficiency. No I/O, no logging.
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from speculab.engine import DecodeSettings
+from speculab.core.engine import DecodeSettings
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

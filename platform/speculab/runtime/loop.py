@@ -28,18 +28,18 @@ from typing import Any
 
 import torch
 
-from speculab.algorithms import DRAFTERS, get_algorithm, get_verifier
-from speculab.autoregressive import autoregressive
-from speculab.baselines import BaselineResult, GenerateForm
-from speculab.captured import replayed
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings, Drafter, decode
+from speculab.core.measure import Sample, timed
+from speculab.core.paired import PairedComparison, PromptSums
+from speculab.core.records import RunResult
+from speculab.device.syncs import counting_host_syncs
 from speculab.drafting.ahead import Ahead, AheadDrafter
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
-from speculab.engine import DecodeSettings, Drafter, decode
-from speculab.measure import Sample, timed
+from speculab.models.generate import BaselineResult, GenerateForm
 from speculab.models.roles import Conditions, process_conditions
-from speculab.paired import PairedComparison, PromptSums
-from speculab.records import RunResult
-from speculab.syncs import counting_host_syncs
+from speculab.registry import DRAFTERS, get_algorithm, get_verifier
+from speculab.verify.captured import replayed
 
 Unit = tuple[int, list[list[int]]]  # (index of its first prompt, the prompts one batch decodes together)
 METHODS = ("speculative", "autoregressive", "generate")  # the point's own decode, then its baselines
@@ -50,7 +50,7 @@ TARGET_ROLE = "target and generate"  # `PointLoop.conditions`' key of the target
 class PointWork:
     """What a point decodes and how, in plain values (it travels to the loop's actor)."""
 
-    algorithm: str  # the verifier's name (`speculab.algorithms`)
+    algorithm: str  # the verifier's name (`speculab.registry`)
     node_rule: str
     drafter: str  # `drafter.name`
     tree: str  # tree algorithms: the tree builder (`best_first`, `chain`) ...
@@ -61,7 +61,7 @@ class PointWork:
     settings: DecodeSettings
     # how `baseline_hf` runs transformers' generate (default: eager)
     generate: GenerateForm = field(default_factory=GenerateForm)
-    # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `captured.CapturedPaths`)
+    # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `verify.captured.CapturedPaths`)
     verifier_passes: str = "eager"
     ahead: Ahead | None = None  # drafting ahead (`drafter.ahead=ssd`); None: off
 
@@ -149,7 +149,7 @@ class PointLoop:
         }
         if method not in runs:
             raise ValueError(f"method={method!r}: must be one of {', '.join(METHODS)}")
-        # The warm-up is untimed: count its host synchronisations there (`speculab.syncs`), not in a measured run.
+        # The warm-up is untimed: count its host synchronisations there (`device.syncs`), not in a measured run.
         with counting_host_syncs(enabled=repeat == -1 and method == "speculative") as syncs:
             result, wall, cpu = timed(self.cpu, runs[method])
         per_round = syncs[0] / len(result.rounds) if syncs and isinstance(result, RunResult) and result.rounds else None

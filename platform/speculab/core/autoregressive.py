@@ -1,4 +1,4 @@
-"""The engine's autoregressive baseline: the same loop (`speculab.engine.decode`) with a drafter that
+"""The engine's autoregressive baseline: the same loop (`speculab.core.engine.decode`) with a drafter that
 proposes only the root (L = 0) and a verifier that samples the target's next token, so both methods
 are timed and truncated by the same code, on the same target, prompts and batching.
 """
@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
+from speculab.core.engine import DecodeSettings, Features, TargetModel, decode
+from speculab.core.records import PromptRecord, RunResult
 from speculab.drafting.sampling import SamplingParams, sample
 from speculab.drafting.tree import DraftTree, Proposal
-from speculab.engine import DecodeSettings, Features, TargetModel, decode
-from speculab.records import PromptRecord, RunResult
 from speculab.verify.verdict import Verdict
 
 

@@ -3,7 +3,7 @@
 One `AlgorithmSpec` per `algorithm=` name (its batched verifier, scalar reference, the
 drafters it accepts, whether it takes K > 1, a node rule, a tree builder, a carry, whether it
 is lossless, and its paper) and one `DrafterSpec` per `drafter=` name. `config.validate`, the
-experiment, the benchmarks and the table in docs/algorithms.md (`python -m speculab.algorithms`
+experiment, the benchmarks and the table in docs/algorithms.md (`python -m speculab.registry`
 prints it) all read these tables; nothing else branches on an algorithm's name. Adding an
 algorithm is one entry here plus its module under `speculab.verify`.
 
@@ -309,7 +309,7 @@ def get_verifier(
     """The batched verifier of ``name`` (with ``node_rule`` for spectr), behind the contract's shape check.
 
     A `PathVerifier` ``(paths, p, q, *, rng, carry)`` or, for tree algorithms, a `TreeVerifier`
-    ``(tree, p, *, rng)``. ``replay``: how a `DrawnPathVerifier` runs (`captured.CapturedPaths`: from
+    ``(tree, p, *, rng)``. ``replay``: how a `DrawnPathVerifier` runs (`verify.captured.CapturedPaths`: from
     CUDA graphs); None, and every other verifier, as it is. ValueError naming the field and its choices
     for an unknown name or rule.
     """

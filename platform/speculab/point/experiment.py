@@ -7,7 +7,7 @@ steps that take the plan: `prepare` (prompts, tokenizer, the loop and its models
 point, `tracking.point_log.log_point` (MLflow's metrics and artifacts, inside the run
 `tracking.runs.tracked_point` opens; an untracked run imports neither MLflow nor matplotlib). The baselines
 (the engine's autoregressive loop, transformers' `generate`) run on the same target and prompts,
-interleaved with the point's own decode prompt by prompt and repeated (`speculab.measure`), so each
+interleaved with the point's own decode prompt by prompt and repeated (`speculab.core.measure`), so each
 speedup compares measurements taken seconds apart.
 """
 
@@ -22,24 +22,23 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from speculab import jobs
-from speculab.algorithms import DRAFTERS
-from speculab.baselines import GenerateForm
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, resolve
 from speculab.config.prompts import PointPrompts, point_prompts
 from speculab.config.replicas import asked
+from speculab.core.engine import DecodeSettings
+from speculab.core.measure import Sample, Timings, UnitTotals, interleave_lanes
+from speculab.core.records import PromptRecord, RunResult, concat_runs
 from speculab.data import Prompt
-from speculab.decoders import Decoders, merged
 from speculab.drafting.ahead import Ahead
 from speculab.drafting.sampling import SamplingParams
-from speculab.engine import DecodeSettings
-from speculab.loop import METHODS, TARGET_ROLE, PointWork, Unit
-from speculab.measure import Sample, Timings, UnitTotals, interleave_lanes
 from speculab.models import LMSpec
 from speculab.models.dflash_layout import read_layout
+from speculab.models.generate import GenerateForm
 from speculab.models.roles import Conditions
 from speculab.models.weights import WeightsError
-from speculab.records import PromptRecord, RunResult, concat_runs
+from speculab.point.decoders import Decoders, merged
+from speculab.process import jobs
+from speculab.registry import DRAFTERS
 from speculab.results.figures import (
     autoregressive_figures,
     generate_figures,
@@ -52,6 +51,7 @@ from speculab.results.names import Figures, flatten
 from speculab.results.point import PointResult, PointShape, PointUnits
 from speculab.results.verdicts import compared
 from speculab.runtime import fitting_copies, loop_groups, runtime_metrics, start_loop
+from speculab.runtime.loop import METHODS, TARGET_ROLE, PointWork, Unit
 from speculab.runtime.placement import ClusterError
 from speculab.show.board import point_progress
 from speculab.show.console import say, show

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from speculab.autoregressive import autoregressive
-from speculab.engine import DecodeSettings
-from speculab.records import RunResult
+from speculab.core.autoregressive import autoregressive
+from speculab.core.engine import DecodeSettings
+from speculab.core.records import RunResult
 from speculab.runtime.calls import semantics
 from speculab.runtime.nested import mapped
 

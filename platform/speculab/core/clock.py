@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from speculab.records import RoundRecord
+from speculab.core.records import RoundRecord
 
 Mark = float | torch.cuda.Event  # a point in time: the host clock's seconds, or an event on the stream
 Span = tuple[str, Mark, Mark]  # (phase, start, end)

@@ -2,7 +2,7 @@
 
 Every job runs through Hydra's `run_job`, one at a time in its process: a single run and a sweep's
 points at `cluster.replicas=1` in the `speculab` process, a sweep's points side by side in one process
-per replica (`speculab.launcher`). So the running job is always Hydra's (`HydraConfig`); the replica a
+per replica (`speculab.launch.launcher`). So the running job is always Hydra's (`HydraConfig`); the replica a
 process serves is this module's `Seat`, set once when a replica's process starts. Whatever needs the
 job (the entry point, the tracked run's directory and parent) asks `current()`.
 """

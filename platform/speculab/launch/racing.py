@@ -15,7 +15,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig
 
 from speculab.config.answer import stage_bounds, stage_jobs
-from speculab.experiment import PointOutcome
+from speculab.point.experiment import PointOutcome
 from speculab.results.point import PointResult
 from speculab.results.race import Stage, race_name, ruled_out, stage_share, write_race
 

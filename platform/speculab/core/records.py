@@ -1,5 +1,5 @@
 """What a decode records: one `RoundRecord` per batch round, one `PromptRecord` per prompt, and the
-`RunResult` that holds them with the run's times. Plain values, built by `speculab.engine`, turned
+`RunResult` that holds them with the run's times. Plain values, built by `speculab.core.engine`, turned
 into a point's figures by `speculab.results.figures` and written to its run by `speculab.tracking`
 (`point_log`, `run_page`); no torch.
 """

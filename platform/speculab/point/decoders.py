@@ -1,6 +1,6 @@
 """A point's methods as the driver calls them, on one loop or on several alike loops (`cluster.spread`).
 
-`Decoders` runs one method on one unit on its loop, wherever the loop runs (`speculab.loop`), and keeps
+`Decoders` runs one method on one unit on its loop, wherever the loop runs (`speculab.runtime.loop`), and keeps
 what the first repetition decoded and what the runtime counted for it. With `cluster.spread` a point's
 units are dealt round-robin to the loops of several replicas (`lanes`: unit u to loop u mod N, each lane
 in a thread of its own); `merged` then gives one `Decoders` over all of them, its results in unit order,
@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from speculab import interrupts
-from speculab.loop import METHODS, UnitResult
-from speculab.measure import Sample
-from speculab.paired import PromptSums
-from speculab.records import PromptRecord, RunResult
+from speculab.core.measure import Sample
+from speculab.core.paired import PromptSums
+from speculab.core.records import PromptRecord, RunResult
+from speculab.process import interrupts
+from speculab.runtime.loop import METHODS, UnitResult
 
 if TYPE_CHECKING:
-    from speculab.runtime.proxy import GroupProxy
+    from speculab.runtime.transport.proxy import GroupProxy
 
 MODEL_ROLES = ("target", "draft")  # the groups a loop in this process calls every round (`runtime.loop=driver`)
 
@@ -29,7 +29,7 @@ MODEL_ROLES = ("target", "draft")  # the groups a loop in this process calls eve
 @dataclass
 class Decoders:
     """The point's methods as the driver sees them: each runs one unit on the loop, wherever the loop
-    runs (`speculab.loop`), and what their first repetition (`repeat` 0) decoded is kept here for the
+    runs (`speculab.runtime.loop`), and what their first repetition (`repeat` 0) decoded is kept here for the
     metrics and records; a warm-up call (`repeat` -1) keeps nothing."""
 
     loop: Any  # a PointLoop in this process, or the target actor's, through its group proxy
@@ -52,7 +52,7 @@ class Decoders:
 
     def method(self, name: str) -> Callable[[int, int], Sample]:
         def run(unit: int, repeat: int) -> Sample:
-            interrupts.raise_if_received()  # a point in a replica's thread stops at a unit's end (`speculab.launcher`)
+            interrupts.raise_if_received()  # a point in a replica's thread stops at a unit's end (`launch.launcher`)
             ray_s, calls = self.ray_clock(), self.model_call_count()
             done: UnitResult = self.loop.decode_unit(name, unit, repeat)
             if done.host_syncs_per_round is not None:
