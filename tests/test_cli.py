@@ -194,8 +194,8 @@ def test_sweep_values_that_read_as_one_point_are_refused() -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from speculab.launch.cli import CONF
     from speculab.config.sweep import PLANS, sweep_plans
+    from speculab.launch.cli import CONF
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)

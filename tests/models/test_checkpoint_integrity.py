@@ -107,6 +107,11 @@ DAMAGES: dict[str, tuple[Callable[[Tensors], None], dict, list[str]]] = {
         {},
         ["model.layers.0.self_attn.q_proj.bias", "the config and the weights disagree"],
     ),
+    "weights stored as integers": (
+        lambda t: t.update({k: (v * 100).to(torch.int8) for k, v in t.items()}),
+        {},
+        ["tensors stored as integers with no quantization_config", "I8", "save them in a float dtype"],
+    ),
     "a layer more than the config": (
         lambda t: t.update({"model.layers.2.input_layernorm.weight": torch.ones(32)}),
         {},
@@ -192,6 +197,17 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_opening_it(
     (bad / file).unlink()
     os.mkfifo(bad / file)
     assert f"{bad / file} is not a regular file" in refused(llama, bad)
+
+
+def test_a_weights_file_that_leads_nowhere_is_refused_as_what_it_is(llama: Path, tmp_path: Path) -> None:
+    """A loop of symbolic links, and a link to nothing: not a 'not complete' file to download again."""
+    bad = damaged(llama, tmp_path / "bad")
+    (bad / "model.safetensors").unlink()
+    (bad / "model.safetensors").symlink_to(bad / "loop")
+    (bad / "loop").symlink_to(bad / "model.safetensors")
+    assert f"{bad / 'model.safetensors'} is a loop of symbolic links, not a file" in refused(llama, bad)
+    (bad / "loop").unlink()
+    assert f"is a symbolic link to {bad / 'loop'}, which does not exist" in refused(llama, bad)
 
 
 def non_finite(source: Path, into: Path, key: str, value: float) -> Path:

@@ -6,7 +6,9 @@ library only, so that every concern's module can use it."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +65,17 @@ def regular_file(path: Path) -> bool:
 
 
 def irregular_error(path: Path) -> str | None:
-    """The line for a file that exists but is no regular file; None for a regular or an absent one."""
-    if regular_file(path) or not path.exists():
+    """The line for a file that exists but is no regular file, or a symbolic link that leads to none; None
+    for a regular or an absent one."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"{path} is a loop of symbolic links, not a file; point it at the weights file"
+        if path.is_symlink():
+            return f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
+        return None
+    if stat.S_ISREG(mode):
         return None
     return f"{path} is not a regular file (a directory, a FIFO or a device); refused without opening it"
 

@@ -6,7 +6,8 @@ compares them with the tensors its config's model needs: a Llama's or a Qwen3's 
 model), a DFlash drafter's from its module built on the meta device, any other family's from
 transformers' own loading report on the meta device (its key renames and conversions included), which
 imports that family's modeling code as loading it would. Each kind of problem is one line naming the
-checkpoint or the file and the tensors: missing (an untied head that is not there among them),
+checkpoint or the file and the tensors: stored as integers where the config names no quantization,
+missing (an untied head that is not there among them),
 shaped otherwise than the config says (a transposed projection, embeddings of other than vocab_size
 rows), or held by the file but no tensor of the config's model (the config and the weights disagree).
 
@@ -152,6 +153,23 @@ def _transformers_report(path: Path, stored: dict[str, Stored], config: dict[str
     return _lines(path, set(info.get("missing_keys", ())), misshaped, set(info.get("unexpected_keys", ())), config)
 
 
+def integer_line(path: Path, stored: dict[str, Stored], config: dict[str, Any]) -> str | None:
+    """The line for weights (`*.weight`) stored as integers (I8, U8, I32, ...) in a checkpoint whose config.json
+    names no `quantization_config`: loading would cast them to floats, a model that is not the checkpoint's."""
+    if config.get("quantization_config") is not None:
+        return None
+    # weights alone: a buffer such as GPT-2's causal mask or an old checkpoint's position_ids is integral
+    integral = {n: t for n, t in stored.items() if n.endswith(".weight") and not t.dtype.startswith(("F", "BF"))}
+    if not integral:
+        return None
+    first = sorted(integral)[0]
+    return (
+        f"{path}: tensors stored as integers with no quantization_config in config.json ({integral[first].file}: "
+        f"{listed(integral)}, {integral[first].dtype}): loading would cast them to floats, not the model's weights; "
+        "save them in a float dtype"
+    )
+
+
 def weight_problems(path: Path, config: dict[str, Any]) -> list[str]:
     """What keeps the checkpoint at `path` (its parsed config.json `config`) from loading the tensors its
     config's model needs, one line a kind; none where its weights are not safetensors (no headers)."""
@@ -162,6 +180,8 @@ def weight_problems(path: Path, config: dict[str, Any]) -> list[str]:
     if not files or any(not name.endswith(".safetensors") for name in files):
         return []
     stored = stored_tensors(path, files)
+    if integral := integer_line(path, stored, config):
+        return [integral]
     if is_dflash(config):
         try:
             needed = _dflash_shapes(config)

@@ -27,10 +27,12 @@ class WeightsError(ValueError):
 
 @dataclass(frozen=True)
 class Stored:
-    """A tensor as a checkpoint's header gives it: its shape and the weights file (a name in the dir)."""
+    """A tensor as a checkpoint's header gives it: its shape, the weights file (a name in the dir) and its
+    stored dtype as safetensors names it (F32, BF16, I8, ...)."""
 
     shape: Shape
     file: str
+    dtype: str
 
 
 def stored_tensors(path: Path, files: Iterable[str]) -> dict[str, Stored]:
@@ -39,7 +41,8 @@ def stored_tensors(path: Path, files: Iterable[str]) -> dict[str, Stored]:
     for name in files:
         with safe_open(str(path / name), framework="pt") as header:
             keys = header.keys()  # a list: the file's handle is not iterable
-            stored |= {key: Stored(tuple(header.get_slice(key).get_shape()), name) for key in keys}
+            slices = {key: header.get_slice(key) for key in keys}
+            stored |= {key: Stored(tuple(t.get_shape()), name, t.get_dtype()) for key, t in slices.items()}
     return stored
 
 
