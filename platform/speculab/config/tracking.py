@@ -96,8 +96,8 @@ def store_path(uri: str) -> Path | None:
 
 def store_error(uri: str, field: str) -> str | None:
     """Why a local store that exists at ``uri`` (given as ``field``) is no store: an SQLite store that is not
-    a regular file holding an SQLite database, a file store that is not a directory (None: it is one, or
-    it is not there yet)."""
+    a regular file holding an SQLite database, or that holds another application's tables, a file store that
+    is not a directory (None: it is one, or it is not there yet)."""
     store, scheme = store_path(uri), urlparse(uri).scheme.split("+")[0]
     if store is None or not store.exists():
         return None
@@ -107,26 +107,8 @@ def store_error(uri: str, field: str) -> str | None:
         return f"{field}{uri!r}: {store} is a directory, not a SQLite database file"
     if not regular_file(store):
         return f"{field}{uri!r}: {store} is not a regular file (a FIFO or a device); refused without opening it"
-    if (why := not_sqlite(store)) is not None:
-        return f"{field}{uri!r}: {store} is not an SQLite database ({why}); name the database a run wrote"
-    if tables := foreign_tables(store):
-        return (
-            f"{field}{uri!r}: {store} is another application's SQLite database (tables {', '.join(tables[:3])}; "
-            "none of MLflow's), which MLflow would add its own tables to; name the database a run wrote, or a new file"
-        )
-    return None
-
-
-def not_sqlite(path: Path) -> str | None:
-    """What SQLite says of the file at `path`, opened read-only, where it is no database (an empty file is a
-    new one); None where it is one, or one busy with another writer."""
-    try:
-        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)) as db:
-            db.execute("PRAGMA schema_version").fetchone()
-    except sqlite3.OperationalError:  # locked, busy: a database all the same
-        return None
-    except sqlite3.DatabaseError as err:
-        return str(err)
+    if (why := sqlite_refusal(store)) is not None:
+        return f"{field}{uri!r}: {store} {why}"
     return None
 
 
@@ -134,15 +116,23 @@ def not_sqlite(path: Path) -> str | None:
 MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs", "metrics", "params", "tags"})
 
 
-def foreign_tables(path: Path) -> list[str]:
-    """The tables of the SQLite database at `path`, sorted, where it has some and none of them MLflow's;
-    [] for an MLflow store, an empty database, or one busy with another writer."""
+def sqlite_refusal(path: Path) -> str | None:
+    """Why the file at `path`, opened read-only once, is no MLflow store: SQLite reads no database there, or
+    one of another application's (tables, none of them MLflow's); None for an MLflow store, an empty file or
+    database (a new one), or one busy with another writer."""
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)) as db:
             tables = sorted(row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
-    except sqlite3.DatabaseError:  # locked or busy (OperationalError): a writer's, so MLflow's
-        return []
-    return [] if MLFLOW_TABLES & set(tables) else tables
+    except sqlite3.OperationalError:  # locked, busy: a database all the same, a writer's
+        return None
+    except sqlite3.DatabaseError as err:
+        return f"is not an SQLite database ({err}); name the database a run wrote"
+    if tables and not MLFLOW_TABLES & set(tables):
+        return (
+            f"is another application's SQLite database (tables {', '.join(tables[:3])}; none of MLflow's), which "
+            "MLflow would add its own tables to; name the database a run wrote, or a new file"
+        )
+    return None
 
 
 def resume_errors(resume: bool, t: TrackingConfig) -> list[str]:
