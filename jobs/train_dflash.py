@@ -22,7 +22,16 @@ Layers start from the target's last layers. Seeded; CPU; data and loop are the t
 mean number of leading block positions whose argmax equals the target's, on continuations of
 held-out files.
 
+`--dflash2` trains a DFlash2 drafter (vLLM's qwen3_dflash2 layout: a dynamic block convolution
+around each layer's attention and MLP, and a candidate selector), from `--init-from` (a DFlash
+checkpoint: its layers, with the convolutions at the identity and the selector scoring by the logits
+alone, so training starts from that drafter). Its loss adds the selector's: at every mask position,
+cross-entropy over the top K candidates of the draft's logits for the window's token there, scored
+given the window's token before it (teacher forcing), where that token is among the candidates.
+
     python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 3 layers, block 8, 2000 steps, 1 thread, ~35 min
+    python jobs/train_dflash.py --dflash2 --init-from assets/tiny-pycode/dflash --out assets/tiny-pycode/dflash2 \
+        --steps 1000 --minutes 45 --generations 2000
     python jobs/train_dflash.py --smoke                              # < 60 s, temp dir
 """
 
@@ -47,7 +56,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 import tiny_model_lib as lib
 from train_parallel_drafter import drafter_args, drafter_parser, prepare, save_stats, schedule, training_mask
 
-from speculab.models.dflash import DFlashDraft
+from speculab.drafting.best_first import ranked
+from speculab.drafting.sampling import tempered_probs
+from speculab.drafting.selector import SelectorLaw, tokens_of, walk
+from speculab.models.dflash import DFlashDraft, load_dflash, selector_scores
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     loss_help = "cross-entropy on the window's next tokens (the target's argmax on generated data) or KL(p_target || q)"
     p.add_argument("--loss", choices=["ce", "kl"], default="ce", help=loss_help)
     p.add_argument("--prefix", type=int, default=128, help="corpus tokens before each continuation")
+    p.add_argument(
+        "--dflash2", action="store_true", help="a DFlash2 drafter: block convolutions and a candidate selector"
+    )
+    p.add_argument("--init-from", type=Path, help="a DFlash checkpoint whose weights it starts from")
+    p.add_argument("--selector-rank", type=int, default=32)
+    p.add_argument("--selector-top-k", type=int, default=8)
     p.set_defaults(block=8, blocks_per_window=64)  # many short blocks: more supervision of the first positions
     args = drafter_args(p, argv, "dflash")
     if args.smoke:
@@ -87,8 +105,19 @@ def dflash_config(target: LlamaForCausalLM, args: argparse.Namespace, mask_token
         max_position_embeddings=t.max_position_embeddings,
         tie_word_embeddings=False,
         num_target_layers=t.num_hidden_layers,
-        dflash_config={"target_layer_ids": args.layer_ids, "block_size": args.block, "mask_token_id": mask_token_id},
+        dflash_config={"target_layer_ids": args.layer_ids, "block_size": args.block, "mask_token_id": mask_token_id}
+        | (dflash2_settings(args) if args.dflash2 else {}),
     )
+
+
+def dflash2_settings(args: argparse.Namespace) -> dict[str, int]:
+    """DFlash2's `dflash_config` keys: 2 taps in groups of 16 channels (the published drafters')."""
+    return {
+        "conv_kernel_size": 2,
+        "conv_group_size": 16,
+        "selector_rank": args.selector_rank,
+        "selector_top_k": args.selector_top_k,
+    }
 
 
 def init_from_target(draft: DFlashDraft, target: LlamaForCausalLM) -> list[int]:
@@ -103,6 +132,12 @@ def init_from_target(draft: DFlashDraft, target: LlamaForCausalLM) -> list[int]:
     }
     draft.load_state_dict(state, strict=False)
     return picks
+
+
+def init_from_dflash(draft: DFlashDraft, path: Path) -> list[int]:
+    """Start from a trained DFlash drafter's weights (a DFlash2's convolutions and selector keep their start)."""
+    draft.load_state_dict(load_dflash(path).state_dict(), strict=False)
+    return []
 
 
 def features_and_teacher(target: LlamaForCausalLM, context: torch.Tensor, layer_ids: list[int]):
@@ -124,7 +159,24 @@ def block_logits(
     context = draft.context_kv(features, torch.arange(T).expand(B, T))
     allowed = training_mask(T, anchors, block - 1)[:, :, T:]  # block rows: context < anchor, own block
     hidden = draft(F.embedding(tokens.reshape(B, -1), embed), positions.reshape(B, -1), context, allowed)
-    return (hidden.reshape(B, G, block, -1)[:, :, 1:] @ head.T), positions
+    drafted = hidden.reshape(B, G, block, -1)[:, :, 1:]  # [B, G, S - 1, hidden]
+    return drafted @ head.T, positions, drafted
+
+
+def selector_loss(draft: DFlashDraft, q_logits, drafted, labels, previous, top_k: int) -> torch.Tensor:
+    """[S - 1] cross-entropy of the selector over each position's top K candidates for its label, given
+    the label before it; positions whose label is not a candidate add nothing."""
+    selector = draft.candidate_selector
+    candidates = q_logits.detach().topk(top_k, dim=-1).indices  # [B, G, S - 1, K]
+    unary = q_logits.gather(-1, candidates).float()
+    h = F.linear(drafted, selector.hidden_projection.weight)  # [B, G, S - 1, r]
+    pred = F.embedding(previous, selector.predecessor_codebook) * h  # [B, G, S - 1, r]
+    succ = F.embedding(candidates, selector.successor_codebook)  # [B, G, S - 1, K, r]
+    scores = unary + (succ @ pred[..., None])[..., 0].float()  # [B, G, S - 1, K]
+    hit = candidates == labels[..., None]
+    present = hit.any(-1)
+    per = F.cross_entropy(scores.permute(0, 3, 1, 2), hit.long().argmax(-1), reduction="none")  # [B, G, S - 1]
+    return (per * present).sum((0, 1)) / present.sum((0, 1)).clamp(min=1)
 
 
 def teacher_at(teacher: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -180,15 +232,18 @@ def dflash_loss(draft, target, args: argparse.Namespace, mask_id: int, gen: torc
         context = window[:, :T]
         features, teacher = features_and_teacher(target, context, args.layer_ids)
         anchors = torch.randint(first_anchor(args), T - args.block + 1, (B, args.blocks_per_window), generator=gen)
-        q_logits, positions = block_logits(draft, head, embed, context, features, anchors, args.block, mask_id)
+        q_logits, positions, drafted = block_logits(draft, head, embed, context, features, anchors, args.block, mask_id)
+        labels = context.gather(1, positions[..., 1:].reshape(B, -1)).view(q_logits.shape[:-1])  # [B, G, S - 1]
         if args.loss == "ce":  # the window's tokens n + j: on generated data, the target's argmax
-            labels = context.gather(1, positions[..., 1:].reshape(B, -1)).view(q_logits.shape[:-1])  # [B, G, S - 1]
             per_position = F.cross_entropy(q_logits.float().permute(0, 3, 1, 2), labels, reduction="none").mean((0, 1))
         else:
             p_logits = teacher_at(teacher, positions)
             per_position = torch.stack(
                 [lib.kl_target_to_draft(p_logits[:, :, j], q_logits[:, :, j]) for j in range(args.block - 1)]
             )
+        if args.dflash2:
+            previous = context.gather(1, positions[..., :-1].reshape(B, -1)).view(labels.shape)  # the token before
+            per_position = per_position + selector_loss(draft, q_logits, drafted, labels, previous, args.selector_top_k)
         return (weights * per_position).sum()
 
     return fn
@@ -208,10 +263,25 @@ def heldout_acceptance(draft, target, windows: torch.Tensor, args: argparse.Name
         anchors = torch.randint(
             first_anchor(args), T - args.block + 1, (window.shape[0], args.blocks_per_window), generator=gen
         )
-        q_logits, positions = block_logits(draft, head, embed, window, features, anchors, args.block, mask_id)
-        agree = q_logits.argmax(-1) == teacher_at(teacher, positions).argmax(-1)  # [B, G, S - 1]
+        q_logits, positions, drafted = block_logits(draft, head, embed, window, features, anchors, args.block, mask_id)
+        guess = q_logits.argmax(-1) if not args.dflash2 else best_paths(draft, q_logits, drafted, window, anchors, args)
+        agree = guess == teacher_at(teacher, positions).argmax(-1)  # [B, G, S - 1]
         accepted.append(agree.long().cumprod(-1).sum(-1).float().flatten())
     return float(torch.cat(accepted).mean())
+
+
+def best_paths(draft: DFlashDraft, q_logits, drafted, window, anchors, args: argparse.Namespace) -> torch.Tensor:
+    """[B, G, S - 1] the selector's best path of every block, walked from its bonus (DFlash2 at T = 0)."""
+    B, G, L, V = q_logits.shape
+    candidates = ranked(torch.softmax(q_logits.float(), -1).reshape(B * G, L, V).contiguous(), args.selector_top_k)[1]
+    logits = q_logits.reshape(B * G, L, V)
+    root = window.gather(1, anchors).reshape(B * G)
+    scores = selector_scores(
+        draft.candidate_selector, drafted.reshape(B * G, L, -1), candidates, logits.gather(-1, candidates), root
+    )
+    law = SelectorLaw(candidates, tempered_probs(scores, 0.0), V)
+    indices, _ = walk(law, torch.zeros(B * G, 1, L, dtype=torch.float64))
+    return tokens_of(law, indices)[:, 0].reshape(B, G, L)
 
 
 def save_dflash(draft: DFlashDraft, path: Path) -> None:
@@ -228,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     setup = prepare(args)
     tok, target = setup.tok, setup.target
     draft = DFlashDraft(dflash_config(target, args, tok.pad_token_id))
-    picks = init_from_target(draft, target)
+    picks = init_from_target(draft, target) if args.init_from is None else init_from_dflash(draft, args.init_from)
     gen = torch.Generator().manual_seed(args.seed)
     loss = dflash_loss(draft, target, args, tok.pad_token_id, gen)
     train, heldout = lib.encode_stream(tok, setup.train_texts), lib.encode_stream(tok, setup.heldout_texts)

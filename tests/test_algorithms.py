@@ -36,15 +36,18 @@ def test_decoded_joint_matches_target_chi_square(name: str) -> None:
 
 
 def test_every_algorithm_accepts_registered_drafters_of_its_kind() -> None:
-    """Tree builders take marginals; path algorithms take paths, and the single-path ones (K = 1)
-    also one path drawn from marginals."""
+    """Tree builders take marginals; path algorithms take paths, the single-path ones (K = 1) also one
+    path drawn from marginals, and those without a carry walks of a selector's chain (DFlash2)."""
     for spec in ALGORITHMS.values():
         assert spec.drafters and set(spec.drafters) <= set(DRAFTERS)
         kinds = {DRAFTERS[d].proposes for d in spec.drafters}
+        selectors = {d for d in spec.drafters if DRAFTERS[d].selector}
         if spec.tree_builder:
             assert kinds == {"marginals"}, spec.name
+        elif spec.carry:
+            assert kinds == {"paths"} and not selectors, spec.name
         else:
-            assert kinds == ({"paths"} if spec.multi_path or spec.carry else {"paths", "marginals"}), spec.name
+            assert kinds == {"paths", "marginals"} and selectors == {"dflash2"}, spec.name
 
 
 def test_every_algorithm_has_a_reference_and_a_checked_verifier() -> None:

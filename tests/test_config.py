@@ -330,6 +330,64 @@ def test_bad_dflash_drafters_are_refused_before_weights_load(
     assert any(field in line and allowed in line for line in str(err.value).splitlines()), str(err.value)
 
 
+# DFlash2 against the tiny target: (DFlash2 settings or None for a DFlash checkpoint, overrides, field, allowed)
+DFLASH2_BAD: list[tuple[bool, list[str], str, str]] = [
+    (True, ["drafter=dflash"], "drafter.name='dflash'", "is a DFlash2 checkpoint"),
+    (False, ["drafter=dflash2"], "drafter.name='dflash2'", "names no candidate selector"),
+    (True, ["drafter=dflash2", "algorithm=greedy_block"], "drafter", "greedy_block"),
+    (True, ["drafter=dflash2", "algorithm=spectr_gbv"], "drafter", "spectr_gbv"),
+]
+
+
+@pytest.mark.parametrize(
+    ("dflash2", "overrides", "field", "allowed"), DFLASH2_BAD, ids=[" ".join(r[1]) for r in DFLASH2_BAD]
+)
+def test_dflash2_checkpoints_and_drafters_are_matched_before_weights_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dflash2: bool, overrides: list[str], field: str, allowed: str
+) -> None:
+    from support.models import DFLASH2, TINY_PAIR, save_random_dflash
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("weights loaded before validation finished")
+
+    monkeypatch.setattr("speculab.models.dflash.load_dflash", must_not_load)
+    settings = DFLASH2 if dflash2 else None
+    draft = save_random_dflash(tmp_path / "d", TINY_PAIR / "target", [1, 3, 5], block_size=8, dflash2=settings)
+    paths = [f"model.target_path={TINY_PAIR / 'target'}", f"model.draft_path={draft}"]
+    with pytest.raises(ConfigError) as err:
+        validate(load([*paths, "algorithm=ddtree", *overrides]))
+    assert any(field in line and allowed in line for line in str(err.value).splitlines()), str(err.value)
+
+
+def test_a_dflash2_checkpoint_missing_a_selector_tensor_is_refused_naming_it(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from support.models import DFLASH2, TINY_PAIR, save_random_dflash
+
+    draft = save_random_dflash(tmp_path / "d", TINY_PAIR / "target", [1, 3, 5], block_size=8, dflash2=DFLASH2)
+    tensors = load_file(draft / "model.safetensors")
+    del tensors["candidate_selector.successor_codebook"]
+    save_file(tensors, str(draft / "model.safetensors"))
+    paths = [f"model.target_path={TINY_PAIR / 'target'}", f"model.draft_path={draft}", "drafter=dflash2"]
+    with pytest.raises(ConfigError) as err:
+        validate(load([*paths, "algorithm=ddtree"]))
+    lines = [line for line in str(err.value).splitlines() if "candidate_selector.successor_codebook" in line]
+    assert len(lines) == 1 and "no tensor" in lines[0], str(err.value)
+
+
+def test_a_dflash2_drafter_in_vllm_s_layout_validates(tmp_path: Path) -> None:
+    from support.models import DFLASH2, TINY_PAIR, save_random_dflash
+
+    draft = save_random_dflash(tmp_path / "d", TINY_PAIR / "target", [1, 3, 5], block_size=8, dflash2=DFLASH2)
+    paths = [f"model.target_path={TINY_PAIR / 'target'}", f"model.draft_path={draft}", "drafter=dflash2"]
+    for overrides in (
+        ["algorithm=ddtree"],
+        ["algorithm=token"],
+        ["algorithm=spectr", "algorithm.K=2", "algorithm.L=4"],
+    ):
+        validate(load([*paths, *overrides]))
+
+
 def test_a_dflash_drafter_in_the_published_layout_validates(tmp_path: Path) -> None:
     from support.models import TINY_PAIR, save_random_dflash
 

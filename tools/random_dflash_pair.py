@@ -2,6 +2,7 @@
 
     python tools/random_dflash_pair.py OUT                   # Qwen3-8B shape + a DFlash-b16 drafter (~17 GB bf16)
     python tools/random_dflash_pair.py OUT --shape small     # the same layout, a few narrow layers (the CPU suite's)
+    python tools/random_dflash_pair.py OUT --dflash2         # a DFlash2 drafter instead (vLLM's qwen3_dflash2 layout)
     speculab model=qwen3-8b_dflash model.target_path=OUT/target model.draft_path=OUT/draft algorithm=ddtree
 
 The target is what `Qwen3ForCausalLM.save_pretrained` of transformers 4.x writes: config.json with
@@ -11,7 +12,10 @@ The target is what `Qwen3ForCausalLM.save_pretrained` of transformers 4.x writes
 layers of the target's width reading target layers spread by `num_target_layers` (1, 9, 17, 25,
 33 of 36), `block_size` 16 at the top level (as checkpoints from transformers 4.x carry it),
 `mask_token_id` 151669 in `dflash_config`, no embedding and no lm_head. Every key and shape comes
-from the modules themselves, built on the meta device. The tokenizer is the shipped tiny pair's
+from the modules themselves, built on the meta device. `--dflash2` writes a DFlash2 drafter: the
+published DFlash2 settings in `dflash_config` (`block_size` 8, `conv_kernel_size` 2,
+`conv_group_size` 16, `selector_rank` 256, `selector_top_k` 16) and its tensors
+(`layers.{i}.{attention,mlp}_conv.*`, `candidate_selector.*`). The tokenizer is the shipped tiny pair's
 (ids far below the vocabulary): decoding exercises the real code path, not the real text.
 The weights are random, so the drafter's acceptance is near zero: this pair is for systems
 figures (memory, time per round, tree sizes), never for acceptance.
@@ -39,6 +43,8 @@ from speculab.models.dflash_layout import spread_layer_ids  # noqa: E402
 VOCAB = 151936  # Qwen3's
 MASK_TOKEN_ID = 151669  # the DFlash drafters' mask token (added after Qwen3's special tokens)
 BLOCK_SIZE = 16
+# the published DFlash2 drafters' settings (dflash_config)
+DFLASH2 = {"block_size": 8, "conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
 TOKENIZER = REPO / "assets" / "tiny-pycode" / "target"
 
 
@@ -82,8 +88,8 @@ def target_config(shape: Shape) -> dict:
     }
 
 
-def draft_config(shape: Shape) -> dict:
-    """A DFlash-b16 drafter's config.json for the target at ``shape``."""
+def draft_config(shape: Shape, dflash2: bool = False) -> dict:
+    """A DFlash-b16 drafter's config.json for the target at ``shape``, or a DFlash2 one's."""
     return target_config(shape) | {
         "architectures": ["DFlashDraftModel"],
         "num_hidden_layers": shape.draft_layers,
@@ -92,7 +98,8 @@ def draft_config(shape: Shape) -> dict:
         "dflash_config": {
             "mask_token_id": MASK_TOKEN_ID,
             "target_layer_ids": spread_layer_ids(shape.layers, shape.draft_layers),
-        },
+        }
+        | (DFLASH2 if dflash2 else {}),
     }
 
 
@@ -142,12 +149,14 @@ def write_shards(
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
 
 
-def write_pair(out: Path, shape: Shape, dtype: torch.dtype, device: str, shard_bytes: int) -> tuple[Path, Path]:
+def write_pair(
+    out: Path, shape: Shape, dtype: torch.dtype, device: str, shard_bytes: int, dflash2: bool = False
+) -> tuple[Path, Path]:
     """(target dir, draft dir) under ``out``."""
     target, draft = out / "target", out / "draft"
     for path, config, module_of, seed in (
         (target, target_config(shape), Qwen3ForCausalLM, 1),
-        (draft, draft_config(shape), DFlashDraft, 2),
+        (draft, draft_config(shape, dflash2), DFlashDraft, 2),
     ):
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -166,9 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     parser.add_argument("--device", default="cpu", help="where the random numbers are drawn (cuda: much faster)")
     parser.add_argument("--shard-gb", type=float, default=4.0)
+    parser.add_argument("--dflash2", action="store_true", help="a DFlash2 drafter (vLLM's qwen3_dflash2 layout)")
     args = parser.parse_args(argv)
     target, draft = write_pair(
-        args.out, SHAPES[args.shape], getattr(torch, args.dtype), args.device, int(args.shard_gb * 2**30)
+        args.out, SHAPES[args.shape], getattr(torch, args.dtype), args.device, int(args.shard_gb * 2**30), args.dflash2
     )
     print(f"model.target_path={target} model.draft_path={draft}")
 

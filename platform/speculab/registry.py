@@ -58,6 +58,9 @@ class DrafterSpec:
     # the file of its checkpoint that gives how many tokens one pass drafts (`config.model.block_length`):
     # block.json's block_size, or a DFlash config.json's block_size - 1; "": it drafts token by token
     block_file: str = ""
+    # its marginals come with a candidate selector's law (`drafting.selector`): paths drawn from it carry
+    # their q, so the path verifiers with i.i.d. paths take it too
+    selector: bool = False
 
 
 DRAFTERS: dict[str, DrafterSpec] = {
@@ -96,6 +99,19 @@ DRAFTERS: dict[str, DrafterSpec] = {
             target_features=True,
             block_file="config.json",
         ),
+        DrafterSpec(
+            "dflash2",
+            "marginals",
+            "drafter.path or model.draft",
+            "dflash",
+            "DFlash2: DFlash with a dynamic block convolution in every layer and a candidate selector that "
+            "draws each token among the top K given the one before (vLLM's qwen3_dflash2 layout)",
+            "DFlash2",
+            marker="config.json",
+            target_features=True,
+            block_file="config.json",
+            selector=True,
+        ),
     )
 }
 
@@ -119,10 +135,15 @@ class AlgorithmSpec:
         return self.lossless_paths is None or paths <= self.lossless_paths
 
 
-PATH_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "paths")
+# the drafters whose paths carry their q: i.i.d. paths of a draft model, or walks of a selector's chain
+PATH_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "paths" or d.selector)
 MARGINAL_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "marginals")
+# The carry verifiers' next-round target assumes the draft's law at a prefix is the same whichever round
+# drafts it (an autoregressive draft model's); a block drafter's law depends on where its round starts, and
+# exact enumeration shows greedy_block and spectr_gbv lossy on DFlash2's (tests/verify/test_selector_certificates.py)
+SAMPLED_PATH_DRAFTERS = tuple(name for name, d in DRAFTERS.items() if d.proposes == "paths")
 # token and block also verify one path drawn from per-depth marginals (`MarginalPathDrafter`: token j ~ q_j)
-SINGLE_PATH_DRAFTERS = (*PATH_DRAFTERS, *MARGINAL_DRAFTERS)
+SINGLE_PATH_DRAFTERS = (*SAMPLED_PATH_DRAFTERS, *MARGINAL_DRAFTERS)
 
 # spectr's per-node rules: K-SEQ (its own) and the SpecInfer and NSS rules, batched; the
 # optimal-transport solvers of the Global Resolution paper (App. R), row by row.
@@ -167,7 +188,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             "BV paper, App. C, Alg. 4-6",
             greedy_block_verify,
             greedy_block_verify_reference,
-            PATH_DRAFTERS,
+            SAMPLED_PATH_DRAFTERS,
             False,
             carry=True,
         ),
@@ -217,7 +238,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             "SpecTr-GBV paper, Alg. 1-3, eq. 2-4",
             spectr_gbv_verify,
             spectr_gbv_verify_reference,
-            PATH_DRAFTERS,
+            SAMPLED_PATH_DRAFTERS,
             True,
             carry=True,
             lossless_paths=1,  # K >= 2: Lemma A.1's sibling sum (docs/algorithms.md)

@@ -4,7 +4,6 @@ slow step-by-step evaluation of the same formulas, and the target hands over the
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from speculab.drafting.tree import DraftTree
 from speculab.models.dflash import DFlashLM, load_dflash, load_target_head
 from speculab.models.hf import TreeLM, load_causal_lm
 from speculab.models.roles import aligned_valid
+from support.dflash_reference import reference_block
 from support.models import save_random_dflash
 
 LAYER_IDS = [0, 2]
@@ -48,62 +48,6 @@ def test_a_checkpoint_with_a_missing_key_is_refused_naming_it(dflash_pair, tmp_p
     save_file(tensors, str(bad / "model.safetensors"))
     with pytest.raises(ValueError, match="missing keys \\['hidden_norm.weight'\\]"):
         load_dflash(bad)
-
-
-# ------------------------------------------------------------- the slow reference, formula by formula
-
-
-def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return x / torch.sqrt(x.pow(2).mean() + eps) * weight
-
-
-def rotate(x: torch.Tensor, position: int, theta: float) -> torch.Tensor:
-    """RoPE of one head vector at one position (pairs i and i + D/2)."""
-    half = x.shape[0] // 2
-    angles = position * theta ** (-torch.arange(half, dtype=torch.float64) / half)
-    cos, sin = torch.cos(angles).float(), torch.sin(angles).float()
-    return torch.cat([x[:half] * cos - x[half:] * sin, x[half:] * cos + x[:half] * sin])
-
-
-def reference_block(w: dict[str, torch.Tensor], config: dict, embed, head, features, tokens, start: int):
-    """logits [S, V] of one block at positions start.. after context features [T, n * hidden] at 0..T-1."""
-    eps, theta = config["rms_norm_eps"], config["rope_parameters"]["rope_theta"]
-    H, G, D = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
-    context = [rms(f @ w["fc.weight"].T, w["hidden_norm.weight"], eps) for f in features]
-    h = [embed[t] for t in tokens]
-    for i in range(config["num_hidden_layers"]):
-        p = f"layers.{i}."
-
-        def proj(name, x):
-            return x @ w[p + f"self_attn.{name}_proj.weight"].T
-
-        x = [rms(v, w[p + "input_layernorm.weight"], eps) for v in h]
-        sources = [(c, pos) for pos, c in enumerate(context)] + [(v, start + j) for j, v in enumerate(x)]
-        out = []
-        for j, xj in enumerate(x):
-            heads = []
-            for a in range(H):
-                g = a // (H // G)
-                q = rotate(
-                    rms(proj("q", xj)[a * D : (a + 1) * D], w[p + "self_attn.q_norm.weight"], eps), start + j, theta
-                )
-                scores, values = [], []
-                for src, pos in sources:
-                    k = rms(proj("k", src)[g * D : (g + 1) * D], w[p + "self_attn.k_norm.weight"], eps)
-                    scores.append(float(q @ rotate(k, pos, theta)) / math.sqrt(D))
-                    values.append(proj("v", src)[g * D : (g + 1) * D])
-                probs = torch.softmax(torch.tensor(scores), dim=0)
-                heads.append(sum(pr * v for pr, v in zip(probs, values)))
-            out.append(torch.cat(heads) @ w[p + "self_attn.o_proj.weight"].T)
-        h = [v + o for v, o in zip(h, out)]
-        mlp = []
-        for v in h:
-            y = rms(v, w[p + "post_attention_layernorm.weight"], eps)
-            gate = y @ w[p + "mlp.gate_proj.weight"].T
-            up = y @ w[p + "mlp.up_proj.weight"].T
-            mlp.append(v + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T)
-        h = mlp
-    return torch.stack([rms(v, w["norm.weight"], eps) @ head.T for v in h])
 
 
 def test_block_marginals_equal_the_step_by_step_reference(dflash_pair) -> None:

@@ -40,6 +40,38 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return module.write_pair(out, module.SHAPES["small"], module.torch.float32, "cpu", shard_bytes=20 * 2**20)
 
 
+@pytest.fixture(scope="module")
+def dflash2_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same target with a DFlash2 drafter (`--dflash2`)."""
+    module = tool()
+    out = tmp_path_factory.mktemp("qwen3_dflash2")
+    return module.write_pair(out, module.SHAPES["small"], module.torch.float32, "cpu", 20 * 2**20, dflash2=True)
+
+
+def test_the_dflash2_drafter_in_vllm_s_layout(dflash2_pair) -> None:
+    """Its settings in dflash_config and every DFlash2 tensor under vLLM's names (8 of them a layer)."""
+    layout = read_layout(dflash2_pair[1])
+    assert layout.block_size == 8 and layout.dflash2 is not None and layout.dflash2.selector_top_k == 16
+    keys = set(json.loads((dflash2_pair[1] / "model.safetensors.index.json").read_text())["weight_map"])
+    assert {
+        "layers.1.attention_conv.base_kernel",
+        "layers.1.mlp_conv.kernel_projection.weight",
+        "candidate_selector.predecessor_codebook",
+        "candidate_selector.successor_codebook",
+        "candidate_selector.hidden_projection.weight",
+    } <= keys
+
+
+def test_greedy_ddtree_over_the_selector_equals_transformers(dflash2_pair) -> None:
+    target_path, draft_path = map(str, dflash2_pair)
+    ids = read_layout(draft_path).target_layer_ids
+    target = TreeTarget(LMSpec("hf", target_path, feature_layers=ids))
+    source = DraftModel(LMSpec("dflash", draft_path, target_path=target_path))
+    drafter = TreeDrafter(source, tree_builder("best_first", 32))
+    run = decode(target, drafter, get_verifier("ddtree"), PROMPTS, settings(K=1, L=7, batch=2, max_new=10))
+    assert [p.tokens for p in run.prompts] == [greedy_reference(target_path, prompt, 10) for prompt in PROMPTS]
+
+
 def test_the_published_layouts(pair) -> None:
     target, draft = pair
     index = json.loads((target / "model.safetensors.index.json").read_text())

@@ -106,6 +106,29 @@ def dflash_tensor_shapes(hidden: int, ffn: int, heads: int, kv_heads: int, head_
     return shapes
 
 
+# a small DFlash2's settings (`dflash_config`): 2 taps, groups of 16 channels, rank 8, 4 candidates
+DFLASH2 = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}
+
+
+def dflash2_tensor_shapes(hidden: int, vocab: int, layers: int, settings: dict[str, int]):
+    """{key: shape} of DFlash2's tensors beyond DFlash's, in vLLM's qwen3_dflash2 layout."""
+    taps, groups = settings["conv_kernel_size"], hidden // settings["conv_group_size"]
+    rank = settings["selector_rank"]
+    shapes = {
+        "candidate_selector.predecessor_codebook": (vocab, rank),
+        "candidate_selector.successor_codebook": (vocab, rank),
+        "candidate_selector.hidden_projection.weight": (rank, hidden),
+    }
+    for i in range(layers):
+        for conv in ("attention_conv", "mlp_conv"):
+            p = f"layers.{i}.{conv}."
+            shapes |= {
+                p + "base_kernel": (2, taps, hidden),
+                p + "kernel_projection.weight": (2 * taps * groups, hidden),
+            }
+    return shapes
+
+
 def save_random_dflash(
     path: Path,
     target: Path,
@@ -113,11 +136,12 @@ def save_random_dflash(
     block_size: int = 8,
     layers: int = 2,
     seed: int = 0,
+    dflash2: dict[str, int] | None = None,
     **config: object,
 ) -> Path:
     """A random-weight DFlash drafter for the Llama checkpoint `target`, written tensor by tensor in the
-    published layout (config.json with dflash_config; safetensors keys as the authors name them).
-    `config` overrides config.json keys (None removes one)."""
+    published layout (config.json with dflash_config; safetensors keys as the authors name them); with
+    `dflash2` settings, a DFlash2 one (vLLM's layout). `config` overrides config.json keys (None removes one)."""
     from safetensors.torch import save_file
 
     t = json.loads((target / "config.json").read_text())
@@ -126,12 +150,19 @@ def save_random_dflash(
     shapes = dflash_tensor_shapes(
         t["hidden_size"], 96, t["num_attention_heads"], t["num_key_value_heads"], head_dim, layers, len(layer_ids)
     )
+    if dflash2 is not None:
+        shapes |= dflash2_tensor_shapes(t["hidden_size"], t["vocab_size"], layers, dflash2)
     tensors = {
         key: (1 + 0.1 * torch.randn(shape, generator=gen))
         if len(shape) == 1
         else 0.08 * torch.randn(shape, generator=gen)
         for key, shape in shapes.items()
     }
+    for key, shape in shapes.items():
+        if key.endswith("base_kernel"):  # near the identity at tap 0, small taps before it
+            tensors[key] = 0.3 * torch.randn(shape, generator=gen) + torch.eye(shape[1])[0][None, :, None]
+        elif key.endswith("_codebook"):
+            tensors[key] = torch.randn(shape, generator=gen)
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "model.safetensors"))
     body = {
@@ -149,7 +180,8 @@ def save_random_dflash(
         "max_position_embeddings": t["max_position_embeddings"],
         "tie_word_embeddings": False,
         "num_target_layers": t["num_hidden_layers"],
-        "dflash_config": {"target_layer_ids": layer_ids, "block_size": block_size, "mask_token_id": 0},
+        "dflash_config": {"target_layer_ids": layer_ids, "block_size": block_size, "mask_token_id": 0}
+        | (dflash2 or {}),
     }
     body = {key: value for key, value in (body | config).items() if value is not None}
     (path / "config.json").write_text(json.dumps(body))

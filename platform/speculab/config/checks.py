@@ -107,7 +107,7 @@ def config_warnings(cfg: Config) -> list[str]:
             f"cluster={cfg.cluster.name} (cluster.address={cfg.cluster.address!r}) is not used with runtime=inline: "
             "both models run in this process (runtime=ray to use the cluster)"
         )
-    samples_paths = DRAFTERS[cfg.drafter.name].proposes == "paths"
+    samples_paths = DRAFTERS[cfg.drafter.name].proposes == "paths" or DRAFTERS[cfg.drafter.name].selector
     if algorithm.K > 1 and cfg.sampling.temperature == 0 and samples_paths:
         notes.append(
             f"algorithm.K={algorithm.K} with sampling.temperature=0: i.i.d. drafts at T = 0 are K copies of the "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from omegaconf import MISSING
 from safetensors import SafetensorError, safe_open
@@ -21,6 +21,9 @@ from safetensors import SafetensorError, safe_open
 from speculab.config.algorithm import DrafterConfig, DraftView
 from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, irregular_error, read_json, resolve_path, typed_errors
 from speculab.config.errors import choice
+
+if TYPE_CHECKING:
+    from speculab.registry import DrafterSpec
 
 DTYPES = ("float32", "float16", "bfloat16")
 ROLES = ("target", "draft")
@@ -366,7 +369,7 @@ def drafter_checkpoint_errors(cfg: ModelView, found: dict[str, Checkpoint]) -> l
     errors = _block_size_errors(L, found["draft"])
     conditioned = drafter in DRAFTERS and DRAFTERS[drafter].target_features
     if "target" in found and conditioned:
-        errors += dflash_errors(L, found["draft"], found["target"], cfg.model.name)
+        errors += dflash_errors(L, found["draft"], found["target"], cfg.model.name, DRAFTERS[drafter])
     elif is_dflash(found["draft"].config):
         takers = ", ".join(name for name, d in DRAFTERS.items() if d.target_features)
         errors.append(
@@ -392,21 +395,40 @@ def _block_size_errors(L: int, draft: Checkpoint) -> list[str]:
     return []
 
 
-def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint, model: str) -> list[str]:
+def _kind_error(drafter: DrafterSpec, where: str, selects: bool) -> str:
+    """A DFlash2 checkpoint given to a DFlash drafter, or a DFlash one to a DFlash2 drafter."""
+    from speculab.registry import DRAFTERS
+
+    takers = "/".join(n for n, d in DRAFTERS.items() if d.target_features and d.selector == selects)
+    if selects:
+        return (
+            f"drafter.name={drafter.name!r}: {where} is a DFlash2 checkpoint (dflash_config names its candidate "
+            f"selector); it drafts as drafter={takers}"
+        )
+    return (
+        f"drafter.name={drafter.name!r}: {where} names no candidate selector (dflash_config.selector_rank, "
+        f"selector_top_k, conv_kernel_size, conv_group_size): a DFlash checkpoint; it drafts as drafter={takers}"
+    )
+
+
+def dflash_errors(L: int, draft: Checkpoint, target: Checkpoint, model: str, drafter: DrafterSpec) -> list[str]:
     """A DFlash drafter's config.json against its target's: its drafting settings in any published
     layout (models/dflash_layout.py), layer ids below the target's layer count, one hidden size, and
-    algorithm.L below the block size (the block holds the bonus and block_size - 1 drafts)."""
+    algorithm.L below the block size (the block holds the bonus and block_size - 1 drafts); a DFlash2
+    checkpoint (a candidate selector) drafts as drafter=dflash2 only, and drafter=dflash2 needs one."""
     from speculab.models.dflash_layout import dflash_layout, draft_value, is_dflash
 
     where = f"{draft.key}: {draft.path / 'config.json'}"
     if not is_dflash(draft.config):
         presets = ", ".join(f"model={p.stem}" for p in sorted((PROJECT_ROOT / "conf" / "model").glob("*_dflash.yaml")))
         return [
-            f"drafter.name='dflash': {where} has no dflash_config, so model={model}'s draft is not a DFlash "
+            f"drafter.name={drafter.name!r}: {where} has no dflash_config, so model={model}'s draft is not a DFlash "
             f"drafter; presets with one: {presets} (or set drafter.path to a DFlash checkpoint)"
         ]
     layout, layout_errors = dflash_layout(draft.config)
     errors = [f"{where}: {error}" for error in layout_errors]
+    if layout is not None and (layout.dflash2 is not None) != drafter.selector:
+        errors.append(_kind_error(drafter, where, layout.dflash2 is not None))
     layers = target.config.get("num_hidden_layers")
     ids_key, listed = draft_value(draft.config, "target_layer_ids")
     ids_key = ids_key if listed is not None else "target_layer_ids (spread by num_target_layers)"

@@ -99,7 +99,7 @@ def node_paths(parents: torch.Tensor, depth: torch.Tensor, length: int) -> torch
     return torch.where(steps_up >= 0, climb.gather(2, steps_up.clamp(min=0)), -1)
 
 
-def _draft_tree(rows: list[tuple[list[int], list[int], list[int]]], root: torch.Tensor, length: int) -> DraftTree:
+def padded_tree(rows: list[tuple[list[int], list[int], list[int]]], root: torch.Tensor, length: int) -> DraftTree:
     """Pad per-prompt (tokens, parents, depths) lists of non-root nodes under their roots into a DraftTree."""
     sizes = [len(tokens) for tokens, _, _ in rows]
     B, N = len(rows), 1 + max(sizes)
@@ -123,7 +123,7 @@ def _build(
     logq[b][d], ids[b][d]: prompt b's depth-d ranks (log of the float32 probability in float64).
     """
     rows = [_tree_rows(best_first_ranks(levels, budget), level_ids) for levels, level_ids in zip(logq, ids)]
-    return _draft_tree(rows, root, length)
+    return padded_tree(rows, root, length)
 
 
 def ranked(q: torch.Tensor, keep: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,9 +7,12 @@ best-first DDTree of B nodes, or the single-chain baseline) turns them into a `P
 without i.i.d. paths, which the engine verifies with the walk. `MarginalPathDrafter` turns
 the same marginals into one drafted path for the path algorithms (token, block): the token
 at depth j is drawn from q_j itself (argmax at T = 0), so q is exactly what produced the
-draft and verification stays lossless. `greedy_marginals` is the `ar_marginals` source: an
-autoregressive draft rolled out greedily, one distribution per depth (L passes). Target
-features (DFlash) pass through to the source untouched. Knows no model backend.
+draft and verification stays lossless. A DFlash2 source also returns its selector's law
+(`drafting.selector`): the tree is then the selector's DDTree (or best path), and the drawn
+paths (K of them, i.i.d.) are walks of its chain, each token's q its conditional given the token
+before. `greedy_marginals` is the `ar_marginals` source: an autoregressive draft rolled out
+greedily, one distribution per depth (L passes). Target features (DFlash) pass through to the
+source untouched. Knows no model backend.
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ import torch
 
 from speculab.drafting.best_first import best_first, chain_tree
 from speculab.drafting.iid import ForestLM, step_nodes
-from speculab.drafting.sampling import SamplingParams, sample, tempered_probs, truncate_probs
+from speculab.drafting.sampling import SamplingParams, draft_uniforms, sample, tempered_probs, truncate_probs
+from speculab.drafting.selector import SelectorLaw, selector_chain, selector_paths, selector_tree
 from speculab.drafting.tree import DraftTree, Proposal
 
 BEST_FIRST, CHAIN = "best_first", "chain"  # algorithm.tree: the DDTree of `budget` nodes, or argmax per depth
 TREES = (BEST_FIRST, CHAIN)
-TreeBuilder = Callable[[torch.Tensor, torch.Tensor], DraftTree]  # (q [B, L, V], root [B]) -> tree
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class Marginals:
     q: torch.Tensor  # [B, L, V] the drafter's distribution at each depth after the root
     feature_bytes: int = 0  # target features absorbed for this draft (DFlash), bytes
     feature_s: float = 0.0  # seconds absorbing them (projection, context keys and values)
+    selector: SelectorLaw | None = None  # DFlash2: the law its draft is drawn from (q: its marginals)
+
+
+TreeBuilder = Callable[[Marginals], DraftTree]
 
 
 class MarginalSource(Protocol):
@@ -51,12 +58,17 @@ class MarginalSource(Protocol):
 
 
 def tree_builder(tree: str, budget: int) -> TreeBuilder:
-    """`best_first` (the DDTree of `budget` nodes) or `chain` (argmax per depth, one path)."""
-    if tree == CHAIN:
-        return chain_tree
-    if tree == BEST_FIRST:
-        return partial(best_first, budget=budget)
-    raise ValueError(f"algorithm.tree={tree!r}: must be one of {', '.join(TREES)}")
+    """`best_first` (the DDTree of `budget` nodes) or `chain` (argmax per depth, one path), over the
+    marginals or, from a DFlash2 source, over its selector's chain."""
+    if tree not in TREES:
+        raise ValueError(f"algorithm.tree={tree!r}: must be one of {', '.join(TREES)}")
+    return partial(build_tree, tree == CHAIN, budget)
+
+
+def build_tree(chain: bool, budget: int, m: Marginals) -> DraftTree:
+    if m.selector is not None:
+        return selector_chain(m.selector, m.root) if chain else selector_tree(m.selector, m.root, budget)
+    return chain_tree(m.q, m.root) if chain else best_first(m.q, m.root, budget)
 
 
 def marginal_temperature(temperature: float) -> float:
@@ -107,13 +119,14 @@ class TreeDrafter(MarginalDrafter):
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
         m = self.source.marginals(length, marginal_temperature(sampling.temperature))
         start = time.perf_counter()
-        tree = self.build(m.q, m.root)
+        tree = self.build(m)
         build_s = time.perf_counter() - start
         return Proposal(tree, None, None, build_s, m.feature_bytes, m.feature_s, marginals=m.q)
 
 
 class MarginalPathDrafter(MarginalDrafter):
-    """Drafter protocol for the path algorithms: one path, token j drawn from q_j (K = 1)."""
+    """Drafter protocol for the path algorithms: one path, token j drawn from q_j (K = 1); from a
+    DFlash2 source, K i.i.d. walks of its selector's chain."""
 
     def __init__(self, source: MarginalSource, rng: torch.Generator) -> None:
         super().__init__(source)
@@ -127,6 +140,13 @@ class MarginalPathDrafter(MarginalDrafter):
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
         m = self.source.marginals(length, sampling.temperature)  # one-hot at T = 0
+        if m.selector is not None:
+            law = m.selector.truncated(sampling.top_k, sampling.top_p)
+            u = draft_uniforms(self.rng, m.root.shape[0], num_paths, length)  # [B, K, L]
+            paths, q_paths = selector_paths(law, u.to(law.conditionals.device))  # [B, K, L], [B, K, L, V]
+            return Proposal(
+                DraftTree.from_paths(m.root.to(paths.device), paths), paths, q_paths, 0.0, m.feature_bytes, m.feature_s
+            )
         q = truncate_probs(m.q, sampling.top_k, sampling.top_p)  # [B, L, V]
         path = sample(q, 1, self.rng).transpose(1, 2)  # [B, 1, L]
         tree = DraftTree.from_paths(m.root, path)

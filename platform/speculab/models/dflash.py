@@ -18,14 +18,24 @@ and safetensors keys `layers.{i}.self_attn.{q,k,v,o}_proj`,
 `layers.{i}.self_attn.{q,k}_norm`, `layers.{i}.mlp.{gate,up,down}_proj`,
 `layers.{i}.{input,post_attention}_layernorm`, `fc`, `hidden_norm`, `norm`; no embedding and
 no lm_head: those two tensors are read from the target's checkpoint alone.
+
+DFlash2 (vLLM's `qwen3_dflash2.py` layout: `dflash_config` names `conv_kernel_size`,
+`conv_group_size`, `selector_rank` and `selector_top_k`) adds, in every layer,
+`layers.{i}.{attention,mlp}_conv.base_kernel` [2, taps, hidden] and `.kernel_projection` [2 taps G,
+hidden], the dynamic block convolution the lean layers run around the attention and the MLP
+(`models.lean.BlockConv`), and a `candidate_selector` with `predecessor_codebook`,
+`successor_codebook` [V, r] and `hidden_projection` [r, hidden]. `DFlash2LM` drafts its law
+(`drafting.selector.SelectorLaw`): the top K tokens of the block's logits at each drafted position,
+scored given the candidate before (`selector_scores`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +46,12 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMS
 
 from speculab.device.graphs import Graphs
 from speculab.device.hostreads import upload
+from speculab.drafting.best_first import ranked
 from speculab.drafting.sampling import tempered_probs
-from speculab.models.dflash_layout import DFlashLayout, checked_layout, read_layout
+from speculab.drafting.selector import SelectorLaw
+from speculab.models.dflash_layout import DFlash2Settings, DFlashLayout, checked_layout, read_layout
 from speculab.models.families import layer_stack
-from speculab.models.lean import LayerFn, key_values, lean_layer, lean_layers, rms_norm
+from speculab.models.lean import BlockConv, LayerFn, LeanStack, Linear, key_values, lean_layer, lean_layers, rms_norm
 from speculab.models.parallel import block_allowed
 from speculab.models.rotary import recreate_rotary_buffers
 from speculab.models.slots import DEFAULT_CAPACITY, FixedShape, SlotCache
@@ -62,9 +74,69 @@ class ContextLayer:
         return torch.cat([self.keys, key_states], dim=2), torch.cat([self.values, value_states], dim=2)
 
 
+class GroupedConv(nn.Module):
+    """A DFlash2 block convolution's weights, under the published names (`models.lean.BlockConv` runs it)."""
+
+    def __init__(self, hidden: int, taps: int, group: int) -> None:
+        super().__init__()
+        self.group = group
+        # identity at tap 0, no correction: a fresh one passes its sublayer through (what training starts from)
+        self.base_kernel = nn.Parameter(torch.zeros(2, taps, hidden))
+        with torch.no_grad():
+            self.base_kernel[:, 0] = 1.0
+        self.kernel_projection = nn.Linear(hidden, 2 * taps * (hidden // group), bias=False)
+        nn.init.zeros_(self.kernel_projection.weight)
+
+    def lean(self) -> BlockConv:
+        return BlockConv(self.base_kernel, Linear(self.kernel_projection.weight), self.group)
+
+
+class CandidateSelector(nn.Module):
+    """DFlash2's selector weights: codebooks of each token as a predecessor and as a successor, and the
+    projection of a position's hidden state that modulates their product."""
+
+    def __init__(self, hidden: int, vocab: int, rank: int) -> None:
+        super().__init__()
+        self.predecessor_codebook = nn.Parameter(torch.randn(vocab, rank) * rank**-0.5)
+        self.successor_codebook = nn.Parameter(torch.randn(vocab, rank) * rank**-0.5)
+        self.hidden_projection = nn.Linear(hidden, rank, bias=False)
+        nn.init.zeros_(self.hidden_projection.weight)  # a fresh selector scores by the logits alone
+
+
+# hidden [B, L, D] the drafted positions' last hidden states; candidates [B, L, K]; unary [B, L, K]; root [B]
+def selector_scores(
+    selector: CandidateSelector, hidden: torch.Tensor, candidates: torch.Tensor, unary: torch.Tensor, root: torch.Tensor
+) -> torch.Tensor:
+    """[B, L, K, K] float32: score of candidate c at depth d given candidate p at depth d - 1 (row p; at
+    depth 0 every row is the root's) = unary[d, c] + sum_r A[p, r] h[d, r] S[c, r], where A and S are
+    the predecessor and successor codebooks and h the hidden projection."""
+    B, _, K = candidates.shape
+    h = F.linear(hidden, selector.hidden_projection.weight)  # [B, L, r]
+    predecessors = torch.cat([root[:, None, None].expand(B, 1, K), candidates[:, :-1]], dim=1)  # [B, L, K]
+    pred = F.embedding(predecessors, selector.predecessor_codebook) * h[:, :, None]  # [B, L, K, r]
+    succ = F.embedding(candidates, selector.successor_codebook)  # [B, L, K, r]
+    return unary.float()[:, :, None, :] + (pred @ succ.transpose(-1, -2)).float()
+
+
+def _conv(layer: nn.Module, name: str) -> BlockConv:
+    conv = getattr(layer, name)
+    assert isinstance(conv, GroupedConv)  # `DFlashDraft._add_dflash2` set it
+    return conv.lean()
+
+
+def _with_convs(stack: LeanStack, layers: nn.ModuleList) -> LeanStack:
+    """The stack with each layer's DFlash2 convolutions, read from the modules that hold them."""
+    convs = [
+        replace(w, attn_conv=_conv(layer, "attention_conv"), mlp_conv=_conv(layer, "mlp_conv"))
+        for w, layer in zip(stack.layers, layers)
+    ]
+    return replace(stack, layers=tuple(convs))
+
+
 class DFlashDraft(nn.Module):
     """The drafter's own weights (parameter names are the checkpoint's keys), run by the lean layers
-    (`models.lean`): the same norm, rotary and attention functions as the target's."""
+    (`models.lean`): the same norm, rotary and attention functions as the target's; a DFlash2 one's
+    layers with their convolutions, and its selector."""
 
     def __init__(self, config: Qwen3Config, layout: DFlashLayout | None = None) -> None:
         super().__init__()
@@ -80,6 +152,17 @@ class DFlashDraft(nn.Module):
         # Built once: it holds the parameters themselves, which moving or casting the module and loading
         # a state dict update in place.
         self.stack = layer_stack(self.layers, config)
+        settings = self.layout.dflash2
+        if settings is not None:
+            self._add_dflash2(config, settings)
+
+    def _add_dflash2(self, config: Qwen3Config, settings: DFlash2Settings) -> None:
+        hidden = config.hidden_size
+        for layer in self.layers:
+            layer.attention_conv = GroupedConv(hidden, settings.conv_taps, settings.conv_group)
+            layer.mlp_conv = GroupedConv(hidden, settings.conv_taps, settings.conv_group)
+        self.candidate_selector = CandidateSelector(hidden, config.vocab_size, settings.selector_rank)
+        self.stack = _with_convs(self.stack, self.layers)
 
     # features [B, T, n * hidden] target hidden states, positions [B, T] -> per layer (K, V) [B, H_kv, T, D]
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[KV]:
@@ -221,6 +304,11 @@ class DFlashLM:
     @torch.inference_mode()
     def block_marginals(self, pending: list[list[int]], length: int, temperature: float) -> torch.Tensor:
         """q [B, L, V] after each row's last pending token (the bonus); the context is the absorbed features."""
+        (q,) = self._block(pending, length, temperature)
+        return q
+
+    def _block(self, pending: list[list[int]], length: int, temperature: float) -> tuple[torch.Tensor, ...]:
+        """`_drafted`'s outputs after each row's last pending token (the bonus), by the block pass."""
         B, S = len(pending), self.block_size
         tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
         tokens[:, 0] = upload(torch.tensor([row[-1] for row in pending]), self.device)
@@ -230,7 +318,7 @@ class DFlashLM:
         context = self._context() or self.model.context_kv(
             torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
         )
-        return self._block_probs(tokens, positions, context, block_allowed(self.slots.valid, S), length, temperature)[0]
+        return self._block_outputs(tokens, positions, context, block_allowed(self.slots.valid, S), length, temperature)
 
     def _context(self) -> list[KV]:
         """Per layer, the cached context keys and values [B, H_kv, S, D]; [] before the first absorb."""
@@ -240,8 +328,8 @@ class DFlashLM:
             if layer.keys is not None and layer.values is not None
         ]
 
-    # tokens, positions [B, Q]; context per layer [B, H_kv, S, D]; allowed [B, 1, Q, S + Q] -> ([B, L, V],)
-    def _block_probs(
+    # tokens, positions [B, Q]; context per layer [B, H_kv, S, D]; allowed [B, 1, Q, S + Q]
+    def _block_outputs(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
@@ -249,15 +337,19 @@ class DFlashLM:
         allowed: torch.Tensor,
         length: int,
         temperature: float,
-    ) -> tuple[torch.Tensor]:
-        layout = self.model.layout
-        block = F.embedding(tokens, self.embed) * layout.embedding_scale
+    ) -> tuple[torch.Tensor, ...]:
+        """The block pass, and what the drafter draws from its drafted positions (`_drafted`)."""
+        block = F.embedding(tokens, self.embed) * self.model.layout.embedding_scale
         hidden = self.model(block, positions, context, allowed, self.layer)
-        return (tempered_probs(draft_logits(hidden[:, 1 : 1 + length], self.head, layout), temperature),)
+        return self._drafted(hidden[:, 1 : 1 + length], tokens[:, 0], temperature)
+
+    # hidden [B, L, D] the drafted positions; root [B] -> (q [B, L, V],)
+    def _drafted(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+        return (tempered_probs(draft_logits(hidden, self.head, self.model.layout), temperature),)
 
     def _fixed_shape_block(
         self, tokens: torch.Tensor, positions: torch.Tensor, length: int, temperature: float
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, ...]:
         """The block pass over the whole capacity C of the context buffers (slots past the valid ones
         masked), from inputs kept per shape: a CUDA graph replays it."""
         assert self.graphs is not None
@@ -276,12 +368,49 @@ class DFlashLM:
         S = self.slots.valid.shape[1]
         inputs.allowed.copy_(block_allowed(F.pad(self.slots.valid, (0, C - S)), Q))  # the slots past S masked
         forward = partial(
-            self._block_probs, inputs.tokens, inputs.positions, buffers, inputs.allowed, length, temperature
+            self._block_outputs, inputs.tokens, inputs.positions, buffers, inputs.allowed, length, temperature
         )
-        (q,) = self.graphs.run(key, forward)
-        assert q is not None
-        return q
+        outputs = self.graphs.run(key, forward)
+        return tuple(out for out in outputs if out is not None)  # a block pass has no None output
 
     @torch.inference_mode()
     def retain(self, rows: torch.Tensor) -> None:
         self.slots.retain(rows.to(self.device))
+
+
+class DFlash2LM(DFlashLM):
+    """A DFlash2 drafter: the DFlash block pass (its layers with their convolutions), then the candidate
+    selector over the top K tokens of each drafted position (`block_law`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = self.model.layout.dflash2
+        assert settings is not None  # `load_dflash_lm` builds this class for DFlash2 checkpoints only
+        self.top_k = settings.selector_top_k
+
+    @torch.inference_mode()
+    def block_law(self, pending: list[list[int]], length: int, temperature: float) -> SelectorLaw:
+        """The law of the L tokens after each row's last pending token (the bonus), at `temperature`."""
+        candidates, conditionals = self._block(pending, length, temperature)
+        return SelectorLaw(candidates, conditionals, self.head.shape[0])
+
+    # hidden [B, L, D]; root [B] -> (candidates [B, L, K], conditionals [B, L, K, K])
+    def _drafted(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+        logits = draft_logits(hidden, self.head, self.model.layout)  # [B, L, V], multiplied and capped
+        # the top K by the logits, ties to the lower token id (one total order on every device)
+        candidates = ranked(torch.softmax(logits.float(), dim=-1).contiguous(), self.top_k)[1]
+        scores = selector_scores(self.model.candidate_selector, hidden, candidates, logits.gather(-1, candidates), root)
+        return candidates, tempered_probs(scores, temperature)
+
+
+def load_dflash_lm(
+    path: str | Path,
+    target_path: str | Path,
+    dtype: str = "float32",
+    device: str = "cpu",
+    passes: str = "eager",
+    compile: bool = False,
+) -> DFlashLM:
+    """A DFlash drafter, or a DFlash2 one where its config.json names the selector (`DFlash2LM`)."""
+    kind = DFlash2LM if read_layout(path).dflash2 is not None else DFlashLM
+    return kind(path, target_path, dtype, device, passes, compile)

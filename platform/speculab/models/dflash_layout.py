@@ -6,6 +6,11 @@ level only), with their defaults: `block_size` 16, `target_layer_ids` spread ove
 layers by `num_target_layers` when neither place lists them. Rotary settings (`rope_theta` or
 `rope_parameters`) are transformers' `Qwen3Config`'s business. This module reads no weights and
 imports no torch, so configuration checks use it before anything loads.
+
+A DFlash2 drafter (vLLM's `qwen3_dflash2.py` layout) names four more settings in the same places:
+`conv_kernel_size` and `conv_group_size` (the dynamic block convolution around each sublayer) and
+`selector_rank` and `selector_top_k` (the candidate selector); a config that names any of them names
+all four, or it is refused by key rather than read as a DFlash one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,49 @@ class DFlashLayout:
     embedding_scale: float = 1.0  # block embeddings times this (authors' input_embedding_scale)
     output_multiplier: float = 1.0  # draft logits times this
     logit_softcap: float | None = None  # cap * tanh(logits / cap), when set and positive
+    dflash2: DFlash2Settings | None = None  # the convolution and the selector; None: a DFlash drafter
+
+
+@dataclass(frozen=True)
+class DFlash2Settings:
+    conv_taps: int  # conv_kernel_size: positions each convolution mixes (itself and taps - 1 before it)
+    conv_group: int  # conv_group_size: channels that share one coefficient correction
+    selector_rank: int  # the codebooks' and the hidden projection's width
+    selector_top_k: int  # K: candidates kept per block position
+
+
+DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+
+
+def is_dflash2(config: dict[str, Any]) -> bool:
+    """A DFlash config.json that names any of DFlash2's settings (in `dflash_config` or at the top level)."""
+    return is_dflash(config) and any(draft_value(config, key)[1] is not None for key in DFLASH2_KEYS)
+
+
+def _dflash2_settings(config: dict[str, Any], errors: list[str]) -> DFlash2Settings | None:
+    """DFlash2's four settings, each a positive integer; the group size divides hidden_size and K is at
+    most vocab_size (the candidates are distinct tokens)."""
+    if not is_dflash2(config):
+        return None
+    values: dict[str, int] = {}
+    for key in DFLASH2_KEYS:
+        where, value = draft_value(config, key)
+        if not (_is_int(value) and value >= 1):
+            errors.append(
+                f"{where}={value!r}: must be a positive integer (DFlash2 names all of {', '.join(DFLASH2_KEYS)})"
+            )
+        else:
+            values[key] = value
+    hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
+    group = values.get("conv_group_size")
+    if group is not None and isinstance(hidden, int) and hidden % group:
+        errors.append(f"{draft_value(config, 'conv_group_size')[0]}={group}: must divide hidden_size={hidden}")
+    top_k = values.get("selector_top_k")
+    if top_k is not None and isinstance(vocab, int) and top_k > vocab:
+        errors.append(f"{draft_value(config, 'selector_top_k')[0]}={top_k}: must be at most vocab_size={vocab}")
+    if len(values) < len(DFLASH2_KEYS):
+        return None
+    return DFlash2Settings(*(values[key] for key in DFLASH2_KEYS))
 
 
 def is_dflash(config: dict[str, Any]) -> bool:
@@ -113,12 +161,13 @@ def dflash_layout(config: dict[str, Any]) -> tuple[DFlashLayout | None, list[str
     scale = _number(config, "input_embedding_scale", 1.0, errors)
     multiplier = _number(config, "output_multiplier", 1.0, errors)
     softcap = _number(config, "final_logit_softcapping", None, errors)
+    dflash2 = _dflash2_settings(config, errors)
     errors += _layer_errors(config)
     if errors:
         return None, errors
     cap = softcap if softcap is not None and softcap > 0 else None
     return DFlashLayout(
-        ids, size, mask, 1.0 if scale is None else scale, 1.0 if multiplier is None else multiplier, cap
+        ids, size, mask, 1.0 if scale is None else scale, 1.0 if multiplier is None else multiplier, cap, dflash2
     ), []
 
 

@@ -5,7 +5,8 @@ cache's peak (`SlotLM`); a `DecoderLM` (`models.hf.TreeLM`, `models.toy.BigramLM
 and extends forests of draft nodes; a `OnePassDrafterLM` (`models.parallel.ParallelDraftLM`) drafts
 the marginals of every position of a block in one pass, and a `FeatureConditionedLM`
 (`models.dflash.DFlashLM`) is one that reads its context as the target's hidden features
-(`FeatureSource`) instead of tokens.
+(`FeatureSource`) instead of tokens; a `SelectorDrafterLM` (`models.dflash.DFlash2LM`) also drafts
+its selector's law (`drafting.selector`).
 An isinstance against one of them looks up every member by name (~10 us in Python 3.11).
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
+from speculab.drafting.selector import SelectorLaw
 from speculab.drafting.tree import DraftTree
 
 if TYPE_CHECKING:
@@ -56,6 +58,13 @@ class FeatureConditionedLM(OnePassDrafterLM, Protocol):
     """Reads its context as the target's hidden features of it (DFlash), not as tokens."""
 
     def absorb(self, features: torch.Tensor, valid: torch.Tensor) -> None: ...  # [B, T, n * hidden], [B, T]
+
+
+@runtime_checkable
+class SelectorDrafterLM(FeatureConditionedLM, Protocol):
+    """Draws its block from a candidate selector's chain (DFlash2), whose law it returns."""
+
+    def block_law(self, pending: list[list[int]], length: int, temperature: float) -> SelectorLaw: ...
 
 
 @runtime_checkable

@@ -15,7 +15,8 @@ OPT's queries scaled before the attention; a gated MLP (SwiGLU, Gemma's GELU-tan
 gate and up), a plain two-projection MLP (OPT, GPT-2, GPT-NeoX, Falcon), or a mixture-of-experts
 block kept as transformers' module (Qwen3-MoE); attention and MLP in sequence, or in parallel
 on the same input (GPT-NeoX, Falcon). The DFlash drafter's Qwen3 layers run here too
-(`models.dflash`: `key_values` of the target's features).
+(`models.dflash`: `key_values` of the target's features), and DFlash2's with a dynamic block convolution
+around the attention and the MLP (`BlockConv`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,20 @@ class PlainMLP:
 
 
 @dataclass(frozen=True)
+class BlockConv:
+    """DFlash2's grouped dynamic depthwise convolution along a block, around one sublayer.
+
+    Tap t mixes each channel of the position t steps back in the block (none before the block's first
+    position: the block is the whole query). Its coefficient is a learned per-channel base plus a
+    per-group correction projected from the sublayer's input, so one projection of that input gives
+    the taps for both sides: the input's (before the sublayer) and the output's (after it)."""
+
+    base: torch.Tensor  # [2, taps, D] the learned kernel, side 0 (input) and side 1 (output)
+    projection: Linear  # [2 * taps * G, D] the coefficients' correction per group of `group` channels
+    group: int  # channels per group; G = D // group
+
+
+@dataclass(frozen=True)
 class LeanLayer:
     attn_norm: Norm  # before the attention (after it with post-norms)
     mlp_norm: Norm | None  # before the MLP (after it); None: the MLP reads the attention's normed input (Falcon-7B)
@@ -89,6 +104,8 @@ class LeanLayer:
     ffn: GatedMLP | PlainMLP | torch.nn.Module  # a module: a mixture-of-experts block (Qwen3-MoE), run as it is
     q_norm: torch.Tensor | None = None  # [hd] Qwen3's per-head query RMSNorm
     k_norm: torch.Tensor | None = None  # [hd] Qwen3's per-head key RMSNorm
+    attn_conv: BlockConv | None = None  # DFlash2: around the attention (o_proj included)
+    mlp_conv: BlockConv | None = None  # DFlash2: around the MLP
 
 
 # rms: Llama's (the weight multiplies after the cast back); rms_float32: Gemma's (in float32, then the
@@ -205,6 +222,36 @@ def key_values(
     return positioned(stack, k, w.k_norm, cos, sin), v.transpose(1, 2)
 
 
+# x [B, N, D]; delta [B, N, taps, G] the corrections; base [taps, D] -> [B, N, D]
+def block_convolve(x: torch.Tensor, delta: torch.Tensor, base: torch.Tensor, group: int) -> torch.Tensor:
+    """sum_t (base_t + delta_t) * x shifted t positions down the block (zeros shifted in)."""
+    B, N, D = x.shape
+    taps = base.shape[0]
+    grouped = x.view(B, N, D // group, group)
+    coefficients = base.view(1, 1, taps, D // group, group) + delta[..., None]  # [B, N, taps, G, group]
+    out = coefficients[:, :, 0] * grouped
+    for tap in range(1, min(taps, N)):
+        shifted = F.pad(grouped[:, : N - tap], (0, 0, 0, 0, tap, 0))
+        out = out + coefficients[:, :, tap] * shifted
+    return out.reshape(B, N, D)
+
+
+# x [B, N, D] a sublayer's input -> (convolved input [B, N, D], the output side's corrections [B, N, taps, G])
+def conv_before(conv: BlockConv | None, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if conv is None:
+        return x, None
+    taps = conv.base.shape[1]
+    delta = linear(conv.projection, x).unflatten(-1, (2, taps, -1))  # [B, N, 2, taps, G]
+    return block_convolve(x, delta[:, :, 0], conv.base[0], conv.group), delta[:, :, 1]
+
+
+# y [B, N, D] the sublayer's output; delta from `conv_before` on its input
+def conv_after(conv: BlockConv | None, y: torch.Tensor, delta: torch.Tensor | None) -> torch.Tensor:
+    if conv is None or delta is None:
+        return y
+    return block_convolve(y, delta, conv.base[1], conv.group)
+
+
 # x [B, N, D] a layer's normed input
 def mlp(w: LeanLayer, x: torch.Tensor) -> torch.Tensor:
     f = w.ffn
@@ -230,20 +277,22 @@ def lean_layer(
     keep transformers' order of additions wherever it matters to rounding."""
     B, N, _ = hidden.shape
     x = norm(stack, hidden, w.attn_norm) if stack.pre_norm else hidden
+    x, attn_delta = conv_before(w.attn_conv, x)
     q, k, v = projections(stack, w, x)
     k, v = kv.update(positioned(stack, k, w.k_norm, cos, sin), v.transpose(1, 2))
     q = positioned(stack, q, w.q_norm, cos, sin)
     if stack.query_scale is not None:  # OPT: scaled here, and the attention scales by 1
         q = q * stack.query_scale
     out = attention(q, k, v, mask, None if stack.query_scale is None else 1.0)
-    attended = linear(w.o, out.transpose(1, 2).reshape(B, N, -1))
+    attended = conv_after(w.attn_conv, linear(w.o, out.transpose(1, 2).reshape(B, N, -1)), attn_delta)
     if stack.parallel:  # (mlp + attention) + input, as GPT-NeoX adds them (Falcon: the same sum)
         return mlp(w, x if w.mlp_norm is None else norm(stack, hidden, w.mlp_norm)) + attended + hidden
     hidden = hidden + attended
     if not stack.pre_norm:
         hidden = norm(stack, hidden, w.attn_norm)
     assert w.mlp_norm is not None  # a sequential layer has a norm of its own around the MLP
-    hidden = hidden + mlp(w, norm(stack, hidden, w.mlp_norm) if stack.pre_norm else hidden)
+    m, mlp_delta = conv_before(w.mlp_conv, norm(stack, hidden, w.mlp_norm) if stack.pre_norm else hidden)
+    hidden = hidden + conv_after(w.mlp_conv, mlp(w, m), mlp_delta)
     return hidden if stack.pre_norm else norm(stack, hidden, w.mlp_norm)
 
 

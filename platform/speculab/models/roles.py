@@ -22,12 +22,14 @@ from speculab.drafting.ahead import AheadState, draft_ahead
 from speculab.drafting.ddtree import Marginals, greedy_marginals
 from speculab.drafting.iid import sample_iid_paths
 from speculab.drafting.sampling import SamplingParams, draft_uniforms, tempered_probs
+from speculab.drafting.selector import selector_marginals
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.models.kinds import (
     DecoderLM,
     FeatureConditionedLM,
     FeatureSource,
     OnePassDrafterLM,
+    SelectorDrafterLM,
     TokenLM,
     TransformersLM,
 )
@@ -113,9 +115,9 @@ def _parallel_lm(spec: LMSpec) -> OnePassDrafterLM:
 
 
 def _dflash_lm(spec: LMSpec) -> OnePassDrafterLM:
-    from speculab.models.dflash import DFlashLM
+    from speculab.models.dflash import load_dflash_lm
 
-    return DFlashLM(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes, spec.compile)
+    return load_dflash_lm(spec.path, spec.target_path, spec.dtype, spec.device, spec.passes, spec.compile)
 
 
 Loader = Callable[[LMSpec], DecoderLM | OnePassDrafterLM]
@@ -294,11 +296,14 @@ class DraftModel:
 
     def marginals(self, length: int, temperature: float) -> Marginals:
         """Root [B] and q [B, L, V] for DDTree: a one-pass drafter's pass (a DFlash one first
-        absorbs the features committed since), or the greedy rollout of an autoregressive draft
-        (`ar_marginals`, L passes)."""
+        absorbs the features committed since; a DFlash2 one's law, with its marginals as q), or the
+        greedy rollout of an autoregressive draft (`ar_marginals`, L passes)."""
         if isinstance(self.lm, OnePassDrafterLM):
             start, absorbed = time.perf_counter(), self._absorb_pending()
             absorb_s = time.perf_counter() - start
+            if isinstance(self.lm, SelectorDrafterLM):
+                law = self.lm.block_law(self.pending, length, temperature)
+                return Marginals(self._root(), selector_marginals(law), absorbed, absorb_s, selector=law)
             # q stays on the drafter's device: on a GPU the tree is built there (`best_first`), with no
             # [B, L, V] copy to the host and back each round
             q = self.lm.block_marginals(self.pending, length, temperature)

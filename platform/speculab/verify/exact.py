@@ -109,6 +109,10 @@ class ToyModel:
     one_hot: bool = False
     table: tuple[float, ...] | None = None
 
+    def at(self, context: Context) -> ToyModel:
+        """The draft of a round that starts after ``context``: this model, whose law reads whole prefixes."""
+        return self
+
     def __call__(self, prefix: Context) -> torch.Tensor:
         """``[V]`` float64 next-token distribution after ``prefix``."""
         if self.table is not None:
@@ -118,7 +122,47 @@ class ToyModel:
         return _random_distribution(gen, self.vocab, self.zeros, self.one_hot)
 
 
-def sequence_probability(model: ToyModel, context: Context, tokens: Context) -> float:
+@dataclass(frozen=True)
+class RoundDraft:
+    """A round's draft law over its drafted prefixes, read as a model of whole prefixes (context first)."""
+
+    vocab: int
+    context: Context
+    law: Callable[[Context, Context], torch.Tensor]  # (context, drafted prefix) -> [V]
+
+    def __call__(self, prefix: Context) -> torch.Tensor:
+        return self.law(self.context, prefix[len(self.context) :])
+
+
+@dataclass(frozen=True)
+class SelectorToy:
+    """A DFlash2-shaped draft (`speculab.drafting.selector`): at depth d of a round after ``context``,
+    ``k`` candidate tokens drawn from the context and d alone, and a distribution over them that
+    depends on the token before (the context's last token at d = 0) and on the context; one-hot at
+    the largest with ``one_hot`` (T = 0, the best path)."""
+
+    vocab: int
+    seed: int
+    k: int
+    one_hot: bool = False
+
+    def at(self, context: Context) -> RoundDraft:
+        return RoundDraft(self.vocab, context, self._law)
+
+    def _law(self, context: Context, drafted: Context) -> torch.Tensor:
+        depth = len(drafted)
+        gen = torch.Generator().manual_seed(hash((self.seed, "candidates", context, depth)) & 0x7FFFFFFF)
+        candidates = torch.randperm(self.vocab, generator=gen)[: self.k]
+        before = drafted[-1] if drafted else (context[-1] if context else -1)
+        gen = torch.Generator().manual_seed(hash((self.seed, "scores", context, depth, before)) & 0x7FFFFFFF)
+        weights = _random_distribution(gen, self.k, False, self.one_hot)
+        return torch.zeros(self.vocab, dtype=torch.float64).index_put_((candidates,), weights)
+
+
+Draft = ToyModel | RoundDraft
+
+
+def sequence_probability(model: Draft, context: Context, tokens: Context) -> float:
     """The model's probability of ``tokens`` after ``context``."""
     prob = 1.0
     for i, token in enumerate(tokens):
@@ -126,7 +170,7 @@ def sequence_probability(model: ToyModel, context: Context, tokens: Context) -> 
     return prob
 
 
-def path_distribution(model: ToyModel, context: Context, length: int) -> Iterator[tuple[Context, float]]:
+def path_distribution(model: Draft, context: Context, length: int) -> Iterator[tuple[Context, float]]:
     """Every path of ``length`` tokens with positive probability after ``context``."""
     for tokens in itertools.product(range(model.vocab), repeat=length):
         prob = sequence_probability(model, context, tokens)
@@ -143,7 +187,7 @@ def target_distribution(target: ToyModel, length: int, context: Context = ()) ->
 
 
 def verifier_inputs(
-    target: ToyModel, draft: ToyModel, context: Context, paths: tuple[Context, ...]
+    target: ToyModel, draft: Draft, context: Context, paths: tuple[Context, ...]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The contract's per-prompt tensors: paths ``[K, L]``, p ``[K, L+1, V]``, q ``[K, L, V]``."""
     p = torch.stack([torch.stack([target(context + path[:t]) for t in range(len(path) + 1)]) for path in paths])
@@ -170,7 +214,7 @@ class RoundOutcome:
 def round_outcomes(
     reference: Reference,
     target: ToyModel,
-    draft: ToyModel,
+    draft: ToyModel | SelectorToy,
     paths: int,
     length: int,
     context: Context = (),
@@ -178,12 +222,13 @@ def round_outcomes(
 ) -> list[RoundOutcome]:
     """Exact distribution of one round: every draft of ``paths`` i.i.d. paths, every decision."""
     merged: dict[tuple, RoundOutcome] = {}
-    singles = list(path_distribution(draft, context, length))
+    drafts = draft.at(context)
+    singles = list(path_distribution(drafts, context, length))
     for draft_set in itertools.product(singles, repeat=paths):
         draft_prob = 1.0
         for _, prob in draft_set:
             draft_prob *= prob
-        tensors = verifier_inputs(target, draft, context, tuple(path for path, _ in draft_set))
+        tensors = verifier_inputs(target, drafts, context, tuple(path for path, _ in draft_set))
         for verdict, prob in enumerate_outcomes(lambda d: reference(*tensors, d, carry)):
             tokens = tuple(verdict.rows()[0])
             key = (tokens, carry_key(verdict.carry))
@@ -210,7 +255,7 @@ def expected_accepted(outcomes: list[RoundOutcome]) -> float:
 
 
 def decode_distribution(
-    reference: Reference, target: ToyModel, draft: ToyModel, paths: int, length: int, tokens: int
+    reference: Reference, target: ToyModel, draft: ToyModel | SelectorToy, paths: int, length: int, tokens: int
 ) -> dict[Context, float]:
     """Exact distribution of the first ``tokens`` tokens of speculative decoding, carry included."""
     dist: dict[Context, float] = defaultdict(float)
