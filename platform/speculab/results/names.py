@@ -77,6 +77,7 @@ METRICS: tuple[Metric, ...] = (
         "SGLang's accept length): block_efficiency before eos or max-new-tokens cut a round",
         **PER_PROMPT,
     ),
+    *REQUEST_METRICS,  # beside it: the same length, the prompts' own averaged
     Metric(
         "first_accept_rate",
         "first/accept_rate",
@@ -192,7 +193,6 @@ LIVE_METRICS: tuple[Metric, ...] = tuple(
 )
 EVERY = (
     *METRICS,
-    *REQUEST_METRICS,
     *ACCEPTANCE_METRICS,
     *CATEGORY_METRICS,
     *RUNTIME_METRICS,
