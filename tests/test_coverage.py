@@ -27,6 +27,7 @@ from speculab.core.engine import decode
 from speculab.core.measure import Sample, paired_ratios
 from speculab.registry import get_verifier
 from speculab.results.figures import acceptance_by_depth, per_round
+from speculab.results.names_acceptance import PER_REQUEST_FLOOR
 from speculab.results.ratios import speedup
 from speculab.stats import CONFIDENCE, MEDIAN, MIN_CLUSTERS, MIN_UNITS, Totals, log_ratio, median_estimate
 from support.engine import TOY_PROMPTS, settings, toy_roles
@@ -192,6 +193,25 @@ def test_an_acceptance_figures_interval_covers_the_population_ratio(beta: tuple[
             found = log_ratio(Totals.of((1, numerator), (-1, rounds))).interval()
             held[i] += found is not None and found[0] <= truths[i] <= found[1]
     assert np.all(np.abs(held / TRIALS - CONFIDENCE) <= SLACK), (beta, n, held / TRIALS)
+
+
+@pytest.mark.parametrize("beta", [(8, 2), (0.5, 2)], ids=["alike", "code and prose"])
+@pytest.mark.parametrize("n", [PER_REQUEST_FLOOR, 32])
+def test_the_per_request_acceptance_lengths_interval_covers_the_population_mean(
+    beta: tuple[float, float], n: int
+) -> None:
+    """The mean over prompts of each prompt's own acceptance length (`acceptance_length_per_request`, the
+    lengths' total over the prompts' count), prompts decoded as above: it covers the population's mean from
+    PER_REQUEST_FLOOR prompts on (at 12 on code and prose: 0.91, so no interval is printed there)."""
+    rng = np.random.default_rng(100 + n)
+    kept, rounds, _ = decode_prompts(np.random.default_rng(98), 500_000, beta)
+    population = float(np.mean(kept / rounds))
+    held = 0
+    for _ in range(TRIALS):
+        kept, rounds, _ = decode_prompts(rng, n, beta)
+        found = log_ratio(Totals.of((1, kept / rounds), (-1, np.ones(n)))).interval()
+        held += found is not None and found[0] <= population <= found[1]
+    assert abs(held / TRIALS - CONFIDENCE) <= SLACK, (beta, n, held / TRIALS)
 
 
 def test_acceptance_figures_carry_an_interval_from_twelve_prompts_and_a_standard_error_below() -> None:

@@ -4,7 +4,8 @@
 
 Runs a tiny sweep of the shipped pair into a temporary SQLite store, serves it with `mlflow ui`
 on a loopback port, opens the experiment's runs table (through the link speculab prints), a
-point's run page, its per-prompt table, the sweep's parent run and the `report/` files
+point's run page, its per-prompt table and its acceptance per request, the sweep's parent run (its figure
+per request and its table) and the `report/` files
 `speculab-report --run PARENT` logged to it in headless Chromium
 (Debian's `chromium` and `chromium-driver`; `apt-get install chromium chromium-driver`), saves
 a screenshot of each into --out and asserts from the rendered page that the runs table lists
@@ -34,6 +35,9 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from speculab.results.names import mlflow_name
+from speculab.results.profile import PROFILE_ARTIFACT
+from speculab.results.requests import REQUESTS_ARTIFACT
+from speculab.show.requests import FILE as REQUESTS_FIGURE
 from speculab.tracking.spool import HEADLINE_TAG, PARENT_TAG, VERDICT_TAG
 from speculab.tracking.ui import VIEW_KEY, VIEW_NAME, run_page, table_metrics
 
@@ -197,6 +201,35 @@ def check(fact: bool, what: str) -> None:
     print(f"ui_check: ok: {what}")
 
 
+def shown_artifact(driver: WebDriver, page: str, name: str, shot: Path) -> str:
+    """The artifacts tab of a run's ``page`` with ``name`` opened in it, as a screenshot at ``shot``."""
+    text = page_text(driver, page.replace("?", "/artifacts?"), name)
+    driver.find_element(By.XPATH, f"//*[normalize-space(text())='{name}']").click()
+    time.sleep(3)  # an image loads after its name is clicked
+    driver.save_screenshot(str(shot))
+    return text
+
+
+def per_request(driver: WebDriver, point_page: str, parent_page: str, out: Path) -> None:
+    """Issue 75's facts: a point's page and its sweep's parent show the acceptance per request (the figure and
+    both means), the point holds its speculation profile and per-request records, and the sweep's table has
+    both acceptance lengths as columns."""
+    text = shown_artifact(driver, point_page, REQUESTS_FIGURE, out / "point_per_request.png")
+    check(
+        PROFILE_ARTIFACT in text and REQUESTS_ARTIFACT in text,
+        f"a point's artifacts hold its figure per request, {PROFILE_ARTIFACT} and {REQUESTS_ARTIFACT}",
+    )
+    page_text(driver, point_page, "Description")
+    click_text(driver, "Show more")  # the acceptance line follows the sweep's verdicts and the headline
+    text = page_text(driver, driver.current_url, "per request")
+    check("per step" in text, "a point's description gives the acceptance length both ways (after Show more)")
+    shown_artifact(driver, parent_page, REQUESTS_FIGURE, out / "parent_per_request.png")
+    driver.find_element(By.XPATH, "//*[normalize-space(text())='sweep_points.json']").click()
+    text = page_text(driver, driver.current_url, "acceptance_length_per_request")
+    driver.save_screenshot(str(out / "parent_table_per_request.png"))
+    check("acceptance_length" in text, "the sweep's table has the acceptance length per step and per request")
+
+
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a killed check still stops its server and browser
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -281,6 +314,7 @@ def main() -> None:
             text = page_text(driver, driver.current_url, "HumanEval/")
             driver.save_screenshot(str(args.out / "point_records.png"))
             check("accepted" in text and "stop" in text, "the per-prompt records show as a table")
+            per_request(driver, point_page, parent_page, args.out)
             text = page_text(driver, parent_page, "Ranked by speedup_vs_ar")
             driver.save_screenshot(str(args.out / "parent_run.png"))
             verdict = [word for word in ("Fastest:", "No single fastest point", "No verdict") if word in text]

@@ -61,6 +61,9 @@ class DrafterSpec:
     # its marginals come with a candidate selector's law (`drafting.selector`): paths drawn from it carry
     # their q, so the path verifiers with i.i.d. paths take it too
     selector: bool = False
+    # its method as the field's tools name it (specdec_bench's `method` in a speculation profile): what a
+    # profile another tool wrote is matched against (`results.profile`)
+    field_method: str = "draft_model"
 
 
 DRAFTERS: dict[str, DrafterSpec] = {
@@ -86,6 +89,7 @@ DRAFTERS: dict[str, DrafterSpec] = {
             "parallel drafter",
             marker="block.json",
             block_file="block.json",
+            field_method="parallel",
         ),
         DrafterSpec(
             "dflash",
@@ -98,6 +102,7 @@ DRAFTERS: dict[str, DrafterSpec] = {
             marker="config.json",
             target_features=True,
             block_file="config.json",
+            field_method="dflash",
         ),
         DrafterSpec(
             "dflash2",
@@ -111,6 +116,7 @@ DRAFTERS: dict[str, DrafterSpec] = {
             target_features=True,
             block_file="config.json",
             selector=True,
+            field_method="dflash2",
         ),
     )
 }
@@ -129,6 +135,9 @@ class AlgorithmSpec:
     lossless_paths: int | None = None  # the largest K certified lossless by exact enumeration (None: every K)
     node_rules: tuple[str, ...] = ()  # `algorithm.node_rule` choices, the first is the default
     tree_builder: bool = False  # verifies one deterministic tree per prompt (`algorithm.tree`, `algorithm.budget`)
+    # whether depth j's verdict looks at depths 1..j only, so that tau is the longest accepted prefix and a
+    # run at a shorter L accepts tau cut there (specdec_bench's `longest_prefix` verification)
+    longest_prefix: bool = False
 
     def lossless(self, paths: int) -> bool:
         """Whether the exact certificates cover this algorithm with K = ``paths``."""
@@ -172,6 +181,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             token_verify_reference,
             SINGLE_PATH_DRAFTERS,
             False,
+            longest_prefix=True,
         ),
         AlgorithmSpec(
             "block",

@@ -74,6 +74,20 @@ def test_jsonl_loads_prompts_ids_and_chat_flag(tmp_path: Path) -> None:
     assert load_prompts("jsonl", num_prompts=1, path=path) == [Prompt("prompts/1", "a", False)]
 
 
+def test_jsonl_prompts_carry_their_category(tmp_path: Path) -> None:
+    path = _write(tmp_path, json.dumps({"prompt": "a", "category": "coding"}), json.dumps({"prompt": "b"}))
+    assert [p.category for p in load_prompts("jsonl", path=path)] == ["coding", None]
+    shipped = Path(__file__).parents[1] / "fixtures" / "mt_bench_style.jsonl"
+    assert {p.category for p in load_prompts("jsonl", path=str(shipped))} == {"coding", "writing"}
+
+
+@pytest.mark.parametrize("category", [3, "", "two words", "x" * 65])
+def test_a_jsonl_category_that_cannot_name_a_metric_is_refused_naming_the_line(tmp_path: Path, category) -> None:
+    path = _write(tmp_path, json.dumps({"prompt": "a", "category": category}))
+    with pytest.raises(ValueError, match=r"prompts.jsonl:1: the optional `category` field must be a string of 1-64"):
+        load_prompts("jsonl", path=path)
+
+
 @pytest.mark.parametrize("path", [None, "/nonexistent/prompts.jsonl"])
 def test_jsonl_without_a_file_names_dataset_path(path: str | None) -> None:
     for check in (lambda: check_dataset("jsonl", path), lambda: load_prompts("jsonl", path=path)):
@@ -113,7 +127,7 @@ def _fake_datasets(monkeypatch: pytest.MonkeyPatch, load_dataset) -> None:
 def test_hf_loader_reads_the_spec_table(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = {
         "tatsu-lab/alpaca": [{"instruction": "Sort.", "input": "3 1 2"}, {"instruction": "Hi.", "input": ""}],
-        "HuggingFaceH4/mt_bench_prompts": [{"prompt": ["first turn", "second turn"]}],
+        "HuggingFaceH4/mt_bench_prompts": [{"prompt": ["first turn", "second turn"], "category": "Humanities & Arts"}],
     }
     calls = []
 
@@ -123,7 +137,7 @@ def test_hf_loader_reads_the_spec_table(monkeypatch: pytest.MonkeyPatch) -> None
 
     _fake_datasets(monkeypatch, load_dataset)
     assert load_prompts("alpaca") == [Prompt("alpaca/0", "Sort.\n\n3 1 2", True), Prompt("alpaca/1", "Hi.", True)]
-    assert load_prompts("mt_bench", num_prompts=5) == [Prompt("mt_bench/0", "first turn", True)]
+    assert load_prompts("mt_bench", num_prompts=5) == [Prompt("mt_bench/0", "first turn", True, "Humanities_Arts")]
     assert calls == [("tatsu-lab/alpaca", None, "train"), ("HuggingFaceH4/mt_bench_prompts", None, "train")]
 
 

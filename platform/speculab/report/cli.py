@@ -10,6 +10,7 @@ experiment's `report` run), so the MLflow UI shows them beside the sweep.
     speculab-report --preset gbv_table1
     speculab-report --experiment speculab --uri http://mlflow:5000
     speculab-report --run <parent run id> --out reports/my-sweep
+    speculab-report --experiment speculab --profile speculation_profile.json   # another tool's, beside the runs
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ from speculab.report.presets import (
     preset_report,
     presets,
 )
+from speculab.report.profiles import profile_grid
 from speculab.report.render import console_table, csv_text, markdown
 from speculab.report.tables import grids, layout_of
+from speculab.results.profile_read import ProfileError, read_profile
 from speculab.tracking.spool import KIND_TAG, NOTE_TAG, fail_fast
 from speculab.tracking.store import store_client
 
@@ -108,11 +111,13 @@ def report_run(client: MlflowClient, source: Source) -> str:
     return run.info.run_id
 
 
-def write(source: Source, out: Path) -> list[Path]:
-    """tables.md, one CSV per table and the plots that apply, under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+def write(source: Source, out: Path, profiles: list[Path] | None = None) -> list[Path]:
+    """tables.md, one CSV per table and the plots that apply, under ``out``; each of ``profiles`` (speculation
+    profiles another tool wrote) first, beside the runs of its pair and method (`report.profiles`)."""
     report = preset_report(source.layout)
-    laid = grids(layout_of(report), source.points, report.acceptance_note or "")
+    beside = [profile_grid(read_profile(path), path, source.points) for path in profiles or []]
+    out.mkdir(parents=True, exist_ok=True)
+    laid = beside + grids(layout_of(report), source.points, report.acceptance_note or "")
     intro = f"# {source.name}\n\n{len(source.points)} finished point run(s); layout `{source.layout}`.\n\n"
     files = [out / "tables.md"]
     files[0].write_text(intro + "\n".join(markdown(grid) for grid in laid))
@@ -162,6 +167,14 @@ def main(argv: list[str] | None = None) -> None:
     what.add_argument("--preset", help=f"a conf/experiment preset: {', '.join(presets())}")
     what.add_argument("--experiment", help="an MLflow experiment name: its finished points, the newest run of each")
     what.add_argument("--run", metavar="PARENT_RUN_ID", help="a sweep's parent run: its finished points")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        action="append",
+        metavar="FILE",
+        help="a speculation_profile.json another tool wrote (specdec_bench schema 1.0), laid beside the runs of "
+        "its pair and method; may be given more than once",
+    )
     parser.add_argument("--uri", help="MLflow tracking URI (default: sqlite:///<cwd>/mlflow.db, as speculab)")
     parser.add_argument("--out", type=Path, help="where the files go (default: reports/<name>)")
     parser.add_argument("--no-log", action="store_true", help="write the files only; log nothing to MLflow")
@@ -182,10 +195,10 @@ def main(argv: list[str] | None = None) -> None:
             source = preset_source(client, args.preset)
         else:
             source = experiment_source(client, args.experiment)
-    except ReportError as err:
+        files = write(source, args.out or Path("reports") / slug(source.name), args.profile)
+    except (ReportError, ProfileError) as err:
         print(f"speculab-report: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    files = write(source, args.out or Path("reports") / slug(source.name))
     print("speculab-report: wrote " + ", ".join(str(f) for f in files))
     if not args.no_log:
         run_id = report_run(client, source)

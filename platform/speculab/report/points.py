@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from speculab.config.report import DIMENSIONS
 from speculab.results.point import PointResult, PointShape
+from speculab.results.profile import checkpoint_id
 from speculab.tracking.resume import logged_metrics, logged_units
 from speculab.tracking.spool import KIND_TAG, MEMBER, PARENT_TAG, POINT_TAG, member_tag
 
@@ -31,6 +32,7 @@ class Point:
     name: str
     start_time: int
     result: PointResult
+    pair: tuple[str, str] = ("", "")  # its target's and draft's checkpoint ids (`results.profile.checkpoint_id`)
 
 
 class ReportError(ValueError):
@@ -83,7 +85,8 @@ def read_point(client: MlflowClient, run: Run) -> Point:
     shape = PointShape.from_params(run.data.params)
     logged = logged_metrics(client, run.info.run_id, dict(run.data.metrics))
     result = PointResult.from_logged(shape, logged, logged_units(client, run.info.run_id))
-    return Point(run.info.run_id, run.info.run_name or run.info.run_id, run.info.start_time, result)
+    pair = tuple(checkpoint_id(run.data.params.get(f"model.{role}_dir", "")) for role in ("target", "draft"))
+    return Point(run.info.run_id, run.info.run_name or run.info.run_id, run.info.start_time, result, (pair[0], pair[1]))
 
 
 def read_points(client: MlflowClient, runs: list[Run]) -> list[Point]:

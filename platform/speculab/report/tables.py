@@ -7,6 +7,7 @@ from __future__ import annotations
 from speculab.config.report import COLUMNS, ReportColumn, ReportConfig
 from speculab.report.layout import Grid, Table, lay_out
 from speculab.report.points import Point
+from speculab.report.profiles import category_grids
 from speculab.results.names import COMPARED, compare_key, compared_verifiers
 from speculab.show.acceptance import reached_depth
 from speculab.stats import MIN_CLUSTERS, MIN_UNITS
@@ -98,8 +99,10 @@ def compare_columns(points: list[Point]) -> tuple[ReportColumn, ...]:
 
 def grids(layout: tuple[Table, ...], points: list[Point], paper: str = "") -> list[Grid]:
     """The layout's tables, acceptance by depth (``paper``: what the layout's paper shows of it) when runs
-    logged it, and the paired comparison when runs logged `compare/` figures."""
+    logged it, acceptance by prompt category when their prompts carried one, and the paired comparison when
+    runs logged `compare/` figures."""
     laid = [lay_out(table, points, CI_NOTE) for table in (*layout, *acceptance_tables(points, paper))]
+    laid += category_grids(points)
     if columns := compare_columns(points):
         laid.append(lay_out(Table("paired_comparison", "Paired comparison", ("Method",), columns), points, SE_NOTE))
     return laid

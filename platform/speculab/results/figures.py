@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from speculab.core.measure import Sample, Timings, UnitTotals, paired_ratios
 from speculab.core.paired import PromptSums
 from speculab.core.records import PromptRecord, RoundRecord, RunResult, concat_runs
 from speculab.results.names import BASELINE_AR, Figures, compare_key
+from speculab.results.names_acceptance import CATEGORY
 from speculab.results.ratios import speedup, throughput
+from speculab.results.requests import mean_over_requests, requests_of
 from speculab.stats import Estimate, Totals, median_estimate, ratio_of_totals
 
 PHASES = ("draft", "target", "verify", "other")  # the wall time's split: `time_<phase>_s`, `share_<phase>`
@@ -46,6 +49,7 @@ def run_figures(run: RunResult) -> Figures:
         "accepted_mean": per_round(run, lambda p: sum(p.accepted)),
         # the field's figure (vLLM, SGLang): 1 + accepted drafts per round, before eos or the budget cut a round
         "acceptance_length": per_round(run, lambda p: sum(p.accepted) + len(p.accepted)),
+        **per_request(run),
         **first_position(run),
         **drafted_ahead(run),
         **draft_actor_time(run),
@@ -76,6 +80,37 @@ def per_round(run: RunResult, count: Callable[[PromptRecord], int]) -> Estimate:
     over prompts. ``count``: a prompt's total of the count."""
     prompts = [p for p in run.prompts if p.accepted]
     return per_prompt_ratio([float(count(p)) for p in prompts], [float(len(p.accepted)) for p in prompts])
+
+
+def per_request(run: RunResult) -> dict[str, Estimate]:
+    """The mean of the prompts' own acceptance lengths (none for a run that drafted nothing)."""
+    requests = requests_of(run) if run.length else []
+    return {"acceptance_length_per_request": mean_over_requests(requests)} if requests else {}
+
+
+def category_figures(run: RunResult, categories: list[str | None]) -> Figures:
+    """`category/<category>/...` for each category the prompts carry (none where no prompt has one): the
+    acceptance length both ways and block efficiency over the category's prompts alone. ``categories``
+    [prompt], in the run's prompt order."""
+    grouped: dict[str, list[PromptRecord]] = {}
+    for record, category in zip(run.prompts, categories, strict=True):
+        if category is not None and record.accepted:
+            grouped.setdefault(category, []).append(record)
+    figures: dict[str, Estimate | float] = {}
+    for category, prompts in sorted(grouped.items()):
+        own, stem = replace(run, prompts=prompts), f"{CATEGORY}{category}/"
+        figures |= {
+            f"{stem}acceptance_length": per_round(own, lambda p: sum(p.accepted) + len(p.accepted)),
+            f"{stem}acceptance_length_per_request": mean_over_requests(requests_of(own)),
+            f"{stem}block_efficiency": per_round(own, lambda p: len(p.tokens)),
+            f"{stem}prompts": float(len(prompts)),
+        }
+    return Figures(figures)
+
+
+def categories_of(figures: Figures) -> list[str]:
+    """The categories a point's figures hold, in the table's order."""
+    return list(dict.fromkeys(key.split("/")[1] for key in figures if key.startswith(CATEGORY)))
 
 
 def first_position(run: RunResult) -> dict[str, float]:
@@ -221,6 +256,13 @@ def acceptance_histogram(run: RunResult) -> dict[int, int]:
         for tau in record.accepted:
             counts[tau] = counts.get(tau, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def histogram_by_draft_length(run: RunResult) -> dict[int, dict[int, int]]:
+    """Draft length -> `acceptance_histogram` of the rounds that drafted it (vLLM's histogram per draft
+    length). Every round of a run drafts its L today, so a run has one; a sweep over L has one a point."""
+    counts = acceptance_histogram(run)
+    return {run.length: counts} if counts and run.length else {}
 
 
 def paired_figures(sums: PromptSums, configured: str) -> Figures:

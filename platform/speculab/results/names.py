@@ -4,8 +4,8 @@ back), the only place that knows how an interval or a standard error is spelled 
 
 A key is what the code and the console use (`tokens_per_s`, `alpha_3`); the MLflow name groups
 figures in MLflow's chart view by the prefix before "/": the headline figures carry none and come
-first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/`, `ahead/`
-and `accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
+first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/`, `ahead/`,
+`accept/` and `category/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
 number or a name fills. A baseline's figures are logged under `baseline_ar/<key>` and
 `baseline_hf/<key>`. `python -m speculab.results.names_table` prints the table of docs/architecture.md.
 """
@@ -15,26 +15,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cache
 
-from speculab.stats import BOOTSTRAP_T, MEDIAN, RATIO, Estimate
+from speculab.results.metric import PER_PROMPT, PER_UNIT, TYPICAL, Metric
+from speculab.results.names_acceptance import ACCEPTANCE_METRICS, CATEGORY_METRICS, REQUEST_METRICS
+from speculab.stats import RATIO, Estimate
 
 LOW, HIGH, SE = "_ci_low", "_ci_high", "_se"  # an interval's ends and a standard error, after the MLflow name
-
-
-@dataclass(frozen=True)
-class Metric:
-    key: str  # the code's and the console's name; `<j>`, `<n>`, `<verifier>`, `<what>`: a family
-    mlflow: str  # the name logged to MLflow
-    meaning: str
-    spread: str = ""  # how its interval is found (`speculab.stats`): `<mlflow>_ci_low`, `_ci_high` beside it
-    over: str = ""  # the count it is a figure over (`units` or `prompts`), where it has a spread
-
-
-PER_PROMPT = dict(spread=BOOTSTRAP_T, over="prompts")  # an acceptance figure: a ratio of sums over prompts
-PER_UNIT = dict(spread=BOOTSTRAP_T, over="units")  # a speed figure: a ratio of totals over units
-TYPICAL = dict(spread=MEDIAN, over="units")  # a typical unit's figure: a median over units
 METRICS: tuple[Metric, ...] = (
     Metric(
         "block_efficiency",
@@ -90,6 +77,7 @@ METRICS: tuple[Metric, ...] = (
         "SGLang's accept length): block_efficiency before eos or max-new-tokens cut a round",
         **PER_PROMPT,
     ),
+    *REQUEST_METRICS,  # beside it: the same length, the prompts' own averaged
     Metric(
         "first_accept_rate",
         "first/accept_rate",
@@ -132,39 +120,6 @@ METRICS: tuple[Metric, ...] = (
     Metric("generated_tokens", "count/generated_tokens", "kept tokens over all prompts"),
     Metric("prompts", "count/prompts", "prompts decoded: what the acceptance figures' standard errors are over"),
     Metric("units", "count/units", "units timed (the prompts one batch decodes): what the speed figures are over"),
-)
-# Acceptance by depth (docs/measuring.md): one figure per draft depth j = 1..L or accepted length n = 0..L.
-ACCEPTANCE_METRICS: tuple[Metric, ...] = (
-    Metric(
-        "alpha_<j>",
-        "accept/alpha_<j>",
-        "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
-        "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
-        **PER_PROMPT,
-    ),
-    Metric(
-        "overlap_<j>",
-        "accept/overlap_<j>",
-        "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
-        "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
-        "one sampled path; a DDTree's q_j is its depth-j marginal)",
-        **PER_PROMPT,
-    ),
-    Metric(
-        "position_<j>",
-        "accept/position_<j>",
-        "per-position acceptance rate: sequence-rounds that accepted the depth-j draft token over all "
-        "sequence-rounds (tau >= j; vLLM's num_accepted_tokens_per_pos / num_drafts, as SPEED-Bench reports "
-        "it): unconditional, unlike alpha_<j>; they sum over j to accepted_mean",
-        **PER_PROMPT,
-    ),
-    Metric("hist_<n>", "accept/hist_<n>", "share of sequence-rounds that accepted exactly n draft tokens, n = 0..L"),
-    Metric(
-        "left_chain",
-        "accept/left_chain",
-        "deterministic trees (DDTree): share of sequence-rounds whose accepted path left the tree's "
-        "first-ranked chain (the drafter's most probable token at every depth)",
-    ),
 )
 RUNTIME_METRICS: tuple[Metric, ...] = (
     Metric("time_ray_s", "time/ray_s", "Ray: the driver's time in Ray calls beyond the actors' own compute"),
@@ -236,7 +191,15 @@ LIVE_METRICS: tuple[Metric, ...] = tuple(
     Metric(f"prompt/{key}", f"prompt/{key}", f"each finished prompt's {key}, step = prompts done")
     for key in ("generated_tokens", "block_efficiency", "accepted_mean")
 )
-EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *AHEAD_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
+EVERY = (
+    *METRICS,
+    *ACCEPTANCE_METRICS,
+    *CATEGORY_METRICS,
+    *RUNTIME_METRICS,
+    *AHEAD_METRICS,
+    *PAIRED_METRICS,
+    *LIVE_METRICS,
+)
 
 # The headline figures, in the order every table, description and view shows them (the ranking figure first),
 # each with a few words for the console's last screen, where a newcomer meets its name first.
@@ -264,8 +227,14 @@ UNTIMED = (
 BASELINE_AR = ("tokens_per_s", "ms_per_token", "time_target_s", "kv_peak_mb_target", "target_calls", "generated_tokens")
 BASELINE_HF = ("tokens_per_s", "ms_per_token", "generated_tokens", "speedup_vs_ar")
 AR_PREFIX, HF_PREFIX = "baseline_ar/", "baseline_hf/"
-_HOLE = re.compile(r"<(j|n|verifier|what)>")
-_FILL = {"j": r"\d+", "n": r"\d+", "verifier": r"[A-Za-z0-9_]+", "what": r"[A-Za-z0-9_]+"}
+_HOLE = re.compile(r"<(j|n|verifier|category|what)>")
+_FILL = {
+    "j": r"\d+",
+    "n": r"\d+",
+    "verifier": r"[A-Za-z0-9_]+",
+    "category": r"[A-Za-z0-9_.-]+",
+    "what": r"[A-Za-z0-9_]+",
+}
 
 
 def _regex(pattern: str) -> re.Pattern[str]:

@@ -15,7 +15,8 @@ def names_markdown() -> str:
         if m.spread == MEDIAN:
             beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}"
         elif m.spread == BOOTSTRAP_T:
-            beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}, from {MIN_CLUSTERS} {m.over} on"
+            floor = m.floor or MIN_CLUSTERS
+            beside = f"; beside it `{m.mlflow}{LOW}`, `{HIGH}`: the 95% {m.spread}, from {floor} {m.over} on"
             if m.over == "prompts":
                 beside += f" (below: `{m.mlflow}{SE}`, the {RATIO})"
         lines.append(f"| `{m.key}` | `{m.mlflow}` | {m.meaning}{beside} |")

@@ -60,6 +60,7 @@ class PointShape:
     seed: int
     ahead: str | None = None  # drafting ahead (`drafter.ahead`): `ssd B=8`, with a fan-out other than geometric
     part: str | None = None  # a slice of the sample (`dataset.slice`, a race's stage): `0:12 of 32`
+    sample_seed: int | None = None  # the seed the prompts were drawn with (`dataset.sample_seed`; None: the first)
 
     def __post_init__(self) -> None:
         """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
@@ -85,7 +86,7 @@ class PointShape:
         return cls(
             a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, d.name, data.name,
             count, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
-            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part,
+            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part, data.sample_seed,
         )  # fmt: skip
 
     @classmethod
@@ -111,6 +112,7 @@ class PointShape:
             number("sampling.batch_size", 1), number("sampling.seed"),
             ahead_shape(params.get("drafter.ahead", "off"), number("drafter.ahead_budget"),
                         params.get("drafter.ahead_fan_out", "geometric")), part,
+            None if params.get("dataset.sample_seed") in (None, "None") else number("dataset.sample_seed"),
         )  # fmt: skip
 
     @property
@@ -195,6 +197,7 @@ class PointUnits:
     generate: UnitTotals | None = None
     kept: tuple[float, ...] = ()  # [prompt]: tokens the speculative decode kept (block efficiency's numerator)
     rounds: tuple[float, ...] = ()  # [prompt]: its sequence-rounds (the denominator)
+    accepted: tuple[float, ...] = ()  # [prompt]: its accepted draft tokens (tau summed over its rounds)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -210,13 +213,18 @@ class PointUnits:
         speculative = totals("speculative")
         assert speculative is not None  # every point decodes speculatively
         units = tuple(tuple(unit) for unit in found["prompts"])
-        per_prompt = (tuple(found.get(key, ())) for key in ("kept", "rounds"))
+        per_prompt = (tuple(found.get(key, ())) for key in ("kept", "rounds", "accepted"))
         return cls(units, speculative, totals("autoregressive"), totals("generate"), *per_prompt)
 
     @property
     def prompt_ids(self) -> tuple[str, ...]:
         """Every prompt's id, in order (what per-prompt sums pair on)."""
         return tuple(i for unit in self.prompts for i in unit)
+
+    @property
+    def acceptance_lengths(self) -> tuple[float, ...]:
+        """[prompt] each prompt's own acceptance length, 1 + accepted over rounds (none: not kept, or no round)."""
+        return tuple(1.0 + a / r for a, r in zip(self.accepted, self.rounds) if r)
 
     @property
     def batch_size(self) -> int:
@@ -242,6 +250,7 @@ class PointUnits:
             totals([p.generate for p in parts]),
             tuple(x for p in parts for x in p.kept),
             tuple(x for p in parts for x in p.rounds),
+            tuple(x for p in parts for x in p.accepted),
         )
 
 

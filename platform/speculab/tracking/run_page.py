@@ -12,8 +12,10 @@ from speculab.process.jobs import ReplicaLost
 from speculab.registry import get_algorithm
 from speculab.results.names import HEADLINE
 from speculab.results.point import PointResult, PointShape
+from speculab.results.profile import PROFILE_ARTIFACT
 from speculab.results.verdicts import Call, run_verdicts
 from speculab.show.answers import call_words, with_level
+from speculab.show.requests import FILE as REQUESTS_FIGURE
 from speculab.stats import ratio_text
 from speculab.tracking.spool import NOTE_TAG
 
@@ -72,7 +74,20 @@ def point_description(shape: PointShape, runtime: str, result: PointResult | Non
     )
     if result is None:
         return text + DECODING
-    return f"{headline_line(result)}\n\n{text}"
+    return "\n\n".join(filter(None, (headline_line(result), acceptance_line(result), text)))
+
+
+def acceptance_line(result: PointResult) -> str:
+    """The acceptance length both ways, where the point drafted: per step (every round pooled) and the mean of
+    its prompts' own, with where the prompts' spread and the profile are ("" for a point that drafted nothing)."""
+    figures = result.figures
+    if "acceptance_length_per_request" not in figures:
+        return ""
+    step, request = figures["acceptance_length"], figures["acceptance_length_per_request"]
+    return (
+        f"Acceptance length {step:.3f} per step (every round pooled), {request:.3f} per request (the mean of its "
+        f"{request.n} prompts' own): their spread in `{REQUESTS_FIGURE}`, the profile in `{PROFILE_ARTIFACT}`."
+    )
 
 
 REPLICA_LOST_TAG = "speculab.replica_lost"  # a lost replica's attempt at a point, run again on another

@@ -19,11 +19,15 @@ from speculab.results.point import FailedPoint, PointResult
 from speculab.results.sweep import cell, labels, ranking_line, shared_name
 from speculab.results.verdicts import OVER, SweepAnswer, ranked
 from speculab.show.answers import baselines_sentence, headline_note, leader_cell, leader_detail, leader_headline
+from speculab.show.requests import FILE as REQUESTS_FIGURE
 from speculab.show.sweep import LEADER_OVER, contrast_markdown
 from speculab.stats import ratio_text
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 
-TABLED = (*HEADLINE, *AHEAD_TABLED)  # the figures of the sweep's table, where any point has them
+# the figures of the sweep's table, where any point has them: the headline, the acceptance length both ways (a
+# person sorts the MLflow table `sweep_points.json` by either), and drafting ahead's
+ACCEPTANCE_TABLED = ("acceptance_length", "acceptance_length_per_request")
+TABLED = (*HEADLINE, *ACCEPTANCE_TABLED, *AHEAD_TABLED)
 
 RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # the table's column of generate's own paired speedup over the engine's loop
@@ -151,6 +155,9 @@ def sweep_description(
         else ""
     )
     by_efficiency = ranking_line(points, "block_efficiency")
+    by_acceptance = "".join(
+        f"{ranking_line(points, key)}.\n\n" for key in ACCEPTANCE_TABLED if any(key in p.figures for p in points)
+    )
     note = f" Note: {headline_note(points)}." if headline_note(points) else ""
     replicas = f"{lost_line(lost)}\n\n" if lost else ""
     contrasts = f"{contrast_markdown(answer)}\n" if answer.contrasts else ""
@@ -158,11 +165,11 @@ def sweep_description(
     counts = baselines_sentence(answer, OVER)
     return (
         f"{failures}{headline} {answer_line(answer)}\n\n{replicas}{detail}\n\n{contrasts}{counts}{note}\n\n"
-        f"{by_efficiency}; block efficiency is the same on any machine.\n\nSweep `{overrides}`: {len(points)} "
-        f"finished point(s), ranked by {answer.key} (totals of paired, interleaved measurements; intervals over "
-        f"units, conditional on the load during this run).{shared}{earlier} Every column: `sweep_table.md`, "
-        f"`sweep_table.csv`; the plot: `sweep_points.png`; acceptance by draft depth: `acceptance_by_depth.png`, "
-        f"`.md`, `.csv`.\n\n"
+        f"{by_efficiency}; block efficiency is the same on any machine.\n\n{by_acceptance}"
+        f"Sweep `{overrides}`: {len(points)} finished point(s), ranked by {answer.key} (totals of paired, "
+        f"interleaved measurements; intervals over units, conditional on the load during this run).{shared}{earlier} "
+        "Every column: `sweep_table.md`, `sweep_table.csv`; the plot: `sweep_points.png`; acceptance by draft "
+        f"depth: `acceptance_by_depth.png`, `.md`, `.csv`; per request: `{REQUESTS_FIGURE}`.\n\n"
         f"{ranking_markdown(answer)}"
     )
 

@@ -38,6 +38,8 @@ from speculab.show.answers import (
     sweep_verdict_words,
 )
 from speculab.show.console import console
+from speculab.show.requests import FILE as REQUESTS_FIGURE
+from speculab.show.requests import sweep_request_figure
 from speculab.show.sweep import contrast_markdown, contrast_table, ranking_table, sweep_figure
 from speculab.tracking.provenance import launch_label, provenance_tags
 from speculab.tracking.resume import point_id
@@ -220,7 +222,8 @@ class SweepRun:
 
 
 def log_acceptance(parent: Tracker, points: list[PointResult]) -> None:
-    """Every point's alpha_j as one plot and a table (`show.acceptance`), named by what sets them apart."""
+    """Every point's alpha_j as one plot and a table (`show.acceptance`), and its prompts' acceptance lengths
+    side by side (`show.requests`), named by what sets them apart."""
     short = labels(points)
     curves = {short[p.shape.name]: p.figures for p in points if p.figures.series("alpha")}
     shared = shared_name(points)
@@ -228,6 +231,9 @@ def log_acceptance(parent: Tracker, points: list[PointResult]) -> None:
         parent.log_figure(figure, "acceptance_by_depth.png")
         parent.log_text(depth_markdown(curves), "acceptance_by_depth.md")
         parent.log_text(depth_csv(curves), "acceptance_by_depth.csv")
+    lengths = {short[p.shape.name]: list(p.units.acceptance_lengths) for p in points if p.units is not None}
+    if (spread := sweep_request_figure(lengths, f"every point: {shared}" if shared else "")) is not None:
+        parent.log_figure(spread, REQUESTS_FIGURE)
 
 
 def tell_points(parent: SpooledRun, answer: SweepAnswer, points: dict[str, PointResult]) -> None:
