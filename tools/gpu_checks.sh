@@ -14,11 +14,12 @@
 #   bash tools/gpu_checks.sh baselines # (9 min) tests/gpu, a run against compiled and eager generate, table (a)
 #   bash tools/gpu_checks.sh fused     # (8 min) compiled layers and captured verifiers: tests, a run, tables (b), (c), (a)
 #   bash tools/gpu_checks.sh ahead     # (8 min) drafting ahead on a draft actor of its own: tests, benchmarks/ahead.py
+#   bash tools/gpu_checks.sh dflash2   # (8 min) the random 8B Qwen3 + DFlash2 pair decoding captured; the selector's time
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead|dflash2}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -119,7 +120,17 @@ ahead)  # issue 66: drafting ahead against the synchronous loop with the draft i
         --overrides algorithm=block algorithm.L=4 model.device=cuda cluster=gpu1 "cluster.num_gpus=$((gpus >= 2 ? 2 : 1))" \
         "cluster.draft_gpu=$share"
     ;;
+dflash2)  # issue 74: an 8B-shaped Qwen3 target with a DFlash2 drafter in vLLM's layout, read from disk, its block
+    # pass captured (model.capture, the default on CUDA) under DDTree and token verification; the selector against
+    # the block pass (eager, synchronised)
+    step random_pair 120 python tools/random_dflash_pair.py /tmp/q3d2 --device cuda --dflash2
+    step decode_captured 300 "${cli[@]}" -m model=qwen3-8b_dflash2 model.target_path=/tmp/q3d2/target \
+        model.draft_path=/tmp/q3d2/draft drafter=dflash2 algorithm=ddtree,token algorithm.budget=64 runtime=inline
+    step runs 20 "${runs[@]}" 'algorithm.name|block_efficiency|speedup_vs_ar$|tokens_per_s$|time_draft|syncs'
+    step selector 90 python benchmarks/selector.py --draft /tmp/q3d2/draft --target /tmp/q3d2/target --device cuda \
+        --dtype bfloat16 --context 1024 --batches 1 8 32
+    ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused or ahead" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused, ahead or dflash2" && exit 2
     ;;
 esac

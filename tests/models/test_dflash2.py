@@ -127,3 +127,15 @@ def test_a_group_size_that_does_not_divide_the_width_is_refused(dflash2_pair) ->
     config = json.loads((dflash2_pair[1] / "config.json").read_text())
     config["dflash_config"]["conv_group_size"] = 24
     assert dflash_layout(config)[1] == ["dflash_config.conv_group_size=24: must divide hidden_size=64"]
+
+
+def test_the_convolution_stays_within_each_block() -> None:
+    """Training runs several blocks in one pass: each convolves as it would alone."""
+    from speculab.models.lean import block_convolve
+
+    gen = torch.Generator().manual_seed(2)
+    x, delta = torch.randn(2, 12, 32, generator=gen), torch.randn(2, 12, 3, 2, generator=gen)
+    base = torch.randn(3, 32, generator=gen)
+    together = block_convolve(x, delta, base, 16, 4)
+    alone = torch.cat([block_convolve(x[:, i : i + 4], delta[:, i : i + 4], base, 16, 4) for i in (0, 4, 8)], dim=1)
+    torch.testing.assert_close(together, alone)

@@ -99,6 +99,37 @@ def test_greedy_ddtree_on_the_qwen3_pair_equals_transformers(pair) -> None:
 
 
 @pytest.mark.slow
+def test_the_dflash2_preset_decodes_end_to_end_into_mlflow(dflash2_pair, tmp_path: Path) -> None:
+    """model=qwen3-8b_dflash2 at the small shape, DDTree over the selector and SpecTr over its walks."""
+    store = tmp_path / "mlflow.db"
+    args = [
+        "-m",
+        "model=qwen3-8b_dflash2",
+        f"model.target_path={dflash2_pair[0]}",
+        f"model.draft_path={dflash2_pair[1]}",
+        "model.device=cpu",
+        "model.dtype=float32",
+        "drafter=dflash2",
+        "algorithm=ddtree,spectr",
+        "algorithm.K=1",
+        "runtime=inline",
+        "dataset.num_prompts=2",
+        "sampling.max_new_tokens=6",
+        "baseline_hf=false",
+        f"tracking.uri=sqlite:///{store}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    ]
+    result = speculab(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    points = [run for run in runs(store) if "algorithm.name" in run.data.params]
+    assert {run.data.params["algorithm.name"] for run in points} == {"ddtree", "spectr"}
+    assert all(run.info.status == "FINISHED" for run in points)
+    by_name = {run.data.params["algorithm.name"]: run for run in points}
+    assert by_name["ddtree"].data.params["algorithm.L"] == "7"  # the block's drafts, as DFlash's
+    assert by_name["spectr"].data.metrics["count/generated_tokens"] == 12
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("runtime", ["inline", "ray"])
 def test_the_preset_decodes_end_to_end_into_mlflow(pair, tmp_path: Path, runtime: str) -> None:
     store = tmp_path / "mlflow.db"

@@ -32,6 +32,7 @@ scored given the candidate before (`selector_scores`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -59,6 +60,8 @@ from speculab.models.static_pass import check_passes, pass_layer
 from speculab.models.weights import refuse_non_finite
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values [B, H_kv, S, D], RoPE applied to keys
+# (hidden [B, L, D] of the drafted positions, root [B], temperature) -> what a block pass returns
+Draw = Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, ...]]
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,9 @@ class ContextLayer:
 class GroupedConv(nn.Module):
     """A DFlash2 block convolution's weights, under the published names (`models.lean.BlockConv` runs it)."""
 
-    def __init__(self, hidden: int, taps: int, group: int) -> None:
+    def __init__(self, hidden: int, taps: int, group: int, block: int) -> None:
         super().__init__()
-        self.group = group
+        self.group, self.block = group, block
         # identity at tap 0, no correction: a fresh one passes its sublayer through (what training starts from)
         self.base_kernel = nn.Parameter(torch.zeros(2, taps, hidden))
         with torch.no_grad():
@@ -88,7 +91,7 @@ class GroupedConv(nn.Module):
         nn.init.zeros_(self.kernel_projection.weight)
 
     def lean(self) -> BlockConv:
-        return BlockConv(self.base_kernel, Linear(self.kernel_projection.weight), self.group)
+        return BlockConv(self.base_kernel, Linear(self.kernel_projection.weight), self.group, self.block)
 
 
 class CandidateSelector(nn.Module):
@@ -157,10 +160,10 @@ class DFlashDraft(nn.Module):
             self._add_dflash2(config, settings)
 
     def _add_dflash2(self, config: Qwen3Config, settings: DFlash2Settings) -> None:
-        hidden = config.hidden_size
+        hidden, block = config.hidden_size, self.layout.block_size
         for layer in self.layers:
-            layer.attention_conv = GroupedConv(hidden, settings.conv_taps, settings.conv_group)
-            layer.mlp_conv = GroupedConv(hidden, settings.conv_taps, settings.conv_group)
+            layer.attention_conv = GroupedConv(hidden, settings.conv_taps, settings.conv_group, block)
+            layer.mlp_conv = GroupedConv(hidden, settings.conv_taps, settings.conv_group, block)
         self.candidate_selector = CandidateSelector(hidden, config.vocab_size, settings.selector_rank)
         self.stack = _with_convs(self.stack, self.layers)
 
@@ -304,21 +307,22 @@ class DFlashLM:
     @torch.inference_mode()
     def block_marginals(self, pending: list[list[int]], length: int, temperature: float) -> torch.Tensor:
         """q [B, L, V] after each row's last pending token (the bonus); the context is the absorbed features."""
-        (q,) = self._block(pending, length, temperature)
+        (q,) = self._block(pending, length, temperature, self._marginals)
         return q
 
-    def _block(self, pending: list[list[int]], length: int, temperature: float) -> tuple[torch.Tensor, ...]:
-        """`_drafted`'s outputs after each row's last pending token (the bonus), by the block pass."""
+    def _block(self, pending: list[list[int]], length: int, temperature: float, draw: Draw) -> tuple[torch.Tensor, ...]:
+        """`draw`'s outputs after each row's last pending token (the bonus), by the block pass."""
         B, S = len(pending), self.block_size
         tokens = torch.full((B, S), self.mask_token_id, dtype=torch.long, device=self.device)
         tokens[:, 0] = upload(torch.tensor([row[-1] for row in pending]), self.device)
         positions = self.slots.context_len[:, None] + torch.arange(S, device=self.device)
         if self.graphs is not None:
-            return self._fixed_shape_block(tokens, positions, length, temperature)
+            return self._fixed_shape_block(tokens, positions, length, temperature, draw)
         context = self._context() or self.model.context_kv(
             torch.zeros(B, 0, self.model.fc.in_features, dtype=self.dtype, device=self.device), positions[:, :0]
         )
-        return self._block_outputs(tokens, positions, context, block_allowed(self.slots.valid, S), length, temperature)
+        allowed = block_allowed(self.slots.valid, S)
+        return self._block_outputs(tokens, positions, context, allowed, length, temperature, draw)
 
     def _context(self) -> list[KV]:
         """Per layer, the cached context keys and values [B, H_kv, S, D]; [] before the first absorb."""
@@ -337,18 +341,20 @@ class DFlashLM:
         allowed: torch.Tensor,
         length: int,
         temperature: float,
+        draw: Draw,
     ) -> tuple[torch.Tensor, ...]:
-        """The block pass, and what the drafter draws from its drafted positions (`_drafted`)."""
+        """The block pass, and what `draw` makes of its drafted positions."""
         block = F.embedding(tokens, self.embed) * self.model.layout.embedding_scale
         hidden = self.model(block, positions, context, allowed, self.layer)
-        return self._drafted(hidden[:, 1 : 1 + length], tokens[:, 0], temperature)
+        return draw(hidden[:, 1 : 1 + length], tokens[:, 0], temperature)
 
     # hidden [B, L, D] the drafted positions; root [B] -> (q [B, L, V],)
-    def _drafted(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+    def _marginals(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+        """Each position's softmax of the draft logits (DFlash's draft)."""
         return (tempered_probs(draft_logits(hidden, self.head, self.model.layout), temperature),)
 
     def _fixed_shape_block(
-        self, tokens: torch.Tensor, positions: torch.Tensor, length: int, temperature: float
+        self, tokens: torch.Tensor, positions: torch.Tensor, length: int, temperature: float, draw: Draw
     ) -> tuple[torch.Tensor, ...]:
         """The block pass over the whole capacity C of the context buffers (slots past the valid ones
         masked), from inputs kept per shape: a CUDA graph replays it."""
@@ -368,9 +374,9 @@ class DFlashLM:
         S = self.slots.valid.shape[1]
         inputs.allowed.copy_(block_allowed(F.pad(self.slots.valid, (0, C - S)), Q))  # the slots past S masked
         forward = partial(
-            self._block_outputs, inputs.tokens, inputs.positions, buffers, inputs.allowed, length, temperature
+            self._block_outputs, inputs.tokens, inputs.positions, buffers, inputs.allowed, length, temperature, draw
         )
-        outputs = self.graphs.run(key, forward)
+        outputs = self.graphs.run((*key, draw.__name__), forward)  # a graph per draw: marginals or the law
         return tuple(out for out in outputs if out is not None)  # a block pass has no None output
 
     @torch.inference_mode()
@@ -391,11 +397,12 @@ class DFlash2LM(DFlashLM):
     @torch.inference_mode()
     def block_law(self, pending: list[list[int]], length: int, temperature: float) -> SelectorLaw:
         """The law of the L tokens after each row's last pending token (the bonus), at `temperature`."""
-        candidates, conditionals = self._block(pending, length, temperature)
+        candidates, conditionals = self._block(pending, length, temperature, self._law)
         return SelectorLaw(candidates, conditionals, self.head.shape[0])
 
     # hidden [B, L, D]; root [B] -> (candidates [B, L, K], conditionals [B, L, K, K])
-    def _drafted(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+    def _law(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+        """The selector over each position's top K (`block_marginals` stops at the logits' softmax)."""
         logits = draft_logits(hidden, self.head, self.model.layout)  # [B, L, V], multiplied and capped
         # the top K by the logits, ties to the lower token id (one total order on every device)
         candidates = ranked(torch.softmax(logits.float(), dim=-1).contiguous(), self.top_k)[1]

@@ -85,14 +85,16 @@ class PlainMLP:
 class BlockConv:
     """DFlash2's grouped dynamic depthwise convolution along a block, around one sublayer.
 
-    Tap t mixes each channel of the position t steps back in the block (none before the block's first
-    position: the block is the whole query). Its coefficient is a learned per-channel base plus a
+    Tap t mixes each channel of the position t steps back in the same block (none before a block's first
+    position; a decode's query is one block, training's several in a row). Its coefficient is a learned
+    per-channel base plus a
     per-group correction projected from the sublayer's input, so one projection of that input gives
     the taps for both sides: the input's (before the sublayer) and the output's (after it)."""
 
     base: torch.Tensor  # [2, taps, D] the learned kernel, side 0 (input) and side 1 (output)
     projection: Linear  # [2 * taps * G, D] the coefficients' correction per group of `group` channels
     group: int  # channels per group; G = D // group
+    block: int  # positions per block: a tap reaches back within its block only
 
 
 @dataclass(frozen=True)
@@ -223,15 +225,16 @@ def key_values(
 
 
 # x [B, N, D]; delta [B, N, taps, G] the corrections; base [taps, D] -> [B, N, D]
-def block_convolve(x: torch.Tensor, delta: torch.Tensor, base: torch.Tensor, group: int) -> torch.Tensor:
-    """sum_t (base_t + delta_t) * x shifted t positions down the block (zeros shifted in)."""
+def block_convolve(x: torch.Tensor, delta: torch.Tensor, base: torch.Tensor, group: int, block: int) -> torch.Tensor:
+    """sum_t (base_t + delta_t) * x shifted t positions down its block of `block` positions (zeros shifted in)."""
     B, N, D = x.shape
     taps = base.shape[0]
     grouped = x.view(B, N, D // group, group)
     coefficients = base.view(1, 1, taps, D // group, group) + delta[..., None]  # [B, N, taps, G, group]
     out = coefficients[:, :, 0] * grouped
+    place = torch.arange(N, device=x.device) % block  # [N] each position's place in its block
     for tap in range(1, min(taps, N)):
-        shifted = F.pad(grouped[:, : N - tap], (0, 0, 0, 0, tap, 0))
+        shifted = F.pad(grouped[:, : N - tap], (0, 0, 0, 0, tap, 0)) * (place >= tap).view(1, N, 1, 1)
         out = out + coefficients[:, :, tap] * shifted
     return out.reshape(B, N, D)
 
@@ -242,14 +245,14 @@ def conv_before(conv: BlockConv | None, x: torch.Tensor) -> tuple[torch.Tensor, 
         return x, None
     taps = conv.base.shape[1]
     delta = linear(conv.projection, x).unflatten(-1, (2, taps, -1))  # [B, N, 2, taps, G]
-    return block_convolve(x, delta[:, :, 0], conv.base[0], conv.group), delta[:, :, 1]
+    return block_convolve(x, delta[:, :, 0], conv.base[0], conv.group, conv.block), delta[:, :, 1]
 
 
 # y [B, N, D] the sublayer's output; delta from `conv_before` on its input
 def conv_after(conv: BlockConv | None, y: torch.Tensor, delta: torch.Tensor | None) -> torch.Tensor:
     if conv is None or delta is None:
         return y
-    return block_convolve(y, delta, conv.base[1], conv.group)
+    return block_convolve(y, delta, conv.base[1], conv.group, conv.block)
 
 
 # x [B, N, D] a layer's normed input
