@@ -701,3 +701,26 @@ def test_every_integer_key_has_an_upper_bound(key: str, weightless_pair_override
     with pytest.raises(ConfigError) as err:
         validate(load([*weightless_pair_overrides, f"{key}={probe}"]))
     assert any(line.strip().startswith(f"{key}={probe}: ") for line in str(err.value).splitlines()), str(err.value)
+
+
+def test_a_pair_lists_its_dflash2_drafter_beside_its_dflash_one(tmp_path: Path) -> None:
+    """model.drafters: drafter=dflash loads the model's draft, drafter=dflash2 the listed checkpoint."""
+    from speculab.config.model import locate
+    from support.models import DFLASH2, TINY_PAIR, save_random_dflash
+
+    dflash = save_random_dflash(tmp_path / "d", TINY_PAIR / "target", [1, 3, 5], block_size=8)
+    dflash2 = save_random_dflash(tmp_path / "d2", TINY_PAIR / "target", [1, 3, 5], block_size=8, dflash2=DFLASH2)
+    pair = [
+        f"model.target_path={TINY_PAIR / 'target'}",
+        f"model.draft_path={dflash}",
+        f"+model.drafters={{dflash2: {dflash2}}}",
+    ]
+    for drafter, where in (("dflash", ("model.draft_path", dflash)), ("dflash2", ("model.drafters.dflash2", dflash2))):
+        cfg = load([*pair, f"drafter={drafter}", "algorithm=ddtree"])
+        validate(cfg)
+        assert locate(cfg, "draft") == where
+
+
+def test_model_drafters_names_drafters_only(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model.drafters.dflash3: not a drafter; the keys must be among iid, "):
+        validate(load([f"+model.drafters={{dflash3: {tmp_path}}}"]))

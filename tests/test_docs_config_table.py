@@ -96,9 +96,9 @@ def lookup(tree: dict[str, Any], key: str) -> Any:
 
 
 def parse(text: str) -> Any:
-    """A value as the table writes it: `null`, `true`, `[]`, 64, 1.0, `best_first`."""
+    """A value as the table writes it: `null`, `true`, `[]`, `{}`, 64, 1.0, `best_first`."""
     text = text.strip().strip("`")
-    words = {"null": None, "true": True, "false": False, "[]": []}
+    words: dict[str, Any] = {"null": None, "true": True, "false": False, "[]": [], "{}": {}}
     if text in words:
         return words[text]
     for kind in (int, float):

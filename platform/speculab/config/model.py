@@ -11,7 +11,7 @@ import, so the functions that need them import them when they run: the dataclass
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +38,9 @@ class ModelConfig:
     draft_path: str | None = None
     target_id: str | None = None  # Hugging Face hub id, found in the local HF cache (never downloaded)
     draft_id: str | None = None
+    # drafter name -> this pair's checkpoint dir for that drafter, where it is not the draft model (DFlash2
+    # beside DFlash: a sweep over drafter=... takes each one's own); drafter.path wins
+    drafters: dict[str, str] = field(default_factory=dict)
     backend: str = "hf"
     dtype: str = "float32"
     device: str = "cpu"  # cpu, cuda, cuda:N (inline), auto
@@ -113,8 +116,29 @@ def locate(cfg: ModelView, role: str) -> tuple[str, Path]:
     naming the key when there is none."""
     if role == "draft" and own_weights(cfg.drafter):
         return "drafter.path", drafter_dir(cfg.drafter)
+    if role == "draft" and cfg.drafter.name in cfg.model.drafters:
+        return _listed_drafter(cfg.model, cfg.drafter.name)
     key = f"model.{role}_path" if getattr(cfg.model, f"{role}_path") is not None else f"model.{role}_id"
     return key, checkpoint_dir(cfg.model, role)
+
+
+def _listed_drafter(model: ModelConfig, name: str) -> tuple[str, Path]:
+    """(key, dir) of the pair's checkpoint for drafter `name` (`model.drafters`)."""
+    key, local = f"model.drafters.{name}", resolve_path(model.drafters[name])
+    if not (local / "config.json").is_file():
+        raise ValueError(f"{key}={str(local)!r}: no checkpoint there (expected a directory with config.json)")
+    return key, local
+
+
+def drafters_errors(model: ModelConfig) -> list[str]:
+    """`model.drafters` names registered drafters only."""
+    from speculab.registry import DRAFTERS
+
+    return [
+        f"model.drafters.{name}: not a drafter; the keys must be among {', '.join(DRAFTERS)}"
+        for name in model.drafters
+        if name not in DRAFTERS
+    ]
 
 
 def locate_roles(cfg: ModelView) -> tuple[list[str], dict[str, tuple[str, Path]]]:
@@ -167,6 +191,7 @@ def model_errors(cfg: ModelView, located: dict[str, tuple[str, Path]]) -> tuple[
     errors: list[str] = []
     choice(errors, "model.backend", model.backend, pair_backends())
     choice(errors, "model.dtype", model.dtype, DTYPES)
+    errors += drafters_errors(model)
     found: dict[str, Checkpoint] = {}
     vocab: dict[str, tuple[int, Any]] = {}
     for role, (key, path) in located.items():
