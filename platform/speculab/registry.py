@@ -235,6 +235,12 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     )
 }
 PATH_ALGORITHMS: tuple[str, ...] = tuple(name for name, spec in ALGORITHMS.items() if not spec.tree_builder)
+# algorithm.L=auto (`core.adaptive`): the single-path verifiers, certified under a policy that depends on the
+# past (tests/verify/test_adaptive_certificates.py), with a drafter that samples the path from the draft alone
+ADAPTIVE_ALGORITHMS: tuple[str, ...] = tuple(
+    name for name, spec in ALGORITHMS.items() if not spec.tree_builder and not spec.multi_path
+)
+ADAPTIVE_DRAFTERS: tuple[str, ...] = tuple(name for name in PATH_DRAFTERS if not DRAFTERS[name].target_features)
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from omegaconf import MISSING
 from safetensors import SafetensorError, safe_open
 
-from speculab.config.algorithm import DrafterConfig, DraftView
+from speculab.config.algorithm import DrafterConfig, DraftView, draft_length
 from speculab.config.checkpoints import PROJECT_ROOT, Checkpoint, irregular_error, read_json, resolve_path, typed_errors
 from speculab.config.errors import choice
 
@@ -325,8 +325,7 @@ def prompt_length_errors(cfg: ModelView, target_dir: Path, lengths: list[tuple[s
     machine's memory first."""
     if (limit := context_length(read_json(target_dir / "config.json"))) is None:
         return []
-    (key, context), s, L = limit, cfg.sampling, cfg.algorithm.L
-    assert L is not None  # set by `resolve`
+    (key, context), s, L = limit, cfg.sampling, draft_length(cfg.algorithm)  # set by `resolve`
     room = context - s.max_new_tokens - L - 1
     long = [(pid, n) for pid, n in lengths if n > room]
     return [
@@ -342,8 +341,7 @@ def context_errors(cfg: ModelView, target: Checkpoint | None) -> list[str]:
     (the first of CONTEXT_KEYS in its config.json; no check when it has none)."""
     if target is None or (limit := context_length(target.config)) is None:
         return []
-    (key, context), s, L = limit, cfg.sampling, cfg.algorithm.L
-    assert L is not None  # set by `config.checks.with_draft_length`
+    (key, context), s, L = limit, cfg.sampling, draft_length(cfg.algorithm)  # set by `with_draft_length`
     if (needed := s.max_new_tokens + L + 1) <= context:
         return []
     return [
@@ -361,8 +359,7 @@ def drafter_checkpoint_errors(cfg: ModelView, found: dict[str, Checkpoint]) -> l
 
     if "draft" not in found:
         return []
-    L, drafter = cfg.algorithm.L, cfg.drafter.name
-    assert L is not None  # set by `config.checks.with_draft_length`
+    L, drafter = draft_length(cfg.algorithm), cfg.drafter.name  # set by `config.checks.with_draft_length`
     errors = _block_size_errors(L, found["draft"])
     conditioned = drafter in DRAFTERS and DRAFTERS[drafter].target_features
     if "target" in found and conditioned:

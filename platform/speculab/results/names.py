@@ -4,8 +4,8 @@ back), the only place that knows how an interval or a standard error is spelled 
 
 A key is what the code and the console use (`tokens_per_s`, `alpha_3`); the MLflow name groups
 figures in MLflow's chart view by the prefix before "/": the headline figures carry none and come
-first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/`, `ahead/`
-and `accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
+first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/`, `ahead/`,
+`adaptive/` and `accept/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
 number or a name fills. A baseline's figures are logged under `baseline_ar/<key>` and
 `baseline_hf/<key>`. `python -m speculab.results.names_table` prints the table of docs/architecture.md.
 """
@@ -138,15 +138,15 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
     Metric(
         "alpha_<j>",
         "accept/alpha_<j>",
-        "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
-        "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
+        "conditional acceptance at depth j: sequence-rounds with tau >= j over those that drafted depth j with tau >= "
+        "j - 1 (the depth-j token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
         **PER_PROMPT,
     ),
     Metric(
         "overlap_<j>",
         "accept/overlap_<j>",
-        "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
-        "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
+        "mean over the sequence-rounds that reached and drafted depth j (tau >= j - 1) of sum_x min(p_j, q_j) "
+        "along the accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
         "one sampled path; a DDTree's q_j is its depth-j marginal)",
         **PER_PROMPT,
     ),
@@ -207,6 +207,13 @@ AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor dr
 )
 # A sweep's tables show these beside the headline where a point drafted ahead: why its speed is what it is
 AHEAD_TABLED = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
+ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(  # algorithm.L=auto (`core.adaptive`)
+    Metric(f"adaptive_{key}", f"adaptive/{key}", f"algorithm.L=auto: {meaning}") for key, meaning in (
+        ("length_<n>", "share of rounds that drafted n tokens"), ("length_mean", "mean draft length a round"),
+        ("predicted_tokens", "tokens a sequence-round (1 + accepted) the policy expected"), ("policy_ms", "ms a round"),
+        ("realised_tokens", "the tokens those rounds realised"), ("calibration", "realised over predicted"),
+    )
+)  # fmt: skip
 COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
@@ -236,7 +243,8 @@ LIVE_METRICS: tuple[Metric, ...] = tuple(
     Metric(f"prompt/{key}", f"prompt/{key}", f"each finished prompt's {key}, step = prompts done")
     for key in ("generated_tokens", "block_efficiency", "accepted_mean")
 )
-EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *AHEAD_METRICS, *PAIRED_METRICS, *LIVE_METRICS)
+EVERY = (*METRICS, *ACCEPTANCE_METRICS, *RUNTIME_METRICS, *AHEAD_METRICS, *ADAPTIVE_METRICS, *PAIRED_METRICS)
+EVERY += LIVE_METRICS
 
 # The headline figures, in the order every table, description and view shows them (the ranking figure first),
 # each with a few words for the console's last screen, where a newcomer meets its name first.

@@ -23,7 +23,9 @@ from speculab.show.sweep import LEADER_OVER, contrast_markdown
 from speculab.stats import ratio_text
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 
-TABLED = (*HEADLINE, *AHEAD_TABLED)  # the figures of the sweep's table, where any point has them
+# algorithm.L=auto: what the policy chose, how well it predicted, what it cost
+ADAPTIVE_TABLED = ("adaptive_length_mean", "adaptive_length_0", "adaptive_calibration", "adaptive_policy_ms")
+TABLED = (*HEADLINE, *AHEAD_TABLED, *ADAPTIVE_TABLED)  # the figures of the sweep's table, where any point has them
 
 RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # the table's column of generate's own paired speedup over the engine's loop

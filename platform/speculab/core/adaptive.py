@@ -1,0 +1,200 @@
+"""Adaptive draft length (`algorithm.L=auto`): before each round, the length L in 0..L_max (0: one
+autoregressive step, nothing drafted) that maximises the expected tokens per second of the round.
+
+Two online estimates feed the objective E[tokens | L] / seconds(L, rows) (docs/algorithms.md, "Adaptive
+draft length"):
+
+- `DepthCounts`, acceptance by depth from the unit's own rounds, started afresh at each prefill: at each
+  depth j the rounds that drafted it and reached it (tau >= j - 1) and those that accepted it (tau >= j);
+  a depth's rate is shrunk towards the pooled rate of every depth, itself shrunk towards an optimistic
+  prior, so depths never drafted take the pooled rate (and are tried when it makes them pay);
+- `CostFit`, a round's seconds by its length and rows, least squares over the rounds the loop's phase clock
+  closed (`PhaseClock.finished`), kept for the loop's life (a point's units and repeats) with a slow decay.
+
+The policy sees only the past (earlier rounds' lengths, accepted lengths and times, and the carry a
+verifier left), never the round's own draws: a round of any fixed length is lossless given its past, so
+the decode's output follows the target (certified by enumeration: tests/verify/test_adaptive_certificates.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from speculab.verify.modification import ModifiedTarget
+
+PRIOR_RATE = 0.8  # the pooled acceptance rate before any round: optimistic, so that drafting is tried
+PRIOR_WEIGHT = 2.0  # ... worth this many draft tokens
+DEPTH_WEIGHT = 4.0  # a depth's rate shrinks towards the pooled rate with this many pseudo-trials
+COST_DECAY = 0.995  # per round observed: a round's weight in the cost fit halves after about 140 rounds
+RIDGE = 1e-9  # relative ridge of the cost fit: features a loop never varied (its rows, say) stay solvable
+COST_FEATURES = 6  # `cost_features`
+WARM_UP_TRIES = 2  # rounds of each warm-up length: the fit leaves a length's first out (`CostFit.observe`)
+EXPLORE_EVERY = 32  # every so many rounds chosen by the objective, the runner-up instead
+REFIT_EVERY = 8  # rounds between two cost fits: the fit moves slowly, and a fit is most of the policy's time
+
+
+def warm_up(longest: int) -> tuple[int, ...]:
+    """The lengths of the policy's first rounds, in its life (not per prefill), WARM_UP_TRIES rounds
+    each whatever the estimates say: the longest (acceptance at every depth it reaches), an autoregressive
+    step, one token and half the longest, so that the cost fit has seen drafting's fixed cost and its
+    slope in L."""
+    return tuple(dict.fromkeys((longest, 0, 1, max(1, longest // 2))))
+
+
+@dataclass
+class DepthCounts:
+    """Acceptance by depth over the rounds since the last prefill, pooled over the batch's rows."""
+
+    longest: int
+    trials: list[float] = field(default_factory=list)  # [L_max] rounds that drafted depth j and reached it
+    accepted: list[float] = field(default_factory=list)  # [L_max] of those, the rounds that accepted it
+
+    def __post_init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.trials, self.accepted = [0.0] * self.longest, [0.0] * self.longest
+
+    def observe(self, length: int, taus: list[int]) -> None:
+        """A round that drafted `length` tokens and accepted `taus` (one a row)."""
+        for tau in taus:
+            for j in range(min(tau + 1, length)):  # depth j + 1 was reached
+                self.trials[j] += 1
+                self.accepted[j] += tau > j
+
+    def rates(self) -> list[float]:
+        """[L_max] conditional acceptance at each depth: its counts shrunk towards the pooled rate."""
+        pooled = (sum(self.accepted) + PRIOR_RATE * PRIOR_WEIGHT) / (sum(self.trials) + PRIOR_WEIGHT)
+        return [(a + pooled * DEPTH_WEIGHT) / (n + DEPTH_WEIGHT) for a, n in zip(self.accepted, self.trials)]
+
+
+def expected_tokens(rates: list[float], length: int) -> float:
+    """E[tau + 1] of a round that drafts `length` tokens: 1 + sum over l <= L of prod_{j <= l} rate_j."""
+    total, reach = 1.0, 1.0
+    for rate in rates[:length]:
+        reach *= rate
+        total += reach
+    return total
+
+
+def cost_features(length: int, rows: int) -> list[float]:
+    """A round's cost features: a fixed cost and a drafting round's (the draft's catch-up pass), the
+    slope in L (draft steps, target nodes), each also per row (a batch's rows share a pass)."""
+    drafts = float(length > 0)
+    return [1.0, drafts, float(length), float(rows), rows * drafts, float(rows * length)]
+
+
+@dataclass
+class CostFit:
+    """Seconds of a round by its length and rows: weighted least squares on `cost_features`, the weights
+    decaying by COST_DECAY a round (sufficient statistics: each update is O(1); a fit, a 6 x 6 solve, every
+    REFIT_EVERY rounds)."""
+
+    gram: np.ndarray = field(default_factory=lambda: np.zeros((COST_FEATURES, COST_FEATURES)))
+    moment: np.ndarray = field(default_factory=lambda: np.zeros(COST_FEATURES))
+    lengths: set[int] = field(default_factory=set)  # the lengths with an observation in the fit
+    first_seen: set[int] = field(default_factory=set)  # the lengths whose first round was left out
+    beta: list[float] | None = None  # [COST_FEATURES] the fit (None: none yet)
+    unfitted: int = 0  # rounds observed since the last fit
+
+    def observe(self, length: int, rows: int, seconds: float) -> None:
+        """A round's seconds; a length's first round is left out: it pays one-off costs (allocations,
+        kernels first run for its shapes) that, kept, would price that length off the policy's choice."""
+        if length not in self.first_seen:
+            self.first_seen.add(length)
+            return
+        x = np.array(cost_features(length, rows))
+        self.gram = COST_DECAY * self.gram + np.outer(x, x)
+        self.moment = COST_DECAY * self.moment + x * seconds
+        if length not in self.lengths:  # a new length refits at once: the warm-up's fit must see it
+            self.beta = None
+        self.lengths.add(length)
+        self.unfitted += 1
+
+    @property
+    def ready(self) -> bool:
+        """Whether the fit has seen two drafted lengths (its slope in L)."""
+        return len(self.lengths - {0}) >= 2
+
+    def seconds(self, lengths: range, rows: int) -> list[float]:
+        """Predicted seconds of a round at each of `lengths` with `rows` rows."""
+        if self.beta is None or self.unfitted >= REFIT_EVERY:
+            self.unfitted = 0
+            ridge = RIDGE * float(np.trace(self.gram)) / COST_FEATURES
+            self.beta = np.linalg.solve(self.gram + ridge * np.eye(COST_FEATURES), self.moment).tolist()
+        beta = self.beta
+        return [sum(b * x for b, x in zip(beta, cost_features(length, rows))) for length in lengths]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A round's length and the tokens a row the policy expects of it (its calibration's prediction)."""
+
+    length: int
+    predicted: float
+
+
+@dataclass
+class AdaptiveLength:
+    """The policy: one per decode loop, its costs kept across units, its acceptance restarted at each
+    prefill (`restart`). ``longest_first``: a verifier whose carry modifies the next round's first positions
+    (greedy block verification): each prefill's first round drafts the longest, which sizes its carry for
+    every length after it (`verify.modification.ModifiedTarget`: one slot a position a round may modify)."""
+
+    longest: int  # L_max
+    longest_first: bool = False
+    depths: DepthCounts = field(init=False)
+    costs: CostFit = field(default_factory=CostFit)
+    tried: Counter[int] = field(default_factory=Counter)  # rounds of each length in the policy's life
+    fresh: bool = True  # no round since the last prefill
+    chosen: int = 0  # rounds chosen by the objective
+
+    def __post_init__(self) -> None:
+        self.depths = DepthCounts(self.longest)
+
+    def restart(self) -> None:
+        """A prefill: acceptance is the new batch's to learn."""
+        self.depths.restart()
+        self.fresh = True
+
+    def choose(self, rows: int, floor: int = 0) -> Choice:
+        """The length of the next round with `rows` rows, at least `floor` (`pending_positions`): the
+        longest for a carry's first round, else the first warm-up length tried fewer than WARM_UP_TRIES
+        times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
+        (0 once measured), every EXPLORE_EVERY-th such round the runner-up, so that the fit keeps measuring
+        the lengths nearest to the choice."""
+        rates = self.depths.rates()
+        untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
+        if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
+            length = self.longest
+        elif untried:
+            length = untried[0]
+        else:
+            lengths = range(max(floor, 0 if 0 in self.costs.lengths else 1), self.longest + 1)
+            seconds = self.costs.seconds(lengths, rows)
+            rate = [expected_tokens(rates, n) / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
+            ranked = sorted(range(len(rate)), key=lambda i: -rate[i])  # ties: the shorter first
+            self.chosen += 1
+            runner_up = self.chosen % EXPLORE_EVERY == 0 and len(ranked) > 1
+            length = lengths[ranked[1] if runner_up else ranked[0]]
+        self.tried[length] += 1
+        self.fresh = False
+        return Choice(length, expected_tokens(rates, length))
+
+    def observe(self, length: int, taus: list[int]) -> None:
+        """A round's verdict: `length` drafted, `taus` accepted (one a row)."""
+        self.depths.observe(length, taus)
+
+
+def pending_positions(carry: Any) -> int:
+    """The leading positions of the next round a verifier's carry still modifies, in any row: the next
+    round must draft at least as many, so that its extra token's row (position L, which a verifier never
+    modifies) is one no carry touches. 0 for no carry."""
+    if not isinstance(carry, ModifiedTarget) or carry.remaining.numel() == 0:
+        return 0
+    return int(carry.remaining.max())
