@@ -37,15 +37,23 @@ def test_acceptance_counts_each_depth_a_round_drafted_and_reached() -> None:
     depths = DepthCounts(4)
     depths.observe(3, [0, 3, 1])  # rejected at depth 1; all three accepted; rejected at depth 2
     assert depths.trials == [3, 2, 1, 0] and depths.accepted == [2, 1, 1, 0]
-    rates = depths.rates()
-    assert rates[3] == pytest.approx((4 + 0.8 * 2) / (6 + 2))  # never drafted: the pooled rate
+    assert depths.pooled() == pytest.approx((4 + 0.8 * 2) / (6 + 2))
+    assert depths.rates([0.5] * 4) == pytest.approx([(2 + 2) / 7, (1 + 2) / 6, (1 + 2) / 5, 0.5])
     depths.restart()
     assert depths.trials == [0] * 4
 
 
+def test_a_fresh_unit_starts_from_the_units_before_it() -> None:
+    policy = AdaptiveLength(4)
+    assert policy.rates() == pytest.approx([0.8] * 4)  # nothing seen: the optimistic prior
+    for _ in range(50):
+        policy.observe(4, [0, 0])  # units that reject at depth 1
+    policy.restart()
+    assert max(policy.rates()) < 0.2 and policy.depths.trials == [0] * 4
+
+
 def test_expected_tokens_sums_the_chance_of_reaching_each_depth() -> None:
-    assert expected_tokens([0.5, 0.5, 0.5], 0) == 1
-    assert expected_tokens([0.5, 0.5, 0.5], 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([0.5, 0.5, 0.5]) == pytest.approx([1, 1.5, 1.75, 1.875])
 
 
 def test_the_cost_fit_recovers_a_cost_by_length_and_rows() -> None:

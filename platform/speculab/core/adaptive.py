@@ -6,8 +6,9 @@ draft length"):
 
 - `DepthCounts`, acceptance by depth from the unit's own rounds, started afresh at each prefill: at each
   depth j the rounds that drafted it and reached it (tau >= j - 1) and those that accepted it (tau >= j);
-  a depth's rate is shrunk towards the pooled rate of every depth, itself shrunk towards an optimistic
-  prior, so depths never drafted take the pooled rate (and are tried when it makes them pay);
+  a depth's rate is shrunk towards the same depth's over the loop's life, and that towards the life's
+  pooled rate, itself from an optimistic prior, so a fresh unit starts where the units before it left off
+  and a depth never drafted takes the pooled rate (and is tried when it makes it pay);
 - `CostFit`, a round's seconds by its length and rows, least squares over the rounds the loop's phase clock
   closed (`PhaseClock.finished`), kept for the loop's life (a point's units and repeats) with a slow decay.
 
@@ -48,7 +49,8 @@ def warm_up(longest: int) -> tuple[int, ...]:
 
 @dataclass
 class DepthCounts:
-    """Acceptance by depth over the rounds since the last prefill, pooled over the batch's rows."""
+    """Acceptance by depth over some rounds (a unit's since its prefill, or the loop's life), pooled over
+    the batch's rows."""
 
     longest: int
     trials: list[float] = field(default_factory=list)  # [L_max] rounds that drafted depth j and reached it
@@ -67,19 +69,23 @@ class DepthCounts:
                 self.trials[j] += 1
                 self.accepted[j] += tau > j
 
-    def rates(self) -> list[float]:
-        """[L_max] conditional acceptance at each depth: its counts shrunk towards the pooled rate."""
-        pooled = (sum(self.accepted) + PRIOR_RATE * PRIOR_WEIGHT) / (sum(self.trials) + PRIOR_WEIGHT)
-        return [(a + pooled * DEPTH_WEIGHT) / (n + DEPTH_WEIGHT) for a, n in zip(self.accepted, self.trials)]
+    def pooled(self) -> float:
+        """The rate over every depth, shrunk towards PRIOR_RATE."""
+        return (sum(self.accepted) + PRIOR_RATE * PRIOR_WEIGHT) / (sum(self.trials) + PRIOR_WEIGHT)
+
+    def rates(self, prior: list[float]) -> list[float]:
+        """[L_max] conditional acceptance at each depth: its counts shrunk towards `prior` (one a depth)."""
+        return [(a + r * DEPTH_WEIGHT) / (n + DEPTH_WEIGHT) for a, n, r in zip(self.accepted, self.trials, prior)]
 
 
-def expected_tokens(rates: list[float], length: int) -> float:
-    """E[tau + 1] of a round that drafts `length` tokens: 1 + sum over l <= L of prod_{j <= l} rate_j."""
-    total, reach = 1.0, 1.0
-    for rate in rates[:length]:
+def expected_tokens(rates: list[float]) -> list[float]:
+    """[L_max + 1] E[tau + 1] of a round that drafts L = 0..L_max tokens: 1 + sum over l <= L of
+    prod_{j <= l} rate_j."""
+    totals, reach = [1.0], 1.0
+    for rate in rates:
         reach *= rate
-        total += reach
-    return total
+        totals.append(totals[-1] + reach)
+    return totals
 
 
 def cost_features(length: int, rows: int) -> list[float]:
@@ -127,8 +133,10 @@ class CostFit:
             self.unfitted = 0
             ridge = RIDGE * float(np.trace(self.gram)) / COST_FEATURES
             self.beta = np.linalg.solve(self.gram + ridge * np.eye(COST_FEATURES), self.moment).tolist()
-        beta = self.beta
-        return [sum(b * x for b, x in zip(beta, cost_features(length, rows))) for length in lengths]
+        # the fit at `rows`, as a line in L: a round's fixed cost, a drafting one's, and a drafted token's
+        b = self.beta
+        fixed, drafting, token = b[0] + b[3] * rows, b[1] + b[4] * rows, b[2] + b[5] * rows
+        return [fixed + drafting * (length > 0) + token * length for length in lengths]
 
 
 @dataclass(frozen=True)
@@ -148,14 +156,22 @@ class AdaptiveLength:
 
     longest: int  # L_max
     longest_first: bool = False
-    depths: DepthCounts = field(init=False)
+    depths: DepthCounts = field(init=False)  # the unit's, since its prefill
+    life: DepthCounts = field(init=False)  # every unit's, the prior a unit's rates start from
     costs: CostFit = field(default_factory=CostFit)
     tried: Counter[int] = field(default_factory=Counter)  # rounds of each length in the policy's life
     fresh: bool = True  # no round since the last prefill
     chosen: int = 0  # rounds chosen by the objective
 
     def __post_init__(self) -> None:
-        self.depths = DepthCounts(self.longest)
+        self.depths, self.life = DepthCounts(self.longest), DepthCounts(self.longest)
+
+    def rates(self) -> list[float]:
+        """[L_max] acceptance at each depth: the unit's counts shrunk towards the loop's life rates, those
+        towards the life's pooled rate (itself from the optimistic PRIOR_RATE): a fresh unit starts where
+        the units before it left off, and moves off as its own rounds come in."""
+        life = self.life.rates([self.life.pooled()] * self.longest)
+        return self.depths.rates(life)
 
     def restart(self) -> None:
         """A prefill: acceptance is the new batch's to learn."""
@@ -168,7 +184,7 @@ class AdaptiveLength:
         times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
         (0 once measured), every EXPLORE_EVERY-th such round the runner-up, so that the fit keeps measuring
         the lengths nearest to the choice."""
-        rates = self.depths.rates()
+        expected = expected_tokens(self.rates())
         untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
         if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
             length = self.longest
@@ -177,18 +193,19 @@ class AdaptiveLength:
         else:
             lengths = range(max(floor, 0 if 0 in self.costs.lengths else 1), self.longest + 1)
             seconds = self.costs.seconds(lengths, rows)
-            rate = [expected_tokens(rates, n) / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
+            rate = [expected[n] / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
             ranked = sorted(range(len(rate)), key=lambda i: -rate[i])  # ties: the shorter first
             self.chosen += 1
             runner_up = self.chosen % EXPLORE_EVERY == 0 and len(ranked) > 1
             length = lengths[ranked[1] if runner_up else ranked[0]]
         self.tried[length] += 1
         self.fresh = False
-        return Choice(length, expected_tokens(rates, length))
+        return Choice(length, expected[length])
 
     def observe(self, length: int, taus: list[int]) -> None:
         """A round's verdict: `length` drafted, `taus` accepted (one a row)."""
         self.depths.observe(length, taus)
+        self.life.observe(length, taus)
 
 
 def pending_positions(carry: Any) -> int:
