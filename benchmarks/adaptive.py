@@ -11,7 +11,9 @@ torch thread). Every unit (a batch of prompts) is decoded by every point and by 
 to back in rotating order, `--repeats` times, after one untimed warm-up of the first unit each (where
 `auto` spends its warm-up rounds, as a point's own warm-up does). `--target-layers N` deepens the tiny
 target with identity layers (`benchmarks/ahead.py`: the same tokens, a costlier pass); `--mix` decodes
-HumanEval and chat prompts alternately (half each), where code accepts long drafts and chat short ones.
+HumanEval and chat prompts alternately (half each), where code accepts long drafts and chat short ones;
+else HumanEval's first `--prompts` (cycled past its 164: a 16-row batch needs 192 for 12 units, the fewest
+a paired verdict takes).
 
 Per batch size: each point's tokens/s and speedup over the autoregressive loop (ratios of totals over units,
 95% bootstrap-t intervals), `auto`'s chosen lengths and calibration, and the verdicts of `auto` against the
@@ -74,13 +76,15 @@ class Measured:
     runs: list[RunResult]
 
 
-def mixed_prompts(count: int, into: Path) -> Path:
-    """A JSONL of `count` prompts, HumanEval's and CHAT's alternately (ids `code/...`, `chat/...`)."""
-    code = load_prompts("humaneval", count, sample_seed=0)
+def prompt_file(count: int, chat: bool, into: Path) -> Path:
+    """A JSONL of `count` prompts: HumanEval's (cycled past its 164, each again a unit of its own seed), or
+    with `chat` HumanEval's and CHAT's alternately (ids `code/...`, `chat/...`)."""
+    code = load_prompts("humaneval")
     rows = []
     for i in range(count):
-        source = code[i // 2].text if i % 2 == 0 else CHAT[(i // 2) % len(CHAT)]
-        rows.append({"id": f"{'code' if i % 2 == 0 else 'chat'}/{i // 2}", "prompt": source, "chat": False})
+        own = chat and i % 2 == 1
+        text = CHAT[(i // 2) % len(CHAT)] if own else code[(i // 2 if chat else i) % len(code)].text
+        rows.append({"id": f"{'chat' if own else 'code'}/{i}", "prompt": text, "chat": False})
     into.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return into
 
@@ -198,9 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="speculab-adaptive-"))
     layers = args.target_layers
     target = [] if layers is None else [f"model.target_path={deepened(TINY_TARGET, layers, scratch / 'target')}"]
-    dataset = (
-        ["dataset=jsonl", f"dataset.path={mixed_prompts(args.prompts, scratch / 'mix.jsonl')}"] if args.mix else []
-    )
+    dataset = ["dataset=jsonl", f"dataset.path={prompt_file(args.prompts, args.mix, scratch / 'prompts.jsonl')}"]
     results: dict[int, dict[str, Measured]] = {}
     ids: list[str] = []
     for batch in args.batch_sizes:

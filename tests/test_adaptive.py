@@ -98,7 +98,7 @@ def test_the_warm_up_tries_each_of_its_lengths_twice_and_a_carry_starts_long() -
     assert carried.choose(1).length == 8  # each prefill sizes a new carry
 
 
-def test_every_so_often_the_runner_up_is_measured_again() -> None:
+def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     policy = _warmed(AdaptiveLength(4), 0.9)
     policy.observe(4, [0, 0, 0])
     policy.chosen = 0  # the count of rounds chosen by the objective, from here
@@ -197,3 +197,26 @@ def test_auto_is_refused_in_one_line_where_it_cannot_serve(weightless_pair_overr
         validate(load([*weightless_pair_overrides, *overrides]))
     assert line in str(err.value)
     assert sum("algorithm.L" in text for text in str(err.value).splitlines()) == 1
+
+
+def test_a_sweep_tables_what_auto_chose_and_mlflow_gets_every_figure() -> None:
+    from speculab.results.names import Figures, flatten
+    from speculab.results.point import PointResult
+    from speculab.stats import Estimate
+    from speculab.tracking.sweep_page import ADAPTIVE_TABLED, sweep_csv, sweep_markdown
+
+    s = replace(settings(K=1, L=4, T=1.0, batch=2, max_new=16), adaptive=True)
+    target, drafter = toy_roles(4)
+    run = decode(target, drafter, get_verifier("block"), TOY_PROMPTS, s, policy=AdaptiveLength(4))
+    figures = adaptive_figures(run)
+    logged = flatten(Figures(figures))
+    assert {f"adaptive/length_{n}" for n in range(5)} <= set(logged) and "adaptive/calibration" in logged
+    shape = PointShape("block", None, 1, 8, None, None, 1.0, "iid", "humaneval", 4, "tiny-pycode", 0, 16, 2, 0)
+    speed = {"tokens_per_s": Estimate(100, 90, 110), "speedup_vs_ar": Estimate(1.0, 0.9, 1.1)}
+    points = [
+        PointResult(shape, Figures(speed)),
+        PointResult(replace(shape, adaptive=True), Figures(speed | figures)),
+    ]
+    header = sweep_markdown(points).splitlines()[0]
+    assert all(f" {key} " in header for key in ADAPTIVE_TABLED) and "L=auto" in sweep_markdown(points)
+    assert set(ADAPTIVE_TABLED) <= set(sweep_csv(points).splitlines()[0].split(","))

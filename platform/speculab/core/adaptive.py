@@ -35,7 +35,9 @@ COST_DECAY = 0.995  # per round observed: a round's weight in the cost fit halve
 RIDGE = 1e-9  # relative ridge of the cost fit: features a loop never varied (its rows, say) stay solvable
 COST_FEATURES = 6  # `cost_features`
 WARM_UP_TRIES = 2  # rounds of each warm-up length: the fit leaves a length's first out (`CostFit.observe`)
-EXPLORE_EVERY = 32  # every so many rounds chosen by the objective, the runner-up instead
+EXPLORE_EVERY = 16  # every so many rounds chosen by the objective, a neighbour of the choice instead
+MEASURED_ROUNDS = 4  # rounds at a length and rows from which their mean prices them, not the fit
+MEAN_RATE = 0.05  # ... a moving mean over about the last 20 of them
 REFIT_EVERY = 8  # rounds between two cost fits: the fit moves slowly, and a fit is most of the policy's time
 
 
@@ -96,10 +98,24 @@ def cost_features(length: int, rows: int) -> list[float]:
 
 
 @dataclass
+class Measured:
+    """Rounds of one length and rows: their count and the moving mean of their seconds (the mean of the
+    first 1 / MEAN_RATE rounds, then an exponential moving average at MEAN_RATE)."""
+
+    count: int = 0
+    mean: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.mean += (seconds - self.mean) * max(1.0 / self.count, MEAN_RATE)
+
+
+@dataclass
 class CostFit:
-    """Seconds of a round by its length and rows: weighted least squares on `cost_features`, the weights
-    decaying by COST_DECAY a round (sufficient statistics: each update is O(1); a fit, a 6 x 6 solve, every
-    REFIT_EVERY rounds)."""
+    """Seconds of a round by its length and rows: the moving mean of the rounds measured at that length and
+    rows where MEASURED_ROUNDS or more were, else weighted least squares on `cost_features` (the weights
+    decaying by COST_DECAY a round; sufficient statistics: each update is O(1), a fit, a 6 x 6 solve, every
+    REFIT_EVERY rounds), which a line in L may fit ill near the lengths the policy chooses between."""
 
     gram: np.ndarray = field(default_factory=lambda: np.zeros((COST_FEATURES, COST_FEATURES)))
     moment: np.ndarray = field(default_factory=lambda: np.zeros(COST_FEATURES))
@@ -107,6 +123,7 @@ class CostFit:
     first_seen: set[int] = field(default_factory=set)  # the lengths whose first round was left out
     beta: list[float] | None = None  # [COST_FEATURES] the fit (None: none yet)
     unfitted: int = 0  # rounds observed since the last fit
+    measured: dict[tuple[int, int], Measured] = field(default_factory=dict)  # (length, rows) -> its rounds
 
     def observe(self, length: int, rows: int, seconds: float) -> None:
         """A round's seconds; a length's first round is left out: it pays one-off costs (allocations,
@@ -121,6 +138,7 @@ class CostFit:
             self.beta = None
         self.lengths.add(length)
         self.unfitted += 1
+        self.measured.setdefault((length, rows), Measured()).add(seconds)
 
     @property
     def ready(self) -> bool:
@@ -136,7 +154,9 @@ class CostFit:
         # the fit at `rows`, as a line in L: a round's fixed cost, a drafting one's, and a drafted token's
         b = self.beta
         fixed, drafting, token = b[0] + b[3] * rows, b[1] + b[4] * rows, b[2] + b[5] * rows
-        return [fixed + drafting * (length > 0) + token * length for length in lengths]
+        line = [fixed + drafting * (n > 0) + token * n for n in lengths]
+        found = [self.measured.get((n, rows)) for n in lengths]
+        return [m.mean if m is not None and m.count >= MEASURED_ROUNDS else x for m, x in zip(found, line)]
 
 
 @dataclass(frozen=True)
@@ -182,8 +202,8 @@ class AdaptiveLength:
         """The length of the next round with `rows` rows, at least `floor` (`pending_positions`): the
         longest for a carry's first round, else the first warm-up length tried fewer than WARM_UP_TRIES
         times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
-        (0 once measured), every EXPLORE_EVERY-th such round the runner-up, so that the fit keeps measuring
-        the lengths nearest to the choice."""
+        (0 once measured), every EXPLORE_EVERY-th such round a length next to it, so that the costs keep
+        being measured where the choice is made."""
         expected = expected_tokens(self.rates())
         untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
         if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
@@ -194,10 +214,11 @@ class AdaptiveLength:
             lengths = range(max(floor, 0 if 0 in self.costs.lengths else 1), self.longest + 1)
             seconds = self.costs.seconds(lengths, rows)
             rate = [expected[n] / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
-            ranked = sorted(range(len(rate)), key=lambda i: -rate[i])  # ties: the shorter first
+            length = lengths[max(range(len(rate)), key=rate.__getitem__)]  # ties: the shorter
             self.chosen += 1
-            runner_up = self.chosen % EXPLORE_EVERY == 0 and len(ranked) > 1
-            length = lengths[ranked[1] if runner_up else ranked[0]]
+            if self.chosen % EXPLORE_EVERY == 0:  # a neighbour, below and above by turns (the other at an end)
+                side = 1 if self.chosen // EXPLORE_EVERY % 2 == 0 else -1
+                length = length + side if length + side in lengths else length - side
         self.tried[length] += 1
         self.fresh = False
         return Choice(length, expected[length])
