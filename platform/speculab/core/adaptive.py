@@ -9,8 +9,12 @@ draft length"):
   a depth's rate is shrunk towards the same depth's over the loop's life, and that towards the life's
   pooled rate, itself from an optimistic prior, so a fresh unit starts where the units before it left off
   and a depth never drafted takes the pooled rate (and is tried when it makes it pay);
-- `CostFit`, a round's seconds by its length and rows, least squares over the rounds the loop's phase clock
-  closed (`PhaseClock.finished`), kept for the loop's life (a point's units and repeats) with a slow decay.
+- `CostFit`, a round's seconds by its length and rows from the rounds the loop's phase clock closed
+  (`PhaseClock.finished`): their moving mean where enough were measured, else least squares on the length
+  and rows, kept for the loop's life (a point's units and repeats) with a slow decay.
+
+Warm-up: the policy's first rounds draft a fixed set of lengths; after that a neighbour of its choice every
+EXPLORE_EVERY rounds (`AdaptiveLength.choose`).
 
 The policy sees only the past (earlier rounds' lengths, accepted lengths and times, and the carry a
 verifier left), never the round's own draws: a round of any fixed length is lossless given its past, so
@@ -30,7 +34,7 @@ from speculab.verify.modification import ModifiedTarget
 
 PRIOR_RATE = 0.8  # the pooled acceptance rate before any round: optimistic, so that drafting is tried
 PRIOR_WEIGHT = 2.0  # ... worth this many draft tokens
-DEPTH_WEIGHT = 4.0  # a depth's rate shrinks towards the pooled rate with this many pseudo-trials
+DEPTH_WEIGHT = 4.0  # a depth's rate shrinks towards its prior with this many pseudo-trials
 COST_DECAY = 0.995  # per round observed: a round's weight in the cost fit halves after about 140 rounds
 RIDGE = 1e-9  # relative ridge of the cost fit: features a loop never varied (its rows, say) stay solvable
 COST_FEATURES = 6  # `cost_features`
