@@ -15,11 +15,12 @@
 #   bash tools/gpu_checks.sh fused     # (8 min) compiled layers and captured verifiers: tests, a run, tables (b), (c), (a)
 #   bash tools/gpu_checks.sh ahead     # (8 min) drafting ahead on a draft actor of its own: tests, benchmarks/ahead.py
 #   bash tools/gpu_checks.sh dflash2   # (8 min) the random 8B Qwen3 + DFlash2 pair decoding captured; the selector's time
+#   bash tools/gpu_checks.sh adaptive  # (9 min) algorithm.L=auto against fixed L, batch 1, 8, 32, 8B shapes
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead|dflash2}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead|dflash2|adaptive}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -130,7 +131,22 @@ dflash2)  # issue 74: an 8B-shaped Qwen3 target with a DFlash2 drafter in vLLM's
     step selector 90 python benchmarks/selector.py --draft /tmp/q3d2/draft --target /tmp/q3d2/target --device cuda \
         --dtype bfloat16 --context 1024 --batches 1 8 32
     ;;
+adaptive)  # issue 77: algorithm.L=auto against every fixed L and the AR loop, paired, on the device's clock
+    # A random Qwen3-8B target and a random 0.6B-shaped Qwen3 draft with its vocabulary: random weights, so
+    # these are cost figures (the policy's choice as the costs move with the batch), not acceptance figures
+    step tests 120 python -m pytest -q -p no:cacheprovider tests/test_adaptive.py
+    step random_pair 90 python tools/random_dflash_pair.py /tmp/q3 --device cuda
+    step ar_draft 90 python -c "import shutil, torch, transformers as t; from pathlib import Path
+c = t.Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+    num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True, torch_dtype='bfloat16')
+with torch.device('cuda'): m = t.Qwen3ForCausalLM(c).to(torch.bfloat16)
+m.save_pretrained('/tmp/q3/ar_draft')
+[shutil.copy(f, '/tmp/q3/ar_draft') for f in Path('/tmp/q3/target').iterdir() if 'token' in f.name]"
+    step bench 420 python benchmarks/adaptive.py --batch-sizes 1 8 32 --prompts 32 --max-new-tokens 32 \
+        --repeats 1 --lengths 1 2 4 8 --overrides algorithm=block model.target_path=/tmp/q3/target \
+        model.draft_path=/tmp/q3/ar_draft model.device=cuda model.dtype=bfloat16
+    ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused, ahead or dflash2" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused, ahead, dflash2 or adaptive" && exit 2
     ;;
 esac

@@ -55,7 +55,7 @@ class DrafterSpec:
     label: str  # its name in the papers' tables and the report
     marker: str = ""  # the file that marks its checkpoint dir (`drafter.path`)
     target_features: bool = False  # conditioned on the target's hidden features (`dflash_config`)
-    # the file of its checkpoint that gives how many tokens one pass drafts (`config.model.block_length`):
+    # the file of its checkpoint that gives how many tokens one pass drafts (`config.drafter_checkpoint.block_length`):
     # block.json's block_size, or a DFlash config.json's block_size - 1; "": it drafts token by token
     block_file: str = ""
     # its marginals come with a candidate selector's law (`drafting.selector`): paths drawn from it carry
@@ -266,6 +266,12 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     )
 }
 PATH_ALGORITHMS: tuple[str, ...] = tuple(name for name, spec in ALGORITHMS.items() if not spec.tree_builder)
+# algorithm.L=auto (`core.adaptive`): the single-path verifiers, certified under a policy that depends on the
+# past (tests/verify/test_adaptive_certificates.py), with a drafter that samples the path from the draft alone
+ADAPTIVE_ALGORITHMS: tuple[str, ...] = tuple(
+    name for name, spec in ALGORITHMS.items() if not spec.tree_builder and not spec.multi_path
+)
+ADAPTIVE_DRAFTERS: tuple[str, ...] = tuple(name for name in PATH_DRAFTERS if not DRAFTERS[name].target_features)
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.errors import choice, within
@@ -17,6 +17,8 @@ from speculab.config.sampling import SamplingConfig
 K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
 L_RANGE = (1, 128)  # algorithm.L: draft length
 DEFAULT_L = 8  # algorithm.L where neither the algorithm preset nor the drafter's block sets it
+AUTO = "auto"  # algorithm.L: each round's length chosen by the adaptive policy (`core.adaptive`) in 0..AUTO_LONGEST
+AUTO_LONGEST = DEFAULT_L
 BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
 AHEAD_MODES = ("off", "ssd")  # drafter.ahead
 AHEAD_BUDGET_RANGE = (1, 256)  # drafter.ahead_budget
@@ -33,7 +35,9 @@ OT_MAX_COLUMNS = 200_000
 class AlgorithmConfig:
     name: str = "block"
     K: int = 1  # i.i.d. draft paths per round
-    L: int | None = 4  # draft length; null: the drafter's block (DFlash: block_size - 1; parallel: block_size), else 8
+    # draft length; null: the drafter's block (DFlash: block_size - 1; parallel: block_size), else 8; auto: chosen
+    # each round (0..8, `core.adaptive`)
+    L: Any = 4
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
@@ -63,13 +67,50 @@ class DraftView(Protocol):
     sampling: SamplingConfig
 
 
+def draft_length(a: AlgorithmConfig) -> int:
+    """The most tokens a round drafts on a path: algorithm.L, or for auto the longest the policy may choose
+    (algorithm.L set: `config.checks.with_draft_length`)."""
+    assert a.L is not None  # set by `config.checks.with_draft_length`
+    return AUTO_LONGEST if a.L == AUTO else a.L
+
+
 def largest_tree(a: AlgorithmConfig) -> int:
     """The most nodes a round's draft tree has, root included: a tree algorithm's budget, else K paths
     of L tokens under one root (algorithm.L set). It sizes the KV caches (and the memory footprint) up front."""
     from speculab.registry import ALGORITHMS
 
-    assert a.L is not None  # set by `config.checks.with_draft_length`
-    return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * a.L + 1
+    return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(a) + 1
+
+
+def length_error(L: Any) -> str | None:
+    """Why `algorithm.L` is neither an integer in L_RANGE, nor auto, nor null (None: it is one of them). The
+    field takes any value, so its type is checked here, before anything reads it as a number."""
+    low, high = L_RANGE
+    if L is None or L == AUTO or (not isinstance(L, bool) and isinstance(L, int) and low <= L <= high):
+        return None
+    return f"algorithm.L={L}: must be an integer >= {low} and <= {high}, or auto (chosen each round)"
+
+
+def auto_errors(cfg: DraftView) -> list[str]:
+    """algorithm.L=auto where the adaptive policy serves the run: a verifier of one path certified under
+    it (`core.adaptive`), a drafter that samples that path from the draft alone, and nothing that needs
+    every round's length fixed (drafting ahead, a paired comparison)."""
+    from speculab.registry import ADAPTIVE_ALGORITHMS, ADAPTIVE_DRAFTERS
+
+    a = cfg.algorithm
+    if a.L != AUTO:
+        return []
+    served = f"algorithm.L=auto: chooses the length of one i.i.d. path (algorithm={'/'.join(ADAPTIVE_ALGORITHMS)}"
+    served += f", algorithm.K=1, drafter={'/'.join(ADAPTIVE_DRAFTERS)}, drafter.ahead=off, no algorithm.compare)"
+    fixed = {
+        "algorithm": a.name if a.name not in ADAPTIVE_ALGORITHMS else None,
+        "algorithm.K": a.K if a.K != 1 else None,
+        "drafter": cfg.drafter.name if cfg.drafter.name not in ADAPTIVE_DRAFTERS else None,
+        "drafter.ahead": cfg.drafter.ahead if cfg.drafter.ahead != "off" else None,
+        "algorithm.compare": a.compare or None,
+    }
+    got = " ".join(f"{key}={value}" for key, value in fixed.items() if value is not None)
+    return [f"{served}; got {got}"] if got else []
 
 
 def ahead_nodes(ahead: str, budget: int, length: int | None) -> int:
@@ -84,10 +125,10 @@ def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
     from speculab.registry import ALGORITHMS, OT_RULES, drafter_name_error, get_algorithm, node_rule_error
 
     algorithm, drafter = cfg.algorithm, cfg.drafter
-    assert algorithm.L is not None  # set by `config.checks.with_draft_length`
     errors: list[str] = []
     within(errors, "algorithm.K", algorithm.K, K_RANGE)
-    within(errors, "algorithm.L", algorithm.L, L_RANGE)
+    within(errors, "algorithm.L", draft_length(algorithm), L_RANGE)
+    errors += auto_errors(cfg)
     if (error := drafter_name_error(drafter.name)) is not None:
         errors.append(error)
     try:

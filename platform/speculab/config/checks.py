@@ -8,21 +8,15 @@ import math
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
-from speculab.config.algorithm import DEFAULT_L, algorithm_errors
+from speculab.config.algorithm import DEFAULT_L, algorithm_errors, length_error
 from speculab.config.attach import address_errors
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.cluster import ClusterConfig, device_errors, local_cluster_errors, resolve_device
 from speculab.config.cluster_plan import ClusterPlan, cluster_errors
 from speculab.config.dataset import dataset_errors
+from speculab.config.drafter_checkpoint import block_length, drafter_checkpoint_errors
 from speculab.config.errors import ConfigError
-from speculab.config.model import (
-    block_length,
-    context_errors,
-    drafter_checkpoint_errors,
-    locate_roles,
-    model_errors,
-    pass_errors,
-)
+from speculab.config.model import context_errors, locate_roles, model_errors, pass_errors
 from speculab.config.nodes import resource_errors
 from speculab.config.replicas import replica_errors
 from speculab.config.report import report_errors
@@ -87,8 +81,11 @@ def validate(cfg: Config) -> None:
 
 
 def with_draft_length(cfg: Config, draft_dir: Path | None) -> Config:
-    """``cfg`` with `algorithm.L` set: as given, else the drafter's block (`block_length`, read from
-    `draft_dir`, the draft role's checkpoint), else DEFAULT_L. What a run records and decodes with."""
+    """``cfg`` with `algorithm.L` set: as given (an integer or auto), else the drafter's block (`block_length`,
+    read from `draft_dir`, the draft role's checkpoint), else DEFAULT_L. What a run records and decodes with.
+    ConfigError for an L of neither kind: every other check reads it as one."""
+    if (error := length_error(cfg.algorithm.L)) is not None:
+        raise ConfigError.listing([error])
     if cfg.algorithm.L is not None:
         return cfg
     return replace(cfg, algorithm=replace(cfg.algorithm, L=block_length(cfg.drafter, draft_dir) or DEFAULT_L))

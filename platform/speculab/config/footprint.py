@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from speculab.config.algorithm import ahead_nodes, largest_tree
+from speculab.config.algorithm import ahead_nodes, draft_length, largest_tree
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.cluster import ClusterView
 
@@ -62,6 +62,6 @@ def planned_footprint(cfg: ClusterView, found: dict[str, Checkpoint], where: str
         s.max_new_tokens,
         largest_tree(cfg.algorithm),
         DTYPE_BYTES[cfg.model.dtype],
-        ahead_nodes(cfg.drafter.ahead, cfg.drafter.ahead_budget, cfg.algorithm.L),
+        ahead_nodes(cfg.drafter.ahead, cfg.drafter.ahead_budget, draft_length(cfg.algorithm)),
     )
     return memory_footprint(target, draft, work, c.tp_size, where)

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import torch
 
-from speculab.core.engine import DecodeSettings, Features, TargetModel, decode
+from speculab.core.engine import DecodeSettings, Features, TargetModel, decode, root_proposal, sample_target
 from speculab.core.records import PromptRecord, RunResult
-from speculab.drafting.sampling import SamplingParams, sample
-from speculab.drafting.tree import DraftTree, Proposal
-from speculab.verify.verdict import Verdict
+from speculab.drafting.sampling import SamplingParams
+from speculab.drafting.tree import Proposal
 
 
 class RootOnlyDrafter:
@@ -30,10 +28,7 @@ class RootOnlyDrafter:
         self.roots = list(roots)
 
     def propose(self, num_paths: int, length: int, sampling: SamplingParams) -> Proposal:
-        paths = torch.empty(len(self.roots), 1, 0, dtype=torch.long)
-        return Proposal(
-            DraftTree.from_paths(torch.tensor(self.roots), paths), paths, torch.empty(len(self.roots), 1, 0, 0)
-        )
+        return root_proposal(self.roots)
 
     def commit(self, emitted: list[list[int]], features: Features = None) -> None:
         self.roots = [row[-1] for row in emitted]
@@ -43,16 +38,6 @@ class RootOnlyDrafter:
 
     def kv_bytes(self) -> int:
         return 0
-
-
-# paths [B, 1, 0]; p [B, 1, 1, V]; q [B, 1, 0, 0]
-def sample_target(
-    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
-) -> Verdict:
-    """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
-    token = sample(p[:, 0, 0], 1, rng)  # [B, 1]
-    zeros = torch.zeros(len(token), dtype=torch.long, device=token.device)
-    return Verdict(token, zeros + 1, zeros)
 
 
 def autoregressive(

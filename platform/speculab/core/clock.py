@@ -65,6 +65,19 @@ class PhaseClock:
         self.rounds.append(RoundMarks(record, start, self.mark(), self.spans[first:]))
         del self.spans[first:]
 
+    def finished(self, since: int) -> tuple[list[tuple[RoundRecord, float]], int]:
+        """The rounds closed from index `since` on whose marks the device has passed, never waiting for it
+        (on CUDA a round's events complete by the next round's host read): each round's record and its
+        seconds, the paired check left out; and the index to ask from next time. What an adaptive policy
+        learns its costs from (`core.adaptive`), before `settle` fills the records' times."""
+        done = []
+        for marks in self.rounds[since:]:
+            if isinstance(marks.end, torch.cuda.Event) and not marks.end.query():
+                break
+            paired = _sums(marks.phases).get("paired", 0.0)
+            done.append((marks.record, _seconds(marks.start, marks.end) - paired))
+        return done, since + len(done)
+
     def settle(self) -> dict[str, float]:
         """Wait for the last mark (once per run), fill every closed round's phase times (the rest of
         the round is `time_other_s`), and return the seconds of the phases no round claimed (prefill)."""

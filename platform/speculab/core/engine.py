@@ -4,22 +4,26 @@
 that follow the model protocols (in-process or Ray actor proxies) and any verifier that
 follows the verifier contract; it returns the run's records (`speculab.core.records`), its phases
 timed by a `speculab.core.clock.PhaseClock`. The autoregressive baseline is this loop with a
-root-only drafter (`speculab.core.autoregressive`). This module does no I/O and no logging.
+root-only drafter (`speculab.core.autoregressive`). With an adaptive policy (`speculab.core.adaptive`,
+`algorithm.L=auto`) each round drafts the length the policy chooses, 0 being one autoregressive step
+(`root_proposal`, `sample_target`) that leaves the drafter alone. This module does no I/O and no logging.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
 
+from speculab.core.adaptive import AdaptiveLength, Choice, pending_positions
 from speculab.core.clock import PhaseClock
 from speculab.core.evidence import Drafts, along_path, depth_evidence
 from speculab.core.records import PromptRecord, RoundRecord, RunResult
-from speculab.drafting.sampling import SamplingParams
+from speculab.drafting.sampling import SamplingParams, sample
 from speculab.drafting.tree import DraftTree, Proposal
 from speculab.verify.verdict import Verdict
 
@@ -56,13 +60,14 @@ PairedCheck = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, list[int]], No
 @dataclass(frozen=True)
 class DecodeSettings:
     num_paths: int  # K
-    length: int  # L
+    length: int  # L (adaptive: the longest a round drafts)
     sampling: SamplingParams
     max_new_tokens: int
     batch_size: int = 1
     seed: int = 0
     eos_token_id: int | None = None
     tree_nodes: int = 0  # the most nodes a round's draft tree has, root included (0: not known)
+    adaptive: bool = False  # algorithm.L=auto: each round's length chosen by the loop's `AdaptiveLength`
 
     @property
     def room(self) -> int:
@@ -87,6 +92,22 @@ def gather_paths(p_nodes: torch.Tensor, path_nodes: torch.Tensor) -> torch.Tenso
     return p_nodes.gather(1, flat[..., None].expand(-1, -1, p_nodes.shape[-1])).reshape(B, K, M, -1)
 
 
+def root_proposal(roots: list[int]) -> Proposal:
+    """A round that drafts nothing (L = 0): each row's tree is its root, one path of no tokens."""
+    paths = torch.empty(len(roots), 1, 0, dtype=torch.long)
+    return Proposal(DraftTree.from_paths(torch.tensor(roots), paths), paths, torch.empty(len(roots), 1, 0, 0))
+
+
+# paths [B, 1, 0]; p [B, 1, 1, V]; q [B, 1, 0, 0]
+def sample_target(
+    paths: torch.Tensor, p: torch.Tensor, q: torch.Tensor, *, rng: torch.Generator, carry: Any = None
+) -> Verdict:
+    """Autoregressive decoding in verifier form: the next token drawn from p at the root."""
+    token = sample(p[:, 0, 0], 1, rng)  # [B, 1]
+    zeros = torch.zeros(len(token), dtype=torch.long, device=token.device)
+    return Verdict(token, zeros + 1, zeros)
+
+
 # evidence [B, E] (`depth_evidence`), or None when nothing was drafted
 def read_round(
     verdict: Verdict, tree: DraftTree, evidence: torch.Tensor | None
@@ -105,16 +126,17 @@ def read_round(
 
 
 def _record(
-    batch: list[PromptRecord], emitted: list[list[int]], evidence: list[list[float]], settings: DecodeSettings
+    batch: list[PromptRecord], emitted: list[list[int]], evidence: list[list[float]], settings: DecodeSettings, L: int
 ) -> list[int]:
-    """Each row's tokens, truncated, and its round (tau, the evidence at the depths it reached) into
-    its prompt's record; returns the tokens kept per row."""
-    kept, L = [], settings.length
+    """Each row's tokens, truncated, and its round (tau, the L it drafted, the evidence at the depths it
+    reached) into its prompt's record; returns the tokens kept per row."""
+    kept = []
     for record, tokens, row in zip(batch, emitted, evidence):
         tau = len(tokens) - 1
         tokens, record.stop = truncate(tokens, settings.max_new_tokens - len(record.tokens), settings.eos_token_id)
         record.tokens += tokens
         record.accepted.append(tau)
+        record.drafted.append(L)
         record.overlap.append(row[: min(tau + 1, L)])
         if len(row) > L + 2:
             record.left_chain.append(row[L + 2] > 0)
@@ -129,6 +151,34 @@ def truncate(tokens: list[int], room: int, eos: int | None) -> tuple[list[int], 
     return tokens[:room], "max_new_tokens" if len(tokens) >= room else ""
 
 
+@dataclass(frozen=True)
+class Loop:
+    """What every round of a decode uses: the roles, the settings, the verification RNG, the phase clock,
+    the records so far, the paired check and the adaptive policy (None: every round drafts `settings.length`)."""
+
+    target: TargetModel
+    drafter: Drafter
+    verifier: Verifier
+    settings: DecodeSettings
+    rng: torch.Generator
+    clock: PhaseClock
+    rounds: list[RoundRecord]
+    paired: PairedCheck | None = None
+    policy: AdaptiveLength | None = None
+
+
+@dataclass
+class Held:
+    """What a batch carries from one round to the next: the verifier's carry, and per row the tokens
+    committed since the drafter last drafted, its next root last (what `Drafter.commit` is handed: a
+    round's emitted tokens, or more after rounds that drafted nothing); and how far the policy has
+    read the phase clock's closed rounds."""
+
+    unfed: list[list[int]]
+    carry: Any = None
+    costs_read: int = 0
+
+
 def decode(
     target: TargetModel,
     drafter: Drafter,
@@ -137,18 +187,20 @@ def decode(
     settings: DecodeSettings,
     on_prompt_done: Callable[[PromptRecord], None] | None = None,
     paired: PairedCheck | None = None,
+    policy: AdaptiveLength | None = None,
 ) -> RunResult:
     """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records.
 
     ``on_prompt_done`` gets each prompt's record as soon as it stops (live progress, tracking).
     ``paired`` sees every round's i.i.d. drafts after they are verified (`speculab.core.paired`); its
-    time is kept out of the run's wall time and phase split."""
+    time is kept out of the run's wall time and phase split. ``policy`` chooses each round's length
+    (`settings.adaptive`); its acceptance restarts at each prefill, its costs carry on."""
     records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
-    rounds: list[RoundRecord] = []
-    clock = PhaseClock()
     # On the CPU whatever the models' device: verifiers and the sampler move its uniforms to p's
     # device, so a seed gives the same draws inline and on Ray, on the CPU and on a GPU.
     rng = torch.Generator().manual_seed(settings.seed)
+    loop = Loop(target, drafter, verifier, settings, rng, PhaseClock(), [], paired, policy)
+    clock = loop.clock
     start = time.perf_counter()
     for first in range(0, len(prompts), settings.batch_size):
         batch = records[first : first + settings.batch_size]
@@ -162,83 +214,103 @@ def decode(
                 features=features,
                 room=settings.room,
             )
-        carry = None
+        if policy is not None:
+            policy.restart()
+        held = Held([[prompts[r.index][-1]] for r in batch], costs_read=len(clock.rounds))
         while batch:
-            active, carry = _round(target, drafter, verifier, batch, carry, settings, rng, clock, rounds, paired)
+            active = _round(loop, batch, held)
             for record in batch:
                 if record.stop and on_prompt_done:
                     on_prompt_done(record)
             batch = active
     prefill = clock.settle()  # waits for the device once: the wall time below includes its queued work
-    paired_s = sum(r.time_paired_s for r in rounds)
+    paired_s = sum(r.time_paired_s for r in loop.rounds)
     wall = time.perf_counter() - start - paired_s
     return RunResult(
         records,
-        rounds,
+        loop.rounds,
         wall,
         prefill.get("prefill_target", 0.0),
         prefill.get("prefill_draft", 0.0),
         paired_s,
-        sum(r.cpu_paired_s for r in rounds),
+        sum(r.cpu_paired_s for r in loop.rounds),
         settings.length,
     )
 
 
-def _round(
-    target: TargetModel,
-    drafter: Drafter,
-    verifier: Verifier,
-    batch: list[PromptRecord],
-    carry: Any,
-    settings: DecodeSettings,
-    rng: torch.Generator,
-    clock: PhaseClock,
-    rounds: list[RoundRecord],
-    paired: PairedCheck | None = None,
-) -> tuple[list[PromptRecord], Any]:
-    """One round for the active rows; returns the rows still decoding and the next carry."""
+def _choose(loop: Loop, rows: int, held: Held) -> tuple[Choice, float]:
+    """The round's length (and the tokens a row it expects) and the policy's seconds to choose it, from the
+    rounds the phase clock closed since it last looked; the settings' length without a policy."""
+    if loop.policy is None:
+        return Choice(loop.settings.length, math.nan), 0.0
+    start = time.perf_counter()
+    done, held.costs_read = loop.clock.finished(held.costs_read)
+    for record, seconds in done:
+        loop.policy.costs.observe(record.length, record.rows, seconds)
+    choice = loop.policy.choose(rows, floor=pending_positions(held.carry))
+    return choice, time.perf_counter() - start
+
+
+def _verify(
+    loop: Loop, proposal: Proposal, p_nodes: torch.Tensor, held: Held, L: int
+) -> tuple[Verdict, Drafts | None, DraftTree]:
+    """The round's verdict, for i.i.d. paths the drafts with their p and q (the paired check's), and the
+    tree where it was verified (a deterministic one is walked on p's device).
+    A round that drafted nothing (L = 0) samples the target and keeps the carry: the policy drafts
+    nothing only where no carry modifies the next position (`pending_positions`)."""
+    if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
+        tree = proposal.tree.to(p_nodes.device)
+        return loop.verifier(tree, p_nodes, rng=loop.rng), None, tree
+    assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
+    p = gather_paths(p_nodes, proposal.tree.path_nodes)
+    drafts = (proposal.paths.to(p.device), p, proposal.q.to(p.device))
+    verify = loop.verifier if L or loop.policy is None else sample_target
+    verdict = verify(*drafts, rng=loop.rng, carry=held.carry)
+    return (verdict if L or loop.policy is None else replace(verdict, carry=held.carry)), drafts, proposal.tree
+
+
+def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptRecord]:
+    """One round for the active rows; returns the rows still decoding (`held` updated for the next)."""
+    target, drafter, settings, clock = loop.target, loop.drafter, loop.settings, loop.clock
     begun = clock.begin_round()
+    choice, policy_s = _choose(loop, len(batch), held)
+    L = choice.length
     with clock.phase("draft"):
-        proposal = drafter.propose(settings.num_paths, settings.length, settings.sampling)
+        drafted = L > 0 or loop.policy is None  # without a policy the drafter proposes every round
+        proposal = (
+            drafter.propose(settings.num_paths, L, settings.sampling)
+            if drafted
+            else root_proposal([row[-1] for row in held.unfed])
+        )
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
-    drafts: Drafts | None = None  # i.i.d. paths with p and q, for the paired check
-    paired_cpu, tree = 0.0, proposal.tree
     with clock.phase("verify"):
-        if proposal.paths is None:  # a deterministic tree (DDTree): a tree verifier (walk) on node-major p
-            tree = tree.to(p_nodes.device)
-            verdict = verifier(tree, p_nodes, rng=rng)
-        else:
-            assert proposal.q is not None and proposal.tree.path_nodes is not None  # i.i.d. paths come with both
-            p = gather_paths(p_nodes, proposal.tree.path_nodes)
-            drafts = (proposal.paths.to(p.device), p, proposal.q.to(p.device))
-            verdict = verifier(*drafts, rng=rng, carry=carry)
-    L = settings.length
+        verdict, drafts, tree = _verify(loop, proposal, p_nodes, held, L)
     if L:
         p_path, q_path = along_path(p_nodes, proposal, tree, verdict.path, drafts)
         depths: torch.Tensor | None = depth_evidence(p_path, q_path, verdict, tree_marginals=proposal.paths is None)
     else:
         depths = None
     emitted, tree_nodes, evidence = read_round(verdict, proposal.tree, depths)
-    if paired is not None and drafts is not None:
-        paired_cpu = time.process_time()
-        with clock.phase("paired"):
-            paired(*drafts, [record.index for record in batch])
-        paired_cpu = time.process_time() - paired_cpu
+    paired_cpu = _paired(loop, drafts, batch)
+    held.unfed = emitted if drafted else [row + tokens for row, tokens in zip(held.unfed, emitted)]
     with clock.phase("target"):
         features = target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
-        drafter.commit(emitted, features=features)
+        drafter.commit(held.unfed, features=features)
     taus = [len(tokens) - 1 for tokens in emitted]
-    kept = _record(batch, emitted, evidence, settings)
+    if loop.policy is not None:
+        loop.policy.observe(L, taus)
+    kept = _record(batch, emitted, evidence, settings, L)
     first = [[row[column] for row in evidence if row] for column in (0, L, L + 1)]  # depth 1, entropies
     live = [i for i, record in enumerate(batch) if not record.stop]
-    carry = verdict.carry
+    held.carry = verdict.carry
     if len(live) < len(batch):
         rows = torch.tensor(live, dtype=torch.long)
         target.retain(rows)
         drafter.retain(rows)
-        carry = carry.select(rows.to(verdict.num_tokens.device)) if carry is not None else None
+        held.unfed = [held.unfed[i] for i in live]
+        held.carry = held.carry.select(rows.to(verdict.num_tokens.device)) if held.carry is not None else None
     round_record = RoundRecord(
         rows=len(batch),
         tree_nodes=tree_nodes,
@@ -256,7 +328,21 @@ def _round(
         ahead_hit=proposal.ahead_hit,
         ahead_drafts=proposal.ahead_drafts,
         draft_busy_s=proposal.draft_busy_s,
+        length=L,
+        predicted_tokens=choice.predicted,
+        time_policy_s=policy_s,
     )
-    rounds.append(round_record)
+    loop.rounds.append(round_record)
     clock.close_round(round_record, begun)
-    return [batch[i] for i in live], carry
+    return [batch[i] for i in live]
+
+
+def _paired(loop: Loop, drafts: Drafts | None, batch: list[PromptRecord]) -> float:
+    """The paired check on the round's i.i.d. drafts (`speculab.core.paired`), in a phase of its own;
+    its CPU seconds."""
+    if loop.paired is None or drafts is None:
+        return 0.0
+    start = time.process_time()
+    with loop.clock.phase("paired"):
+        loop.paired(*drafts, [record.index for record in batch])
+    return time.process_time() - start

@@ -6,6 +6,7 @@ into a point's figures by `speculab.results.figures` and written to its run by `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 
@@ -41,6 +42,11 @@ class RoundRecord:
     # A draft in an actor of its own driven over a socket (`runtime.draft_channel`): its model seconds
     # for this round (its process's clock); the rest of the round it waited for the loop
     draft_busy_s: float = 0.0
+    # The draft length this round (the settings' L, or an adaptive policy's choice: `core.adaptive`), the
+    # tokens a row the policy expected of it (NaN without a policy) and the policy's seconds choosing it
+    length: int = 0
+    predicted_tokens: float = math.nan
+    time_policy_s: float = 0.0
 
 
 @dataclass
@@ -49,6 +55,7 @@ class PromptRecord:
     prompt_tokens: int
     tokens: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # tau per round
+    drafted: list[int] = field(default_factory=list)  # L per round: the draft tokens tau is out of
     stop: str = ""  # "eos" or "max_new_tokens"
     # Per round, sum_x min(p_j, q_j) at each depth j the verification reached (1..min(tau + 1, L)) along
     # the accepted path (`depth_evidence`); empty lists when nothing is drafted.

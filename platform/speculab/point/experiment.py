@@ -23,6 +23,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, resolve
+from speculab.config.algorithm import AUTO, draft_length
 from speculab.config.prompts import PointPrompts, point_prompts
 from speculab.config.replicas import asked
 from speculab.core.engine import DecodeSettings
@@ -107,17 +108,17 @@ def model_specs(plan: RunPlan) -> tuple[LMSpec, LMSpec]:
 
 
 def settings_of(plan: RunPlan, eos_token_id: int | None) -> DecodeSettings:
-    s, L = plan.cfg.sampling, plan.cfg.algorithm.L
-    assert L is not None  # a plan's config has it resolved
+    s, a = plan.cfg.sampling, plan.cfg.algorithm
     return DecodeSettings(
-        num_paths=plan.cfg.algorithm.K,
-        length=L,
+        num_paths=a.K,
+        length=draft_length(a),  # a plan's config has it resolved
         sampling=SamplingParams(s.temperature, s.top_k, s.top_p),
         max_new_tokens=s.max_new_tokens,
         batch_size=s.batch_size,
         seed=s.seed,
         eos_token_id=eos_token_id,
         tree_nodes=plan.largest_tree,
+        adaptive=a.L == AUTO,
     )
 
 

@@ -52,6 +52,7 @@ def run_figures(run: RunResult) -> Figures:
         **per_request(run),
         **first_position(run),
         **drafted_ahead(run),
+        **adaptive_figures(run),
         **draft_actor_time(run),
         **{f"time_{phase}_s": spent[phase] for phase in PHASES},
         **{f"share_{phase}": spent[phase] / run.wall_s for phase in PHASES},
@@ -151,6 +152,27 @@ def drafted_ahead(run: RunResult) -> dict[str, float]:
     }
 
 
+def adaptive_figures(run: RunResult) -> dict[str, float]:
+    """What an adaptive policy did (`algorithm.L=auto`; none for a fixed L): the share of rounds at each
+    length and their mean, the tokens a sequence-round it predicted and those realised over the same rounds
+    (1 + accepted, before eos or the budget cut a round), their ratio, and its own milliseconds a round."""
+    rounds = [r for r in run.rounds if not math.isnan(r.predicted_tokens)]
+    if not rounds:
+        return {}
+    sequence_rounds = sum(r.rows for r in rounds)
+    predicted = sum(r.predicted_tokens * r.rows for r in rounds) / sequence_rounds
+    realised = sum(tau + 1 for r in rounds for tau in r.accepted) / sequence_rounds
+    shares = {f"adaptive_length_{n}": sum(r.length == n for r in rounds) / len(rounds) for n in range(run.length + 1)}
+    return {
+        "adaptive_length_mean": sum(r.length for r in rounds) / len(rounds),
+        **shares,
+        "adaptive_predicted_tokens": predicted,
+        "adaptive_realised_tokens": realised,
+        "adaptive_calibration": realised / predicted,
+        "adaptive_policy_ms": 1000.0 * sum(r.time_policy_s for r in rounds) / len(rounds),
+    }
+
+
 def draft_actor_time(run: RunResult) -> dict[str, float]:
     """A draft in an actor of its own served over a socket (`runtime.draft_channel`): its model seconds
     over the rounds, and the share of the decode's rounds it waited for the loop (none otherwise)."""
@@ -171,16 +193,23 @@ def acceptance_by_depth(run: RunResult) -> Figures:
         return Figures()
     # reached[j][i]: prompt i's sequence-rounds that accepted at least j draft tokens, j = 0..L+1
     reached = [[float(sum(tau >= j for tau in p.accepted)) for p in prompts] for j in range(L + 2)]
+    # drafted[j][i]: those that reached depth j (tau >= j - 1) and drafted it: all that reached it where every
+    # round drafts L tokens; an adaptive run's shorter rounds (`algorithm.L=auto`) are no trial of depth j, and
+    # a depth no round drafted has no figure (one no round reached has NaN)
+    drafted = [
+        [float(sum(tau >= j - 1 and n >= j for tau, n in zip(p.accepted, p.drafted))) for p in prompts]
+        for j in range(L + 1)
+    ]
     rounds = sum(reached[0])
     figures: dict[str, Estimate | float] = {}
-    for j in range(1, L + 1):
-        # a round holds the overlap at depth j iff it reached it (tau >= j - 1): the same rounds as reached[j - 1]
+    for j in (j for j in range(1, L + 1) if any(n >= j for p in prompts for n in p.drafted)):
+        # a round holds the overlap at depth j iff it reached and drafted it: the rounds of drafted[j]
         overlap = [sum(o[j - 1] for o in p.overlap if len(o) >= j) for p in prompts]
-        figures[f"alpha_{j}"] = per_prompt_ratio(reached[j], reached[j - 1], most=1.0)
+        figures[f"alpha_{j}"] = per_prompt_ratio(reached[j], drafted[j], most=1.0)
         figures[f"position_{j}"] = per_prompt_ratio(
             reached[j], reached[0], most=1.0
         )  # over every round, as vLLM counts
-        figures[f"overlap_{j}"] = per_prompt_ratio(overlap, reached[j - 1], most=1.0)
+        figures[f"overlap_{j}"] = per_prompt_ratio(overlap, drafted[j], most=1.0)
     figures |= {f"hist_{n}": (sum(reached[n]) - sum(reached[n + 1])) / rounds for n in range(L + 1)}
     if any(p.left_chain for p in prompts):
         figures["left_chain"] = sum(sum(p.left_chain) for p in prompts) / rounds

@@ -5,7 +5,8 @@ back), the only place that knows how an interval or a standard error is spelled 
 A key is what the code and the console use (`tokens_per_s`, `alpha_3`); the MLflow name groups
 figures in MLflow's chart view by the prefix before "/": the headline figures carry none and come
 first, the rest sit under `time/`, `memory/`, `tree/`, `count/`, `runtime/`, `first/`, `ahead/`,
-`accept/` and `category/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose placeholder a
+`adaptive/`, `accept/` and `category/`. A family (`alpha_<j>`: one figure per draft depth) is one row whose
+placeholder a
 number or a name fills. A baseline's figures are logged under `baseline_ar/<key>` and
 `baseline_hf/<key>`. `python -m speculab.results.names_table` prints the table of docs/architecture.md.
 """
@@ -162,6 +163,13 @@ AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor dr
 )
 # A sweep's tables show these beside the headline where a point drafted ahead: why its speed is what it is
 AHEAD_TABLED = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
+ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(  # algorithm.L=auto (`core.adaptive`)
+    Metric(f"adaptive_{key}", f"adaptive/{key}", f"algorithm.L=auto: {meaning}") for key, meaning in (
+        ("length_<n>", "share of rounds that drafted n tokens"), ("length_mean", "mean draft length a round"),
+        ("predicted_tokens", "tokens a sequence-round (1 + accepted) the policy expected"), ("policy_ms", "ms a round"),
+        ("realised_tokens", "the tokens those rounds realised"), ("calibration", "realised over predicted"),
+    )
+)  # fmt: skip
 COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`
 PAIRED_METRICS: tuple[Metric, ...] = (
     Metric("time_paired_s", "time/paired_s", "algorithm.compare: the paired verifications, outside the wall time"),
@@ -197,6 +205,7 @@ EVERY = (
     *CATEGORY_METRICS,
     *RUNTIME_METRICS,
     *AHEAD_METRICS,
+    *ADAPTIVE_METRICS,
     *PAIRED_METRICS,
     *LIVE_METRICS,
 )

@@ -13,15 +13,15 @@ ACCEPTANCE_METRICS: tuple[Metric, ...] = (
     Metric(
         "alpha_<j>",
         "accept/alpha_<j>",
-        "conditional acceptance at depth j: sequence-rounds with tau >= j over those with tau >= j - 1 (the "
-        "depth-j draft token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
+        "conditional acceptance at depth j: sequence-rounds with tau >= j over those that drafted depth j with tau >= "
+        "j - 1 (the depth-j token accepted, given depths 1..j-1 were; tau before eos / max-new-tokens truncation)",
         **PER_PROMPT,
     ),
     Metric(
         "overlap_<j>",
         "accept/overlap_<j>",
-        "mean over the sequence-rounds that reached depth j (tau >= j - 1) of sum_x min(p_j, q_j) along the "
-        "accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
+        "mean over the sequence-rounds that reached and drafted depth j (tau >= j - 1) of sum_x min(p_j, q_j) "
+        "along the accepted path: what token verification accepts the depth-j token with (alpha_<j> in expectation for "
         "one sampled path; a DDTree's q_j is its depth-j marginal)",
         **PER_PROMPT,
     ),

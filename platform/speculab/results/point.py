@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from speculab.config import Config
+from speculab.config.algorithm import AUTO, AUTO_LONGEST, draft_length
 from speculab.core.measure import UnitTotals
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
 from speculab.registry import ALGORITHMS, method_label, method_rank
@@ -46,7 +47,7 @@ class PointShape:
     algorithm: str
     node_rule: str | None  # a walk's node rule where the algorithm has several (its own first)
     K: int | None  # i.i.d. paths; None for a tree algorithm
-    L: int
+    L: int  # the draft length; with `adaptive`, the longest a round may draft
     tree: str | None  # a tree algorithm's tree (`best_first`, `chain`); None for i.i.d. paths
     budget: int | None  # a best-first tree's node budget
     temperature: float
@@ -61,6 +62,7 @@ class PointShape:
     ahead: str | None = None  # drafting ahead (`drafter.ahead`): `ssd B=8`, with a fan-out other than geometric
     part: str | None = None  # a slice of the sample (`dataset.slice`, a race's stage): `0:12 of 32`
     sample_seed: int | None = None  # the seed the prompts were drawn with (`dataset.sample_seed`; None: the first)
+    adaptive: bool = False  # algorithm.L=auto: each round's length chosen (`core.adaptive`), shown as L=auto
 
     def __post_init__(self) -> None:
         """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
@@ -80,13 +82,12 @@ class PointShape:
     def of(cls, cfg: Config) -> PointShape:
         """The shape of a resolved config (`RunPlan.cfg`: L set)."""
         a, s = cfg.algorithm, cfg.sampling
-        assert a.L is not None  # resolved
         d, data = cfg.drafter, cfg.dataset
         count, part = sliced(data.num_prompts, data.slice)
         return cls(
-            a.name, a.node_rule, a.K, a.L, a.tree, a.budget, s.temperature, d.name, data.name,
+            a.name, a.node_rule, a.K, draft_length(a), a.tree, a.budget, s.temperature, d.name, data.name,
             count, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
-            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part, data.sample_seed,
+            ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part, data.sample_seed, a.L == AUTO,
         )  # fmt: skip
 
     @classmethod
@@ -97,6 +98,8 @@ class PointShape:
             text = params.get(key)
             return default if text in (None, "None") else int(float(text))
 
+        adaptive = params.get("algorithm.L") == AUTO
+        length = AUTO_LONGEST if adaptive else number("algorithm.L")
         prompts = params.get("dataset.num_prompts")
         span = params.get("dataset.slice")
         count, part = sliced(
@@ -105,14 +108,14 @@ class PointShape:
         )
         return cls(
             params.get("algorithm.name", "?"), params.get("algorithm.node_rule"), number("algorithm.K", 1),
-            number("algorithm.L"), params.get("algorithm.tree"), number("algorithm.budget"),
+            length, params.get("algorithm.tree"), number("algorithm.budget"),
             float(params.get("sampling.temperature", "nan")), params.get("drafter.name", "?"),
             params.get("dataset.name", "?"), count,
             params.get("model.name", "?"), number("sampling.top_k"), number("sampling.max_new_tokens"),
             number("sampling.batch_size", 1), number("sampling.seed"),
             ahead_shape(params.get("drafter.ahead", "off"), number("drafter.ahead_budget"),
                         params.get("drafter.ahead_fan_out", "geometric")), part,
-            None if params.get("dataset.sample_seed") in (None, "None") else number("dataset.sample_seed"),
+            None if params.get("dataset.sample_seed") in (None, "None") else number("dataset.sample_seed"), adaptive,
         )  # fmt: skip
 
     @property
@@ -135,11 +138,16 @@ class PointShape:
         return f"{self.tree} B={self.budget}" if self.budget is not None else self.tree
 
     @property
+    def length(self) -> str:
+        """The draft length as a name shows it: `8`, or `auto` for a length chosen each round."""
+        return AUTO if self.adaptive else str(self.L)
+
+    @property
     def drafted(self) -> str:
         """The draft shape in words: `K=4 i.i.d. paths of L=8 tokens`, `a best-first tree of 64 nodes,
         depth 8`, `the drafter's chain, depth 8`."""
         if self.tree is None:
-            return f"K={self.K} i.i.d. path{'s' if self.K != 1 else ''} of L={self.L} tokens"
+            return f"K={self.K} i.i.d. path{'s' if self.K != 1 else ''} of L={self.length} tokens"
         if self.tree == CHAIN:
             return f"the drafter's chain, depth {self.L}"
         return f"a best-first tree of {self.budget} nodes, depth {self.L}"
@@ -153,7 +161,7 @@ class PointShape:
         return {
             "algorithm": self.algorithm,
             **shown,
-            "L": self.L,
+            "L": self.length if self.adaptive else self.L,
             "T": self.temperature,
             "drafter": self.drafter,
             **ahead,
@@ -170,7 +178,7 @@ class PointShape:
         spec = ALGORITHMS.get(self.algorithm)
         own = spec.node_rules[0] if spec is not None and spec.node_rules else None
         rule = f"/{self.node_rule}" if self.node_rule is not None and self.node_rule != own else ""
-        verifier = f"{self.algorithm}{rule} {self.draft} L={self.L} T={self.temperature}"
+        verifier = f"{self.algorithm}{rule} {self.draft} L={self.length} T={self.temperature}"
         drafter = self.drafter if self.ahead is None else f"{self.drafter} ahead {self.ahead}"
         part = f" [{self.part}]" if self.part is not None else ""
         return verifier, drafter, f"{self.dataset}×{self.prompt_count}{part}", self.model

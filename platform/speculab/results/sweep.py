@@ -43,7 +43,7 @@ def sweep_name(shape: PointShape, overrides: list[str]) -> str:
     parts = [
         *([shape.algorithm] if held("algorithm.name") else []),
         *([shape.draft] if held(*draft) else []),
-        *([f"L={shape.L}"] if held("algorithm.L") else []),
+        *([f"L={shape.length}"] if held("algorithm.L") else []),
         *([f"T={shape.temperature}"] if held("sampling.temperature") else []),
     ]
     fixed = [" ".join(parts)] if parts else []

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from speculab.core.adaptive import AdaptiveLength
 from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import DecodeSettings, Drafter, decode
 from speculab.core.measure import Sample, timed
@@ -117,6 +118,12 @@ class PointLoop:
         self.autoregressive: AutoregressiveRun = whole_autoregressive or partial(autoregressive, target)
         self.drafter = point_drafter(draft_model, work)
         self.verifier = get_verifier(work.algorithm, work.node_rule, replayed(work.verifier_passes))
+        # algorithm.L=auto: one policy for the loop's life, so that the costs it measured carry over units
+        self.policy = (
+            AdaptiveLength(work.settings.length, longest_first=get_algorithm(work.algorithm).carry)
+            if work.settings.adaptive
+            else None
+        )
 
     def conditions(self) -> dict[str, Conditions]:
         """Where each figure is measured: the target's process (transformers' generate runs there too),
@@ -142,7 +149,9 @@ class PointLoop:
         settings = unit_settings(self.work.settings, first)
         paired = self.paired(first, len(prompts)) if method == "speculative" and repeat == 0 else None
         runs: dict[str, Callable[[], RunResult | BaselineResult]] = {
-            "speculative": lambda: decode(self.target, self.drafter, self.verifier, prompts, settings, None, paired),
+            "speculative": lambda: decode(
+                self.target, self.drafter, self.verifier, prompts, settings, None, paired, self.policy
+            ),
             "autoregressive": lambda: self.autoregressive(prompts, settings),
             # transformers', in the target's process
             "generate": lambda: self.target.hf_generate(prompts, settings, self.work.generate),

@@ -25,9 +25,11 @@ from speculab.stats import ratio_text
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 
 # the figures of the sweep's table, where any point has them: the headline, the acceptance length both ways (a
-# person sorts the MLflow table `sweep_points.json` by either), and drafting ahead's
+# person sorts the MLflow table `sweep_points.json` by either), drafting ahead's, and algorithm.L=auto's (what
+# the policy chose, how well it predicted, what it cost)
 ACCEPTANCE_TABLED = ("acceptance_length", "acceptance_length_per_request")
-TABLED = (*HEADLINE, *ACCEPTANCE_TABLED, *AHEAD_TABLED)
+ADAPTIVE_TABLED = ("adaptive_length_mean", "adaptive_length_0", "adaptive_calibration", "adaptive_policy_ms")
+TABLED = (*HEADLINE, *ACCEPTANCE_TABLED, *AHEAD_TABLED, *ADAPTIVE_TABLED)
 
 RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
 HF_SPEEDUP = f"{HF_PREFIX}speedup_vs_ar"  # the table's column of generate's own paired speedup over the engine's loop

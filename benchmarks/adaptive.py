@@ -1,0 +1,243 @@
+"""The adaptive draft length (`algorithm.L=auto`) against every fixed L and the autoregressive loop, on the
+same units in one run, with the platform's paired verdicts.
+
+    PYTHONPATH=platform python benchmarks/adaptive.py [--lengths 1 2 3 4 6 8] [--batch-sizes 1 4 16]
+        [--prompts 12] [--max-new-tokens 48] [--repeats 2] [--target-layers N] [--mix]
+        [--overrides algorithm=block ...]
+
+Each point (the tiny pair, block verification, K = 1, T = 1 by default; one per L and `auto`) decodes with
+one pair of models, started by the platform for `auto` (`point.experiment.prepare`, runtime=inline, one
+torch thread). Every unit (a batch of prompts) is decoded by every point and by the autoregressive loop back
+to back in rotating order, `--repeats` times, after one untimed warm-up of the first unit each (where
+`auto` spends its warm-up rounds, as a point's own warm-up does). `--target-layers N` deepens the tiny
+target with identity layers (`benchmarks/ahead.py`: the same tokens, a costlier pass); `--mix` decodes
+HumanEval and chat prompts alternately (half each), where code accepts long drafts and chat short ones;
+else HumanEval's first `--prompts` (cycled past its 164: a 16-row batch needs 192 for 12 units, the fewest
+a paired verdict takes).
+
+Per batch size: each point's tokens/s and speedup over the autoregressive loop (ratios of totals over units,
+95% bootstrap-t intervals), `auto`'s chosen lengths and calibration, and the verdicts of `auto` against the
+best fixed L (the one with the highest tokens/s here: chosen after the fact, so it reads high, against
+`auto`) and of each against the autoregressive loop, Holm-corrected over every comparison of the run
+(`results.verdicts.decide`). With `--mix`: each category's best fixed L, and what choosing it by category
+(an oracle no online policy has) would gain over the best single L.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ahead import TINY_TARGET, deepened
+from rich.console import Console
+from rich.table import Table
+
+from speculab.config import resolve
+from speculab.config.prompts import point_prompts
+from speculab.config.schema import job_config
+from speculab.core.measure import Sample, UnitTotals
+from speculab.core.records import RunResult, concat_runs
+from speculab.data.prompts import load_prompts
+from speculab.launch.cli import composed_config
+from speculab.point.experiment import prepare
+from speculab.results.figures import adaptive_figures, run_figures
+from speculab.results.ratios import speedup, throughput
+from speculab.results.verdicts import Family, RatioVerdict, decide, tested
+from speculab.runtime.loop import PointLoop
+from speculab.stats import ratio_of_totals, ratio_text
+
+AUTO = "auto"
+AR = "autoregressive"
+CHAT = (  # instructions unlike the tiny pair's Python training text: short drafts pay there
+    "Write a short letter to a friend about your holiday by the sea.",
+    "What are three good reasons to learn a second language?",
+    "Describe the weather in your city today, and what you will wear.",
+    "Give me a recipe for a simple tomato soup.",
+    "Why do cats like to sleep in boxes? Answer in two sentences.",
+    "Summarise the plot of a film you like without naming it.",
+    "How should I prepare for a job interview next week?",
+    "Tell me a story about a lighthouse keeper and a storm.",
+    "What is the difference between weather and climate?",
+    "Plan a three-day trip to a mountain village for a family.",
+    "Explain to a child why the sky is blue.",
+    "List some ways to save energy at home in winter.",
+)
+
+
+@dataclass
+class Measured:
+    """A method's samples [unit][repetition] and, for a point, its decodes of repetition 0."""
+
+    samples: list[list[Sample]]
+    runs: list[RunResult]
+
+
+def prompt_file(count: int, chat: bool, into: Path) -> Path:
+    """A JSONL of `count` prompts: HumanEval's (cycled past its 164, each again a unit of its own seed), or
+    with `chat` HumanEval's and CHAT's alternately (ids `code/...`, `chat/...`)."""
+    code = load_prompts("humaneval")
+    rows = []
+    for i in range(count):
+        own = chat and i % 2 == 1
+        text = CHAT[(i // 2) % len(CHAT)] if own else code[(i // 2 if chat else i) % len(code)].text
+        rows.append({"id": f"{'chat' if own else 'code'}/{i}", "prompt": text, "chat": False})
+    into.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return into
+
+
+def fixed(adaptive: PointLoop, length: int) -> PointLoop:
+    """A loop decoding with the fixed `length` on the adaptive point's models (loaded once: the same weights
+    and caches, the points' decodes taking turns)."""
+    settings = replace(adaptive.work.settings, length=length, adaptive=False, tree_nodes=length + 1)
+    return PointLoop(adaptive.target, adaptive.draft_model, replace(adaptive.work, settings=settings))
+
+
+def measured(loops: dict[str, PointLoop], units: int, repeats: int) -> dict[str, Measured]:
+    """Every unit by every point back to back, the order rotating, and the autoregressive loop on the first
+    point's loop, after one untimed warm-up of the first unit each."""
+    methods = {name: (loop, "speculative") for name, loop in loops.items()}
+    methods[AR] = (next(iter(loops.values())), "autoregressive")
+    found = {name: Measured([[] for _ in range(units)], []) for name in methods}
+    for loop, method in methods.values():
+        loop.decode_unit(method, 0, -1)
+    for unit in range(units):
+        for repeat in range(repeats):
+            turn = (unit + repeat) % len(methods)
+            for name in [*list(methods)[turn:], *list(methods)[:turn]]:
+                loop, method = methods[name]
+                done = loop.decode_unit(method, unit, repeat)
+                found[name].samples[unit].append(done.sample)
+                if isinstance(done.result, RunResult):
+                    found[name].runs.append(done.result)
+    return found
+
+
+def totals(m: Measured, units: list[int] | None = None) -> UnitTotals:
+    return UnitTotals.of([m.samples[u] for u in units] if units is not None else m.samples)
+
+
+def best_fixed(found: dict[str, Measured], units: list[int] | None = None) -> str:
+    """The fixed L with the highest tokens/s over `units` (all: None)."""
+    fixed = [name for name in found if name not in (AUTO, AR)]
+    return max(fixed, key=lambda name: ratio_of_totals(throughput(totals(found[name], units))).value)
+
+
+def comparisons(found: dict[str, Measured]) -> list[tuple[str, str]]:
+    """(point, against) pairs: auto against the best fixed L, and both against the autoregressive loop."""
+    best = best_fixed(found)
+    return [(AUTO, best), (AUTO, AR), (best, AR)]
+
+
+def speed_table(title: str, found: dict[str, Measured]) -> Table:
+    table = Table(title=title)
+    for column in ("point", "tokens/s", "speedup_vs_ar", "block eff.", "lengths chosen (share of rounds)", "calib."):
+        table.add_column(column)
+    ar = totals(found[AR])
+    for name, m in found.items():
+        rate = ratio_of_totals(throughput(totals(m)))
+        versus = ratio_text(ratio_of_totals(speedup(totals(m), ar))) if name != AR else ""
+        chosen, calibration, efficiency = "", "", ""
+        if m.runs:
+            run = concat_runs(m.runs)
+            efficiency = f"{run_figures(run)['block_efficiency'].value:.2f}"
+            figures = adaptive_figures(run)
+            shares = {n: figures.get(f"adaptive_length_{n}", 0.0) for n in range(run.length + 1)}
+            chosen = " ".join(f"{n}:{share:.2f}" for n, share in shares.items() if share >= 0.005)
+            if figures:
+                calibration = f"{figures['adaptive_calibration']:.2f} ({figures['adaptive_policy_ms']:.2f} ms)"
+        table.add_row(
+            f"L={name}" if name not in (AR,) else name, ratio_text(rate), versus, efficiency, chosen, calibration
+        )
+    return table
+
+
+def by_category(found: dict[str, Measured], ids: list[str]) -> Table:
+    """Mixed prompts, batch 1 (a unit a prompt): each category's best fixed L, and the tokens/s of choosing
+    it per category against the best single L over every prompt."""
+    categories = sorted({i.split("/")[0] for i in ids})
+    units = {c: [u for u, i in enumerate(ids) if i.startswith(f"{c}/")] for c in categories}
+    table = Table(title="mixed prompts: the best fixed L by category (an oracle), against the best single L")
+    for column in ("prompts", "best fixed L", "its tokens/s", "auto's tokens/s"):
+        table.add_column(column)
+    oracle_tokens, oracle_seconds = 0.0, 0.0
+    for c in categories:
+        best = best_fixed(found, units[c])
+        own = totals(found[best], units[c])
+        oracle_tokens, oracle_seconds = oracle_tokens + sum(own.tokens), oracle_seconds + sum(own.wall_s)
+        auto = ratio_of_totals(throughput(totals(found[AUTO], units[c])))
+        table.add_row(c, best, ratio_text(ratio_of_totals(throughput(own))), ratio_text(auto))
+    single = best_fixed(found)
+    whole = totals(found[single])
+    gain = (oracle_tokens / oracle_seconds) / (sum(whole.tokens) / sum(whole.wall_s))
+    table.add_row("all", f"{single} (by category: {gain:.3f}x it)", ratio_text(ratio_of_totals(throughput(whole))), "")
+    return table
+
+
+def verdict_table(verdicts: dict[tuple[int, str, str], RatioVerdict]) -> Table:
+    table = Table(title="throughput ratios paired by unit, each interval at the level Holm judged it, verdicts")
+    for column in ("batch", "ratio", "value", "adjusted p", "verdict"):
+        table.add_column(column)
+    for (batch, a, b), verdict in verdicts.items():
+        label = f"L={a} / " + (b if b == AR else f"L={b}")
+        table.add_row(str(batch), label, ratio_text(verdict.ratio), f"{verdict.adjusted:.3g}", verdict.call.value)
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", nargs="+", default=["1", "2", "3", "4", "6", "8"])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--prompts", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--target-layers", type=int, help="the tiny target deepened to N layers (default: as shipped)")
+    parser.add_argument("--mix", action="store_true", help="HumanEval and chat prompts, half each")
+    parser.add_argument("--overrides", nargs="*", default=["algorithm=block"])
+    args = parser.parse_args(argv)
+    console = Console(width=200)
+    scratch = Path(tempfile.mkdtemp(prefix="speculab-adaptive-"))
+    layers = args.target_layers
+    target = [] if layers is None else [f"model.target_path={deepened(TINY_TARGET, layers, scratch / 'target')}"]
+    dataset = ["dataset=jsonl", f"dataset.path={prompt_file(args.prompts, args.mix, scratch / 'prompts.jsonl')}"]
+    results: dict[int, dict[str, Measured]] = {}
+    ids: list[str] = []
+    for batch in args.batch_sizes:
+        common = [
+            *target,
+            *dataset,
+            *args.overrides,
+            f"dataset.num_prompts={args.prompts}",
+            f"sampling.max_new_tokens={args.max_new_tokens}",
+            f"sampling.batch_size={batch}",
+            "runtime=inline",
+            "runtime.torch_threads=1",
+            "tracking=none",
+        ]
+        plan = resolve(job_config(composed_config([*common, f"algorithm.L={AUTO}"])))
+        prepared = prepare(plan, point_prompts(plan))
+        ids = [p.id for p in prepared.prompts]
+        (adaptive,) = prepared.loops
+        loops = {length: fixed(adaptive, int(length)) for length in args.lengths} | {AUTO: adaptive}
+        results[batch] = measured(loops, -(-args.prompts // batch), args.repeats)
+    ordered = [(batch, a, b) for batch, found in results.items() for a, b in comparisons(found)]
+    ratios = [tested((speedup(totals(results[batch][a]), totals(results[batch][b])),)) for batch, a, b in ordered]
+    verdicts = dict(zip(ordered, decide(ratios, Family("this benchmark", len(ordered)))))
+    for batch, found in results.items():
+        console.print(speed_table(f"batch {batch}: each point over the same units (ratios of totals)", found))
+        if args.mix and batch == 1:
+            console.print(by_category(found, ids))
+    console.print(verdict_table(verdicts))
+    console.print(
+        f"{len(ordered)} comparisons in one Holm family, 5% family-wise; {args.prompts} prompts x "
+        f"{args.max_new_tokens} new tokens, {args.repeats} repetitions a point; target: {layers or 7} layers; "
+        f"{'mixed code and chat' if args.mix else 'HumanEval'} prompts"
+    )
+    shutil.rmtree(scratch)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Adaptive draft length (`algorithm.L=auto`): before each round, the length L in 0..L_max (0: one
+autoregressive step, nothing drafted) that maximises the expected tokens per second of the round.
+
+Two online estimates feed the objective E[tokens | L] / seconds(L, rows) (docs/algorithms.md, "Adaptive
+draft length"):
+
+- `DepthCounts`, acceptance by depth from the unit's own rounds, started afresh at each prefill: at each
+  depth j the rounds that drafted it and reached it (tau >= j - 1) and those that accepted it (tau >= j);
+  a depth's rate is shrunk towards the same depth's over the loop's life, and that towards the life's
+  pooled rate, itself from an optimistic prior, so a fresh unit starts where the units before it left off
+  and a depth never drafted takes the pooled rate (and is tried when it makes it pay);
+- `CostFit`, a round's seconds by its length and rows from the rounds the loop's phase clock closed
+  (`PhaseClock.finished`): their moving mean where enough were measured, else least squares on the length
+  and rows, kept for the loop's life (a point's units and repeats) with a slow decay.
+
+Warm-up: the policy's first rounds draft a fixed set of lengths; after that a neighbour of its choice every
+EXPLORE_EVERY rounds (`AdaptiveLength.choose`).
+
+The policy sees only the past (earlier rounds' lengths, accepted lengths and times, and the carry a
+verifier left), never the round's own draws: a round of any fixed length is lossless given its past, so
+the decode's output follows the target (certified by enumeration: tests/verify/test_adaptive_certificates.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from speculab.verify.modification import ModifiedTarget
+
+PRIOR_RATE = 0.8  # the pooled acceptance rate before any round: optimistic, so that drafting is tried
+PRIOR_WEIGHT = 2.0  # ... worth this many draft tokens
+DEPTH_WEIGHT = 4.0  # a depth's rate shrinks towards its prior with this many pseudo-trials
+COST_DECAY = 0.995  # per round observed: a round's weight in the cost fit halves after about 140 rounds
+RIDGE = 1e-9  # relative ridge of the cost fit: features a loop never varied (its rows, say) stay solvable
+COST_FEATURES = 6  # `cost_features`
+WARM_UP_TRIES = 2  # rounds of each warm-up length: the fit leaves a length's first out (`CostFit.observe`)
+EXPLORE_EVERY = 16  # every so many rounds chosen by the objective, a neighbour of the choice instead
+MEASURED_ROUNDS = 4  # rounds at a length and rows from which their mean prices them, not the fit
+MEAN_RATE = 0.05  # ... a moving mean over about the last 20 of them
+REFIT_EVERY = 8  # rounds between two cost fits: the fit moves slowly, and a fit is most of the policy's time
+
+
+def warm_up(longest: int) -> tuple[int, ...]:
+    """The lengths of the policy's first rounds, in its life (not per prefill), WARM_UP_TRIES rounds
+    each whatever the estimates say: the longest (acceptance at every depth it reaches), an autoregressive
+    step, one token and half the longest, so that the cost fit has seen drafting's fixed cost and its
+    slope in L."""
+    return tuple(dict.fromkeys((longest, 0, 1, max(1, longest // 2))))
+
+
+@dataclass
+class DepthCounts:
+    """Acceptance by depth over some rounds (a unit's since its prefill, or the loop's life), pooled over
+    the batch's rows."""
+
+    longest: int
+    trials: list[float] = field(default_factory=list)  # [L_max] rounds that drafted depth j and reached it
+    accepted: list[float] = field(default_factory=list)  # [L_max] of those, the rounds that accepted it
+
+    def __post_init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.trials, self.accepted = [0.0] * self.longest, [0.0] * self.longest
+
+    def observe(self, length: int, taus: list[int]) -> None:
+        """A round that drafted `length` tokens and accepted `taus` (one a row)."""
+        for tau in taus:
+            for j in range(min(tau + 1, length)):  # depth j + 1 was reached
+                self.trials[j] += 1
+                self.accepted[j] += tau > j
+
+    def pooled(self) -> float:
+        """The rate over every depth, shrunk towards PRIOR_RATE."""
+        return (sum(self.accepted) + PRIOR_RATE * PRIOR_WEIGHT) / (sum(self.trials) + PRIOR_WEIGHT)
+
+    def rates(self, prior: list[float]) -> list[float]:
+        """[L_max] conditional acceptance at each depth: its counts shrunk towards `prior` (one a depth)."""
+        return [(a + r * DEPTH_WEIGHT) / (n + DEPTH_WEIGHT) for a, n, r in zip(self.accepted, self.trials, prior)]
+
+
+def expected_tokens(rates: list[float]) -> list[float]:
+    """[L_max + 1] E[tau + 1] of a round that drafts L = 0..L_max tokens: 1 + sum over l <= L of
+    prod_{j <= l} rate_j."""
+    totals, reach = [1.0], 1.0
+    for rate in rates:
+        reach *= rate
+        totals.append(totals[-1] + reach)
+    return totals
+
+
+def cost_features(length: int, rows: int) -> list[float]:
+    """A round's cost features: a fixed cost and a drafting round's (the draft's catch-up pass), the
+    slope in L (draft steps, target nodes), each also per row (a batch's rows share a pass)."""
+    drafts = float(length > 0)
+    return [1.0, drafts, float(length), float(rows), rows * drafts, float(rows * length)]
+
+
+@dataclass
+class Measured:
+    """Rounds of one length and rows: their count and the moving mean of their seconds (the mean of the
+    first 1 / MEAN_RATE rounds, then an exponential moving average at MEAN_RATE)."""
+
+    count: int = 0
+    mean: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.mean += (seconds - self.mean) * max(1.0 / self.count, MEAN_RATE)
+
+
+@dataclass
+class CostFit:
+    """Seconds of a round by its length and rows: the moving mean of the rounds measured at that length and
+    rows where MEASURED_ROUNDS or more were, else weighted least squares on `cost_features` (the weights
+    decaying by COST_DECAY a round; sufficient statistics: each update is O(1), a fit, a 6 x 6 solve, every
+    REFIT_EVERY rounds), which a line in L may fit ill near the lengths the policy chooses between."""
+
+    gram: np.ndarray = field(default_factory=lambda: np.zeros((COST_FEATURES, COST_FEATURES)))
+    moment: np.ndarray = field(default_factory=lambda: np.zeros(COST_FEATURES))
+    lengths: set[int] = field(default_factory=set)  # the lengths with an observation in the fit
+    first_seen: set[int] = field(default_factory=set)  # the lengths whose first round was left out
+    beta: list[float] | None = None  # [COST_FEATURES] the fit (None: none yet)
+    unfitted: int = 0  # rounds observed since the last fit
+    measured: dict[tuple[int, int], Measured] = field(default_factory=dict)  # (length, rows) -> its rounds
+
+    def observe(self, length: int, rows: int, seconds: float) -> None:
+        """A round's seconds; a length's first round is left out: it pays one-off costs (allocations,
+        kernels first run for its shapes) that, kept, would price that length off the policy's choice."""
+        if length not in self.first_seen:
+            self.first_seen.add(length)
+            return
+        x = np.array(cost_features(length, rows))
+        self.gram = COST_DECAY * self.gram + np.outer(x, x)
+        self.moment = COST_DECAY * self.moment + x * seconds
+        if length not in self.lengths:  # a new length refits at once: the warm-up's fit must see it
+            self.beta = None
+        self.lengths.add(length)
+        self.unfitted += 1
+        self.measured.setdefault((length, rows), Measured()).add(seconds)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the fit has seen two drafted lengths (its slope in L)."""
+        return len(self.lengths - {0}) >= 2
+
+    def seconds(self, lengths: range, rows: int) -> list[float]:
+        """Predicted seconds of a round at each of `lengths` with `rows` rows."""
+        if self.beta is None or self.unfitted >= REFIT_EVERY:
+            self.unfitted = 0
+            ridge = RIDGE * float(np.trace(self.gram)) / COST_FEATURES
+            self.beta = np.linalg.solve(self.gram + ridge * np.eye(COST_FEATURES), self.moment).tolist()
+        # the fit at `rows`, as a line in L: a round's fixed cost, a drafting one's, and a drafted token's
+        b = self.beta
+        fixed, drafting, token = b[0] + b[3] * rows, b[1] + b[4] * rows, b[2] + b[5] * rows
+        line = [fixed + drafting * (n > 0) + token * n for n in lengths]
+        found = [self.measured.get((n, rows)) for n in lengths]
+        return [m.mean if m is not None and m.count >= MEASURED_ROUNDS else x for m, x in zip(found, line)]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A round's length and the tokens a row the policy expects of it (its calibration's prediction)."""
+
+    length: int
+    predicted: float
+
+
+@dataclass
+class AdaptiveLength:
+    """The policy: one per decode loop, its costs kept across units, its acceptance restarted at each
+    prefill (`restart`). ``longest_first``: a verifier whose carry modifies the next round's first positions
+    (greedy block verification): each prefill's first round drafts the longest, which sizes its carry for
+    every length after it (`verify.modification.ModifiedTarget`: one slot a position a round may modify)."""
+
+    longest: int  # L_max
+    longest_first: bool = False
+    depths: DepthCounts = field(init=False)  # the unit's, since its prefill
+    life: DepthCounts = field(init=False)  # every unit's, the prior a unit's rates start from
+    costs: CostFit = field(default_factory=CostFit)
+    tried: Counter[int] = field(default_factory=Counter)  # rounds of each length in the policy's life
+    fresh: bool = True  # no round since the last prefill
+    chosen: int = 0  # rounds chosen by the objective
+
+    def __post_init__(self) -> None:
+        self.depths, self.life = DepthCounts(self.longest), DepthCounts(self.longest)
+
+    def rates(self) -> list[float]:
+        """[L_max] acceptance at each depth: the unit's counts shrunk towards the loop's life rates, those
+        towards the life's pooled rate (itself from the optimistic PRIOR_RATE): a fresh unit starts where
+        the units before it left off, and moves off as its own rounds come in."""
+        life = self.life.rates([self.life.pooled()] * self.longest)
+        return self.depths.rates(life)
+
+    def restart(self) -> None:
+        """A prefill: acceptance is the new batch's to learn."""
+        self.depths.restart()
+        self.fresh = True
+
+    def choose(self, rows: int, floor: int = 0) -> Choice:
+        """The length of the next round with `rows` rows, at least `floor` (`pending_positions`): the
+        longest for a carry's first round, else the first warm-up length tried fewer than WARM_UP_TRIES
+        times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
+        (0 once measured), every EXPLORE_EVERY-th such round a length next to it, so that the costs keep
+        being measured where the choice is made."""
+        expected = expected_tokens(self.rates())
+        untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
+        if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
+            length = self.longest
+        elif untried:
+            length = untried[0]
+        else:
+            lengths = range(max(floor, 0 if 0 in self.costs.lengths else 1), self.longest + 1)
+            seconds = self.costs.seconds(lengths, rows)
+            rate = [expected[n] / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
+            length = lengths[max(range(len(rate)), key=rate.__getitem__)]  # ties: the shorter
+            self.chosen += 1
+            if self.chosen % EXPLORE_EVERY == 0:  # a neighbour, below and above by turns (the other at an end)
+                side = 1 if self.chosen // EXPLORE_EVERY % 2 == 0 else -1
+                length = length + side if length + side in lengths else length - side
+        self.tried[length] += 1
+        self.fresh = False
+        return Choice(length, expected[length])
+
+    def observe(self, length: int, taus: list[int]) -> None:
+        """A round's verdict: `length` drafted, `taus` accepted (one a row)."""
+        self.depths.observe(length, taus)
+        self.life.observe(length, taus)
+
+
+def pending_positions(carry: Any) -> int:
+    """The leading positions of the next round a verifier's carry still modifies, in any row: the next
+    round must draft at least as many, so that its extra token's row (position L, which a verifier never
+    modifies) is one no carry touches. 0 for no carry."""
+    if not isinstance(carry, ModifiedTarget) or carry.remaining.numel() == 0:
+        return 0
+    return int(carry.remaining.max())
