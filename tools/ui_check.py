@@ -210,6 +210,20 @@ def shown_artifact(driver: WebDriver, page: str, name: str, shot: Path) -> str:
     return text
 
 
+# the named columns' headers (an element whose own text is the name), the table scrolled to bring the last to its
+# right edge, as a person scrolls it; then whether each is on screen: the start of its text in the window and on
+# top there (a long name's end may be cut with an ellipsis, as MLflow cuts it)
+HEADERS = (
+    "return arguments[0].map(name => [...document.querySelectorAll('*')].find(e => [...e.childNodes].some("
+    " n => n.nodeType === 3 && n.textContent.trim() === name)) || null);"
+)
+ON_SCREEN = (
+    "return arguments[0].every(h => { const r = h.getBoundingClientRect(), x = r.left + 4, y = r.top + r.height / 2;"
+    " const top = document.elementFromPoint(x, y);"
+    " return r.height > 0 && x < innerWidth && y < innerHeight && top !== null && (top === h || h.contains(top)); });"
+)
+
+
 def per_request(driver: WebDriver, point_page: str, parent_page: str, out: Path) -> None:
     """Issue 75's facts: a point's page and its sweep's parent show the acceptance per request (the figure and
     both means), the point holds its speculation profile and per-request records, and the sweep's table has
@@ -225,9 +239,15 @@ def per_request(driver: WebDriver, point_page: str, parent_page: str, out: Path)
     check("per step" in text, "a point's description gives the acceptance length both ways (after Show more)")
     shown_artifact(driver, parent_page, REQUESTS_FIGURE, out / "parent_per_request.png")
     driver.find_element(By.XPATH, "//*[normalize-space(text())='sweep_points.json']").click()
-    text = page_text(driver, driver.current_url, "acceptance_length_per_request")
+    page_text(driver, driver.current_url, "acceptance_length_per_request")
+    columns = ["acceptance_length", "acceptance_length_per_request"]
+    headers = driver.execute_script(HEADERS, columns)
+    if all(headers):
+        driver.execute_script("arguments[0].scrollIntoView({block: 'nearest', inline: 'end'});", headers[-1])
+        time.sleep(1)
+    on_screen = all(headers) and driver.execute_script(ON_SCREEN, headers)
     driver.save_screenshot(str(out / "parent_table_per_request.png"))
-    check("acceptance_length" in text, "the sweep's table has the acceptance length per step and per request")
+    check(on_screen, f"the sweep's table shows the acceptance length per step and per request as columns {columns}")
 
 
 def main() -> None:
