@@ -54,7 +54,7 @@ from speculab.point.experiment import prepare
 from speculab.results.figures import run_figures
 from speculab.results.names import AHEAD_TABLED
 from speculab.results.ratios import speedup, throughput
-from speculab.results.verdicts import RatioVerdict, decide, tested
+from speculab.results.verdicts import Family, RatioVerdict, decide, tested
 from speculab.stats import ratio_of_totals, ratio_text
 
 TINY_TARGET = Path(__file__).resolve().parents[1] / "assets" / "tiny-pycode" / "target"
@@ -191,10 +191,10 @@ def main(argv: list[str] | None = None) -> None:
     pairs = {(t, a, b) for t in results for a, b in comparisons(list(results[t]))}
     ordered = sorted(pairs)
     ratios = [
-        tested([speedup(UnitTotals.of(results[t][a].samples), UnitTotals.of(results[t][b].samples))], len(ordered))
+        tested([speedup(UnitTotals.of(results[t][a].samples), UnitTotals.of(results[t][b].samples))])
         for t, a, b in ordered
     ]
-    verdicts = dict(zip(ordered, decide(ratios)))
+    verdicts = dict(zip(ordered, decide(ratios, Family("the placements' comparisons", len(ordered)))))
     for temperature, found in results.items():
         own = {(a, b): v for (t, a, b), v in verdicts.items() if t == temperature}
         for table in tables(temperature, found, own):

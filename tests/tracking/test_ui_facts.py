@@ -90,7 +90,8 @@ def test_a_sweep_reads_at_a_glance_in_the_ui(random_llama_pair, tmp_path: Path) 
             unprefixed = {m for m in metrics if "/" not in m}
             # two prompts: no speed interval; the acceptance figures' standard errors are in figures.json, not
             # metrics (a chart each would fill the Model metrics tab)
-            field = {"acceptance_length"}  # vLLM's and SGLang's figure beside the headline
+            # vLLM's and SGLang's figure beside the headline, per step and per request (specdec_bench's both)
+            field = {"acceptance_length", "acceptance_length_per_request"}
             headline = {mlflow_name(key) for key in HEADLINE} - {"typical/speedup_vs_ar"}
             assert unprefixed == {*headline, "ms_per_token", "speedup_vs_ar_cpu", *field}, unprefixed
             assert {"typical/speedup_vs_ar", "typical/speedup_vs_hf", "count/units"} <= metrics
