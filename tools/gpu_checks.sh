@@ -125,7 +125,7 @@ dflash2)  # issue 74: an 8B-shaped Qwen3 target with a DFlash2 drafter in vLLM's
     # pass captured (model.capture, the default on CUDA) under DDTree and token verification; the selector against
     # the block pass (eager, synchronised)
     step random_pair 120 python tools/random_dflash_pair.py /tmp/q3d2 --device cuda --dflash2
-    step decode_captured 300 "${cli[@]}" -m model=qwen3-8b_dflash2 model.target_path=/tmp/q3d2/target \
+    step decode_captured 300 "${cli[@]}" -m model=qwen3-8b_dflash model.target_path=/tmp/q3d2/target \
         model.draft_path=/tmp/q3d2/draft drafter=dflash2 algorithm=ddtree,token algorithm.budget=64 runtime=inline
     step runs 20 "${runs[@]}" 'algorithm.name|block_efficiency|speedup_vs_ar$|tokens_per_s$|time_draft|syncs'
     step selector 90 python benchmarks/selector.py --draft /tmp/q3d2/draft --target /tmp/q3d2/target --device cuda \

@@ -99,12 +99,13 @@ def test_greedy_ddtree_on_the_qwen3_pair_equals_transformers(pair) -> None:
 
 
 @pytest.mark.slow
-def test_the_dflash2_preset_decodes_end_to_end_into_mlflow(dflash2_pair, tmp_path: Path) -> None:
-    """model=qwen3-8b_dflash2 at the small shape, DDTree over the selector and SpecTr over its walks."""
+def test_a_dflash2_drafter_decodes_end_to_end_into_mlflow(dflash2_pair, tmp_path: Path) -> None:
+    """model=qwen3-8b_dflash with a DFlash2 drafter at the small shape, DDTree over the selector and SpecTr over
+    its walks."""
     store = tmp_path / "mlflow.db"
     args = [
         "-m",
-        "model=qwen3-8b_dflash2",
+        "model=qwen3-8b_dflash",
         f"model.target_path={dflash2_pair[0]}",
         f"model.draft_path={dflash2_pair[1]}",
         "model.device=cpu",
