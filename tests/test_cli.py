@@ -180,7 +180,8 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
         plans, errors = sweep_plans(config)
     PLANS.clear()
     assert len(plans) == 1 and errors == [
-        "point 2 of 4 (algorithm=gbv algorithm.L=x): algorithm.L=x: must be an integer >= 1 and <= 128",
+        "point 2 of 4 (algorithm=gbv algorithm.L=x): algorithm.L=x: must be an integer >= 1 and <= 128, or auto "
+        "(chosen each round)",
         "point 3 of 4 (algorithm=foo algorithm.L=2): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, "
         "greedy_block, nss, specinfer, spectr, spectr_gbv, token, traversal",
         "point 4 of 4 (algorithm=foo algorithm.L=x): algorithm=foo: no such algorithm; allowed: block, ddtree, gbv, "
@@ -189,8 +190,8 @@ def test_a_sweep_point_hydra_cannot_compose_is_named_with_its_number() -> None:
 
 
 def test_sweep_values_that_read_as_one_point_are_refused() -> None:
-    """`algorithm.L=4,04` is one point twice: Hydra would run it twice, a contrast would test it against
-    itself, and resume would take the second for the first."""
+    """`sampling.temperature=1,1.0` is one point twice: Hydra would run it twice, a contrast would test it
+    against itself, and resume would take the second for the first."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -200,12 +201,12 @@ def test_sweep_values_that_read_as_one_point_are_refused() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         config = compose("config", overrides=["runtime=inline", "tracking=none"], return_hydra_config=True)
         OmegaConf.set_readonly(config, False)
-        config.hydra.overrides.task = ["runtime=inline", "tracking=none", "algorithm.L=4,04,8"]
+        config.hydra.overrides.task = ["runtime=inline", "tracking=none", "sampling.temperature=1,1.0,0"]
         plans, errors = sweep_plans(config)
     PLANS.clear()
     assert len(plans) == 3 and errors == [
-        "point 2 of 3 (algorithm.L=04): the same point as algorithm.L=4 (the values differ as written, not as "
-        "read); sweep each value once"
+        "point 2 of 3 (sampling.temperature=1.0): the same point as sampling.temperature=1 (the values differ as "
+        "written, not as read); sweep each value once"
     ]
 
 

@@ -18,6 +18,7 @@ BESIDE_DDTREE = {
     "ar_marginals": None,
     "parallel": None,
     "dflash": "has no dflash_config, so model=tiny-pycode's draft is not a DFlash drafter",
+    "dflash2": "has no dflash_config, so model=tiny-pycode's draft is not a DFlash drafter",
     "iid": "drafter.name='iid': algorithm=ddtree needs drafter one of ar_marginals",
 }
 

@@ -109,10 +109,6 @@ class ToyModel:
     one_hot: bool = False
     table: tuple[float, ...] | None = None
 
-    def at(self, context: Context) -> ToyModel:
-        """The draft of a round that starts after ``context``: this model, whose law reads whole prefixes."""
-        return self
-
     def __call__(self, prefix: Context) -> torch.Tensor:
         """``[V]`` float64 next-token distribution after ``prefix``."""
         if self.table is not None:
@@ -214,7 +210,7 @@ class RoundOutcome:
 def round_outcomes(
     reference: Reference,
     target: ToyModel,
-    draft: ToyModel | SelectorToy,
+    draft: Any,
     paths: int,
     length: int,
     context: Context = (),
@@ -222,7 +218,8 @@ def round_outcomes(
 ) -> list[RoundOutcome]:
     """Exact distribution of one round: every draft of ``paths`` i.i.d. paths, every decision."""
     merged: dict[tuple, RoundOutcome] = {}
-    drafts = draft.at(context)
+    # a selector-shaped draft's law depends on where the round starts; any other model reads whole prefixes
+    drafts = draft.at(context) if isinstance(draft, SelectorToy) else draft
     singles = list(path_distribution(drafts, context, length))
     for draft_set in itertools.product(singles, repeat=paths):
         draft_prob = 1.0
