@@ -56,10 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 import tiny_model_lib as lib
 from train_parallel_drafter import drafter_args, drafter_parser, prepare, save_stats, schedule, training_mask
 
-from speculab.drafting.best_first import ranked
-from speculab.drafting.sampling import tempered_probs
-from speculab.drafting.selector import SelectorLaw, tokens_of, walk
-from speculab.models.dflash import DFlashDraft, load_dflash, selector_scores
+from speculab.drafting.selector import tokens_of, walk
+from speculab.models.dflash import DFlashDraft, load_dflash, selector_law
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -273,13 +271,9 @@ def heldout_acceptance(draft, target, windows: torch.Tensor, args: argparse.Name
 def best_paths(draft: DFlashDraft, q_logits, drafted, window, anchors, args: argparse.Namespace) -> torch.Tensor:
     """[B, G, S - 1] the selector's best path of every block, walked from its bonus (DFlash2 at T = 0)."""
     B, G, L, V = q_logits.shape
-    candidates = ranked(torch.softmax(q_logits.float(), -1).reshape(B * G, L, V).contiguous(), args.selector_top_k)[1]
-    logits = q_logits.reshape(B * G, L, V)
     root = window.gather(1, anchors).reshape(B * G)
-    scores = selector_scores(
-        draft.candidate_selector, drafted.reshape(B * G, L, -1), candidates, logits.gather(-1, candidates), root
-    )
-    law = SelectorLaw(candidates, tempered_probs(scores, 0.0), V)
+    hidden, logits = drafted.reshape(B * G, L, -1), q_logits.reshape(B * G, L, V)
+    law = selector_law(draft.candidate_selector, hidden, logits, root, args.selector_top_k, 0.0)  # one-hot rows
     indices, _ = walk(law, torch.zeros(B * G, 1, L, dtype=torch.float64))
     return tokens_of(law, indices)[:, 0].reshape(B, G, L)
 

@@ -121,6 +121,22 @@ def selector_scores(
     return unary.float()[:, :, None, :] + (pred @ succ.transpose(-1, -2)).float()
 
 
+# hidden [B, L, D] the drafted positions' last hidden states; logits [B, L, V] their draft logits; root [B]
+def selector_law(
+    selector: CandidateSelector,
+    hidden: torch.Tensor,
+    logits: torch.Tensor,
+    root: torch.Tensor,
+    top_k: int,
+    temperature: float,
+) -> SelectorLaw:
+    """The selector's law at `temperature`: the top K by the logits, ties to the lower token id (one total
+    order on every device), and the conditionals of their scores (`selector_scores`)."""
+    candidates = ranked(torch.softmax(logits.float(), dim=-1).contiguous(), top_k)[1]  # [B, L, K]
+    scores = selector_scores(selector, hidden, candidates, logits.gather(-1, candidates), root)
+    return SelectorLaw(candidates, tempered_probs(scores, temperature), logits.shape[-1])
+
+
 def _conv(layer: nn.Module, name: str) -> BlockConv:
     conv = getattr(layer, name)
     assert isinstance(conv, GroupedConv)  # `DFlashDraft._add_dflash2` set it
@@ -404,10 +420,8 @@ class DFlash2LM(DFlashLM):
     def _law(self, hidden: torch.Tensor, root: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
         """The selector over each position's top K (`block_marginals` stops at the logits' softmax)."""
         logits = draft_logits(hidden, self.head, self.model.layout)  # [B, L, V], multiplied and capped
-        # the top K by the logits, ties to the lower token id (one total order on every device)
-        candidates = ranked(torch.softmax(logits.float(), dim=-1).contiguous(), self.top_k)[1]
-        scores = selector_scores(self.model.candidate_selector, hidden, candidates, logits.gather(-1, candidates), root)
-        return candidates, tempered_probs(scores, temperature)
+        law = selector_law(self.model.candidate_selector, hidden, logits, root, self.top_k, temperature)
+        return law.candidates, law.conditionals  # tensors only: a captured graph's outputs
 
 
 def load_dflash_lm(

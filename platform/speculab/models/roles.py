@@ -229,6 +229,7 @@ class DraftModel:
         self.lm = build_lm(spec)
         # told once, not every round: a drafter that reads the target's features instead of tokens (DFlash)
         self.conditioned = self.lm if isinstance(self.lm, FeatureConditionedLM) else None
+        self.selector = self.lm if isinstance(self.lm, SelectorDrafterLM) else None  # DFlash2: it drafts its law
         self.pending: list[list[int]] = []
         self.pending_features: tuple[torch.Tensor, torch.Tensor] | None = None  # features [B, T, F], valid [B, T]
         self.rng = torch.Generator(device=spec.device)
@@ -301,8 +302,8 @@ class DraftModel:
         if isinstance(self.lm, OnePassDrafterLM):
             start, absorbed = time.perf_counter(), self._absorb_pending()
             absorb_s = time.perf_counter() - start
-            if isinstance(self.lm, SelectorDrafterLM):
-                law = self.lm.block_law(self.pending, length, temperature)
+            if self.selector is not None:
+                law = self.selector.block_law(self.pending, length, temperature)
                 return Marginals(self._root(), selector_marginals(law), absorbed, absorb_s, selector=law)
             # q stays on the drafter's device: on a GPU the tree is built there (`best_first`), with no
             # [B, L, V] copy to the host and back each round
