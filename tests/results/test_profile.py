@@ -12,7 +12,7 @@ import pytest
 
 from speculab.core.engine import decode
 from speculab.core.measure import Sample
-from speculab.core.records import PromptRecord, RunResult
+from speculab.core.records import PhaseSeconds, PromptRecord, RoundRecord, RunResult
 from speculab.registry import get_verifier
 from speculab.results.figures import acceptance_histogram, category_figures, histogram_by_draft_length, run_figures
 from speculab.results.names import flatten
@@ -143,7 +143,11 @@ def test_request_records_hold_every_prompt_and_repetition_with_its_counts() -> N
     units = [
         decode(target, drafter, get_verifier("token"), [p], settings(T=1.0, K=1, L=3, max_new=20)) for p in TOY_PROMPTS
     ]
-    samples = [[Sample(len(u.prompts[0].tokens), 0.1 * r + 0.1, 0.05) for r in range(3)] for u in units]
+
+    def phases(r: int) -> PhaseSeconds:
+        return PhaseSeconds(0.01, 0.02 * (r + 1), 0.03, 0.004, 0.001)
+
+    samples = [[Sample(len(u.prompts[0].tokens), 0.1 * r + 0.1, 0.05, phases(r)) for r in range(3)] for u in units]
     records = request_records(units, [f"p{i}" for i in range(4)], ["a", "b", "a", None], samples)
     assert len(records) == 4 * 3
     first = json.loads(records[0].to_json())
@@ -151,8 +155,23 @@ def test_request_records_hold_every_prompt_and_repetition_with_its_counts() -> N
     metrics = first["metrics"]
     assert metrics["num_spec_steps"]["value"] == len(units[0].prompts[0].accepted)
     assert metrics["num_accepted_draft_tokens"]["value"] == sum(units[0].prompts[0].accepted)
-    assert metrics["unit_wall_s"] == {"value": 0.1, "unit": "s"} and metrics["unit_draft_s"]["value"] is not None
-    later = json.loads(records[1].to_json())["metrics"]  # repetition 1: its own clock, no phases recorded
-    assert later["unit_wall_s"]["value"] == pytest.approx(0.2) and later["unit_draft_s"]["value"] is None
+    assert metrics["num_draft_tokens"]["value"] == 3 * len(units[0].prompts[0].accepted)
+    assert metrics["unit_wall_s"] == {"value": 0.1, "unit": "s"} and metrics["unit_draft_s"]["value"] == 0.02
+    later = json.loads(records[1].to_json())["metrics"]  # repetition 1: its own clock and phases
+    assert later["unit_wall_s"]["value"] == pytest.approx(0.2) and later["unit_draft_s"]["value"] == 0.04
     assert histogram_by_draft_length(units[0]) == {3: acceptance_histogram(units[0])}
+    unsampled = request_records(units[:1], ["p0"], [None], [])  # failed before timing: the records' own phases
+    assert unsampled[0].metrics["unit_draft_s"].value == PhaseSeconds.of(units[0]).draft_s
     assert not math.isnan(metrics["mean_acceptance_length"]["value"])
+
+
+def test_the_histogram_by_draft_length_reads_each_rounds_own_length() -> None:
+    """Under algorithm.L=auto the length varies by round: each length gets the rounds that drafted it, and
+    the autoregressive steps (L = 0) none."""
+
+    def round_of(length: int, accepted: list[int]) -> RoundRecord:
+        return RoundRecord(len(accepted), [length + 1] * len(accepted), accepted, accepted, 0.0, 0, 0, length=length)
+
+    rounds = [round_of(2, [2, 0]), round_of(4, [4, 1]), round_of(0, [0, 0]), round_of(2, [1, 2])]
+    run = RunResult([], rounds, 1.0, 0.0, 0.0, length=4)
+    assert histogram_by_draft_length(run) == {2: {0: 1, 1: 1, 2: 2}, 4: {1: 1, 4: 1}}

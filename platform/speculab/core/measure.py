@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from speculab.core.records import PhaseSeconds
+
 T = TypeVar("T")
 
 
@@ -31,6 +33,8 @@ class Sample:
     tokens: int  # kept tokens of the unit's prompts
     wall_s: float
     cpu_s: float  # CPU seconds of every process doing the work (this one and the model actors)
+    # the engine's decode's seconds by phase in this repetition (None: a baseline, which has no phases)
+    phases: PhaseSeconds | None = None
 
 
 # method -> [unit][repetition]

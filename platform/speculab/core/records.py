@@ -75,6 +75,29 @@ class RunResult:
     length: int = 0  # L: draft tokens per round (0: nothing drafted, the autoregressive baseline)
 
 
+@dataclass(frozen=True)
+class PhaseSeconds:
+    """A decode's seconds by phase: prefill (both models), then its rounds' draft, target, verify and the rest
+    (what `core.clock.PhaseClock` timed; at batch > 1 shared by the unit's prompts)."""
+
+    prefill_s: float
+    draft_s: float
+    target_s: float
+    verify_s: float
+    other_s: float
+
+    @classmethod
+    def of(cls, run: RunResult) -> PhaseSeconds:
+        rounds = run.rounds
+        return cls(
+            run.prefill_target_s + run.prefill_draft_s,
+            sum(r.time_draft_s for r in rounds),
+            sum(r.time_target_s for r in rounds),
+            sum(r.time_verify_s for r in rounds),
+            sum(r.time_other_s for r in rounds),
+        )
+
+
 def concat_runs(runs: list[RunResult]) -> RunResult:
     """One run of consecutive parts (the units of a point, each decoded by its own `decode` call):
     prompts renumbered in order, rounds concatenated, times summed."""

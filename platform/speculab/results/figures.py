@@ -289,9 +289,15 @@ def acceptance_histogram(run: RunResult) -> dict[int, int]:
 
 def histogram_by_draft_length(run: RunResult) -> dict[int, dict[int, int]]:
     """Draft length -> `acceptance_histogram` of the rounds that drafted it (vLLM's histogram per draft
-    length). Every round of a run drafts its L today, so a run has one; a sweep over L has one a point."""
-    counts = acceptance_histogram(run)
-    return {run.length: counts} if counts and run.length else {}
+    length), by each round's own L: a fixed L gives one, `algorithm.L=auto` one per length it chose. Its
+    rounds of L = 0 (one autoregressive step, tau = 0 by construction) are left out."""
+    by_length: dict[int, dict[int, int]] = {}
+    for record in run.rounds:
+        if record.length:
+            counts = by_length.setdefault(record.length, {})
+            for tau in record.accepted:
+                counts[tau] = counts.get(tau, 0) + 1
+    return {length: dict(sorted(counts.items())) for length, counts in sorted(by_length.items())}
 
 
 def paired_figures(sums: PromptSums, configured: str) -> Figures:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from speculab.core.measure import Sample
-from speculab.core.records import PromptRecord, RunResult
+from speculab.core.records import PhaseSeconds, PromptRecord, RunResult
 from speculab.results.names_acceptance import PER_REQUEST_FLOOR
 from speculab.stats import RATIO, Estimate, Totals, log_ratio
 
@@ -71,9 +71,8 @@ class Metered:
 @dataclass(frozen=True)
 class RequestRecord:
     """One prompt in one repetition, AIPerf-style: who it is (`metadata`), what it measured (`metrics`), and
-    `error` (always None: a prompt that failed fails its point). Phase seconds come from repetition 0, the
-    one whose rounds the engine records; a later repetition decodes the same tokens, so its counts are the
-    same and only its wall and CPU seconds are its own."""
+    `error` (always None: a prompt that failed fails its point). Every repetition decodes the same tokens, so
+    its counts are repetition 0's (whose rounds the engine records) and only its seconds are its own."""
 
     metadata: dict[str, str | int | None]
     metrics: dict[str, Metered]
@@ -81,19 +80,6 @@ class RequestRecord:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
-
-
-def unit_phases(unit: RunResult) -> dict[str, float]:
-    """A unit's seconds by phase in its recorded decode: prefill (both models), then the rounds' draft, target,
-    verify and the rest (what PhaseClock timed; at batch > 1 shared by the unit's prompts)."""
-    rounds = unit.rounds
-    return {
-        "prefill_s": unit.prefill_target_s + unit.prefill_draft_s,
-        "draft_s": sum(r.time_draft_s for r in rounds),
-        "target_s": sum(r.time_target_s for r in rounds),
-        "verify_s": sum(r.time_verify_s for r in rounds),
-        "other_s": sum(r.time_other_s for r in rounds),
-    }
 
 
 def request_records(
@@ -109,26 +95,24 @@ def request_records(
     first = 0
     for u, unit in enumerate(units):
         timed = samples[u] if u < len(samples) else ()
-        phases = unit_phases(unit)
         for repetition in range(max(len(timed), 1)):
             sample = timed[repetition] if timed else None
+            phases = sample.phases if sample else PhaseSeconds.of(unit)
             for position, p in enumerate(unit.prompts):
                 at = first + position
                 meta = {"request_id": ids[at], "category": categories[at], "unit": u, "batch": len(unit.prompts)}
-                metrics = request_metrics(p, unit.length, sample, phases if repetition == 0 else None)
+                metrics = request_metrics(p, sample, phases)
                 out.append(RequestRecord(meta | {"repetition": repetition}, metrics))
         first += len(unit.prompts)
     return out
 
 
-def request_metrics(
-    record: PromptRecord, length: int, sample: Sample | None, phases: dict[str, float] | None
-) -> dict[str, Metered]:
-    """One prompt's counts (vLLM's per-request names where it has one), its unit's wall and CPU seconds in this
-    repetition and, in repetition 0, the unit's seconds by phase (None where not measured)."""
+def request_metrics(record: PromptRecord, sample: Sample | None, phases: PhaseSeconds | None) -> dict[str, Metered]:
+    """One prompt's counts (vLLM's per-request names where it has one), and its unit's wall and CPU seconds and
+    seconds by phase in this repetition (None where not measured)."""
     own = RequestAcceptance.of(record)
     rounds = max(own.rounds, 1)
-    drafted = own.rounds * length  # draft tokens by depth: L a round (K paths or a tree hold more nodes)
+    drafted = sum(record.drafted)  # draft tokens by depth: each round's L (K paths or a tree hold more nodes)
     metrics = {
         "input_tokens": Metered(record.prompt_tokens, "tokens"),
         "output_tokens": Metered(own.kept, "tokens"),
@@ -141,10 +125,11 @@ def request_metrics(
         "unit_wall_s": Metered(sample.wall_s if sample else None, "s"),
         "unit_cpu_s": Metered(sample.cpu_s if sample else None, "s"),
     }
-    return metrics | {f"unit_{name}": Metered(phases[name] if phases else None, "s") for name in PHASE_NAMES}
+    seconds = asdict(phases) if phases else dict.fromkeys(PHASE_NAMES)
+    return metrics | {f"unit_{name}": Metered(seconds[name], "s") for name in PHASE_NAMES}
 
 
-PHASE_NAMES = ("prefill_s", "draft_s", "target_s", "verify_s", "other_s")
+PHASE_NAMES = tuple(f.name for f in fields(PhaseSeconds))
 
 
 def requests_jsonl(records: Sequence[RequestRecord]) -> str:

@@ -33,7 +33,7 @@ from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import DecodeSettings, Drafter, decode
 from speculab.core.measure import Sample, timed
 from speculab.core.paired import PairedComparison, PromptSums
-from speculab.core.records import RunResult
+from speculab.core.records import PhaseSeconds, RunResult
 from speculab.device.syncs import counting_host_syncs
 from speculab.drafting.ahead import Ahead, AheadDrafter
 from speculab.drafting.ddtree import MarginalPathDrafter, TreeDrafter, tree_builder
@@ -163,9 +163,8 @@ class PointLoop:
             result, wall, cpu = timed(self.cpu, runs[method])
         per_round = syncs[0] / len(result.rounds) if syncs and isinstance(result, RunResult) and result.rounds else None
         if isinstance(result, RunResult):
-            sample = Sample(
-                sum(len(p.tokens) for p in result.prompts), wall - result.paired_s, cpu - result.paired_cpu_s
-            )
+            tokens = sum(len(p.tokens) for p in result.prompts)
+            sample = Sample(tokens, wall - result.paired_s, cpu - result.paired_cpu_s, PhaseSeconds.of(result))
         else:
             sample = Sample(sum(map(len, result.tokens)), wall, cpu)
         return UnitResult(sample, result if repeat == 0 else None, paired.sums() if paired else None, per_round)
