@@ -48,9 +48,10 @@ def paired_medians(runs: tuple[Callable[[], object], ...], device: torch.device,
     return [statistics.median(kept) for kept in times]
 
 
-def measure(lm: DFlash2LM, batch: int, context: int, reps: int) -> tuple[float, float]:
-    """(seconds to the draft logits' softmax, seconds through the selector) at `batch` rows, L = block - 1."""
-    width, length = lm.model.fc.in_features, lm.block_size - 1
+def measure(lm: DFlash2LM, batch: int, context: int, reps: int, length: int | None = None) -> tuple[float, float]:
+    """(seconds to the draft logits' softmax, seconds through the selector) at `batch` rows, L = `length`
+    (default: the block's, block - 1)."""
+    width, length = lm.model.fc.in_features, length or lm.block_size - 1
     lm.reset(batch, context + lm.block_size)
     features = torch.randn(batch, context, width, generator=torch.Generator().manual_seed(0))
     lm.absorb(features, torch.ones(batch, context, dtype=torch.bool))

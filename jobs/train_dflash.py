@@ -31,7 +31,7 @@ given the window's token before it (teacher forcing), where that token is among 
 
     python jobs/train_dflash.py --out assets/tiny-pycode/dflash     # 3 layers, block 8, 2000 steps, 1 thread, ~35 min
     python jobs/train_dflash.py --dflash2 --init-from assets/tiny-pycode/dflash --out assets/tiny-pycode/dflash2 \
-        --steps 1000 --minutes 45 --generations 2000
+        --steps 600 --minutes 30 --generations 800 --lr 5e-4 --no-bf16 --threads 2   # ~32 min (an AVX2 CPU)
     python jobs/train_dflash.py --smoke                              # < 60 s, temp dir
 """
 
