@@ -28,7 +28,8 @@ from selector import measure
 
 from speculab.config import resolve_path
 from speculab.models.dflash import DFlash2LM, load_dflash_lm
-from speculab.results.names import FIGURES_ARTIFACT, HIGH, LOW
+from speculab.results.names import FIGURES_ARTIFACT, parse
+from speculab.results.sweep import figure_text
 
 DRAFTERS = ("dflash", "dflash2")
 FIGURES = ("acceptance_length", "block_efficiency", "speedup_vs_ar")
@@ -39,10 +40,14 @@ class Row:
     """One point of either sweep, as the table shows it."""
 
     drafter: str
-    shape: str  # "chain" or "DDTree B = n"
+    budget: int  # DDTree's; 0: the chain
     L: int
     T: float
     figures: dict[str, str]  # figure -> "value [low, high]"
+
+    @property
+    def shape(self) -> str:
+        return f"DDTree B = {self.budget}" if self.budget else "chain"
 
 
 def sweep(shape: list[str], args: argparse.Namespace, where: Path) -> None:
@@ -71,12 +76,11 @@ def sweep(shape: list[str], args: argparse.Namespace, where: Path) -> None:
     subprocess.run(command, cwd=where, check=True)
 
 
-def with_interval(metrics: dict[str, float], name: str) -> str:
-    if name not in metrics:
-        return "-"
-    low, high = metrics.get(name + LOW), metrics.get(name + HIGH)
-    shown = f"{metrics[name]:.3g}"
-    return shown if low is None or high is None else f"{shown} [{low:.3g}, {high:.3g}]"
+def shown(logged: dict[str, float]) -> dict[str, str]:
+    """FIGURES of a run's `figures.json` (`flatten`'s output, read back by `parse`) as the sweep's table writes
+    them, "-" where absent."""
+    figures = parse(logged)
+    return {key: figure_text(key, figures[key]) if key in figures else "-" for key in FIGURES}
 
 
 def rows_and_contrasts(uri: str) -> tuple[list[Row], list[str]]:
@@ -90,14 +94,14 @@ def rows_and_contrasts(uri: str) -> tuple[list[Row], list[str]]:
         params, kind = run.data.params, run.data.tags.get("speculab.kind")
         if kind == "point":
             tree = params["algorithm.name"] == "ddtree"
-            figures = json.loads(Path(client.download_artifacts(run.info.run_id, FIGURES_ARTIFACT)).read_text())
+            logged = json.loads(Path(client.download_artifacts(run.info.run_id, FIGURES_ARTIFACT)).read_text())
             rows.append(
                 Row(
                     params["drafter.name"],
-                    f"DDTree B = {params['algorithm.budget']}" if tree else "chain",
+                    int(params["algorithm.budget"]) if tree else 0,
                     int(params["algorithm.L"]),
                     float(params["sampling.temperature"]),
-                    {name: with_interval(figures, name) for name in FIGURES},
+                    shown(logged),
                 )
             )
         elif kind == "sweep":
@@ -118,14 +122,11 @@ def selector_shares(lengths: list[int]) -> dict[int, str]:
 
 
 def table(rows: list[Row], shares: dict[int, str]) -> list[str]:
-    def budget(shape: str) -> int:  # the chain first, then the trees by budget
-        return int(shape.rsplit(" ", 1)[1]) if shape != "chain" else 0
-
     lines = [
         "| T | block size | shape | drafter | acceptance length | tokens a round | speedup_vs_ar | selector share |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(rows, key=lambda r: (r.T, r.L, budget(r.shape), r.drafter)):
+    for r in sorted(rows, key=lambda r: (r.T, r.L, r.budget, r.drafter)):  # the chain, then trees by budget
         share = shares.get(r.L, "-") if r.drafter == "dflash2" else ""
         figures = [r.figures[name] for name in FIGURES]
         lines.append(f"| {r.T:g} | {r.L + 1} | {r.shape} | {r.drafter} | {' | '.join(figures)} | {share} |")

@@ -17,14 +17,18 @@ def test_the_table_sets_the_drafters_side_by_side_with_their_intervals(monkeypat
     sys.modules.pop("dflash2", None)
     import dflash2
 
-    assert dflash2.with_interval({"a": 3.14159, "a_ci_low": 2.5, "a_ci_high": 3.9}, "a") == "3.14 [2.5, 3.9]"
-    assert dflash2.with_interval({"a": 2.0}, "a") == "2" and dflash2.with_interval({}, "a") == "-"
+    logged = {"acceptance_length": 3.14159, "acceptance_length_ci_low": 2.5, "acceptance_length_ci_high": 3.9}
+    assert dflash2.shown(logged | {"block_efficiency": 2.0}) == {
+        "acceptance_length": "3.14 [2.5, 3.9]",
+        "block_efficiency": "2",
+        "speedup_vs_ar": "-",
+    }
     figures = dict.fromkeys(dflash2.FIGURES, "1")
     rows = [
-        dflash2.Row("dflash2", "DDTree B = 16", 3, 1.0, figures),
-        dflash2.Row("dflash", "chain", 7, 0.0, figures),
-        dflash2.Row("dflash2", "chain", 3, 1.0, figures),
-        dflash2.Row("dflash", "chain", 3, 1.0, figures),
+        dflash2.Row("dflash2", 16, 3, 1.0, figures),
+        dflash2.Row("dflash", 0, 7, 0.0, figures),
+        dflash2.Row("dflash2", 0, 3, 1.0, figures),
+        dflash2.Row("dflash", 0, 3, 1.0, figures),
     ]
     header, rule, *body = dflash2.table(rows, {3: "9%", 7: "12%"})
     assert header.count("|") == rule.count("|") == 9

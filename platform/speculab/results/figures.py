@@ -11,6 +11,7 @@ model: the same records give the same figures.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -280,24 +281,20 @@ def prompt_figures(record: PromptRecord) -> Figures:
 
 def acceptance_histogram(run: RunResult) -> dict[int, int]:
     """tau -> number of sequence-rounds that accepted exactly tau draft tokens."""
-    counts: dict[int, int] = {}
-    for record in run.rounds:
-        for tau in record.accepted:
-            counts[tau] = counts.get(tau, 0) + 1
-    return dict(sorted(counts.items()))
+    return tau_counts(run.rounds)
+
+
+def tau_counts(rounds: list[RoundRecord]) -> dict[int, int]:
+    """tau -> sequence-rounds of `rounds` that accepted exactly tau draft tokens, by tau."""
+    return dict(sorted(Counter(tau for record in rounds for tau in record.accepted).items()))
 
 
 def histogram_by_draft_length(run: RunResult) -> dict[int, dict[int, int]]:
     """Draft length -> `acceptance_histogram` of the rounds that drafted it (vLLM's histogram per draft
     length), by each round's own L: a fixed L gives one, `algorithm.L=auto` one per length it chose. Its
     rounds of L = 0 (one autoregressive step, tau = 0 by construction) are left out."""
-    by_length: dict[int, dict[int, int]] = {}
-    for record in run.rounds:
-        if record.length:
-            counts = by_length.setdefault(record.length, {})
-            for tau in record.accepted:
-                counts[tau] = counts.get(tau, 0) + 1
-    return {length: dict(sorted(counts.items())) for length, counts in sorted(by_length.items())}
+    lengths = sorted({record.length for record in run.rounds} - {0})
+    return {length: tau_counts([r for r in run.rounds if r.length == length]) for length in lengths}
 
 
 def paired_figures(sums: PromptSums, configured: str) -> Figures:

@@ -82,8 +82,12 @@ def shared_name(points: list[PointResult]) -> str:
 
 
 def cell(point: PointResult, key: str) -> str:
-    """A figure of a point's row: a ratio (a speedup) with enough digits to show its interval's side of 1."""
-    found = figure(point, key)
+    """A figure of a point's row (`figure_text`)."""
+    return figure_text(key, figure(point, key))
+
+
+def figure_text(key: str, found: Estimate) -> str:
+    """A figure as a table shows it: a ratio (a speedup) with enough digits to show its interval's side of 1."""
     return ratio_text(found) if key.startswith(("speedup", "typical")) else f"{found:.3g}"
 
 
