@@ -147,10 +147,11 @@ class SelectorToy:
 
     def _law(self, context: Context, drafted: Context) -> torch.Tensor:
         depth = len(drafted)
-        gen = torch.Generator().manual_seed(hash((self.seed, "candidates", context, depth)) & 0x7FFFFFFF)
+        # Integer tags, not strings: a str's hash is salted per process (PYTHONHASHSEED), an int tuple's is not.
+        gen = torch.Generator().manual_seed(hash((self.seed, 0, context, depth)) & 0x7FFFFFFF)
         candidates = torch.randperm(self.vocab, generator=gen)[: self.k]
         before = drafted[-1] if drafted else (context[-1] if context else -1)
-        gen = torch.Generator().manual_seed(hash((self.seed, "scores", context, depth, before)) & 0x7FFFFFFF)
+        gen = torch.Generator().manual_seed(hash((self.seed, 1, context, depth, before)) & 0x7FFFFFFF)
         weights = _random_distribution(gen, self.k, False, self.one_hot)
         return torch.zeros(self.vocab, dtype=torch.float64).index_put_((candidates,), weights)
 
