@@ -272,6 +272,11 @@ ADAPTIVE_ALGORITHMS: tuple[str, ...] = tuple(
     name for name, spec in ALGORITHMS.items() if not spec.tree_builder and not spec.multi_path
 )
 ADAPTIVE_DRAFTERS: tuple[str, ...] = tuple(name for name in PATH_DRAFTERS if not DRAFTERS[name].target_features)
+# algorithm.confidence_stop (`drafting.iid.sample_iid_paths`): the single-path verifiers without a carry, certified
+# under a stop that the round's own draft decides (tests/verify/test_adaptive_certificates.py); greedy block's carry
+# assumes every round drafts the positions it modifies from a law the stop would change, and the enumeration shows
+# it biased
+STOP_ALGORITHMS: tuple[str, ...] = tuple(name for name in ADAPTIVE_ALGORITHMS if not ALGORITHMS[name].carry)
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

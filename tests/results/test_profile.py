@@ -31,7 +31,7 @@ def shape(algorithm: str = "token", K: int = 1, L: int = 3) -> PointShape:
 
 def conditions(s: PointShape) -> Conditions:
     return Conditions(
-        "toy", "toy/target", "toy/draft", s.algorithm, s.drafter, s.K, s.L, None, 1.0, 0, "jsonl", 16, 0, 20, 1, 1,
+        "toy", "toy/target", "toy/draft", s.algorithm, s.drafter, s.K, s.L, None, 1.0, 0.0, 0, "jsonl", 16, 0, 20, 1, 1,
         "inline", "test",
     )  # fmt: skip
 

@@ -3,7 +3,10 @@ length is chosen from the past (`algorithm.L=auto`), by the adaptive policy itse
 a policy that reads the tokens decoded so far; every draft, every decision and every path of the policy
 enumerated on toy models over a 3-token vocabulary (`verify.exact`). A round of length 0 is the engine's
 autoregressive step: a token drawn from the target, the carry kept (`core.engine.sample_target`). And the
-same machinery catches a policy that reads the round's own draft: its output is not the target's."""
+same machinery catches a policy that reads the round's own draft: its output is not the target's, unless
+it only ends the round: a confidence stop (`algorithm.confidence_stop`), after a token whose draft
+probability is below a threshold, is a stopping time of the draft, lossless for token and block
+verification (alone and under the adaptive policy) and biased for greedy block, which is refused it."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Any
 import pytest
 
 from speculab.core.adaptive import WARM_UP_TRIES, AdaptiveLength, pending_positions, warm_up
-from speculab.registry import ADAPTIVE_ALGORITHMS, get_algorithm, get_reference
+from speculab.registry import ADAPTIVE_ALGORITHMS, STOP_ALGORITHMS, get_algorithm, get_reference
 from speculab.verify.exact import (
     Context,
     Reference,
@@ -53,8 +56,37 @@ def autoregressive_step(target: ToyModel, context: Context, carry: Any) -> list[
     return [RoundOutcome((y,), carry, float(p[y])) for y in range(target.vocab) if p[y] > 0]
 
 
-def adaptive_distribution(reference: Reference, target: ToyModel, draft: ToyModel, policy: Policy) -> dict:
-    """The exact law of the first TOKENS tokens when `policy` picks each round's length (one path)."""
+def stopped_paths(draft: ToyModel, context: Context, longest: int, stop: float) -> list[tuple[Context, float]]:
+    """Every path the confidence stop lets a round draft after `context` (at most `longest` tokens, ended after
+    the first token whose draft probability is below `stop`), with its probability under the draft."""
+    ended: list[tuple[Context, float]] = []
+    grown: list[tuple[Context, float]] = [((), 1.0)]
+    while grown:
+        path, prob = grown.pop()
+        q = draft(context + path)
+        for y in (y for y in range(draft.vocab) if q[y] > 0):
+            longer = (path + (y,), prob * float(q[y]))
+            (ended if len(path) + 1 == longest or float(q[y]) < stop else grown).append(longer)
+    return ended
+
+
+def stopped_round(
+    reference: Reference, target: ToyModel, draft: ToyModel, length: int, stop: float, context: Context, carry: Any
+) -> list[RoundOutcome]:
+    """One round's exact outcomes under a confidence stop: every path it drafts, every decision."""
+    outcomes = []
+    for path, weight in stopped_paths(draft, context, length, stop):
+        tensors = verifier_inputs(target, draft, context, (path,))
+        for verdict, prob in enumerate_outcomes(lambda d: reference(*tensors, d, carry)):
+            outcomes.append(RoundOutcome(tuple(verdict.rows()[0]), verdict.carry, weight * prob))
+    return outcomes
+
+
+def adaptive_distribution(
+    reference: Reference, target: ToyModel, draft: ToyModel, policy: Policy, stop: float = 0.0
+) -> dict:
+    """The exact law of the first TOKENS tokens when `policy` picks each round's length (one path), each
+    round's path ended by a confidence stop at `stop` (0: none)."""
     law: dict[Context, float] = defaultdict(float)
     frontier: dict[tuple, State] = {((), (), ()): State((), None, (), 1.0)}
     while frontier:
@@ -63,11 +95,12 @@ def adaptive_distribution(reference: Reference, target: ToyModel, draft: ToyMode
             law[state.tokens[:TOKENS]] += state.prob
             continue
         length = policy(state.tokens, state.history, state.carry)
-        outcomes = (
-            round_outcomes(reference, target, draft, 1, length, state.tokens, state.carry)
-            if length
-            else autoregressive_step(target, state.tokens, state.carry)
-        )
+        if not length:
+            outcomes = autoregressive_step(target, state.tokens, state.carry)
+        elif stop:
+            outcomes = stopped_round(reference, target, draft, length, stop, state.tokens, state.carry)
+        else:
+            outcomes = round_outcomes(reference, target, draft, 1, length, state.tokens, state.carry)
         for outcome in outcomes:
             tokens, history = state.tokens + outcome.tokens, (*state.history, (length, len(outcome.tokens) - 1))
             key = (tokens, carry_key(outcome.carry), history)
@@ -161,3 +194,32 @@ def test_a_length_chosen_from_the_rounds_own_draft_is_caught() -> None:
                 outcomes.append(RoundOutcome(tuple(verdict.rows()[0]), None, weight * prob))
         law = extended_distribution(outcomes, target, 3)
         assert max_difference(law, target_distribution(target, 3)) > 1e-3
+
+
+def fixed(length: int) -> Policy:
+    def choose(tokens: Context, history: History, carry: Any) -> int:
+        return length
+
+    return choose
+
+
+@pytest.mark.parametrize("name", STOP_ALGORITHMS)
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
+@pytest.mark.parametrize("context", ["bigram", "full"])
+def test_a_confidence_stop_leaves_the_target_law(name: str, policy: str, context: str) -> None:
+    """Every path the stop ends short of L_max is in the enumeration (a check below), with a fixed L_max and
+    under the adaptive policy's choice of it."""
+    stop, target, draft = 0.4, ToyModel(3, 31, context), ToyModel(3, 32, context)
+    chooser = fixed(LONGEST) if policy == "fixed" else adaptive_policy(get_algorithm(name).carry)
+    law = adaptive_distribution(get_reference(name), target, draft, chooser, stop)
+    assert max_difference(law, target_distribution(target, TOKENS)) < 1e-9
+    assert {len(path) for path, _ in stopped_paths(draft, (), LONGEST, stop)} == set(range(1, LONGEST + 1))
+
+
+def test_the_confidence_stop_is_biased_under_greedy_block_which_is_refused_it() -> None:
+    """Greedy block's carry modifies the next round's first positions by a law the stop changes: biased,
+    whether or not a round drafts at least the positions its carry modifies."""
+    assert STOP_ALGORITHMS == ("token", "block")
+    target, draft = ToyModel(3, 31, "bigram"), ToyModel(3, 32, "bigram")
+    law = adaptive_distribution(get_reference("greedy_block"), target, draft, fixed(LONGEST), 0.5)
+    assert max_difference(law, target_distribution(target, TOKENS)) > 1e-3

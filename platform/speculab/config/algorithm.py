@@ -41,6 +41,9 @@ class AlgorithmConfig:
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
+    # 0: off; in (0, 1): a round stops drafting before a position whose draft distribution's largest
+    # probability is below this in every row (the draft's confidence; `drafting.iid.sample_iid_paths`)
+    confidence_stop: float = 0.0
     allow_lossy: bool = False  # run an algorithm at a K its exact certificates do not cover (spectr_gbv, K >= 2)
     compare: list[str] = field(default_factory=list)  # path verifiers also run on every round's drafts (paired)
     compare_repeats: int = 8  # verifications per compared verifier and round (batched)
@@ -113,6 +116,32 @@ def auto_errors(cfg: DraftView) -> list[str]:
     return [f"{served}; got {got}"] if got else []
 
 
+def stop_errors(cfg: DraftView) -> list[str]:
+    """algorithm.confidence_stop: 0 or a number in (0, 1), on only where its certificate covers the run (one
+    sampled path checked by a verifier without a carry, nothing that needs the round's length fixed: drafting
+    ahead, a paired comparison) and where it can stop at all (T > 0: at T = 0 the draft's law is one-hot)."""
+    from speculab.registry import SAMPLED_PATH_DRAFTERS, STOP_ALGORITHMS
+
+    a, stop = cfg.algorithm, cfg.algorithm.confidence_stop
+    if isinstance(stop, bool) or not isinstance(stop, int | float) or not 0 <= stop < 1:
+        return [f"algorithm.confidence_stop={stop!r}: must be 0 (off) or a number in (0, 1)"]
+    if not stop:
+        return []
+    served = f"algorithm.confidence_stop: stops one sampled path (algorithm={'/'.join(STOP_ALGORITHMS)}"
+    served += f", algorithm.K=1, drafter={'/'.join(SAMPLED_PATH_DRAFTERS)}, drafter.ahead=off, no algorithm.compare"
+    served += ", sampling.temperature > 0)"
+    fixed = {
+        "algorithm": a.name if a.name not in STOP_ALGORITHMS else None,
+        "algorithm.K": a.K if a.K != 1 else None,
+        "drafter": cfg.drafter.name if cfg.drafter.name not in SAMPLED_PATH_DRAFTERS else None,
+        "drafter.ahead": cfg.drafter.ahead if cfg.drafter.ahead != "off" else None,
+        "algorithm.compare": a.compare or None,
+        "sampling.temperature": cfg.sampling.temperature if cfg.sampling.temperature == 0 else None,
+    }
+    got = " ".join(f"{key}={value}" for key, value in fixed.items() if value is not None)
+    return [f"{served}; got {got}"] if got else []
+
+
 def ahead_nodes(ahead: str, budget: int, length: int | None) -> int:
     """The draft forest's nodes a round drafted ahead holds (`drafter.ahead`); 0 without drafting ahead."""
     from speculab.drafting.ahead import speculation_nodes
@@ -128,7 +157,7 @@ def algorithm_errors(cfg: DraftView, found: dict[str, Checkpoint]) -> list[str]:
     errors: list[str] = []
     within(errors, "algorithm.K", algorithm.K, K_RANGE)
     within(errors, "algorithm.L", draft_length(algorithm), L_RANGE)
-    errors += auto_errors(cfg)
+    errors += auto_errors(cfg) + stop_errors(cfg)
     if (error := drafter_name_error(drafter.name)) is not None:
         errors.append(error)
     try:

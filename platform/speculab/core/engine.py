@@ -282,6 +282,8 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
             if drafted
             else root_proposal([row[-1] for row in held.unfed])
         )
+    if drafted and proposal.paths is not None:  # a confidence stop may end a round's paths short of L
+        L = proposal.paths.shape[2]
     with clock.phase("target"):
         p_nodes = target.score(proposal.tree, settings.sampling.temperature)
     with clock.phase("verify"):

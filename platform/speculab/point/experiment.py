@@ -112,7 +112,7 @@ def settings_of(plan: RunPlan, eos_token_id: int | None) -> DecodeSettings:
     return DecodeSettings(
         num_paths=a.K,
         length=draft_length(a),  # a plan's config has it resolved
-        sampling=SamplingParams(s.temperature, s.top_k, s.top_p),
+        sampling=SamplingParams(s.temperature, s.top_k, s.top_p, a.confidence_stop),
         max_new_tokens=s.max_new_tokens,
         batch_size=s.batch_size,
         seed=s.seed,

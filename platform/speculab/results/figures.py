@@ -154,23 +154,27 @@ def drafted_ahead(run: RunResult) -> dict[str, float]:
 
 
 def adaptive_figures(run: RunResult) -> dict[str, float]:
-    """What an adaptive policy did (`algorithm.L=auto`; none for a fixed L): the share of rounds at each
-    length and their mean, the tokens a sequence-round it predicted and those realised over the same rounds
-    (1 + accepted, before eos or the budget cut a round), their ratio, and its own milliseconds a round."""
-    rounds = [r for r in run.rounds if not math.isnan(r.predicted_tokens)]
-    if not rounds:
+    """What an adaptive shape did, where the rounds' lengths varied (`algorithm.L=auto`, a confidence stop;
+    none where every round drafted L): the share of rounds at each length and their mean; and for a policy,
+    the tokens a sequence-round it predicted and those realised over the same rounds (1 + accepted, before
+    eos or the budget cut a round), their ratio, and its own milliseconds a round."""
+    rounds = run.rounds
+    chosen = [r for r in rounds if not math.isnan(r.predicted_tokens)]
+    if not chosen and all(r.length == run.length for r in rounds):
         return {}
-    sequence_rounds = sum(r.rows for r in rounds)
-    predicted = sum(r.predicted_tokens * r.rows for r in rounds) / sequence_rounds
-    realised = sum(tau + 1 for r in rounds for tau in r.accepted) / sequence_rounds
     shares = {f"adaptive_length_{n}": sum(r.length == n for r in rounds) / len(rounds) for n in range(run.length + 1)}
+    lengths = {"adaptive_length_mean": sum(r.length for r in rounds) / len(rounds), **shares}
+    if not chosen:
+        return lengths
+    sequence_rounds = sum(r.rows for r in chosen)
+    predicted = sum(r.predicted_tokens * r.rows for r in chosen) / sequence_rounds
+    realised = sum(tau + 1 for r in chosen for tau in r.accepted) / sequence_rounds
     return {
-        "adaptive_length_mean": sum(r.length for r in rounds) / len(rounds),
-        **shares,
+        **lengths,
         "adaptive_predicted_tokens": predicted,
         "adaptive_realised_tokens": realised,
         "adaptive_calibration": realised / predicted,
-        "adaptive_policy_ms": 1000.0 * sum(r.time_policy_s for r in rounds) / len(rounds),
+        "adaptive_policy_ms": 1000.0 * sum(r.time_policy_s for r in chosen) / len(chosen),
     }
 
 

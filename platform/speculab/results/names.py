@@ -163,11 +163,14 @@ AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor dr
 )
 # A sweep's tables show these beside the headline where a point drafted ahead: why its speed is what it is
 AHEAD_TABLED = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
-ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(  # algorithm.L=auto (`core.adaptive`)
-    Metric(f"adaptive_{key}", f"adaptive/{key}", f"algorithm.L=auto: {meaning}") for key, meaning in (
-        ("length_<n>", "share of rounds that drafted n tokens"), ("length_mean", "mean draft length a round"),
-        ("predicted_tokens", "tokens a sequence-round (1 + accepted) the policy expected"), ("policy_ms", "ms a round"),
-        ("realised_tokens", "the tokens those rounds realised"), ("calibration", "realised over predicted"),
+AUTO_L, LENGTHS_VARY = "algorithm.L=auto", "algorithm.L=auto or a confidence stop"
+ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(  # algorithm.L=auto (`core.adaptive`), algorithm.confidence_stop
+    Metric(f"adaptive_{key}", f"adaptive/{key}", f"{where}: {meaning}") for key, where, meaning in (
+        ("length_<n>", LENGTHS_VARY, "share of rounds that drafted n tokens"),
+        ("length_mean", LENGTHS_VARY, "mean draft length a round"),
+        ("predicted_tokens", AUTO_L, "tokens a sequence-round (1 + accepted) the policy expected"),
+        ("policy_ms", AUTO_L, "ms a round"), ("realised_tokens", AUTO_L, "the tokens those rounds realised"),
+        ("calibration", AUTO_L, "realised over predicted"),
     )
 )  # fmt: skip
 COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`

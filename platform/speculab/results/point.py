@@ -63,6 +63,7 @@ class PointShape:
     part: str | None = None  # a slice of the sample (`dataset.slice`, a race's stage): `0:12 of 32`
     sample_seed: int | None = None  # the seed the prompts were drawn with (`dataset.sample_seed`; None: the first)
     adaptive: bool = False  # algorithm.L=auto: each round's length chosen (`core.adaptive`), shown as L=auto
+    stop: float = 0.0  # algorithm.confidence_stop (0: off), shown as stop=0.3
 
     def __post_init__(self) -> None:
         """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
@@ -88,6 +89,7 @@ class PointShape:
             a.name, a.node_rule, a.K, draft_length(a), a.tree, a.budget, s.temperature, d.name, data.name,
             count, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
             ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part, data.sample_seed, a.L == AUTO,
+            float(a.confidence_stop),
         )  # fmt: skip
 
     @classmethod
@@ -116,6 +118,7 @@ class PointShape:
             ahead_shape(params.get("drafter.ahead", "off"), number("drafter.ahead_budget"),
                         params.get("drafter.ahead_fan_out", "geometric")), part,
             None if params.get("dataset.sample_seed") in (None, "None") else number("dataset.sample_seed"), adaptive,
+            float(params.get("algorithm.confidence_stop", "0")),
         )  # fmt: skip
 
     @property
@@ -143,11 +146,17 @@ class PointShape:
         return AUTO if self.adaptive else str(self.L)
 
     @property
+    def stopped(self) -> str:
+        """The confidence stop as a name shows it: ` stop=0.3`, or nothing where it is off."""
+        return f" stop={self.stop:g}" if self.stop else ""
+
+    @property
     def drafted(self) -> str:
         """The draft shape in words: `K=4 i.i.d. paths of L=8 tokens`, `a best-first tree of 64 nodes,
         depth 8`, `the drafter's chain, depth 8`."""
         if self.tree is None:
-            return f"K={self.K} i.i.d. path{'s' if self.K != 1 else ''} of L={self.length} tokens"
+            stop = f", each stopped after a token of draft probability below {self.stop:g}" if self.stop else ""
+            return f"K={self.K} i.i.d. path{'s' if self.K != 1 else ''} of L={self.length} tokens{stop}"
         if self.tree == CHAIN:
             return f"the drafter's chain, depth {self.L}"
         return f"a best-first tree of {self.budget} nodes, depth {self.L}"
@@ -158,10 +167,12 @@ class PointShape:
         draft = {"K": self.K, "tree": self.tree, "budget": self.budget}
         shown = {key: value for key, value in draft.items() if value is not None}
         ahead = {} if self.ahead is None else {"ahead": self.ahead}
+        stop = {"stop": self.stop} if self.stop else {}
         return {
             "algorithm": self.algorithm,
             **shown,
             "L": self.length if self.adaptive else self.L,
+            **stop,
             "T": self.temperature,
             "drafter": self.drafter,
             **ahead,
@@ -178,7 +189,7 @@ class PointShape:
         spec = ALGORITHMS.get(self.algorithm)
         own = spec.node_rules[0] if spec is not None and spec.node_rules else None
         rule = f"/{self.node_rule}" if self.node_rule is not None and self.node_rule != own else ""
-        verifier = f"{self.algorithm}{rule} {self.draft} L={self.length} T={self.temperature}"
+        verifier = f"{self.algorithm}{rule} {self.draft} L={self.length}{self.stopped} T={self.temperature}"
         drafter = self.drafter if self.ahead is None else f"{self.drafter} ahead {self.ahead}"
         part = f" [{self.part}]" if self.part is not None else ""
         return verifier, drafter, f"{self.dataset}×{self.prompt_count}{part}", self.model

@@ -49,6 +49,7 @@ class Conditions:
     L: int
     budget: int | None  # a best-first tree's nodes
     temperature: float
+    confidence_stop: float  # `algorithm.confidence_stop` (0: off): a round's path may end short of L
     top_k: int
     dataset: str
     prompts: int  # decoded
@@ -66,8 +67,8 @@ def conditions_of(
     rule = f"/{shape.node_rule}" if shape.node_rule else ""
     return Conditions(
         shape.model, checkpoint_id(target_dir), checkpoint_id(draft_dir), f"{shape.algorithm}{rule}", shape.drafter,
-        shape.K, shape.L, shape.budget, shape.temperature, shape.top_k, shape.dataset, prompts, shape.sample_seed,
-        shape.max_new_tokens, shape.batch_size, repeats, runtime, machine,
+        shape.K, shape.L, shape.budget, shape.temperature, shape.stop, shape.top_k, shape.dataset, prompts,
+        shape.sample_seed, shape.max_new_tokens, shape.batch_size, repeats, runtime, machine,
     )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ def sweep_name(shape: PointShape, overrides: list[str]) -> str:
         *([shape.algorithm] if held("algorithm.name") else []),
         *([shape.draft] if held(*draft) else []),
         *([f"L={shape.length}"] if held("algorithm.L") else []),
+        *([shape.stopped.strip()] if shape.stopped and held("algorithm.confidence_stop") else []),
         *([f"T={shape.temperature}"] if held("sampling.temperature") else []),
     ]
     fixed = [" ".join(parts)] if parts else []
