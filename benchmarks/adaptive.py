@@ -2,7 +2,7 @@
 same units in one run, with the platform's paired verdicts.
 
     PYTHONPATH=platform python benchmarks/adaptive.py [--lengths 1 2 3 4 6 8] [--batch-sizes 1 4 16]
-        [--prompts 12] [--max-new-tokens 48] [--repeats 2] [--target-layers N] [--mix]
+        [--prompts 12] [--max-new-tokens 48] [--repeats 2] [--target-layers N] [--mix] [--stops 0.3 ...]
         [--overrides algorithm=block ...]
 
 Each point (the tiny pair, block verification, K = 1, T = 1 by default; one per L and `auto`) decodes with
@@ -13,7 +13,8 @@ to back in rotating order, `--repeats` times, after one untimed warm-up of the f
 target with identity layers (`benchmarks/ahead.py`: the same tokens, a costlier pass); `--mix` decodes
 HumanEval and chat prompts alternately (half each), where code accepts long drafts and chat short ones;
 else HumanEval's first `--prompts` (cycled past its 164: a 16-row batch needs 192 for 12 units, the fewest
-a paired verdict takes).
+a paired verdict takes). `--stops c ...` adds a point per threshold: the longest fixed L with the confidence
+stop at c (`algorithm.confidence_stop`), compared with the best fixed L and the autoregressive loop too.
 
 Per batch size: each point's tokens/s and speedup over the autoregressive loop (ratios of totals over units,
 95% bootstrap-t intervals), `auto`'s chosen lengths and calibration, and the verdicts of `auto` against the
@@ -89,10 +90,11 @@ def prompt_file(count: int, chat: bool, into: Path) -> Path:
     return into
 
 
-def fixed(adaptive: PointLoop, length: int) -> PointLoop:
-    """A loop decoding with the fixed `length` on the adaptive point's models (loaded once: the same weights
-    and caches, the points' decodes taking turns)."""
-    settings = replace(adaptive.work.settings, length=length, adaptive=False, tree_nodes=length + 1)
+def fixed(adaptive: PointLoop, length: int, stop: float = 0.0) -> PointLoop:
+    """A loop decoding with the fixed `length` (and the confidence stop at `stop`, 0: none) on the adaptive
+    point's models (loaded once: the same weights and caches, the points' decodes taking turns)."""
+    sampling = replace(adaptive.work.settings.sampling, confidence_stop=stop)
+    settings = replace(adaptive.work.settings, length=length, adaptive=False, tree_nodes=length + 1, sampling=sampling)
     return PointLoop(adaptive.target, adaptive.draft_model, replace(adaptive.work, settings=settings))
 
 
@@ -120,16 +122,23 @@ def totals(m: Measured, units: list[int] | None = None) -> UnitTotals:
     return UnitTotals.of([m.samples[u] for u in units] if units is not None else m.samples)
 
 
+def stop_name(length: str, stop: float) -> str:
+    """A stop point's name: `8 stop=0.3` (a table shows it as L=8 stop=0.3)."""
+    return f"{length} stop={stop:g}"
+
+
 def best_fixed(found: dict[str, Measured], units: list[int] | None = None) -> str:
-    """The fixed L with the highest tokens/s over `units` (all: None)."""
-    fixed = [name for name in found if name not in (AUTO, AR)]
+    """The fixed L (no stop) with the highest tokens/s over `units` (all: None)."""
+    fixed = [name for name in found if name not in (AUTO, AR) and "stop" not in name]
     return max(fixed, key=lambda name: ratio_of_totals(throughput(totals(found[name], units))).value)
 
 
 def comparisons(found: dict[str, Measured]) -> list[tuple[str, str]]:
-    """(point, against) pairs: auto against the best fixed L, and both against the autoregressive loop."""
+    """(point, against) pairs: auto and each stop point against the best fixed L, and each against the
+    autoregressive loop."""
     best = best_fixed(found)
-    return [(AUTO, best), (AUTO, AR), (best, AR)]
+    stops = [name for name in found if "stop" in name]
+    return [(AUTO, best), (AUTO, AR), (best, AR), *((name, other) for name in stops for other in (best, AR))]
 
 
 def speed_table(title: str, found: dict[str, Measured]) -> Table:
@@ -147,7 +156,7 @@ def speed_table(title: str, found: dict[str, Measured]) -> Table:
             figures = adaptive_figures(run)
             shares = {n: figures.get(f"adaptive_length_{n}", 0.0) for n in range(run.length + 1)}
             chosen = " ".join(f"{n}:{share:.2f}" for n, share in shares.items() if share >= 0.005)
-            if figures:
+            if "adaptive_calibration" in figures:
                 calibration = f"{figures['adaptive_calibration']:.2f} ({figures['adaptive_policy_ms']:.2f} ms)"
         table.add_row(
             f"L={name}" if name not in (AR,) else name, ratio_text(rate), versus, efficiency, chosen, calibration
@@ -196,6 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--target-layers", type=int, help="the tiny target deepened to N layers (default: as shipped)")
     parser.add_argument("--mix", action="store_true", help="HumanEval and chat prompts, half each")
+    parser.add_argument("--stops", type=float, nargs="*", default=[], help="confidence stops on the longest L")
     parser.add_argument("--overrides", nargs="*", default=["algorithm=block"])
     args = parser.parse_args(argv)
     console = Console(width=200)
@@ -222,6 +232,8 @@ def main(argv: list[str] | None = None) -> None:
         ids = [p.id for p in prepared.prompts]
         (adaptive,) = prepared.loops
         loops = {length: fixed(adaptive, int(length)) for length in args.lengths} | {AUTO: adaptive}
+        longest = max(args.lengths, key=int)
+        loops |= {stop_name(longest, stop): fixed(adaptive, int(longest), stop) for stop in args.stops}
         results[batch] = measured(loops, -(-args.prompts // batch), args.repeats)
     ordered = [(batch, a, b) for batch, found in results.items() for a, b in comparisons(found)]
     ratios = [tested((speedup(totals(results[batch][a]), totals(results[batch][b])),)) for batch, a, b in ordered]

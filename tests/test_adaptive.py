@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, replace
+from typing import Any
 
 import pytest
 import torch
@@ -138,6 +139,32 @@ def test_rounds_of_any_length_decode_the_greedy_tokens(name: str) -> None:
     assert lengths == ({1, 2, 3} if get_algorithm(name).carry else {0, 1, 2, 3})
     assert all(len(p.drafted) == len(p.accepted) for p in run.prompts)
     assert all(tau <= n for p in run.prompts for tau, n in zip(p.accepted, p.drafted))
+
+
+def test_the_draft_reads_a_units_prompts_only_when_a_round_first_drafts() -> None:
+    """Under a policy the drafter's prefill waits for the first round that drafts (a unit the policy never drafts
+    for never pays it); rows that left before it (eos after 2 and 3 tokens, three rounds of L = 0 first) are
+    dropped from the drafter then, and the decode is still the target's greedy one."""
+    s = replace(settings(K=1, L=3, T=0.0, batch=4, max_new=8, eos=1), adaptive=True)
+    target, drafter = toy_roles(9)
+    prefills: list[int] = []
+    prefill = drafter.prefill
+
+    def counted(contexts: list[list[int]], *args: Any, **kwargs: Any) -> None:
+        prefills.append(len(contexts))
+        prefill(contexts, *args, **kwargs)
+
+    drafter.prefill = counted  # type: ignore[method-assign]
+    policy = Scripted(3)
+    policy.script = (0, 0, 0, 2, 3, 0, 1)
+    run = decode(target, drafter, get_verifier("block"), TOY_PROMPTS, s, policy=policy)
+    reference = autoregressive(target, TOY_PROMPTS, s)
+    assert [p.tokens for p in run.prompts] == [p.tokens for p in reference.prompts]
+    assert [len(p.tokens) for p in run.prompts] == [2, 5, 3, 4] and prefills == [4]
+    never = Scripted(3)
+    never.script = (0,)
+    decode(target, drafter, get_verifier("block"), TOY_PROMPTS, s, policy=never)
+    assert prefills == [4]
 
 
 def test_the_policy_learns_its_costs_across_units_and_its_figures_say_what_it_did() -> None:

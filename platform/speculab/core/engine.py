@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -177,6 +178,10 @@ class Held:
     unfed: list[list[int]]
     carry: Any = None
     costs_read: int = 0
+    # under a policy, the drafter's prefill of the batch until a round drafts (None: done), and each live row's
+    # place in the batch as prefilled, so that the rows that left meanwhile leave the drafter then
+    draft_prefill: Callable[[], None] | None = None
+    rows: list[int] = field(default_factory=list)
 
 
 def decode(
@@ -206,17 +211,21 @@ def decode(
         batch = records[first : first + settings.batch_size]
         with clock.phase("prefill_target"):
             features = target.prefill([prompts[r.index][:-1] for r in batch], room=settings.room)
-        with clock.phase("prefill_draft"):
-            drafter.prefill(
-                [prompts[r.index][:-1] for r in batch],
-                [prompts[r.index][-1] for r in batch],
-                settings.seed + first,
-                features=features,
-                room=settings.room,
-            )
-        if policy is not None:
+        draft_prefill = partial(
+            drafter.prefill,
+            [prompts[r.index][:-1] for r in batch],
+            [prompts[r.index][-1] for r in batch],
+            settings.seed + first,
+            features=features,
+            room=settings.room,
+        )
+        held = Held([[prompts[r.index][-1]] for r in batch], costs_read=len(clock.rounds), rows=list(range(len(batch))))
+        if policy is None:
+            with clock.phase("prefill_draft"):
+                draft_prefill()
+        else:  # a unit the policy never drafts for never pays the draft's pass over its prompts
             policy.restart()
-        held = Held([[prompts[r.index][-1]] for r in batch], costs_read=len(clock.rounds))
+            held.draft_prefill = draft_prefill
         while batch:
             active = _round(loop, batch, held)
             for record in batch:
@@ -277,6 +286,8 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
     L = choice.length
     with clock.phase("draft"):
         drafted = L > 0 or loop.policy is None  # without a policy the drafter proposes every round
+        if drafted and held.draft_prefill is not None:
+            _catch_up(drafter, held)
         proposal = (
             drafter.propose(settings.num_paths, L, settings.sampling)
             if drafted
@@ -299,7 +310,8 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
     with clock.phase("target"):
         features = target.commit(accepted_nodes(proposal.tree, verdict))
     with clock.phase("draft"):
-        drafter.commit(held.unfed, features=features)
+        if held.draft_prefill is None:
+            drafter.commit(held.unfed, features=features)
     taus = [len(tokens) - 1 for tokens in emitted]
     if loop.policy is not None:
         loop.policy.observe(L, taus)
@@ -310,8 +322,9 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
     if len(live) < len(batch):
         rows = torch.tensor(live, dtype=torch.long)
         target.retain(rows)
-        drafter.retain(rows)
-        held.unfed = [held.unfed[i] for i in live]
+        if held.draft_prefill is None:
+            drafter.retain(rows)
+        held.unfed, held.rows = [held.unfed[i] for i in live], [held.rows[i] for i in live]
         held.carry = held.carry.select(rows.to(verdict.num_tokens.device)) if held.carry is not None else None
     round_record = RoundRecord(
         rows=len(batch),
@@ -337,6 +350,17 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
     loop.rounds.append(round_record)
     clock.close_round(round_record, begun)
     return [batch[i] for i in live]
+
+
+def _catch_up(drafter: Drafter, held: Held) -> None:
+    """The first round that drafts after a prefill under a policy: the drafter's prefill of the whole batch
+    (its uniforms laid out by the batch's rows, as without a policy), the rows that left since dropped, and
+    the tokens committed since handed over (each row's root, then what its rounds emitted)."""
+    assert held.draft_prefill is not None
+    held.draft_prefill()
+    held.draft_prefill = None
+    drafter.retain(torch.tensor(held.rows, dtype=torch.long))
+    drafter.commit(held.unfed)
 
 
 def _paired(loop: Loop, drafts: Drafts | None, batch: list[PromptRecord]) -> float:
