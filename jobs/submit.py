@@ -229,6 +229,29 @@ def no_head(address: str) -> str:
     return f"submit: no Ray head answers at {address}: start one as in {START_HEAD}, or name yours with --address"
 
 
+# A head just started answers 500 "No available agent to submit job" until its job agent registers: seconds,
+# longer on a loaded machine
+NO_AGENT = "No available agent to submit job"
+AGENT_WAIT_S = 120.0
+
+
+def submit_when_ready(client: JobSubmissionClient, wait_s: float = AGENT_WAIT_S, **job: object) -> None:
+    """`client.submit_job(**job)`, retried each second while the head has no job agent yet, up to `wait_s`
+    (one line says so); any other refusal, or the agent still missing then, is raised."""
+    deadline, told = time.monotonic() + wait_s, False
+    while True:
+        try:
+            client.submit_job(**job)  # type: ignore[arg-type]
+            return
+        except RuntimeError as err:
+            if NO_AGENT not in str(err) or time.monotonic() > deadline:
+                raise
+            if not told:
+                print(f"submit: the head's job agent is not up yet; retrying for up to {wait_s:g} s", file=sys.stderr)
+                told = True
+            time.sleep(1.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", default="http://127.0.0.1:8265", help="the cluster's Jobs API (dashboard) address")
@@ -265,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     command = entrypoint(job_args, args.python or default_python(args.address))
     try:
         client = JobSubmissionClient(args.address)
-        client.submit_job(entrypoint=command, runtime_env=runtime_env(), submission_id=job_id)
+        submit_when_ready(client, entrypoint=command, runtime_env=runtime_env(), submission_id=job_id)
     except ConnectionError:  # Ray's message is the last line of a long traceback; the fix is one command
         print(no_head(args.address), file=sys.stderr)
         return 2

@@ -93,6 +93,34 @@ def test_no_head_at_the_address_is_one_line_naming_it_and_how_to_start_one(
     assert err.count("\n") == 1 and address in err and "docs/runtime.md#job-submission" in err and "ray start" in err
 
 
+class LateAgent:
+    """A head whose job agent registers after `refusals` submissions (Ray's 500 until then)."""
+
+    def __init__(self, refusals: int, error: str = "No available agent to submit job, please try again later.") -> None:
+        self.refusals, self.error, self.jobs = refusals, error, []
+
+    def submit_job(self, **job) -> str:
+        if self.refusals:
+            self.refusals -= 1
+            raise RuntimeError(f"Request failed with status code 500: {self.error}.")
+        self.jobs.append(job)
+        return job["submission_id"]
+
+
+def test_a_head_whose_job_agent_is_not_up_yet_is_retried_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(submit.time, "sleep", lambda _: None)
+    late = LateAgent(3)
+    submit.submit_when_ready(late, entrypoint="x", submission_id="job")
+    assert late.jobs == [{"entrypoint": "x", "submission_id": "job"}]
+    assert capsys.readouterr().err.count("job agent is not up yet") == 1
+    with pytest.raises(RuntimeError, match="No available agent"):  # still none after the wait: Ray's error
+        submit.submit_when_ready(LateAgent(10**9), wait_s=0.0, entrypoint="x", submission_id="job")
+    with pytest.raises(RuntimeError, match="bad runtime env"):  # another refusal is not waited on
+        submit.submit_when_ready(LateAgent(1, "bad runtime env"), entrypoint="x", submission_id="job")
+
+
 # a cluster on another machine, with the places it reaches
 REMOTE = ["--address", "http://10.1.2.3:8265", "--tracking-uri", "http://mlflow:5000", "--output-dir", "/shared/out"]
 

@@ -35,7 +35,14 @@ from speculab.tracking.tracker import NoopTracker
 from support.cli import speculab
 from support.configs import load
 from support.job_probe import PROBE_FILE, PROBE_VARIABLE
-from support.replicas import alone, both_decoding, logged_tokens, point_overrides
+from support.replicas import (
+    BOTH_DECODING_S,
+    BOTH_DECODING_TIMEOUT_S,
+    alone,
+    both_decoding,
+    logged_tokens,
+    point_overrides,
+)
 from support.waits import awaited
 
 HEAD = Node("h0123456789", "10.0.0.1", True, {"CPU": 4.0, "GPU": 2.0})
@@ -238,13 +245,14 @@ def test_a_points_hydra_job_is_the_same_on_two_replicas_as_on_one(tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BOTH_DECODING_TIMEOUT_S)
 def test_sigterm_stops_a_sweep_on_two_replicas_with_every_run_killed(tmp_path: Path, sweeps) -> None:
     """SIGTERM to the launcher while both replicas decode: each replica's process stops its point at the end
     of its unit and ends its run KILLED, no point starts after, the parent ends KILLED, and the exit is 130."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [*SWEEP, "dataset.num_prompts=16", "sampling.max_new_tokens=64", "cluster.replicas=2", f"tracking.uri={uri}"]
     sweep = sweeps(args, tmp_path)  # killed when the test ends, if it still runs
-    awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
+    awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, BOTH_DECODING_S)
     sweep.send_signal(signal.SIGTERM)
     out, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, err[-3000:]

@@ -25,7 +25,7 @@ from speculab.results.point import FailedPoint
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG
 from support.configs import load
-from support.replicas import both_decoding
+from support.replicas import BOTH_DECODING_S, BOTH_DECODING_TIMEOUT_S, both_decoding
 from support.waits import awaited
 
 
@@ -66,6 +66,7 @@ def test_a_sweep_whose_every_replica_process_died_fails_the_points_not_run_namin
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(BOTH_DECODING_TIMEOUT_S)
 def test_a_replica_process_killed_mid_point_leaves_its_attempt_failed_and_tagged(tmp_path: Path, sweeps) -> None:
     """SIGKILL to one replica's process while both decode: its point runs again on the other replica, and
     the attempt the dead process left RUNNING is ended FAILED by the launcher, tagged and described as a
@@ -87,7 +88,7 @@ def test_a_replica_process_killed_mid_point_leaves_its_attempt_failed_and_tagged
         f"tracking.uri={uri}",
     ]
     sweep = sweeps(args, tmp_path)
-    found = awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
+    found = awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, BOTH_DECODING_S)
     victim, pid = sorted(found.items())[0]
     os.kill(pid, signal.SIGKILL)
     out, err = sweep.communicate(timeout=240)

@@ -18,7 +18,14 @@ from mlflow.tracking import MlflowClient
 from speculab.results.names import mlflow_name
 from speculab.tracking.run_page import REPLICA_LOST_TAG
 from speculab.tracking.spool import NOTE_TAG
-from support.replicas import alone, both_decoding, logged_tokens, point_overrides
+from support.replicas import (
+    BOTH_DECODING_S,
+    BOTH_DECODING_TIMEOUT_S,
+    alone,
+    both_decoding,
+    logged_tokens,
+    point_overrides,
+)
 from support.two_nodes import FAST_HEALTH, TwoNodes, cluster_of_two
 from support.waits import awaited
 
@@ -33,6 +40,7 @@ def nodes() -> Iterator[TwoNodes]:
     yield from cluster_of_two(FAST_HEALTH, head_cpus=1)
 
 
+@pytest.mark.timeout(BOTH_DECODING_TIMEOUT_S)
 def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes: TwoNodes, tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = [
@@ -51,7 +59,7 @@ def test_a_lost_replicas_point_runs_again_on_another_with_the_same_tokens(nodes:
     ]
     command = [sys.executable, "-m", "speculab.launch.cli", *args]
     sweep = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, 180)
+    awaited(partial(both_decoding, tmp_path), "both replicas decoded at once", sweep, BOTH_DECODING_S)
     nodes.crash_b()  # Ray places the two copies, one a node: whichever is on node B is lost
     out, err = sweep.communicate(timeout=240)
     assert sweep.returncode == 0, err[-3000:]

@@ -54,6 +54,13 @@ def decoding(root: Path) -> dict[str, int]:
     return found
 
 
+# The hang guard of a wait for both replicas to decode (`support.waits.awaited`): two replica processes start
+# their Ray actors and load the pair first, which took over 180 s on 2 cores loaded to 6; the tests that wait
+# for it take `BOTH_DECODING_TIMEOUT_S` (pytest-timeout) for the guard, then a sweep's wind-down
+BOTH_DECODING_S = 300
+BOTH_DECODING_TIMEOUT_S = 600
+
+
 def both_decoding(root: Path) -> dict[str, int]:
     """`decoding(root)` once both replicas of a two-replica sweep decode at once, else nothing."""
     found = decoding(root)
