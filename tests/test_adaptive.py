@@ -105,6 +105,8 @@ def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     policy.chosen = 0  # the count of rounds chosen by the objective, from here
     picks = [policy.choose(1).length for _ in range(EXPLORE_EVERY)]
     assert picks[:-1] == [0] * (EXPLORE_EVERY - 1) and picks[-1] == 1
+    # ... but not off L = 0 before the draft has read the unit: that round would pay the draft's prefill
+    assert [policy.choose(1, explore=False).length for _ in range(EXPLORE_EVERY)] == [0] * EXPLORE_EVERY
 
 
 def test_pending_positions_is_the_most_a_carry_still_modifies() -> None:
@@ -119,7 +121,7 @@ class Scripted(AdaptiveLength):
     script: tuple[int, ...] = (3, 0, 0, 1, 2, 0, 3, 1)
     rounds_seen = 0
 
-    def choose(self, rows: int, floor: int = 0) -> Choice:
+    def choose(self, rows: int, floor: int = 0, explore: bool = True) -> Choice:
         length = max(self.script[self.rounds_seen % len(self.script)], floor)
         self.rounds_seen += 1
         return Choice(length, 1.0)
@@ -161,6 +163,7 @@ def test_the_draft_reads_a_units_prompts_only_when_a_round_first_drafts() -> Non
     reference = autoregressive(target, TOY_PROMPTS, s)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in reference.prompts]
     assert [len(p.tokens) for p in run.prompts] == [2, 5, 3, 4] and prefills == [4]
+    assert [r.caught_up for r in run.rounds] == [False, False, False, True]  # the first round that drafts
     never = Scripted(3)
     never.script = (0,)
     decode(target, drafter, get_verifier("block"), TOY_PROMPTS, s, policy=never)

@@ -129,10 +129,12 @@ class CostFit:
     unfitted: int = 0  # rounds observed since the last fit
     measured: dict[tuple[int, int], Measured] = field(default_factory=dict)  # (length, rows) -> its rounds
 
-    def observe(self, length: int, rows: int, seconds: float) -> None:
-        """A round's seconds; a length's first round is left out: it pays one-off costs (allocations,
-        kernels first run for its shapes) that, kept, would price that length off the policy's choice."""
-        if length not in self.first_seen:
+    def observe(self, length: int, rows: int, seconds: float, one_off: bool = False) -> None:
+        """A round's seconds; a length's first round is left out, and a round that paid a one-off cost
+        (`one_off`: the draft's catch-up on a unit, `core.engine`), which counts as its length's first: such
+        costs (allocations, kernels first run for its shapes, a prefill), kept, would price that length off
+        the policy's choice."""
+        if length not in self.first_seen or one_off:
             self.first_seen.add(length)
             return
         x = np.array(cost_features(length, rows))
@@ -202,12 +204,13 @@ class AdaptiveLength:
         self.depths.restart()
         self.fresh = True
 
-    def choose(self, rows: int, floor: int = 0) -> Choice:
+    def choose(self, rows: int, floor: int = 0, explore: bool = True) -> Choice:
         """The length of the next round with `rows` rows, at least `floor` (`pending_positions`): the
         longest for a carry's first round, else the first warm-up length tried fewer than WARM_UP_TRIES
         times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
         (0 once measured), every EXPLORE_EVERY-th such round a length next to it, so that the costs keep
-        being measured where the choice is made."""
+        being measured where the choice is made; but not off a choice of 0 without `explore` (the draft
+        has not read the unit yet, and one round's measurement would cost its whole prefill)."""
         expected = expected_tokens(self.rates())
         untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
         if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
@@ -220,7 +223,8 @@ class AdaptiveLength:
             rate = [expected[n] / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
             length = lengths[max(range(len(rate)), key=rate.__getitem__)]  # ties: the shorter
             self.chosen += 1
-            if self.chosen % EXPLORE_EVERY == 0:  # a neighbour, below and above by turns (the other at an end)
+            # a neighbour, below and above by turns (the other at an end)
+            if self.chosen % EXPLORE_EVERY == 0 and (explore or length > 0):
                 side = 1 if self.chosen // EXPLORE_EVERY % 2 == 0 else -1
                 length = length + side if length + side in lengths else length - side
         self.tried[length] += 1

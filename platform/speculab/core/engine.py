@@ -254,9 +254,10 @@ def _choose(loop: Loop, rows: int, held: Held) -> tuple[Choice, float]:
         return Choice(loop.settings.length, math.nan), 0.0
     start = time.perf_counter()
     done, held.costs_read = loop.clock.finished(held.costs_read)
-    for record, seconds in done:
-        loop.policy.costs.observe(record.length, record.rows, seconds)
-    choice = loop.policy.choose(rows, floor=pending_positions(held.carry))
+    for record, seconds in done:  # a unit's catch-up is no cost of the length that paid it
+        loop.policy.costs.observe(record.length, record.rows, seconds, one_off=record.caught_up)
+    # exploring a length off L = 0 would make the draft catch up on the unit for one round's measurement
+    choice = loop.policy.choose(rows, floor=pending_positions(held.carry), explore=held.draft_prefill is None)
     return choice, time.perf_counter() - start
 
 
@@ -286,7 +287,8 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
     L = choice.length
     with clock.phase("draft"):
         drafted = L > 0 or loop.policy is None  # without a policy the drafter proposes every round
-        if drafted and held.draft_prefill is not None:
+        caught_up = drafted and held.draft_prefill is not None
+        if caught_up:
             _catch_up(drafter, held)
         proposal = (
             drafter.propose(settings.num_paths, L, settings.sampling)
@@ -346,6 +348,7 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
         length=L,
         predicted_tokens=choice.predicted,
         time_policy_s=policy_s,
+        caught_up=caught_up,
     )
     loop.rounds.append(round_record)
     clock.close_round(round_record, begun)

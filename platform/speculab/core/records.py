@@ -47,6 +47,7 @@ class RoundRecord:
     length: int = 0
     predicted_tokens: float = math.nan
     time_policy_s: float = 0.0
+    caught_up: bool = False  # under a policy: the round ran the draft's deferred prefill (`core.engine`)
 
 
 @dataclass
