@@ -14,6 +14,7 @@ import torch
 from speculab.config import ConfigError, validate
 from speculab.core.adaptive import (
     EXPLORE_EVERY,
+    EXPLORE_TRIALS,
     WARM_UP_TRIES,
     AdaptiveLength,
     Choice,
@@ -105,7 +106,10 @@ def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     policy.chosen = 0  # the count of rounds chosen by the objective, from here
     picks = [policy.choose(1).length for _ in range(EXPLORE_EVERY)]
     assert picks[:-1] == [0] * (EXPLORE_EVERY - 1) and picks[-1] == 1
-    # ... but not off L = 0 before the draft has read the unit: that round would pay the draft's prefill
+    # ... and before the draft has read the unit (that round would pay the draft's prefill) only while the
+    # loop's life holds few trials of depth 1 (here 3 of EXPLORE_TRIALS), lest a warm-up's few fix the rates
+    assert [policy.choose(1, explore=False).length for _ in range(EXPLORE_EVERY)][-1] == 1
+    policy.observe(4, [0] * EXPLORE_TRIALS)
     assert [policy.choose(1, explore=False).length for _ in range(EXPLORE_EVERY)] == [0] * EXPLORE_EVERY
 
 

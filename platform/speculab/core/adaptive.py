@@ -40,6 +40,7 @@ RIDGE = 1e-9  # relative ridge of the cost fit: features a loop never varied (it
 COST_FEATURES = 6  # `cost_features`
 WARM_UP_TRIES = 2  # rounds of each warm-up length: the fit leaves a length's first out (`CostFit.observe`)
 EXPLORE_EVERY = 16  # every so many rounds chosen by the objective, a neighbour of the choice instead
+EXPLORE_TRIALS = 32  # ... off a choice of 0 before the draft read the unit, while depth 1 has fewer trials in life
 MEASURED_ROUNDS = 4  # rounds at a length and rows from which their mean prices them, not the fit
 MEAN_RATE = 0.05  # ... a moving mean over about the last 20 of them
 REFIT_EVERY = 8  # rounds between two cost fits: the fit moves slowly, and a fit is most of the policy's time
@@ -210,7 +211,8 @@ class AdaptiveLength:
         times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
         (0 once measured), every EXPLORE_EVERY-th such round a length next to it, so that the costs keep
         being measured where the choice is made; but not off a choice of 0 without `explore` (the draft
-        has not read the unit yet, and one round's measurement would cost its whole prefill)."""
+        has not read the unit yet, and one round's measurement would cost its whole prefill) once the loop's
+        life holds EXPLORE_TRIALS trials of depth 1 (before, a warm-up's few rounds would fix the rates)."""
         expected = expected_tokens(self.rates())
         untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
         if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
@@ -224,7 +226,8 @@ class AdaptiveLength:
             length = lengths[max(range(len(rate)), key=rate.__getitem__)]  # ties: the shorter
             self.chosen += 1
             # a neighbour, below and above by turns (the other at an end)
-            if self.chosen % EXPLORE_EVERY == 0 and (explore or length > 0):
+            young = self.life.trials[0] < EXPLORE_TRIALS
+            if self.chosen % EXPLORE_EVERY == 0 and (explore or length > 0 or young):
                 side = 1 if self.chosen // EXPLORE_EVERY % 2 == 0 else -1
                 length = length + side if length + side in lengths else length - side
         self.tried[length] += 1
