@@ -41,8 +41,8 @@ class AlgorithmConfig:
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
     budget: int = 64  # ddtree only: node budget B (16..1024)
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
-    # 0: off; in (0, 1): a round stops drafting before a position whose draft distribution's largest
-    # probability is below this in every row (the draft's confidence; `drafting.iid.sample_iid_paths`)
+    # 0: off; in (0, 1): a round stops drafting after a token whose draft probability is below this in every
+    # row (the draft's confidence; `drafting.iid.sample_iid_paths`)
     confidence_stop: float = 0.0
     allow_lossy: bool = False  # run an algorithm at a K its exact certificates do not cover (spectr_gbv, K >= 2)
     compare: list[str] = field(default_factory=list)  # path verifiers also run on every round's drafts (paired)
@@ -94,26 +94,42 @@ def length_error(L: Any) -> str | None:
     return f"algorithm.L={L}: must be an integer >= {low} and <= {high}, or auto (chosen each round)"
 
 
+def _one_path_errors(
+    cfg: DraftView,
+    what: str,
+    algorithms: tuple[str, ...],
+    drafters: tuple[str, ...],
+    also: tuple[tuple[str, str, Any], ...] = (),
+) -> list[str]:
+    """The one line refusing a setting (`what`: it and what it does) that serves only one i.i.d. path of a
+    certified verifier and drafter, with nothing that needs every round's length fixed (drafting ahead, a
+    paired comparison), and what `also` needs (each: the key, what it allows, the run's value where it does
+    not, else None): what it serves, then the run's values that it does not; none: no line."""
+    a = cfg.algorithm
+    needs = [f"algorithm={'/'.join(algorithms)}", "algorithm.K=1", f"drafter={'/'.join(drafters)}", "drafter.ahead=off"]
+    needs += ["no algorithm.compare", *(need for _, need, _ in also)]
+    fixed = {
+        "algorithm": a.name if a.name not in algorithms else None,
+        "algorithm.K": a.K if a.K != 1 else None,
+        "drafter": cfg.drafter.name if cfg.drafter.name not in drafters else None,
+        "drafter.ahead": cfg.drafter.ahead if cfg.drafter.ahead != "off" else None,
+        "algorithm.compare": a.compare or None,
+        **{key: value for key, _, value in also},
+    }
+    got = " ".join(f"{key}={value}" for key, value in fixed.items() if value is not None)
+    return [f"{what} ({', '.join(needs)}); got {got}"] if got else []
+
+
 def auto_errors(cfg: DraftView) -> list[str]:
     """algorithm.L=auto where the adaptive policy serves the run: a verifier of one path certified under
     it (`core.adaptive`), a drafter that samples that path from the draft alone, and nothing that needs
     every round's length fixed (drafting ahead, a paired comparison)."""
     from speculab.registry import ADAPTIVE_ALGORITHMS, ADAPTIVE_DRAFTERS
 
-    a = cfg.algorithm
-    if a.L != AUTO:
+    if cfg.algorithm.L != AUTO:
         return []
-    served = f"algorithm.L=auto: chooses the length of one i.i.d. path (algorithm={'/'.join(ADAPTIVE_ALGORITHMS)}"
-    served += f", algorithm.K=1, drafter={'/'.join(ADAPTIVE_DRAFTERS)}, drafter.ahead=off, no algorithm.compare)"
-    fixed = {
-        "algorithm": a.name if a.name not in ADAPTIVE_ALGORITHMS else None,
-        "algorithm.K": a.K if a.K != 1 else None,
-        "drafter": cfg.drafter.name if cfg.drafter.name not in ADAPTIVE_DRAFTERS else None,
-        "drafter.ahead": cfg.drafter.ahead if cfg.drafter.ahead != "off" else None,
-        "algorithm.compare": a.compare or None,
-    }
-    got = " ".join(f"{key}={value}" for key, value in fixed.items() if value is not None)
-    return [f"{served}; got {got}"] if got else []
+    what = "algorithm.L=auto: chooses the length of one i.i.d. path"
+    return _one_path_errors(cfg, what, ADAPTIVE_ALGORITHMS, ADAPTIVE_DRAFTERS)
 
 
 def stop_errors(cfg: DraftView) -> list[str]:
@@ -122,24 +138,14 @@ def stop_errors(cfg: DraftView) -> list[str]:
     ahead, a paired comparison) and where it can stop at all (T > 0: at T = 0 the draft's law is one-hot)."""
     from speculab.registry import SAMPLED_PATH_DRAFTERS, STOP_ALGORITHMS
 
-    a, stop = cfg.algorithm, cfg.algorithm.confidence_stop
+    stop, temperature = cfg.algorithm.confidence_stop, cfg.sampling.temperature
     if isinstance(stop, bool) or not isinstance(stop, int | float) or not 0 <= stop < 1:
         return [f"algorithm.confidence_stop={stop!r}: must be 0 (off) or a number in (0, 1)"]
     if not stop:
         return []
-    served = f"algorithm.confidence_stop: stops one sampled path (algorithm={'/'.join(STOP_ALGORITHMS)}"
-    served += f", algorithm.K=1, drafter={'/'.join(SAMPLED_PATH_DRAFTERS)}, drafter.ahead=off, no algorithm.compare"
-    served += ", sampling.temperature > 0)"
-    fixed = {
-        "algorithm": a.name if a.name not in STOP_ALGORITHMS else None,
-        "algorithm.K": a.K if a.K != 1 else None,
-        "drafter": cfg.drafter.name if cfg.drafter.name not in SAMPLED_PATH_DRAFTERS else None,
-        "drafter.ahead": cfg.drafter.ahead if cfg.drafter.ahead != "off" else None,
-        "algorithm.compare": a.compare or None,
-        "sampling.temperature": cfg.sampling.temperature if cfg.sampling.temperature == 0 else None,
-    }
-    got = " ".join(f"{key}={value}" for key, value in fixed.items() if value is not None)
-    return [f"{served}; got {got}"] if got else []
+    what = "algorithm.confidence_stop: stops one sampled path"
+    greedy = ("sampling.temperature", "sampling.temperature > 0", temperature if temperature == 0 else None)
+    return _one_path_errors(cfg, what, STOP_ALGORITHMS, SAMPLED_PATH_DRAFTERS, (greedy,))
 
 
 def ahead_nodes(ahead: str, budget: int, length: int | None) -> int:

@@ -18,8 +18,8 @@ class SamplingParams:
     temperature: float = 1.0
     top_k: int = 0  # draft only; 0 = no limit
     top_p: float = 1.0  # draft only
-    # draft only: stop a round's drafting before a position where every row's largest draft probability is below
-    # this (0: never; `drafting.iid.sample_iid_paths`)
+    # draft only: stop a round's drafting after a token whose draft probability is below this in every row
+    # (0: never; `drafting.iid.sample_iid_paths`)
     confidence_stop: float = 0.0
 
 
