@@ -20,6 +20,7 @@ from speculab.core.adaptive import (
     Choice,
     CostFit,
     DepthCounts,
+    Unread,
     expected_tokens,
     pending_positions,
 )
@@ -100,6 +101,21 @@ def test_the_warm_up_tries_each_of_its_lengths_twice_and_a_carry_starts_long() -
     assert carried.choose(1).length == 8  # each prefill sizes a new carry
 
 
+UNREAD = Unread(tokens=40, remaining=100)  # a unit the draft has not read
+
+
+def test_a_drafting_length_pays_its_share_of_the_catch_up_where_the_draft_has_not_read_the_unit() -> None:
+    """C / remaining seconds for each token a drafting round is expected to emit: worth it over a long rest,
+    not over a short one; nothing where the catch-up was never measured or the draft has read the unit."""
+    policy = _warmed(AdaptiveLength(4), 0.05)
+    policy.observe(4, [4] * 8)  # drafting pays: L = 4 emits about 5 tokens for 1.2 s against 1 for 1 s
+    assert policy.choose(1, unread=UNREAD).length == 4  # no catch-up measured yet
+    policy.catch_up.add(0.5)  # 0.5 s a token read: 20 s for the unit's 40 tokens
+    assert policy.choose(1, unread=UNREAD).length == 4  # 0.2 s more a token over 100: 0.47 s a token, < 1 s
+    assert policy.choose(1, unread=Unread(40, remaining=10)).length == 0  # 2 s more a token: 2.3 s, > 1 s
+    assert policy.choose(1).length == 4
+
+
 def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     policy = _warmed(AdaptiveLength(4), 0.9)
     policy.observe(4, [0, 0, 0])
@@ -108,9 +124,13 @@ def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     assert picks[:-1] == [0] * (EXPLORE_EVERY - 1) and picks[-1] == 1
     # ... and before the draft has read the unit (that round would pay the draft's prefill) only while the
     # loop's life holds few trials of depth 1 (here 3 of EXPLORE_TRIALS), lest a warm-up's few fix the rates
-    assert [policy.choose(1, explore=False).length for _ in range(EXPLORE_EVERY)][-1] == 1
+    assert [policy.choose(1, unread=UNREAD).length for _ in range(EXPLORE_EVERY)][-1] == 1
     policy.observe(4, [0] * EXPLORE_TRIALS)
-    assert [policy.choose(1, explore=False).length for _ in range(EXPLORE_EVERY)] == [0] * EXPLORE_EVERY
+    assert [policy.choose(1, unread=UNREAD).length for _ in range(EXPLORE_EVERY)] == [0] * EXPLORE_EVERY
+    # ... so a choice of 0 there holds to the unit's end, and the engine stops weighing it (`resting`)
+    assert policy.resting
+    policy.restart()
+    assert not policy.resting
 
 
 def test_pending_positions_is_the_most_a_carry_still_modifies() -> None:
@@ -125,7 +145,7 @@ class Scripted(AdaptiveLength):
     script: tuple[int, ...] = (3, 0, 0, 1, 2, 0, 3, 1)
     rounds_seen = 0
 
-    def choose(self, rows: int, floor: int = 0, explore: bool = True) -> Choice:
+    def choose(self, rows: int, floor: int = 0, unread: Unread | None = None) -> Choice:
         length = max(self.script[self.rounds_seen % len(self.script)], floor)
         self.rounds_seen += 1
         return Choice(length, 1.0)
@@ -167,7 +187,8 @@ def test_the_draft_reads_a_units_prompts_only_when_a_round_first_drafts() -> Non
     reference = autoregressive(target, TOY_PROMPTS, s)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in reference.prompts]
     assert [len(p.tokens) for p in run.prompts] == [2, 5, 3, 4] and prefills == [4]
-    assert [r.caught_up for r in run.rounds] == [False, False, False, True]  # the first round that drafts
+    # the first round that drafts reads the four prompts and the tokens the rows still decoding emitted since
+    assert [r.catch_up_tokens for r in run.rounds] == [0, 0, 0, sum(len(p) for p in TOY_PROMPTS) - 4 + 2 * 4]
     never = Scripted(3)
     never.script = (0,)
     decode(target, drafter, get_verifier("block"), TOY_PROMPTS, s, policy=never)

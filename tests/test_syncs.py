@@ -56,3 +56,20 @@ def test_the_clock_fills_round_phases_when_the_run_is_over() -> None:
     assert set(rest) == {"prefill_target"} and rest["prefill_target"] >= 0.002
     assert record.time_target_s >= 0.004 and record.time_draft_s >= 0.002 and record.time_verify_s >= 0.002
     assert record.time_other_s >= 0.002
+
+
+def test_a_catch_up_is_draft_time_but_apart_from_the_rounds_seconds_a_policy_reads() -> None:
+    clock = PhaseClock()
+    record = RoundRecord(
+        rows=1, tree_nodes=[1], accepted=[0], kept=[1], time_tree_build_s=0.0, kv_target_bytes=0, kv_draft_bytes=0
+    )
+    begun = clock.begin_round()
+    for phase, seconds in (("catch_up", 0.02), ("draft", 0.002), ("target", 0.002)):
+        with clock.phase(phase):
+            time.sleep(seconds)
+    clock.close_round(record, begun)
+    (closed,), read = clock.finished(0)
+    assert read == 1 and closed.record is record
+    assert closed.catch_up_s >= 0.02 and 0.004 <= closed.seconds < 0.02
+    clock.settle()
+    assert record.time_draft_s >= 0.022

@@ -11,7 +11,10 @@ draft length"):
   and a depth never drafted takes the pooled rate (and is tried when it makes it pay);
 - `CostFit`, a round's seconds by its length and rows from the rounds the loop's phase clock closed
   (`PhaseClock.finished`): their moving mean where enough were measured, else least squares on the length
-  and rows, kept for the loop's life (a point's units and repeats) with a slow decay.
+  and rows, kept for the loop's life (a point's units and repeats) with a slow decay;
+- the draft's catch-up on a unit it has not read (its deferred prefill, `core.engine`), in seconds a token
+  read: a round that drafts first in a unit pays it once, so before then a drafting length is priced with
+  the catch-up spread over the tokens the unit has left (`Unread`).
 
 Warm-up: the policy's first rounds draft a fixed set of lengths; after that a neighbour of its choice every
 EXPLORE_EVERY rounds (`AdaptiveLength.choose`).
@@ -130,12 +133,11 @@ class CostFit:
     unfitted: int = 0  # rounds observed since the last fit
     measured: dict[tuple[int, int], Measured] = field(default_factory=dict)  # (length, rows) -> its rounds
 
-    def observe(self, length: int, rows: int, seconds: float, one_off: bool = False) -> None:
-        """A round's seconds; a length's first round is left out, and a round that paid a one-off cost
-        (`one_off`: the draft's catch-up on a unit, `core.engine`), which counts as its length's first: such
-        costs (allocations, kernels first run for its shapes, a prefill), kept, would price that length off
-        the policy's choice."""
-        if length not in self.first_seen or one_off:
+    def observe(self, length: int, rows: int, seconds: float) -> None:
+        """A round's seconds (a catch-up's left out: `AdaptiveLength.catch_up`); a length's first round is
+        left out too: its one-off costs (allocations, kernels first run for its shapes), kept, would price
+        that length off the policy's choice."""
+        if length not in self.first_seen:
             self.first_seen.add(length)
             return
         x = np.array(cost_features(length, rows))
@@ -167,6 +169,15 @@ class CostFit:
 
 
 @dataclass(frozen=True)
+class Unread:
+    """A unit the draft has not read yet: the tokens its catch-up would read (the batch's prompts and what
+    its rounds emitted since) and the most tokens a row of it has left to decode."""
+
+    tokens: int
+    remaining: int
+
+
+@dataclass(frozen=True)
 class Choice:
     """A round's length and the tokens a row the policy expects of it (its calibration's prediction)."""
 
@@ -186,9 +197,14 @@ class AdaptiveLength:
     depths: DepthCounts = field(init=False)  # the unit's, since its prefill
     life: DepthCounts = field(init=False)  # every unit's, the prior a unit's rates start from
     costs: CostFit = field(default_factory=CostFit)
+    catch_up: Measured = field(default_factory=Measured)  # the draft's catch-up on a unit, seconds a token read
     tried: Counter[int] = field(default_factory=Counter)  # rounds of each length in the policy's life
     fresh: bool = True  # no round since the last prefill
     chosen: int = 0  # rounds chosen by the objective
+    # L = 0 chosen by the objective for a unit the draft has not read, where no exploring is left: it stays the
+    # choice to the unit's end (no round drafts, so the unit's rates stand still, and the catch-up's share,
+    # C / remaining a token, only grows), so the policy no longer weighs it (nor the engine reads the clock)
+    resting: bool = False
 
     def __post_init__(self) -> None:
         self.depths, self.life = DepthCounts(self.longest), DepthCounts(self.longest)
@@ -203,16 +219,17 @@ class AdaptiveLength:
     def restart(self) -> None:
         """A prefill: acceptance is the new batch's to learn."""
         self.depths.restart()
-        self.fresh = True
+        self.fresh, self.resting = True, False
 
-    def choose(self, rows: int, floor: int = 0, explore: bool = True) -> Choice:
+    def choose(self, rows: int, floor: int = 0, unread: Unread | None = None) -> Choice:
         """The length of the next round with `rows` rows, at least `floor` (`pending_positions`): the
         longest for a carry's first round, else the first warm-up length tried fewer than WARM_UP_TRIES
         times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
         (0 once measured), every EXPLORE_EVERY-th such round a length next to it, so that the costs keep
-        being measured where the choice is made; but not off a choice of 0 without `explore` (the draft
-        has not read the unit yet, and one round's measurement would cost its whole prefill) once the loop's
-        life holds EXPLORE_TRIALS trials of depth 1 (before, a warm-up's few rounds would fix the rates)."""
+        being measured where the choice is made. Where the draft has not read the unit (`unread`), a
+        drafting length also pays the catch-up (`_rates`); and no exploring off a choice of 0 there (one
+        round's measurement would cost the whole catch-up) once the loop's life holds EXPLORE_TRIALS trials
+        of depth 1 (before, a warm-up's few rounds would fix the rates)."""
         expected = expected_tokens(self.rates())
         untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
         if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
@@ -221,18 +238,30 @@ class AdaptiveLength:
             length = untried[0]
         else:
             lengths = range(max(floor, 0 if 0 in self.costs.lengths else 1), self.longest + 1)
-            seconds = self.costs.seconds(lengths, rows)
-            rate = [expected[n] / s if s > 0 else math.inf for n, s in zip(lengths, seconds)]
+            rate = self._rates(lengths, rows, expected, unread)
             length = lengths[max(range(len(rate)), key=rate.__getitem__)]  # ties: the shorter
             self.chosen += 1
             # a neighbour, below and above by turns (the other at an end)
             young = self.life.trials[0] < EXPLORE_TRIALS
-            if self.chosen % EXPLORE_EVERY == 0 and (explore or length > 0 or young):
+            self.resting = length == 0 and unread is not None and not young
+            if self.chosen % EXPLORE_EVERY == 0 and (unread is None or length > 0 or young):
                 side = 1 if self.chosen // EXPLORE_EVERY % 2 == 0 else -1
                 length = length + side if length + side in lengths else length - side
         self.tried[length] += 1
         self.fresh = False
         return Choice(length, expected[length])
+
+    def _rates(self, lengths: range, rows: int, expected: list[float], unread: Unread | None) -> list[float]:
+        """Expected tokens a second at each of `lengths`, E[tau + 1] / seconds; where the draft has not read
+        the unit, a drafting round's seconds also carry its share of the catch-up C: C / remaining for each
+        token it is expected to emit, as C is paid once over the remaining / E[tau + 1] rounds of the unit's
+        rest at that length (a row's eos can only shorten the rest, so this leans towards drafting)."""
+        seconds = self.costs.seconds(lengths, rows)
+        share = 0.0  # the catch-up's seconds a token emitted
+        if unread is not None and self.catch_up.count:
+            share = self.catch_up.mean * unread.tokens / max(unread.remaining, 1)
+        totals = [s + share * expected[n] * (n > 0) for n, s in zip(lengths, seconds)]
+        return [expected[n] / t if t > 0 else math.inf for n, t in zip(lengths, totals)]
 
     def observe(self, length: int, taus: list[int]) -> None:
         """A round's verdict: `length` drafted, `taus` accepted (one a row)."""

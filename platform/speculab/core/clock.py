@@ -16,6 +16,16 @@ Mark = float | torch.cuda.Event  # a point in time: the host clock's seconds, or
 Span = tuple[str, Mark, Mark]  # (phase, start, end)
 
 
+@dataclass(frozen=True)
+class Closed:
+    """A closed round as an adaptive policy reads it: its record, its seconds (the paired check and the
+    draft's catch-up left out) and the catch-up's seconds (0 where the round ran none)."""
+
+    record: RoundRecord
+    seconds: float
+    catch_up_s: float
+
+
 @dataclass
 class RoundMarks:
     """A round's marks, turned into its record's phase times once the run is over (`PhaseClock.settle`)."""
@@ -65,17 +75,18 @@ class PhaseClock:
         self.rounds.append(RoundMarks(record, start, self.mark(), self.spans[first:]))
         del self.spans[first:]
 
-    def finished(self, since: int) -> tuple[list[tuple[RoundRecord, float]], int]:
+    def finished(self, since: int) -> tuple[list[Closed], int]:
         """The rounds closed from index `since` on whose marks the device has passed, never waiting for it
-        (on CUDA a round's events complete by the next round's host read): each round's record and its
-        seconds, the paired check left out; and the index to ask from next time. What an adaptive policy
-        learns its costs from (`core.adaptive`), before `settle` fills the records' times."""
+        (on CUDA a round's events complete by the next round's host read), and the index to ask from next
+        time. What an adaptive policy learns its costs from (`core.adaptive`), before `settle` fills the
+        records' times."""
         done = []
         for marks in self.rounds[since:]:
             if isinstance(marks.end, torch.cuda.Event) and not marks.end.query():
                 break
-            paired = _sums(marks.phases).get("paired", 0.0)
-            done.append((marks.record, _seconds(marks.start, marks.end) - paired))
+            spent = _sums(marks.phases)
+            aside = spent.get("paired", 0.0) + spent.get("catch_up", 0.0)
+            done.append(Closed(marks.record, _seconds(marks.start, marks.end) - aside, spent.get("catch_up", 0.0)))
         return done, since + len(done)
 
     def settle(self) -> dict[str, float]:
@@ -86,7 +97,9 @@ class PhaseClock:
         for marks in self.rounds:
             spent = _sums(marks.phases)
             r = marks.record
-            r.time_draft_s, r.time_target_s = spent.get("draft", 0.0), spent.get("target", 0.0)
+            # the draft's catch-up on a unit (an adaptive policy's deferred prefill) is draft time
+            r.time_draft_s = spent.get("draft", 0.0) + spent.get("catch_up", 0.0)
+            r.time_target_s = spent.get("target", 0.0)
             r.time_verify_s, r.time_paired_s = spent.get("verify", 0.0), spent.get("paired", 0.0)
             r.time_other_s = max(0.0, _seconds(marks.start, marks.end) - sum(spent.values()))
         self.rounds = []

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.core.adaptive import AdaptiveLength, Choice, pending_positions
+from speculab.core.adaptive import AdaptiveLength, Choice, Unread, pending_positions
 from speculab.core.clock import PhaseClock
 from speculab.core.evidence import Drafts, along_path, depth_evidence
 from speculab.core.records import PromptRecord, RoundRecord, RunResult
@@ -168,6 +168,15 @@ class Loop:
     policy: AdaptiveLength | None = None
 
 
+@dataclass(frozen=True)
+class DeferredPrefill:
+    """Under a policy, the drafter's prefill of a unit until a round drafts: the call, and the tokens of the
+    batch's prompts it reads (what the policy prices the catch-up by, with the tokens emitted since)."""
+
+    run: Callable[[], None]
+    tokens: int
+
+
 @dataclass
 class Held:
     """What a batch carries from one round to the next: the verifier's carry, and per row the tokens
@@ -180,7 +189,7 @@ class Held:
     costs_read: int = 0
     # under a policy, the drafter's prefill of the batch until a round drafts (None: done), and each live row's
     # place in the batch as prefilled, so that the rows that left meanwhile leave the drafter then
-    draft_prefill: Callable[[], None] | None = None
+    draft_prefill: DeferredPrefill | None = None
     rows: list[int] = field(default_factory=list)
 
 
@@ -225,7 +234,7 @@ def decode(
                 draft_prefill()
         else:  # a unit the policy never drafts for never pays the draft's pass over its prompts
             policy.restart()
-            held.draft_prefill = draft_prefill
+            held.draft_prefill = DeferredPrefill(draft_prefill, sum(len(prompts[r.index]) - 1 for r in batch))
         while batch:
             active = _round(loop, batch, held)
             for record in batch:
@@ -247,18 +256,30 @@ def decode(
     )
 
 
-def _choose(loop: Loop, rows: int, held: Held) -> tuple[Choice, float]:
+def _choose(loop: Loop, batch: list[PromptRecord], held: Held) -> tuple[Choice, float]:
     """The round's length (and the tokens a row it expects) and the policy's seconds to choose it, from the
     rounds the phase clock closed since it last looked; the settings' length without a policy."""
-    if loop.policy is None:
+    policy = loop.policy
+    if policy is None:
         return Choice(loop.settings.length, math.nan), 0.0
     start = time.perf_counter()
+    if policy.resting:  # L = 0 to the unit's end (`AdaptiveLength.resting`): its rounds teach the fit nothing new
+        return Choice(0, 1.0), time.perf_counter() - start
     done, held.costs_read = loop.clock.finished(held.costs_read)
-    for record, seconds in done:  # a unit's catch-up is no cost of the length that paid it
-        loop.policy.costs.observe(record.length, record.rows, seconds, one_off=record.caught_up)
-    # exploring a length off L = 0 would make the draft catch up on the unit for one round's measurement
-    choice = loop.policy.choose(rows, floor=pending_positions(held.carry), explore=held.draft_prefill is None)
+    for closed in done:  # a unit's catch-up is no cost of the length that paid it, but one of its own
+        record = closed.record
+        policy.costs.observe(record.length, record.rows, closed.seconds)
+        if record.catch_up_tokens:
+            policy.catch_up.add(closed.catch_up_s / record.catch_up_tokens)
+    choice = policy.choose(len(batch), floor=pending_positions(held.carry), unread=_unread(loop, batch, held))
     return choice, time.perf_counter() - start
+
+
+def _unread(loop: Loop, batch: list[PromptRecord], held: Held) -> Unread | None:
+    """What a round that drafts would make the draft catch up on (None: it has read the unit)."""
+    if held.draft_prefill is None:
+        return None
+    return Unread(_unread_tokens(held), max(loop.settings.max_new_tokens - len(record.tokens) for record in batch))
 
 
 def _verify(
@@ -283,13 +304,14 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
     """One round for the active rows; returns the rows still decoding (`held` updated for the next)."""
     target, drafter, settings, clock = loop.target, loop.drafter, loop.settings, loop.clock
     begun = clock.begin_round()
-    choice, policy_s = _choose(loop, len(batch), held)
+    choice, policy_s = _choose(loop, batch, held)
     L = choice.length
+    drafted = L > 0 or loop.policy is None  # without a policy the drafter proposes every round
+    catch_up_tokens = 0
+    if drafted and held.draft_prefill is not None:
+        with clock.phase("catch_up"):
+            catch_up_tokens = _catch_up(drafter, held)
     with clock.phase("draft"):
-        drafted = L > 0 or loop.policy is None  # without a policy the drafter proposes every round
-        caught_up = drafted and held.draft_prefill is not None
-        if caught_up:
-            _catch_up(drafter, held)
         proposal = (
             drafter.propose(settings.num_paths, L, settings.sampling)
             if drafted
@@ -348,22 +370,31 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
         length=L,
         predicted_tokens=choice.predicted,
         time_policy_s=policy_s,
-        caught_up=caught_up,
+        catch_up_tokens=catch_up_tokens,
     )
     loop.rounds.append(round_record)
     clock.close_round(round_record, begun)
     return [batch[i] for i in live]
 
 
-def _catch_up(drafter: Drafter, held: Held) -> None:
+def _unread_tokens(held: Held) -> int:
+    """The tokens the draft's catch-up reads: the batch's prompts, and what its rows emitted since."""
+    assert held.draft_prefill is not None
+    return held.draft_prefill.tokens + sum(len(row) for row in held.unfed)
+
+
+def _catch_up(drafter: Drafter, held: Held) -> int:
     """The first round that drafts after a prefill under a policy: the drafter's prefill of the whole batch
     (its uniforms laid out by the batch's rows, as without a policy), the rows that left since dropped, and
-    the tokens committed since handed over (each row's root, then what its rounds emitted)."""
+    the tokens committed since handed over (each row's root, then what its rounds emitted); the tokens it
+    read."""
     assert held.draft_prefill is not None
-    held.draft_prefill()
+    tokens = _unread_tokens(held)
+    held.draft_prefill.run()
     held.draft_prefill = None
     drafter.retain(torch.tensor(held.rows, dtype=torch.long))
     drafter.commit(held.unfed)
+    return tokens
 
 
 def _paired(loop: Loop, drafts: Drafts | None, batch: list[PromptRecord]) -> float:

@@ -47,7 +47,8 @@ class RoundRecord:
     length: int = 0
     predicted_tokens: float = math.nan
     time_policy_s: float = 0.0
-    caught_up: bool = False  # under a policy: the round ran the draft's deferred prefill (`core.engine`)
+    # under a policy: the tokens the draft's deferred prefill read in this round (`core.engine`; 0: none ran)
+    catch_up_tokens: int = 0
 
 
 @dataclass
