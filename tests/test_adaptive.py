@@ -15,6 +15,7 @@ from speculab.config import ConfigError, validate
 from speculab.core.adaptive import (
     EXPLORE_EVERY,
     EXPLORE_TRIALS,
+    EXPLORE_YOUNG,
     WARM_UP_TRIES,
     AdaptiveLength,
     Choice,
@@ -77,6 +78,7 @@ def _warmed(policy: AdaptiveLength, cost: float) -> AdaptiveLength:
         for n in range(policy.longest + 1):
             policy.costs.observe(n, 1, 1 + cost * n)
             policy.choose(1)
+    policy.chosen = 0  # the count of rounds chosen by the objective, from here (the next to explore: EXPLORE_YOUNG-th)
     return policy
 
 
@@ -108,10 +110,10 @@ def test_a_drafting_length_pays_its_share_of_the_catch_up_where_the_draft_has_no
     """C / remaining seconds for each token a drafting round is expected to emit: worth it over a long rest,
     not over a short one; nothing where the catch-up was never measured or the draft has read the unit."""
     policy = _warmed(AdaptiveLength(4), 0.05)
-    policy.observe(4, [4] * 8)  # drafting pays: L = 4 emits about 5 tokens for 1.2 s against 1 for 1 s
+    policy.observe(4, [4] * EXPLORE_TRIALS)  # drafting pays: L = 4 emits about 5 tokens for 1.2 s, L = 0 1 for 1 s
     assert policy.choose(1, unread=UNREAD).length == 4  # no catch-up measured yet
     policy.catch_up.add(0.5)  # 0.5 s a token read: 20 s for the unit's 40 tokens
-    assert policy.choose(1, unread=UNREAD).length == 4  # 0.2 s more a token over 100: 0.47 s a token, < 1 s
+    assert policy.choose(1, unread=UNREAD).length == 4  # 0.2 s more a token over 100: about 0.45 s a token, < 1 s
     assert policy.choose(1, unread=Unread(40, remaining=10)).length == 0  # 2 s more a token: 2.3 s, > 1 s
     assert policy.choose(1).length == 4
 
@@ -119,13 +121,15 @@ def test_a_drafting_length_pays_its_share_of_the_catch_up_where_the_draft_has_no
 def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     policy = _warmed(AdaptiveLength(4), 0.9)
     policy.observe(4, [0, 0, 0])
-    policy.chosen = 0  # the count of rounds chosen by the objective, from here
+    # a young life (3 trials of depth 1, fewer than EXPLORE_TRIALS) explores every EXPLORE_YOUNG rounds, even
+    # before the draft has read the unit (where that round pays the catch-up), lest a warm-up's few fix the rates
+    picks = [policy.choose(1, unread=UNREAD).length for _ in range(EXPLORE_YOUNG)]
+    assert picks == [0] * (EXPLORE_YOUNG - 1) + [1] and not policy.resting
+    policy.observe(4, [0] * EXPLORE_TRIALS)
+    policy.chosen = 0
     picks = [policy.choose(1).length for _ in range(EXPLORE_EVERY)]
     assert picks[:-1] == [0] * (EXPLORE_EVERY - 1) and picks[-1] == 1
-    # ... and before the draft has read the unit (that round would pay the draft's prefill) only while the
-    # loop's life holds few trials of depth 1 (here 3 of EXPLORE_TRIALS), lest a warm-up's few fix the rates
-    assert [policy.choose(1, unread=UNREAD).length for _ in range(EXPLORE_EVERY)][-1] == 1
-    policy.observe(4, [0] * EXPLORE_TRIALS)
+    # ... and, grown up, no longer off a choice of 0 where the draft has not read the unit
     assert [policy.choose(1, unread=UNREAD).length for _ in range(EXPLORE_EVERY)] == [0] * EXPLORE_EVERY
     # ... so a choice of 0 there holds to the unit's end, and the engine stops weighing it (`resting`)
     assert policy.resting

@@ -17,7 +17,7 @@ draft length"):
   the catch-up spread over the tokens the unit has left (`Unread`).
 
 Warm-up: the policy's first rounds draft a fixed set of lengths; after that a neighbour of its choice every
-EXPLORE_EVERY rounds (`AdaptiveLength.choose`).
+EXPLORE_EVERY rounds (EXPLORE_YOUNG while the loop's life holds few trials of depth 1: `AdaptiveLength.choose`).
 
 The policy sees only the past (earlier rounds' lengths, accepted lengths and times, and the carry a
 verifier left), never the round's own draws: a round of any fixed length is lossless given its past, so
@@ -44,6 +44,7 @@ COST_FEATURES = 6  # `cost_features`
 WARM_UP_TRIES = 2  # rounds of each warm-up length: the fit leaves a length's first out (`CostFit.observe`)
 EXPLORE_EVERY = 16  # every so many rounds chosen by the objective, a neighbour of the choice instead
 EXPLORE_TRIALS = 32  # ... off a choice of 0 before the draft read the unit, while depth 1 has fewer trials in life
+EXPLORE_YOUNG = 4  # ... and meanwhile every so many rounds: a young life's few trials are what its rates stand on
 MEASURED_ROUNDS = 4  # rounds at a length and rows from which their mean prices them, not the fit
 MEAN_RATE = 0.05  # ... a moving mean over about the last 20 of them
 REFIT_EVERY = 8  # rounds between two cost fits: the fit moves slowly, and a fit is most of the policy's time
@@ -226,10 +227,11 @@ class AdaptiveLength:
         longest for a carry's first round, else the first warm-up length tried fewer than WARM_UP_TRIES
         times that `floor` allows, else the best by the objective over the lengths the cost fit can predict
         (0 once measured), every EXPLORE_EVERY-th such round a length next to it, so that the costs keep
-        being measured where the choice is made. Where the draft has not read the unit (`unread`), a
-        drafting length also pays the catch-up (`_rates`); and no exploring off a choice of 0 there (one
-        round's measurement would cost the whole catch-up) once the loop's life holds EXPLORE_TRIALS trials
-        of depth 1 (before, a warm-up's few rounds would fix the rates)."""
+        being measured where the choice is made (every EXPLORE_YOUNG-th while the loop's life holds fewer
+        than EXPLORE_TRIALS trials of depth 1, so that a warm-up's few rounds are soon outweighed). Where the
+        draft has not read the unit (`unread`), a drafting length also pays the catch-up (`_rates`); and no
+        exploring off a choice of 0 there (one round's measurement would cost the whole catch-up) once the
+        life is past that."""
         expected = expected_tokens(self.rates())
         untried = [n for n in warm_up(self.longest) if self.tried[n] < WARM_UP_TRIES and n >= floor]
         if (self.fresh and self.longest_first) or not (untried or self.costs.ready):
@@ -244,8 +246,9 @@ class AdaptiveLength:
             # a neighbour, below and above by turns (the other at an end)
             young = self.life.trials[0] < EXPLORE_TRIALS
             self.resting = length == 0 and unread is not None and not young
-            if self.chosen % EXPLORE_EVERY == 0 and (unread is None or length > 0 or young):
-                side = 1 if self.chosen // EXPLORE_EVERY % 2 == 0 else -1
+            every = EXPLORE_YOUNG if young else EXPLORE_EVERY
+            if self.chosen % every == 0 and (unread is None or length > 0 or young):
+                side = 1 if self.chosen // every % 2 == 0 else -1
                 length = length + side if length + side in lengths else length - side
         self.tried[length] += 1
         self.fresh = False
