@@ -191,7 +191,8 @@ def test_the_draft_reads_a_units_prompts_only_when_a_round_first_drafts() -> Non
     reference = autoregressive(target, TOY_PROMPTS, s)
     assert [p.tokens for p in run.prompts] == [p.tokens for p in reference.prompts]
     assert [len(p.tokens) for p in run.prompts] == [2, 5, 3, 4] and prefills == [4]
-    # the first round that drafts reads the four prompts and the tokens the rows still decoding emitted since
+    # the first round that drafts reads the four prompts, and for each of the two rows still decoding its root
+    # and the 3 tokens its rounds of L = 0 emitted
     assert [r.catch_up_tokens for r in run.rounds] == [0, 0, 0, sum(len(p) for p in TOY_PROMPTS) - 4 + 2 * 4]
     never = Scripted(3)
     never.script = (0,)

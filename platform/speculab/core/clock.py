@@ -85,8 +85,8 @@ class PhaseClock:
             if isinstance(marks.end, torch.cuda.Event) and not marks.end.query():
                 break
             spent = _sums(marks.phases)
-            aside = spent.get("paired", 0.0) + spent.get("catch_up", 0.0)
-            done.append(Closed(marks.record, _seconds(marks.start, marks.end) - aside, spent.get("catch_up", 0.0)))
+            paired, catch_up = spent.get("paired", 0.0), spent.get("catch_up", 0.0)
+            done.append(Closed(marks.record, _seconds(marks.start, marks.end) - paired - catch_up, catch_up))
         return done, since + len(done)
 
     def settle(self) -> dict[str, float]:
