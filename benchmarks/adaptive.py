@@ -1,9 +1,10 @@
-"""The adaptive draft length (`algorithm.L=auto`) against every fixed L and the autoregressive loop, on the
-same units in one run, with the platform's paired verdicts.
+"""The adaptive draft length (`algorithm.L=auto`) against every fixed L and the autoregressive loop, or with
+`--budgets` the adaptive tree budget (`algorithm.budget=auto`) against every fixed budget B, on the same units
+in one run, with the platform's paired verdicts.
 
-    PYTHONPATH=platform python benchmarks/adaptive.py [--lengths 1 2 3 4 6 8] [--batch-sizes 1 4 16]
-        [--prompts 12] [--max-new-tokens 48] [--repeats 2] [--target-layers N] [--mix] [--stops 0.3 ...]
-        [--overrides algorithm=block ...]
+    PYTHONPATH=platform python benchmarks/adaptive.py [--lengths 1 2 3 4 6 8 | --budgets 16 32 64 128 256]
+        [--batch-sizes 1 4 16] [--prompts 12] [--max-new-tokens 48] [--repeats 2] [--target-layers N] [--mix]
+        [--stops 0.3 ...] [--overrides algorithm=block ...]
 
 Each point (the tiny pair, block verification, K = 1, T = 1 by default; one per L and `auto`) decodes with
 one pair of models, started by the platform for `auto` (`point.experiment.prepare`, runtime=inline, one
@@ -15,6 +16,8 @@ HumanEval and chat prompts alternately (half each), where code accepts long draf
 else HumanEval's first `--prompts` (cycled past its 164: a 16-row batch needs 192 for 12 units, the fewest
 a paired verdict takes). `--stops c ...` adds a point per threshold: the longest fixed L with the confidence
 stop at c (`algorithm.confidence_stop`), compared with the best fixed L and the autoregressive loop too.
+`--budgets b ...`: the points are DDTree's fixed budgets and `auto` (the tiny pair's DFlash drafter at T = 0
+unless `--overrides` says otherwise; auto chooses from the whole ladder, 16..1024), in place of the lengths.
 
 Per batch size: each point's tokens/s and speedup over the autoregressive loop (ratios of totals over units,
 95% bootstrap-t intervals), `auto`'s chosen lengths and calibration, and the verdicts of `auto` against the
@@ -90,6 +93,14 @@ def prompt_file(count: int, chat: bool, into: Path) -> Path:
     return into
 
 
+def fixed_budget(adaptive: PointLoop, budget: int) -> PointLoop:
+    """A loop building every tree of `budget` nodes on the adaptive point's models."""
+    settings = replace(adaptive.work.settings, tree_nodes=budget + 1)
+    return PointLoop(
+        adaptive.target, adaptive.draft_model, replace(adaptive.work, budget=budget, budgets=(), settings=settings)
+    )
+
+
 def fixed(adaptive: PointLoop, length: int, stop: float = 0.0) -> PointLoop:
     """A loop decoding with the fixed `length` (and the confidence stop at `stop`, 0: none) on the adaptive
     point's models (loaded once: the same weights and caches, the points' decodes taking turns)."""
@@ -141,9 +152,18 @@ def comparisons(found: dict[str, Measured]) -> list[tuple[str, str]]:
     return [(AUTO, best), (AUTO, AR), (best, AR), *((name, other) for name in stops for other in (best, AR))]
 
 
-def speed_table(title: str, found: dict[str, Measured]) -> Table:
+def chosen_shares(figures: dict[str, float], shape: str) -> str:
+    """The shares of rounds at each length (`shape` "length") or budget ("budget") a run chose, of 0.5% or more."""
+    prefix = f"adaptive_{shape}_"
+    shares = {key[len(prefix) :]: v for key, v in figures.items() if key.startswith(prefix) and key[-1].isdigit()}
+    return " ".join(f"{n}:{share:.2f}" for n, share in shares.items() if share >= 0.005)
+
+
+def speed_table(title: str, found: dict[str, Measured], axis: str) -> Table:
+    """Each point's figures; `axis` names its shape: "L" (draft lengths) or "B" (tree budgets)."""
     table = Table(title=title)
-    for column in ("point", "tokens/s", "speedup_vs_ar", "block eff.", "lengths chosen (share of rounds)", "calib."):
+    chosen_column = f"{'lengths' if axis == 'L' else 'budgets'} chosen (share of rounds)"
+    for column in ("point", "tokens/s", "speedup_vs_ar", "block eff.", chosen_column, "calib."):
         table.add_column(column)
     ar = totals(found[AR])
     for name, m in found.items():
@@ -154,12 +174,11 @@ def speed_table(title: str, found: dict[str, Measured]) -> Table:
             run = concat_runs(m.runs)
             efficiency = f"{run_figures(run)['block_efficiency'].value:.2f}"
             figures = adaptive_figures(run)
-            shares = {n: figures.get(f"adaptive_length_{n}", 0.0) for n in range(run.length + 1)}
-            chosen = " ".join(f"{n}:{share:.2f}" for n, share in shares.items() if share >= 0.005)
+            chosen = chosen_shares(figures, "length" if axis == "L" else "budget")
             if "adaptive_calibration" in figures:
                 calibration = f"{figures['adaptive_calibration']:.2f} ({figures['adaptive_policy_ms']:.2f} ms)"
         table.add_row(
-            f"L={name}" if name not in (AR,) else name, ratio_text(rate), versus, efficiency, chosen, calibration
+            f"{axis}={name}" if name not in (AR,) else name, ratio_text(rate), versus, efficiency, chosen, calibration
         )
     return table
 
@@ -186,19 +205,21 @@ def by_category(found: dict[str, Measured], ids: list[str]) -> Table:
     return table
 
 
-def verdict_table(verdicts: dict[tuple[int, str, str], RatioVerdict]) -> Table:
+def verdict_table(verdicts: dict[tuple[int, str, str], RatioVerdict], axis: str) -> Table:
     table = Table(title="throughput ratios paired by unit, each interval at the level Holm judged it, verdicts")
     for column in ("batch", "ratio", "value", "adjusted p", "verdict"):
         table.add_column(column)
     for (batch, a, b), verdict in verdicts.items():
-        label = f"L={a} / " + (b if b == AR else f"L={b}")
+        label = f"{axis}={a} / " + (b if b == AR else f"{axis}={b}")
         table.add_row(str(batch), label, ratio_text(verdict.ratio), f"{verdict.adjusted:.3g}", verdict.call.value)
     return table
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", nargs="+", default=["1", "2", "3", "4", "6", "8"])
+    shapes = parser.add_mutually_exclusive_group()
+    shapes.add_argument("--lengths", nargs="+", default=["1", "2", "3", "4", "6", "8"])
+    shapes.add_argument("--budgets", nargs="+", help="DDTree's fixed budgets against algorithm.budget=auto")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--prompts", type=int, default=12)
     parser.add_argument("--max-new-tokens", type=int, default=48)
@@ -206,8 +227,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target-layers", type=int, help="the tiny target deepened to N layers (default: as shipped)")
     parser.add_argument("--mix", action="store_true", help="HumanEval and chat prompts, half each")
     parser.add_argument("--stops", type=float, nargs="*", default=[], help="confidence stops on the longest L")
-    parser.add_argument("--overrides", nargs="*", default=["algorithm=block"])
+    parser.add_argument("--overrides", nargs="*", help="default: algorithm=block (or DDTree's, with --budgets)")
     args = parser.parse_args(argv)
+    axis = "B" if args.budgets else "L"
+    trees = ["model=tiny-pycode_dflash", "drafter=dflash", "algorithm=ddtree", "sampling.temperature=0"]
+    overrides = args.overrides if args.overrides is not None else trees if args.budgets else ["algorithm=block"]
     console = Console(width=200)
     scratch = Path(tempfile.mkdtemp(prefix="speculab-adaptive-"))
     layers = args.target_layers
@@ -219,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         common = [
             *target,
             *dataset,
-            *args.overrides,
+            *overrides,
             f"dataset.num_prompts={args.prompts}",
             f"sampling.max_new_tokens={args.max_new_tokens}",
             f"sampling.batch_size={batch}",
@@ -227,26 +251,30 @@ def main(argv: list[str] | None = None) -> None:
             "runtime.torch_threads=1",
             "tracking=none",
         ]
-        plan = resolve(job_config(composed_config([*common, f"algorithm.L={AUTO}"])))
+        auto = f"algorithm.budget={AUTO}" if args.budgets else f"algorithm.L={AUTO}"
+        plan = resolve(job_config(composed_config([*common, auto])))
         prepared = prepare(plan, point_prompts(plan))
         ids = [p.id for p in prepared.prompts]
         (adaptive,) = prepared.loops
-        loops = {length: fixed(adaptive, int(length)) for length in args.lengths} | {AUTO: adaptive}
-        longest = max(args.lengths, key=int)
-        loops |= {stop_name(longest, stop): fixed(adaptive, int(longest), stop) for stop in args.stops}
+        if args.budgets:
+            loops = {budget: fixed_budget(adaptive, int(budget)) for budget in args.budgets} | {AUTO: adaptive}
+        else:
+            loops = {length: fixed(adaptive, int(length)) for length in args.lengths} | {AUTO: adaptive}
+            longest = max(args.lengths, key=int)
+            loops |= {stop_name(longest, stop): fixed(adaptive, int(longest), stop) for stop in args.stops}
         results[batch] = measured(loops, -(-args.prompts // batch), args.repeats)
     ordered = [(batch, a, b) for batch, found in results.items() for a, b in comparisons(found)]
     ratios = [tested((speedup(totals(results[batch][a]), totals(results[batch][b])),)) for batch, a, b in ordered]
     verdicts = dict(zip(ordered, decide(ratios, Family("this benchmark", len(ordered)))))
     for batch, found in results.items():
-        console.print(speed_table(f"batch {batch}: each point over the same units (ratios of totals)", found))
+        console.print(speed_table(f"batch {batch}: each point over the same units (ratios of totals)", found, axis))
         if args.mix and batch == 1:
             console.print(by_category(found, ids))
-    console.print(verdict_table(verdicts))
+    console.print(verdict_table(verdicts, axis))
     console.print(
         f"{len(ordered)} comparisons in one Holm family, 5% family-wise; {args.prompts} prompts x "
         f"{args.max_new_tokens} new tokens, {args.repeats} repetitions a point; target: {layers or 7} layers; "
-        f"{'mixed code and chat' if args.mix else 'HumanEval'} prompts"
+        f"{'mixed code and chat' if args.mix else 'HumanEval'} prompts; {' '.join(overrides)}"
     )
     shutil.rmtree(scratch)
 

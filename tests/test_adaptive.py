@@ -21,6 +21,7 @@ from speculab.core.adaptive import (
     Choice,
     CostFit,
     DepthCounts,
+    Observed,
     Unread,
     expected_tokens,
     pending_positions,
@@ -51,7 +52,7 @@ def test_a_fresh_unit_starts_from_the_units_before_it() -> None:
     policy = AdaptiveLength(4)
     assert policy.rates() == pytest.approx([0.8] * 4)  # nothing seen: the optimistic prior
     for _ in range(50):
-        policy.observe(4, [0, 0])  # units that reject at depth 1
+        policy.observe(Observed(4, [0, 0]))  # units that reject at depth 1
     policy.restart()
     assert max(policy.rates()) < 0.2 and policy.depths.trials == [0] * 4
 
@@ -85,10 +86,10 @@ def _warmed(policy: AdaptiveLength, cost: float) -> AdaptiveLength:
 def test_the_choice_follows_acceptance_and_costs() -> None:
     cheap = _warmed(AdaptiveLength(8), 0.01)
     cheap.restart()
-    cheap.observe(8, [8, 8, 7])  # accepting nearly everything: draft the longest
+    cheap.observe(Observed(8, [8, 8, 7]))  # accepting nearly everything: draft the longest
     assert cheap.choose(1).length == 8
     dear = _warmed(AdaptiveLength(8), 0.9)
-    dear.observe(8, [0, 1, 0])  # drafting costs as much as a target pass and is rejected: no drafting
+    dear.observe(Observed(8, [0, 1, 0]))  # drafting costs as much as a target pass and is rejected: no drafting
     choice = dear.choose(1)
     assert choice == Choice(0, 1.0)
 
@@ -110,7 +111,8 @@ def test_a_drafting_length_pays_its_share_of_the_catch_up_where_the_draft_has_no
     """C / remaining seconds for each token a drafting round is expected to emit: worth it over a long rest,
     not over a short one; nothing where the catch-up was never measured or the draft has read the unit."""
     policy = _warmed(AdaptiveLength(4), 0.05)
-    policy.observe(4, [4] * EXPLORE_TRIALS)  # drafting pays: L = 4 emits about 5 tokens for 1.2 s, L = 0 1 for 1 s
+    # drafting pays: L = 4 emits about 5 tokens for 1.2 s, L = 0 1 for 1 s
+    policy.observe(Observed(4, [4] * EXPLORE_TRIALS))
     assert policy.choose(1, unread=UNREAD).length == 4  # no catch-up measured yet
     policy.catch_up.add(0.5)  # 0.5 s a token read: 20 s for the unit's 40 tokens
     assert policy.choose(1, unread=UNREAD).length == 4  # 0.2 s more a token over 100: about 0.45 s a token, < 1 s
@@ -120,12 +122,12 @@ def test_a_drafting_length_pays_its_share_of_the_catch_up_where_the_draft_has_no
 
 def test_every_so_often_a_neighbour_of_the_choice_is_measured_again() -> None:
     policy = _warmed(AdaptiveLength(4), 0.9)
-    policy.observe(4, [0, 0, 0])
+    policy.observe(Observed(4, [0, 0, 0]))
     # a young life (3 trials of depth 1, fewer than EXPLORE_TRIALS) explores every EXPLORE_YOUNG rounds, even
     # before the draft has read the unit (where that round pays the catch-up), lest a warm-up's few fix the rates
     picks = [policy.choose(1, unread=UNREAD).length for _ in range(EXPLORE_YOUNG)]
     assert picks == [0] * (EXPLORE_YOUNG - 1) + [1] and not policy.resting
-    policy.observe(4, [0] * EXPLORE_TRIALS)
+    policy.observe(Observed(4, [0] * EXPLORE_TRIALS))
     policy.chosen = 0
     picks = [policy.choose(1).length for _ in range(EXPLORE_EVERY)]
     assert picks[:-1] == [0] * (EXPLORE_EVERY - 1) and picks[-1] == 1
@@ -205,7 +207,7 @@ def test_the_policy_learns_its_costs_across_units_and_its_figures_say_what_it_di
     target, drafter = toy_roles(3)
     policy = AdaptiveLength(4)
     runs = [decode(target, drafter, get_verifier("block"), TOY_PROMPTS, s, policy=policy) for _ in range(2)]
-    assert policy.costs.ready and {0, 1, 2, 4} <= policy.costs.lengths
+    assert policy.costs.ready and {0, 1, 2, 4} <= policy.costs.sizes
     run = runs[1]
     figures = adaptive_figures(run)
     assert sum(figures[f"adaptive_length_{n}"] for n in range(5)) == pytest.approx(1.0)
@@ -278,5 +280,7 @@ def test_a_sweep_tables_what_auto_chose_and_mlflow_gets_every_figure() -> None:
         PointResult(replace(shape, adaptive=True), Figures(speed | figures)),
     ]
     header = sweep_markdown(points).splitlines()[0]
-    assert all(f" {key} " in header for key in ADAPTIVE_TABLED) and "L=auto" in sweep_markdown(points)
-    assert set(ADAPTIVE_TABLED) <= set(sweep_csv(points).splitlines()[0].split(","))
+    tabled = [key for key in ADAPTIVE_TABLED if key != "adaptive_budget_mean"]  # algorithm.budget=auto's
+    assert all(f" {key} " in header for key in tabled) and "L=auto" in sweep_markdown(points)
+    assert "adaptive_budget_mean" not in header
+    assert set(tabled) <= set(sweep_csv(points).splitlines()[0].split(","))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from speculab.core.adaptive import WARM_UP_TRIES, AdaptiveLength, pending_positions, warm_up
+from speculab.core.adaptive import WARM_UP_TRIES, AdaptiveLength, Observed, pending_positions, warm_up
 from speculab.registry import ADAPTIVE_ALGORITHMS, STOP_ALGORITHMS, get_algorithm, get_reference
 from speculab.verify.exact import (
     Context,
@@ -122,7 +122,7 @@ def adaptive_policy(longest_first: bool) -> Policy:
         policy.chosen = len(history)
         for length, tau in history:
             policy.fresh = False
-            policy.observe(length, [tau])
+            policy.observe(Observed(length, [tau]))
         return policy.choose(1, floor=pending_positions(carry)).length
 
     return choose

@@ -17,9 +17,13 @@ from speculab.config.sampling import SamplingConfig
 K_RANGE = (1, 64)  # algorithm.K: i.i.d. draft paths
 L_RANGE = (1, 128)  # algorithm.L: draft length
 DEFAULT_L = 8  # algorithm.L where neither the algorithm preset nor the drafter's block sets it
-AUTO = "auto"  # algorithm.L: each round's length chosen by the adaptive policy (`core.adaptive`) in 0..AUTO_LONGEST
+# algorithm.L, algorithm.budget: each round's length in 0..AUTO_LONGEST (`core.adaptive`), or its tree's budget in
+# BUDGETS (`core.adaptive_budget`), chosen by an adaptive policy
+AUTO = "auto"
 AUTO_LONGEST = DEFAULT_L
 BUDGET_RANGE = (16, 1024)  # algorithm.budget: DDTree node budget
+# algorithm.budget=auto: the budgets a round's tree is chosen from (`core.adaptive_budget`)
+BUDGETS = (16, 32, 64, 128, 256, 512, 1024)
 AHEAD_MODES = ("off", "ssd")  # drafter.ahead
 AHEAD_BUDGET_RANGE = (1, 256)  # drafter.ahead_budget
 REPEATS_RANGE = (1, 1024)  # algorithm.compare_repeats
@@ -39,7 +43,7 @@ class AlgorithmConfig:
     # each round (0..8, `core.adaptive`)
     L: Any = 4
     node_rule: str = "kseq"  # spectr only: per-node rule of the top-down walk
-    budget: int = 64  # ddtree only: node budget B (16..1024)
+    budget: Any = 64  # ddtree only: node budget B (16..1024), or auto: chosen each round from 16, 32, .., 1024
     tree: str = "best_first"  # ddtree only: best_first (DDTree) or chain (argmax per depth, one path)
     # 0: off; in (0, 1): a round stops drafting after a token whose draft probability is below this in every
     # row (the draft's confidence; `drafting.iid.sample_iid_paths`)
@@ -77,12 +81,18 @@ def draft_length(a: AlgorithmConfig) -> int:
     return AUTO_LONGEST if a.L == AUTO else a.L
 
 
+def tree_budget(a: AlgorithmConfig) -> int:
+    """The most nodes below the root a tree round builds: algorithm.budget, or for auto the largest the
+    policy may choose."""
+    return BUDGETS[-1] if a.budget == AUTO else a.budget
+
+
 def largest_tree(a: AlgorithmConfig) -> int:
     """The most nodes a round's draft tree has, root included: a tree algorithm's budget, else K paths
     of L tokens under one root (algorithm.L set). It sizes the KV caches (and the memory footprint) up front."""
     from speculab.registry import ALGORITHMS
 
-    return a.budget + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(a) + 1
+    return tree_budget(a) + 1 if ALGORITHMS[a.name].tree_builder else a.K * draft_length(a) + 1
 
 
 def length_error(L: Any) -> str | None:
@@ -92,6 +102,16 @@ def length_error(L: Any) -> str | None:
     if L is None or L == AUTO or (not isinstance(L, bool) and isinstance(L, int) and low <= L <= high):
         return None
     return f"algorithm.L={L}: must be an integer >= {low} and <= {high}, or auto (chosen each round)"
+
+
+def budget_error(budget: Any, range_too: bool = False) -> str | None:
+    """Why `algorithm.budget` is neither an integer (in BUDGET_RANGE, with `range_too`) nor auto (None: it is
+    one). The field takes any value, so its type is checked before anything reads it as a number."""
+    low, high = BUDGET_RANGE
+    number = not isinstance(budget, bool) and isinstance(budget, int)
+    if budget == AUTO or (number and (not range_too or low <= budget <= high)):
+        return None
+    return f"algorithm.budget={budget}: must be an integer in {low}..{high}, or auto (chosen a round)"
 
 
 def _one_path_errors(
@@ -243,14 +263,15 @@ def _ahead_errors(cfg: DraftView) -> list[str]:
 def _tree_errors(algorithm: AlgorithmConfig) -> list[str]:
     """A tree algorithm's budget and builder; `algorithm.tree` and `algorithm.budget` away from their
     defaults for an algorithm that builds no tree."""
-    from speculab.drafting.ddtree import TREES
+    from speculab.drafting.ddtree import CHAIN, TREES
     from speculab.registry import ALGORITHMS
 
     errors: list[str] = []
     if ALGORITHMS[algorithm.name].tree_builder:
-        low, high = BUDGET_RANGE
-        if not low <= algorithm.budget <= high:
-            errors.append(f"algorithm.budget={algorithm.budget}: must be an integer in {low}..{high}")
+        if algorithm.budget == AUTO and algorithm.tree == CHAIN:
+            errors.append("algorithm.budget=auto: chooses a best-first tree's budget; algorithm.tree=chain has none")
+        elif (error := budget_error(algorithm.budget, range_too=True)) is not None:
+            errors.append(error)
         choice(errors, "algorithm.tree", algorithm.tree, TREES)
         return errors
     builders = "/".join(name for name, s in ALGORITHMS.items() if s.tree_builder)

@@ -8,7 +8,7 @@ import math
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 
-from speculab.config.algorithm import DEFAULT_L, algorithm_errors, length_error
+from speculab.config.algorithm import DEFAULT_L, algorithm_errors, budget_error, length_error
 from speculab.config.attach import address_errors
 from speculab.config.checkpoints import Checkpoint
 from speculab.config.cluster import ClusterConfig, device_errors, local_cluster_errors, resolve_device
@@ -34,6 +34,8 @@ def checked(cfg: Config) -> tuple[Config, dict[str, Checkpoint], ClusterPlan]:
     missing, located = locate_roles(cfg)
     draft = located.get("draft")
     cfg = with_draft_length(cfg, None if draft is None else draft[1])
+    if (error := budget_error(cfg.algorithm.budget)) is not None:  # the memory plan reads it as a number
+        raise ConfigError.listing([error])
     model, found = model_errors(cfg, located)
     cluster = ClusterPlan(cfg, found)
     errors = [

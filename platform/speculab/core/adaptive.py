@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from speculab.core.clock import Closed
 from speculab.verify.modification import ModifiedTarget
 
 PRIOR_RATE = 0.8  # the pooled acceptance rate before any round: optimistic, so that drafting is tried
@@ -99,16 +101,17 @@ def expected_tokens(rates: list[float]) -> list[float]:
     return totals
 
 
-def cost_features(length: int, rows: int) -> list[float]:
+def cost_features(size: int, rows: int) -> list[float]:
     """A round's cost features: a fixed cost and a drafting round's (the draft's catch-up pass), the
-    slope in L (draft steps, target nodes), each also per row (a batch's rows share a pass)."""
-    drafts = float(length > 0)
-    return [1.0, drafts, float(length), float(rows), rows * drafts, float(rows * length)]
+    slope in its draft's size n (L tokens of one path: draft steps and target nodes; or a tree's budget B:
+    target nodes and the build), each also per row (a batch's rows share a pass)."""
+    drafts = float(size > 0)
+    return [1.0, drafts, float(size), float(rows), rows * drafts, float(rows * size)]
 
 
 @dataclass
 class Measured:
-    """Rounds of one length and rows: their count and the moving mean of their seconds (the mean of the
+    """Rounds of one draft size and rows: their count and the moving mean of their seconds (the mean of the
     first 1 / MEAN_RATE rounds, then an exponential moving average at MEAN_RATE)."""
 
     count: int = 0
@@ -121,51 +124,52 @@ class Measured:
 
 @dataclass
 class CostFit:
-    """Seconds of a round by its length and rows: the moving mean of the rounds measured at that length and
-    rows where MEASURED_ROUNDS or more were, else weighted least squares on `cost_features` (the weights
-    decaying by COST_DECAY a round; sufficient statistics: each update is O(1), a fit, a 6 x 6 solve, every
-    REFIT_EVERY rounds), which a line in L may fit ill near the lengths the policy chooses between."""
+    """Seconds of a round by its draft's size n (`cost_features`: a path's length L, a tree's budget B) and
+    rows: the moving mean of the rounds measured at that size and rows where MEASURED_ROUNDS or more were,
+    else weighted least squares on `cost_features` (the weights decaying by COST_DECAY a round; sufficient
+    statistics: each update is O(1), a fit, a 6 x 6 solve, every REFIT_EVERY rounds), which a line in n may
+    fit ill near the sizes the policy chooses between."""
 
     gram: np.ndarray = field(default_factory=lambda: np.zeros((COST_FEATURES, COST_FEATURES)))
     moment: np.ndarray = field(default_factory=lambda: np.zeros(COST_FEATURES))
-    lengths: set[int] = field(default_factory=set)  # the lengths with an observation in the fit
-    first_seen: set[int] = field(default_factory=set)  # the lengths whose first round was left out
+    sizes: set[int] = field(default_factory=set)  # the sizes with an observation in the fit
+    first_seen: set[int] = field(default_factory=set)  # the sizes whose first round was left out
     beta: list[float] | None = None  # [COST_FEATURES] the fit (None: none yet)
     unfitted: int = 0  # rounds observed since the last fit
-    measured: dict[tuple[int, int], Measured] = field(default_factory=dict)  # (length, rows) -> its rounds
+    measured: dict[tuple[int, int], Measured] = field(default_factory=dict)  # (size, rows) -> its rounds
 
-    def observe(self, length: int, rows: int, seconds: float) -> None:
-        """A round's seconds (a catch-up's left out: `AdaptiveLength.catch_up`); a length's first round is
+    def observe(self, size: int, rows: int, seconds: float) -> None:
+        """A round's seconds (a catch-up's left out: `AdaptiveLength.catch_up`); a size's first round is
         left out too: its one-off costs (allocations, kernels first run for its shapes), kept, would price
-        that length off the policy's choice."""
-        if length not in self.first_seen:
-            self.first_seen.add(length)
+        that size off the policy's choice."""
+        if size not in self.first_seen:
+            self.first_seen.add(size)
             return
-        x = np.array(cost_features(length, rows))
+        x = np.array(cost_features(size, rows))
         self.gram = COST_DECAY * self.gram + np.outer(x, x)
         self.moment = COST_DECAY * self.moment + x * seconds
-        if length not in self.lengths:  # a new length refits at once: the warm-up's fit must see it
+        if size not in self.sizes:  # a new size refits at once: the warm-up's fit must see it
             self.beta = None
-        self.lengths.add(length)
+        self.sizes.add(size)
         self.unfitted += 1
-        self.measured.setdefault((length, rows), Measured()).add(seconds)
+        self.measured.setdefault((size, rows), Measured()).add(seconds)
 
     @property
     def ready(self) -> bool:
-        """Whether the fit has seen two drafted lengths (its slope in L)."""
-        return len(self.lengths - {0}) >= 2
+        """Whether the fit has seen two drafted sizes (its slope in n)."""
+        return len(self.sizes - {0}) >= 2
 
-    def seconds(self, lengths: range, rows: int) -> list[float]:
-        """Predicted seconds of a round at each of `lengths` with `rows` rows."""
+    def seconds(self, sizes: Sequence[int], rows: int) -> list[float]:
+        """Predicted seconds of a round at each of `sizes` with `rows` rows."""
         if self.beta is None or self.unfitted >= REFIT_EVERY:
             self.unfitted = 0
             ridge = RIDGE * float(np.trace(self.gram)) / COST_FEATURES
             self.beta = np.linalg.solve(self.gram + ridge * np.eye(COST_FEATURES), self.moment).tolist()
-        # the fit at `rows`, as a line in L: a round's fixed cost, a drafting one's, and a drafted token's
+        # the fit at `rows`, as a line in n: a round's fixed cost, a drafting one's, and a draft node's
         b = self.beta
-        fixed, drafting, token = b[0] + b[3] * rows, b[1] + b[4] * rows, b[2] + b[5] * rows
-        line = [fixed + drafting * (n > 0) + token * n for n in lengths]
-        found = [self.measured.get((n, rows)) for n in lengths]
+        fixed, drafting, node = b[0] + b[3] * rows, b[1] + b[4] * rows, b[2] + b[5] * rows
+        line = [fixed + drafting * (n > 0) + node * n for n in sizes]
+        found = [self.measured.get((n, rows)) for n in sizes]
         return [m.mean if m is not None and m.count >= MEASURED_ROUNDS else x for m, x in zip(found, line)]
 
 
@@ -180,10 +184,37 @@ class Unread:
 
 @dataclass(frozen=True)
 class Choice:
-    """A round's length and the tokens a row the policy expects of it (its calibration's prediction)."""
+    """A round's length, the tokens a row the policy expects of it (its calibration's prediction), and for a
+    tree its node budget (0: a path round, or a tree of the config's budget)."""
 
     length: int
     predicted: float
+    budget: int = 0
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A round's verdict as a policy learns from it: the tokens it drafted a path (L), each row's accepted
+    draft tokens (tau), and for a tree its budget and each row's accepted nodes below the root (a best-first
+    tree numbers its nodes in pop order: `core.adaptive_budget`)."""
+
+    length: int
+    taus: list[int]
+    budget: int = 0
+    nodes: list[list[int]] = field(default_factory=list)
+
+
+class Policy(Protocol):
+    """What the engine asks of an adaptive policy: `AdaptiveLength` (algorithm.L=auto) or
+    `core.adaptive_budget.AdaptiveBudget` (algorithm.budget=auto)."""
+
+    drafts_every_round: bool  # False: a round may draft nothing, so the draft reads a unit once a round drafts
+    resting: bool  # the unit's rounds are settled at L = 0 (`AdaptiveLength.resting`)
+
+    def restart(self) -> None: ...
+    def measured(self, closed: Closed) -> None: ...
+    def choose(self, rows: int, floor: int = 0, unread: Unread | None = None) -> Choice: ...
+    def observe(self, observed: Observed) -> None: ...
 
 
 @dataclass
@@ -206,9 +237,18 @@ class AdaptiveLength:
     # choice to the unit's end (no round drafts, so the unit's rates stand still, and the catch-up's share,
     # C / remaining a token, only grows), so the policy no longer weighs it (nor the engine reads the clock)
     resting: bool = False
+    drafts_every_round: bool = field(default=False, init=False)  # L = 0 drafts nothing
 
     def __post_init__(self) -> None:
         self.depths, self.life = DepthCounts(self.longest), DepthCounts(self.longest)
+
+    def measured(self, closed: Closed) -> None:
+        """A round the phase clock closed: its seconds by length and rows, and a catch-up's seconds a token
+        read apart (a unit's catch-up is no cost of the length that paid it, but one of its own)."""
+        record = closed.record
+        self.costs.observe(record.length, record.rows, closed.seconds)
+        if record.catch_up_tokens:
+            self.catch_up.add(closed.catch_up_s / record.catch_up_tokens)
 
     def rates(self) -> list[float]:
         """[L_max] acceptance at each depth: the unit's counts shrunk towards the loop's life rates, those
@@ -239,7 +279,7 @@ class AdaptiveLength:
         elif untried:
             length = untried[0]
         else:
-            lengths = range(max(floor, 0 if 0 in self.costs.lengths else 1), self.longest + 1)
+            lengths = range(max(floor, 0 if 0 in self.costs.sizes else 1), self.longest + 1)
             rate = self._rates(lengths, rows, expected, unread)
             length = lengths[max(range(len(rate)), key=rate.__getitem__)]  # ties: the shorter
             self.chosen += 1
@@ -266,10 +306,10 @@ class AdaptiveLength:
         totals = [s + share * expected[n] * (n > 0) for n, s in zip(lengths, seconds)]
         return [expected[n] / t if t > 0 else math.inf for n, t in zip(lengths, totals)]
 
-    def observe(self, length: int, taus: list[int]) -> None:
-        """A round's verdict: `length` drafted, `taus` accepted (one a row)."""
-        self.depths.observe(length, taus)
-        self.life.observe(length, taus)
+    def observe(self, observed: Observed) -> None:
+        """A round's verdict: L drafted, tau accepted in each row."""
+        self.depths.observe(observed.length, observed.taus)
+        self.life.observe(observed.length, observed.taus)
 
 
 def pending_positions(carry: Any) -> int:

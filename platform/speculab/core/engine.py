@@ -4,9 +4,10 @@
 that follow the model protocols (in-process or Ray actor proxies) and any verifier that
 follows the verifier contract; it returns the run's records (`speculab.core.records`), its phases
 timed by a `speculab.core.clock.PhaseClock`. The autoregressive baseline is this loop with a
-root-only drafter (`speculab.core.autoregressive`). With an adaptive policy (`speculab.core.adaptive`,
-`algorithm.L=auto`) each round drafts the length the policy chooses, 0 being one autoregressive step
-(`root_proposal`, `sample_target`) that leaves the drafter alone. This module does no I/O and no logging.
+root-only drafter (`speculab.core.autoregressive`). With an adaptive policy (`speculab.core.adaptive`) each
+round drafts the shape the policy chooses: under `algorithm.L=auto` a length, 0 being one autoregressive
+step (`root_proposal`, `sample_target`) that leaves the drafter alone; under `algorithm.budget=auto` a tree's
+budget, which the tree drafter reads from the policy. This module does no I/O and no logging.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from speculab.core.adaptive import AdaptiveLength, Choice, Unread, pending_positions
+from speculab.core.adaptive import Choice, Observed, Policy, Unread, pending_positions
 from speculab.core.clock import PhaseClock
 from speculab.core.evidence import Drafts, along_path, depth_evidence
 from speculab.core.records import PromptRecord, RoundRecord, RunResult
@@ -109,21 +110,32 @@ def sample_target(
     return Verdict(token, zeros + 1, zeros)
 
 
-# evidence [B, E] (`depth_evidence`), or None when nothing was drafted
-def read_round(
-    verdict: Verdict, tree: DraftTree, evidence: torch.Tensor | None
-) -> tuple[list[list[int]], list[int], list[list[float]]]:
+@dataclass(frozen=True)
+class RoundRead:
+    """What the host reads of a round, per row: the committed tokens, its tree's real nodes, the accepted
+    nodes below the root, and the evidence at the depths it reached (empty when nothing was drafted)."""
+
+    emitted: list[list[int]]
+    tree_nodes: list[int]
+    nodes: list[list[int]]
+    evidence: list[list[float]]
+
+
+# nodes [B, L+1] (`accepted_nodes`); evidence [B, E] (`depth_evidence`), or None when nothing was drafted
+def read_round(verdict: Verdict, tree: DraftTree, nodes: torch.Tensor, evidence: torch.Tensor | None) -> RoundRead:
     """What the host needs of a round, in one host read (on a GPU each read waits for every queued
-    kernel): each row's committed tokens, its tree's real nodes and its evidence. Packed as float64,
-    which holds every token id and node count exactly and every evidence value as it was."""
+    kernel). Packed as float64, which holds every token id and node number exactly and every evidence
+    value as it was."""
     device = verdict.tokens.device
-    parts = [verdict.tokens, verdict.num_tokens[:, None], tree.num_nodes.to(device)[:, None]]
+    parts = [verdict.tokens, verdict.num_tokens[:, None], tree.num_nodes.to(device)[:, None], nodes.to(device)]
     if evidence is not None:
         parts.append(evidence.to(device))
-    width = verdict.tokens.shape[1]
+    width, depth = verdict.tokens.shape[1], nodes.shape[1]
     rows = torch.cat([part.to(torch.float64) for part in parts], dim=1).tolist()
     emitted = [[int(token) for token in row[: int(row[width])]] for row in rows]
-    return emitted, [int(row[width + 1]) for row in rows], [row[width + 2 :] for row in rows]
+    accepted = [[int(node) for node in row[width + 3 : width + 2 + depth] if node >= 0] for row in rows]
+    read = [row[width + 2 + depth :] for row in rows]
+    return RoundRead(emitted, [int(row[width + 1]) for row in rows], accepted, read)
 
 
 def _record(
@@ -165,7 +177,7 @@ class Loop:
     clock: PhaseClock
     rounds: list[RoundRecord]
     paired: PairedCheck | None = None
-    policy: AdaptiveLength | None = None
+    policy: Policy | None = None
 
 
 @dataclass(frozen=True)
@@ -201,14 +213,14 @@ def decode(
     settings: DecodeSettings,
     on_prompt_done: Callable[[PromptRecord], None] | None = None,
     paired: PairedCheck | None = None,
-    policy: AdaptiveLength | None = None,
+    policy: Policy | None = None,
 ) -> RunResult:
     """Generate up to max_new_tokens per prompt; returns per-prompt and per-round records.
 
     ``on_prompt_done`` gets each prompt's record as soon as it stops (live progress, tracking).
     ``paired`` sees every round's i.i.d. drafts after they are verified (`speculab.core.paired`); its
     time is kept out of the run's wall time and phase split. ``policy`` chooses each round's length
-    (`settings.adaptive`); its acceptance restarts at each prefill, its costs carry on."""
+    (`settings.adaptive`) or each tree's budget; its acceptance restarts at each prefill, its costs carry on."""
     records = [PromptRecord(i, len(p)) for i, p in enumerate(prompts)]
     # On the CPU whatever the models' device: verifiers and the sampler move its uniforms to p's
     # device, so a seed gives the same draws inline and on Ray, on the CPU and on a GPU.
@@ -229,11 +241,12 @@ def decode(
             room=settings.room,
         )
         held = Held([[prompts[r.index][-1]] for r in batch], costs_read=len(clock.rounds), rows=list(range(len(batch))))
-        if policy is None:
+        if policy is not None:
+            policy.restart()
+        if policy is None or policy.drafts_every_round:
             with clock.phase("prefill_draft"):
                 draft_prefill()
         else:  # a unit the policy never drafts for never pays the draft's pass over its prompts
-            policy.restart()
             held.draft_prefill = DeferredPrefill(draft_prefill, sum(len(prompts[r.index]) - 1 for r in batch))
         while batch:
             active = _round(loop, batch, held)
@@ -266,11 +279,8 @@ def _choose(loop: Loop, batch: list[PromptRecord], held: Held) -> tuple[Choice, 
     if policy.resting:  # L = 0 to the unit's end (`AdaptiveLength.resting`): its rounds teach the fit nothing new
         return Choice(0, 1.0), time.perf_counter() - start
     done, held.costs_read = loop.clock.finished(held.costs_read)
-    for closed in done:  # a unit's catch-up is no cost of the length that paid it, but one of its own
-        record = closed.record
-        policy.costs.observe(record.length, record.rows, closed.seconds)
-        if record.catch_up_tokens:
-            policy.catch_up.add(closed.catch_up_s / record.catch_up_tokens)
+    for closed in done:
+        policy.measured(closed)
     choice = policy.choose(len(batch), floor=pending_positions(held.carry), unread=_unread(loop, batch, held))
     return choice, time.perf_counter() - start
 
@@ -328,17 +338,19 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
         depths: torch.Tensor | None = depth_evidence(p_path, q_path, verdict, tree_marginals=proposal.paths is None)
     else:
         depths = None
-    emitted, tree_nodes, evidence = read_round(verdict, proposal.tree, depths)
+    nodes = accepted_nodes(proposal.tree, verdict)  # [B, L+1]
+    read = read_round(verdict, proposal.tree, nodes, depths)
+    emitted, evidence = read.emitted, read.evidence
     paired_cpu = _paired(loop, drafts, batch)
     held.unfed = emitted if drafted else [row + tokens for row, tokens in zip(held.unfed, emitted)]
     with clock.phase("target"):
-        features = target.commit(accepted_nodes(proposal.tree, verdict))
+        features = target.commit(nodes)
     with clock.phase("draft"):
         if held.draft_prefill is None:
             drafter.commit(held.unfed, features=features)
     taus = [len(tokens) - 1 for tokens in emitted]
     if loop.policy is not None:
-        loop.policy.observe(L, taus)
+        loop.policy.observe(Observed(L, taus, choice.budget, read.nodes))
     kept = _record(batch, emitted, evidence, settings, L)
     first = [[row[column] for row in evidence if row] for column in (0, L, L + 1)]  # depth 1, entropies
     live = [i for i, record in enumerate(batch) if not record.stop]
@@ -352,7 +364,7 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
         held.carry = held.carry.select(rows.to(verdict.num_tokens.device)) if held.carry is not None else None
     round_record = RoundRecord(
         rows=len(batch),
-        tree_nodes=tree_nodes,
+        tree_nodes=read.tree_nodes,
         accepted=taus,
         kept=kept,
         time_tree_build_s=proposal.build_s,
@@ -371,6 +383,7 @@ def _round(loop: Loop, batch: list[PromptRecord], held: Held) -> list[PromptReco
         predicted_tokens=choice.predicted,
         time_policy_s=policy_s,
         catch_up_tokens=catch_up_tokens,
+        budget=choice.budget,
     )
     loop.rounds.append(round_record)
     clock.close_round(round_record, begun)

@@ -49,6 +49,9 @@ class RoundRecord:
     time_policy_s: float = 0.0
     # under a policy: the tokens the draft's deferred prefill read in this round (`core.engine`; 0: none ran)
     catch_up_tokens: int = 0
+    # algorithm.budget=auto: the node budget the policy chose for this round's tree (`core.adaptive_budget`; 0:
+    # the config's budget, or a path round)
+    budget: int = 0
 
 
 @dataclass

@@ -57,18 +57,19 @@ class MarginalSource(Protocol):
     def kv_bytes(self) -> int: ...
 
 
-def tree_builder(tree: str, budget: int) -> TreeBuilder:
+def tree_builder(tree: str, budget: int | Callable[[], int]) -> TreeBuilder:
     """`best_first` (the DDTree of `budget` nodes) or `chain` (argmax per depth, one path), over the
-    marginals or, from a DFlash2 source, over its selector's chain."""
+    marginals or, from a DFlash2 source, over its selector's chain. `budget`: a number, or what gives each
+    round's (`algorithm.budget=auto`: the adaptive policy's choice, `core.adaptive_budget`)."""
     if tree not in TREES:
         raise ValueError(f"algorithm.tree={tree!r}: must be one of {', '.join(TREES)}")
-    return partial(build_tree, tree == CHAIN, budget)
+    return partial(build_tree, tree == CHAIN, budget if callable(budget) else partial(int, budget))
 
 
-def build_tree(chain: bool, budget: int, m: Marginals) -> DraftTree:
+def build_tree(chain: bool, budget: Callable[[], int], m: Marginals) -> DraftTree:
     if m.selector is not None:
-        return selector_chain(m.selector, m.root) if chain else selector_tree(m.selector, m.root, budget)
-    return chain_tree(m.q, m.root) if chain else best_first(m.q, m.root, budget)
+        return selector_chain(m.selector, m.root) if chain else selector_tree(m.selector, m.root, budget())
+    return chain_tree(m.q, m.root) if chain else best_first(m.q, m.root, budget())
 
 
 def marginal_temperature(temperature: float) -> float:

@@ -23,7 +23,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from speculab.config import Config, ConfigError, RunPlan, config_warnings, resolve
-from speculab.config.algorithm import AUTO, draft_length
+from speculab.config.algorithm import AUTO, BUDGETS, draft_length, tree_budget
 from speculab.config.prompts import PointPrompts, point_prompts
 from speculab.config.replicas import asked
 from speculab.core.engine import DecodeSettings
@@ -136,7 +136,7 @@ def point_work(
         a.node_rule,
         cfg.drafter.name,
         a.tree,
-        a.budget,
+        tree_budget(a),
         tuple(a.compare or ()),
         a.compare_repeats,
         units_of(prompts, settings.batch_size),
@@ -144,6 +144,7 @@ def point_work(
         form,
         verifier_passes,
         Ahead(cfg.drafter.ahead_budget, cfg.drafter.ahead_fan_out) if cfg.drafter.ahead == "ssd" else None,
+        BUDGETS if a.budget == AUTO else (),
     )
 
 

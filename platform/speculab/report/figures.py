@@ -139,11 +139,13 @@ def speedup_vs_l(points: list[Point]) -> Figure | None:
 
 def tau_vs_budget(points: list[Point]) -> Figure | None:
     """DDTree Sec. 5: tau and speedup against the node budget B (log scale); the drafter's chain,
-    which has no budget, as a dashed line per temperature."""
-    trees = [p for p in points if dimensions(p)["B"] is not None]
+    which has no budget, as a dashed line per temperature, and a budget chosen each round
+    (`algorithm.budget=auto`) as a dotted one."""
+    trees = [p for p in points if isinstance(dimensions(p)["B"], int)]
     if len(values(trees, "B")) < 2:
         return None
-    chains = [p for p in points if p.result.shape.tree == CHAIN]
+    lines = [(p, "chain", "--") for p in points if p.result.shape.tree == CHAIN]
+    lines += [(p, "B=auto", ":") for p in points if p.result.shape.budget_auto]
     figure, (tau_axes, speed_axes) = plt.subplots(1, 2, figsize=(12, 5))
     for axes, y, name, bounds in (
         (tau_axes, of("block_efficiency"), "τ (tokens per round, bonus included)", tokens_per_round),
@@ -151,18 +153,19 @@ def tau_vs_budget(points: list[Point]) -> Figure | None:
     ):
         axes.set_xscale("log", base=2)
         colors = plot_lines(axes, series(trees, "B"), "B", y, bounds)
-        for chain in chains:
-            if (estimate := y(chain)) is not None:
-                label = point_label(chain, [d for d in varying(trees) if d != "B"])
-                axes.axhline(estimate.value, linestyle="--", linewidth=1, color=colors.get(label, "grey"))
+        for point, kind, style in lines:
+            if (estimate := y(point)) is not None:
+                label = point_label(point, [d for d in varying(trees) if d != "B"])
+                axes.axhline(estimate.value, linestyle=style, linewidth=1, color=colors.get(label, "grey"))
                 axes.annotate(
-                    f"chain {label}",
+                    f"{kind} {label}",
                     (0.01, estimate.value),
                     xycoords=("axes fraction", "data"),
                     fontsize=8,
                 )
         axes.set(xlabel="node budget B", ylabel=name)
-    return titled(figure, "DDTree: τ and speedup vs node budget (dashed: the drafter's chain)", points, intervals=True)
+    title = "DDTree: τ and speedup vs node budget (dashed: the drafter's chain; dotted: B=auto)"
+    return titled(figure, title, points, intervals=True)
 
 
 def time_split(points: list[Point]) -> Figure | None:

@@ -124,7 +124,8 @@ def dimensions(point: Point) -> dict[str, Value]:
     """The point's coordinates (`config.report.DIMENSIONS`), from its shape."""
     s = point.result.shape
     top_k = s.top_k or None  # the draft's truncation; 0: none
-    values = (s.model, s.dataset, Method(s.method_rank, s.method), s.K, s.L, s.budget, s.temperature, top_k)
+    budget = s.budgeted if s.budget is not None else None  # auto: chosen each round, a coordinate of its own
+    values = (s.model, s.dataset, Method(s.method_rank, s.method), s.K, s.L, budget, s.temperature, top_k)
     return dict(zip(DIMENSIONS, (*values, s.prompts, s.max_new_tokens, s.batch_size, s.seed), strict=True))
 
 

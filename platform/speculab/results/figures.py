@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
+from speculab.config.algorithm import BUDGETS
 from speculab.core.measure import Sample, Timings, UnitTotals, paired_ratios
 from speculab.core.paired import PromptSums
 from speculab.core.records import PromptRecord, RoundRecord, RunResult, concat_runs
@@ -155,15 +156,18 @@ def drafted_ahead(run: RunResult) -> dict[str, float]:
 
 def adaptive_figures(run: RunResult) -> dict[str, float]:
     """What an adaptive shape did, where the rounds' lengths varied (`algorithm.L=auto`, a confidence stop;
-    none where every round drafted L): the share of rounds at each length and their mean; and for a policy,
-    the tokens a sequence-round it predicted and those realised over the same rounds (1 + accepted, before
-    eos or the budget cut a round), their ratio, and its own milliseconds a round."""
+    none where every round drafted L) or their trees' budgets did (`algorithm.budget=auto`): the share of
+    rounds at each length (or budget) and their mean; and for a policy, the tokens a sequence-round it
+    predicted and those realised over the same rounds (1 + accepted, before eos or the budget cut a round),
+    their ratio, and its own milliseconds a round."""
     rounds = run.rounds
     chosen = [r for r in rounds if not math.isnan(r.predicted_tokens)]
     if not chosen and all(r.length == run.length for r in rounds):
         return {}
-    shares = {f"adaptive_length_{n}": sum(r.length == n for r in rounds) / len(rounds) for n in range(run.length + 1)}
-    lengths = {"adaptive_length_mean": sum(r.length for r in rounds) / len(rounds), **shares}
+    if any(r.budget for r in rounds):
+        lengths = _shares("budget", [r.budget for r in rounds], BUDGETS)
+    else:
+        lengths = _shares("length", [r.length for r in rounds], range(run.length + 1))
     if not chosen:
         return lengths
     sequence_rounds = sum(r.rows for r in chosen)
@@ -176,6 +180,13 @@ def adaptive_figures(run: RunResult) -> dict[str, float]:
         "adaptive_calibration": realised / predicted,
         "adaptive_policy_ms": 1000.0 * sum(r.time_policy_s for r in chosen) / len(chosen),
     }
+
+
+def _shares(shape: str, chosen: list[int], values: Iterable[int]) -> dict[str, float]:
+    """The mean of a shape the rounds `chosen` (`adaptive_<shape>_mean`), and the share of rounds at each of
+    `values` (`adaptive_<shape>_<value>`)."""
+    shares = {f"adaptive_{shape}_{value}": chosen.count(value) / len(chosen) for value in values}
+    return {f"adaptive_{shape}_mean": sum(chosen) / len(chosen), **shares}
 
 
 def draft_actor_time(run: RunResult) -> dict[str, float]:

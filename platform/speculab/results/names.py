@@ -164,13 +164,17 @@ AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor dr
 # A sweep's tables show these beside the headline where a point drafted ahead: why its speed is what it is
 AHEAD_TABLED = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
 AUTO_L, LENGTHS_VARY = "algorithm.L=auto", "algorithm.L=auto or a confidence stop"
-ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(  # algorithm.L=auto (`core.adaptive`), algorithm.confidence_stop
+AUTO_B, POLICY = "algorithm.budget=auto", "algorithm.L=auto or algorithm.budget=auto"
+# algorithm.L=auto (`core.adaptive`), algorithm.budget=auto (`core.adaptive_budget`), algorithm.confidence_stop
+ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(
     Metric(f"adaptive_{key}", f"adaptive/{key}", f"{where}: {meaning}") for key, where, meaning in (
         ("length_<n>", LENGTHS_VARY, "share of rounds that drafted n tokens"),
         ("length_mean", LENGTHS_VARY, "mean draft length a round"),
-        ("predicted_tokens", AUTO_L, "tokens a sequence-round (1 + accepted) the policy expected"),
-        ("policy_ms", AUTO_L, "ms a round"), ("realised_tokens", AUTO_L, "the tokens those rounds realised"),
-        ("calibration", AUTO_L, "realised over predicted"),
+        ("budget_<b>", AUTO_B, "share of rounds whose tree had a budget of b nodes"),
+        ("budget_mean", AUTO_B, "mean tree budget a round"),
+        ("predicted_tokens", POLICY, "tokens a sequence-round (1 + accepted) the policy expected"),
+        ("policy_ms", POLICY, "ms a round"), ("realised_tokens", POLICY, "the tokens those rounds realised"),
+        ("calibration", POLICY, "realised over predicted"),
     )
 )  # fmt: skip
 COMPARE = "compare/"  # algorithm.compare: a compared verifier's figures, `compare/<verifier>/<figure>`
@@ -239,10 +243,11 @@ UNTIMED = (
 BASELINE_AR = ("tokens_per_s", "ms_per_token", "time_target_s", "kv_peak_mb_target", "target_calls", "generated_tokens")
 BASELINE_HF = ("tokens_per_s", "ms_per_token", "generated_tokens", "speedup_vs_ar")
 AR_PREFIX, HF_PREFIX = "baseline_ar/", "baseline_hf/"
-_HOLE = re.compile(r"<(j|n|verifier|category|what)>")
+_HOLE = re.compile(r"<(j|n|b|verifier|category|what)>")
 _FILL = {
     "j": r"\d+",
     "n": r"\d+",
+    "b": r"\d+",
     "verifier": r"[A-Za-z0-9_]+",
     "category": r"[A-Za-z0-9_.-]+",
     "what": r"[A-Za-z0-9_]+",

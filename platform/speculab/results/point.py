@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from speculab.config import Config
-from speculab.config.algorithm import AUTO, AUTO_LONGEST, draft_length
+from speculab.config.algorithm import AUTO, AUTO_LONGEST, BUDGETS, draft_length, tree_budget
 from speculab.core.measure import UnitTotals
 from speculab.drafting.ddtree import BEST_FIRST, CHAIN
 from speculab.registry import ALGORITHMS, method_label, method_rank
@@ -49,7 +49,7 @@ class PointShape:
     K: int | None  # i.i.d. paths; None for a tree algorithm
     L: int  # the draft length; with `adaptive`, the longest a round may draft
     tree: str | None  # a tree algorithm's tree (`best_first`, `chain`); None for i.i.d. paths
-    budget: int | None  # a best-first tree's node budget
+    budget: int | None  # a best-first tree's node budget (with `budget_auto`, the largest a round may build)
     temperature: float
     drafter: str
     dataset: str
@@ -64,6 +64,7 @@ class PointShape:
     sample_seed: int | None = None  # the seed the prompts were drawn with (`dataset.sample_seed`; None: the first)
     adaptive: bool = False  # algorithm.L=auto: each round's length chosen (`core.adaptive`), shown as L=auto
     stop: float = 0.0  # algorithm.confidence_stop (0: off), shown as stop=0.3
+    budget_auto: bool = False  # algorithm.budget=auto: each round's budget chosen (`core.adaptive_budget`), B=auto
 
     def __post_init__(self) -> None:
         """The one rule for what a shape shows: K for i.i.d. paths, the tree (and a best-first tree's
@@ -75,6 +76,7 @@ class PointShape:
             "K": None if is_tree else self.K,
             "tree": self.tree if is_tree else None,
             "budget": self.budget if is_tree and self.tree == BEST_FIRST else None,
+            "budget_auto": self.budget_auto and is_tree and self.tree == BEST_FIRST,
         }
         for name, value in shown.items():
             object.__setattr__(self, name, value)  # a frozen dataclass sets its own fields this way
@@ -86,10 +88,10 @@ class PointShape:
         d, data = cfg.drafter, cfg.dataset
         count, part = sliced(data.num_prompts, data.slice)
         return cls(
-            a.name, a.node_rule, a.K, draft_length(a), a.tree, a.budget, s.temperature, d.name, data.name,
+            a.name, a.node_rule, a.K, draft_length(a), a.tree, tree_budget(a), s.temperature, d.name, data.name,
             count, cfg.model.name, s.top_k, s.max_new_tokens, s.batch_size, s.seed,
             ahead_shape(d.ahead, d.ahead_budget, d.ahead_fan_out), part, data.sample_seed, a.L == AUTO,
-            float(a.confidence_stop),
+            float(a.confidence_stop), a.budget == AUTO,
         )  # fmt: skip
 
     @classmethod
@@ -100,7 +102,7 @@ class PointShape:
             text = params.get(key)
             return default if text in (None, "None") else int(float(text))
 
-        adaptive = params.get("algorithm.L") == AUTO
+        adaptive, budget_auto = params.get("algorithm.L") == AUTO, params.get("algorithm.budget") == AUTO
         length = AUTO_LONGEST if adaptive else number("algorithm.L")
         prompts = params.get("dataset.num_prompts")
         span = params.get("dataset.slice")
@@ -110,7 +112,7 @@ class PointShape:
         )
         return cls(
             params.get("algorithm.name", "?"), params.get("algorithm.node_rule"), number("algorithm.K", 1),
-            length, params.get("algorithm.tree"), number("algorithm.budget"),
+            length, params.get("algorithm.tree"), BUDGETS[-1] if budget_auto else number("algorithm.budget"),
             float(params.get("sampling.temperature", "nan")), params.get("drafter.name", "?"),
             params.get("dataset.name", "?"), count,
             params.get("model.name", "?"), number("sampling.top_k"), number("sampling.max_new_tokens"),
@@ -118,7 +120,7 @@ class PointShape:
             ahead_shape(params.get("drafter.ahead", "off"), number("drafter.ahead_budget"),
                         params.get("drafter.ahead_fan_out", "geometric")), part,
             None if params.get("dataset.sample_seed") in (None, "None") else number("dataset.sample_seed"), adaptive,
-            float(params.get("algorithm.confidence_stop", "0")),
+            float(params.get("algorithm.confidence_stop", "0")), budget_auto,
         )  # fmt: skip
 
     @property
@@ -138,7 +140,12 @@ class PointShape:
         """The draft shape: `K=4`, `best_first B=64` or `chain`."""
         if self.tree is None:
             return f"K={self.K}"
-        return f"{self.tree} B={self.budget}" if self.budget is not None else self.tree
+        return f"{self.tree} B={self.budgeted}" if self.budget is not None else self.tree
+
+    @property
+    def budgeted(self) -> str:
+        """A best-first tree's budget as a name shows it: `64`, or `auto` for a budget chosen each round."""
+        return AUTO if self.budget_auto else str(self.budget)
 
     @property
     def length(self) -> str:
@@ -159,12 +166,14 @@ class PointShape:
             return f"K={self.K} i.i.d. path{'s' if self.K != 1 else ''} of L={self.length} tokens{stop}"
         if self.tree == CHAIN:
             return f"the drafter's chain, depth {self.L}"
+        if self.budget_auto:
+            return f"a best-first tree of a budget chosen a round ({BUDGETS[0]}..{self.budget} nodes), depth {self.L}"
         return f"a best-first tree of {self.budget} nodes, depth {self.L}"
 
     def columns(self) -> dict[str, str | int | float]:
         """The shape as a table row's leading columns: algorithm, K or the tree (and a budget), L, T,
         drafter; a column the shape does not have is left out."""
-        draft = {"K": self.K, "tree": self.tree, "budget": self.budget}
+        draft = {"K": self.K, "tree": self.tree, "budget": self.budgeted if self.budget is not None else None}
         shown = {key: value for key, value in draft.items() if value is not None}
         ahead = {} if self.ahead is None else {"ahead": self.ahead}
         stop = {"stop": self.stop} if self.stop else {}

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from speculab.core.adaptive import AdaptiveLength
+from speculab.core.adaptive import AdaptiveLength, Policy
+from speculab.core.adaptive_budget import AdaptiveBudget
 from speculab.core.autoregressive import autoregressive
 from speculab.core.engine import DecodeSettings, Drafter, decode
 from speculab.core.measure import Sample, timed
@@ -55,7 +56,7 @@ class PointWork:
     node_rule: str
     drafter: str  # `drafter.name`
     tree: str  # tree algorithms: the tree builder (`best_first`, `chain`) ...
-    budget: int  # ... and its node budget
+    budget: int  # ... and its node budget (with `budgets`, the largest)
     compare: tuple[str, ...]  # paired comparison: the verifiers compared with the configured one (empty: none)
     compare_repeats: int
     units: tuple[Unit, ...]
@@ -65,6 +66,7 @@ class PointWork:
     # how a path verifier's decision runs (`models.static_pass.PASSES`; "graphs": `verify.captured.CapturedPaths`)
     verifier_passes: str = "eager"
     ahead: Ahead | None = None  # drafting ahead (`drafter.ahead=ssd`); None: off
+    budgets: tuple[int, ...] = ()  # algorithm.budget=auto: the ladder a round's budget is chosen from; (): fixed
 
 
 @dataclass(frozen=True)
@@ -83,12 +85,25 @@ def unit_settings(settings: DecodeSettings, first: int) -> DecodeSettings:
     return replace(settings, seed=settings.seed + first)
 
 
-def point_drafter(draft_model: Any, work: PointWork) -> Drafter:  # a DraftModel or its Ray proxy
+def point_policy(work: PointWork) -> Policy | None:
+    """The loop's adaptive policy, one for its life so that the costs it measured carry over units: the
+    draft length's (`algorithm.L=auto`), a tree budget's (`algorithm.budget=auto`), or None."""
+    if work.settings.adaptive:
+        return AdaptiveLength(work.settings.length, longest_first=get_algorithm(work.algorithm).carry)
+    if work.budgets:
+        return AdaptiveBudget(work.settings.length, work.budgets)
+    return None
+
+
+# draft_model: a DraftModel or its Ray proxy
+def point_drafter(draft_model: Any, work: PointWork, policy: Policy | None = None) -> Drafter:
     """The drafter the engine drives: the draft model itself, or its marginals turned into one tree per
-    prompt (tree algorithms) or one drawn path (a marginals drafter under a path verifier), or the draft
-    model drafting every round ahead (`drafter.ahead=ssd`)."""
+    prompt (tree algorithms: of the budget `policy` chose for the round, under algorithm.budget=auto) or one
+    drawn path (a marginals drafter under a path verifier), or the draft model drafting every round ahead
+    (`drafter.ahead=ssd`)."""
     if get_algorithm(work.algorithm).tree_builder:
-        return TreeDrafter(draft_model, tree_builder(work.tree, work.budget))
+        budget = (lambda: policy.current) if isinstance(policy, AdaptiveBudget) else work.budget
+        return TreeDrafter(draft_model, tree_builder(work.tree, budget))
     if work.ahead is not None:
         return AheadDrafter(draft_model, work.ahead, work.settings.length)
     if DRAFTERS[work.drafter].proposes == "marginals":
@@ -116,14 +131,9 @@ class PointLoop:
     ) -> None:
         self.target, self.draft_model, self.work, self.cpu = target, draft_model, work, cpu
         self.autoregressive: AutoregressiveRun = whole_autoregressive or partial(autoregressive, target)
-        self.drafter = point_drafter(draft_model, work)
+        self.policy = point_policy(work)
+        self.drafter = point_drafter(draft_model, work, self.policy)
         self.verifier = get_verifier(work.algorithm, work.node_rule, replayed(work.verifier_passes))
-        # algorithm.L=auto: one policy for the loop's life, so that the costs it measured carry over units
-        self.policy = (
-            AdaptiveLength(work.settings.length, longest_first=get_algorithm(work.algorithm).carry)
-            if work.settings.adaptive
-            else None
-        )
 
     def conditions(self) -> dict[str, Conditions]:
         """Where each figure is measured: the target's process (transformers' generate runs there too),

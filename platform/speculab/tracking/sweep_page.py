@@ -26,9 +26,11 @@ from speculab.tracking.run_page import REPLICA_LOST_TAG
 
 # the figures of the sweep's table, where any point has them: the headline, the acceptance length both ways (a
 # person sorts the MLflow table `sweep_points.json` by either), drafting ahead's, and algorithm.L=auto's (what
-# the policy chose, how well it predicted, what it cost)
+# the policy chose, how well it predicted, what it cost), and algorithm.budget=auto's mean budget
 ACCEPTANCE_TABLED = ("acceptance_length", "acceptance_length_per_request")
-ADAPTIVE_TABLED = ("adaptive_length_mean", "adaptive_length_0", "adaptive_calibration", "adaptive_policy_ms")
+ADAPTIVE_TABLED = (
+    "adaptive_length_mean", "adaptive_length_0", "adaptive_budget_mean", "adaptive_calibration", "adaptive_policy_ms"
+)  # fmt: skip
 TABLED = (*HEADLINE, *ACCEPTANCE_TABLED, *AHEAD_TABLED, *ADAPTIVE_TABLED)
 
 RESUMED = "resumed"  # the table's column of points finished in an earlier launch (`resume=true`)
