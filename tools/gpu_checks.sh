@@ -16,11 +16,12 @@
 #   bash tools/gpu_checks.sh ahead     # (8 min) drafting ahead on a draft actor of its own: tests, benchmarks/ahead.py
 #   bash tools/gpu_checks.sh dflash2   # (8 min) the random 8B Qwen3 + DFlash2 pair decoding captured; the selector's time
 #   bash tools/gpu_checks.sh adaptive  # (9 min) algorithm.L=auto against fixed L, batch 1, 8, 32, 8B shapes
+#   bash tools/gpu_checks.sh budgets   # (7 min) algorithm.budget=auto against fixed DDTree budgets, batch 1, 8, 8B shapes
 #
 # Each step is bounded by `timeout`; its output goes to $OUT/<group>/<step>.log and one line per
 # step (exit status, seconds) to $OUT/<group>/summary.txt, which comes back from the device call.
 set -u
-group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead|dflash2|adaptive}
+group=${1:?usage: gpu_checks.sh first|profile|tests|cli|bench|qwen3|trees|baselines|fused|ahead|dflash2|adaptive|budgets}
 out=${OUT:-/tmp/gpu_checks}/$group
 mkdir -p "$out" /tmp/site
 [[ -f .gpu/site.tar.xz && ! -d /tmp/site/ray ]] && tar -xJf .gpu/site.tar.xz -C /tmp/site
@@ -146,7 +147,17 @@ m.save_pretrained('/tmp/q3/ar_draft')
         --repeats 1 --lengths 1 2 4 8 --overrides algorithm=block model.target_path=/tmp/q3/target \
         model.draft_path=/tmp/q3/ar_draft model.device=cuda model.dtype=bfloat16
     ;;
+budgets)  # issue 77: algorithm.budget=auto against fixed DDTree budgets, paired, on the device's clock
+    # The random Qwen3-8B target and its random DFlash drafter (cost figures, as above): where on a GPU the
+    # target's pass stays flat in the nodes, the policy should move to larger trees than on the CPU
+    step tests 120 python -m pytest -q -p no:cacheprovider tests/test_adaptive_budget.py
+    step random_pair 90 python tools/random_dflash_pair.py /tmp/q3 --device cuda
+    step bench 300 python benchmarks/adaptive.py --budgets 16 64 256 1024 --batch-sizes 1 8 --prompts 16 \
+        --max-new-tokens 32 --repeats 1 --overrides model=qwen3-8b_dflash model.target_path=/tmp/q3/target \
+        model.draft_path=/tmp/q3/draft drafter=dflash algorithm=ddtree sampling.temperature=0 model.device=cuda \
+        model.dtype=bfloat16
+    ;;
 *)
-    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused, ahead, dflash2 or adaptive" && exit 2
+    echo "unknown group $group: first, profile, tests, cli, bench, qwen3, trees, baselines, fused, ahead, dflash2, adaptive or budgets" && exit 2
     ;;
 esac
