@@ -134,8 +134,8 @@ def read_round(verdict: Verdict, tree: DraftTree, nodes: torch.Tensor, evidence:
     rows = torch.cat([part.to(torch.float64) for part in parts], dim=1).tolist()
     emitted = [[int(token) for token in row[: int(row[width])]] for row in rows]
     accepted = [[int(node) for node in row[width + 3 : width + 2 + depth] if node >= 0] for row in rows]
-    read = [row[width + 2 + depth :] for row in rows]
-    return RoundRead(emitted, [int(row[width + 1]) for row in rows], accepted, read)
+    evidences = [row[width + 2 + depth :] for row in rows]
+    return RoundRead(emitted, [int(row[width + 1]) for row in rows], accepted, evidences)
 
 
 def _record(
