@@ -416,3 +416,23 @@ def test_a_store_that_is_not_a_database_is_refused_in_one_line(
     assert exit_.value.code == 2 and err.count("\n") == 1 and f"{store} {message}" in err, err
     assert [line for line in tracking_errors(TrackingConfig(uri=uri)) if f"{store} {message}" in line]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_budget_figure_draws_an_auto_budget_as_a_line_beside_the_fixed_ones() -> None:
+    """`algorithm.budget=auto` has no place on the budget axis: a dotted line, and the fixed budgets still a
+    line of points (an auto point among them would have dropped the whole line)."""
+    from speculab.report.figures import tau_vs_budget
+
+    params = {"algorithm.name": "ddtree", "algorithm.tree": "best_first", "algorithm.L": "7"}
+    budgets = ("16", "64", "auto")
+    shapes = [PointShape.from_params({**params, "algorithm.budget": b}) for b in budgets]
+    speed = {"block_efficiency": Estimate(4.0, se=0.1), "speedup_vs_ar": Estimate(1.0, 0.9, 1.1)}
+    points = [Point(b, f"B={b}", 0, PointResult(s, Figures(speed))) for b, s in zip(budgets, shapes)]
+    assert [dimensions(p)["B"] for p in points] == [16, 64, "auto"]
+    figure = tau_vs_budget(points)
+    assert figure is not None
+    tau_axes = figure.axes[0]
+    dotted = [line for line in tau_axes.get_lines() if line.get_linestyle() == ":"]
+    plt.close(figure)
+    assert len(tau_axes.containers) == 1 and len(dotted) == 1
+    assert [text.get_text() for text in tau_axes.texts if text.get_text().startswith("B=auto")]

@@ -173,7 +173,7 @@ class PointShape:
     def columns(self) -> dict[str, str | int | float]:
         """The shape as a table row's leading columns: algorithm, K or the tree (and a budget), L, T,
         drafter; a column the shape does not have is left out."""
-        draft = {"K": self.K, "tree": self.tree, "budget": self.budgeted if self.budget is not None else None}
+        draft = {"K": self.K, "tree": self.tree, "budget": AUTO if self.budget_auto else self.budget}
         shown = {key: value for key, value in draft.items() if value is not None}
         ahead = {} if self.ahead is None else {"ahead": self.ahead}
         stop = {"stop": self.stop} if self.stop else {}
