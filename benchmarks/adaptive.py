@@ -33,6 +33,7 @@ import argparse
 import json
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from speculab.config import resolve
+from speculab.config.algorithm import BUDGETS
 from speculab.config.prompts import point_prompts
 from speculab.config.schema import job_config
 from speculab.core.measure import Sample, UnitTotals
@@ -152,10 +154,9 @@ def comparisons(found: dict[str, Measured]) -> list[tuple[str, str]]:
     return [(AUTO, best), (AUTO, AR), (best, AR), *((name, other) for name in stops for other in (best, AR))]
 
 
-def chosen_shares(figures: dict[str, float], shape: str) -> str:
-    """The shares of rounds at each length (`shape` "length") or budget ("budget") a run chose, of 0.5% or more."""
-    prefix = f"adaptive_{shape}_"
-    shares = {key[len(prefix) :]: v for key, v in figures.items() if key.startswith(prefix) and key[-1].isdigit()}
+def chosen_shares(figures: dict[str, float], shape: str, values: Iterable[int]) -> str:
+    """The shares of rounds at each of `values` of a shape ("length" or "budget") a run chose, of 0.5% or more."""
+    shares = {n: figures.get(f"adaptive_{shape}_{n}", 0.0) for n in values}
     return " ".join(f"{n}:{share:.2f}" for n, share in shares.items() if share >= 0.005)
 
 
@@ -174,7 +175,8 @@ def speed_table(title: str, found: dict[str, Measured], axis: str) -> Table:
             run = concat_runs(m.runs)
             efficiency = f"{run_figures(run)['block_efficiency'].value:.2f}"
             figures = adaptive_figures(run)
-            chosen = chosen_shares(figures, "length" if axis == "L" else "budget")
+            shape, values = ("length", range(run.length + 1)) if axis == "L" else ("budget", BUDGETS)
+            chosen = chosen_shares(figures, shape, values)
             if "adaptive_calibration" in figures:
                 calibration = f"{figures['adaptive_calibration']:.2f} ({figures['adaptive_policy_ms']:.2f} ms)"
         table.add_row(

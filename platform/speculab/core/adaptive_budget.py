@@ -83,10 +83,15 @@ class BudgetCounts:
         """E[tau + 1] at the smallest rung, shrunk towards `prior` with `weight` pseudo-rows."""
         return (self.tokens[0] + prior * weight) / (self.rows[0] + weight)
 
-    def gains(self, prior: list[float], weight: float) -> list[float]:
+    def gains(self, prior: list[float] | None, weight: float) -> list[float]:
         """[rungs] E[tau + 1] at each rung over that at the smallest, on the same rows, shrunk towards
-        `prior` (one a rung) with `weight` pseudo-tokens at the smallest rung."""
-        return [(t + g * weight) / (b + weight) for t, b, g in zip(self.tokens, self.base, prior, strict=True)]
+        `prior` (one a rung; None: each towards the rung below's shrunk gain, 1 below the first) with
+        `weight` pseudo-tokens at the smallest rung."""
+        gains: list[float] = []
+        for i, (tokens, base) in enumerate(zip(self.tokens, self.base, strict=True)):
+            towards = prior[i] if prior is not None else gains[-1] if gains else 1.0
+            gains.append((tokens + towards * weight) / (base + weight))
+        return gains
 
 
 @dataclass
@@ -116,10 +121,7 @@ class AdaptiveBudget:
         not read as a tree that accepts nothing; the unit's gains towards the life's, those towards the rung
         below's (a larger tree accepts at least as much), each with as many pseudo-rows at its level."""
         life_level = self.life.level(expected_tokens([PRIOR_RATE] * self.length)[-1], PRIOR_WEIGHT)
-        life_gains: list[float] = []
-        for i in range(len(self.ladder)):  # each rung's prior is the rung below's shrunk gain
-            below = [life_gains[-1] if life_gains else 1.0] * len(self.ladder)
-            life_gains.append(self.life.gains(below, PRIOR_WEIGHT * life_level)[i])
+        life_gains = self.life.gains(None, PRIOR_WEIGHT * life_level)
         level = self.units.level(life_level, DEPTH_WEIGHT)
         return [level * gain for gain in self.units.gains(life_gains, DEPTH_WEIGHT * level)]
 

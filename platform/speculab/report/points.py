@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
-from speculab.config.algorithm import AUTO
 from speculab.config.report import DIMENSIONS
 from speculab.results.point import PointResult, PointShape
 from speculab.results.profile import checkpoint_id
@@ -125,8 +124,7 @@ def dimensions(point: Point) -> dict[str, Value]:
     """The point's coordinates (`config.report.DIMENSIONS`), from its shape."""
     s = point.result.shape
     top_k = s.top_k or None  # the draft's truncation; 0: none
-    budget = AUTO if s.budget_auto else s.budget  # auto: chosen each round, a coordinate of its own
-    values = (s.model, s.dataset, Method(s.method_rank, s.method), s.K, s.L, budget, s.temperature, top_k)
+    values = (s.model, s.dataset, Method(s.method_rank, s.method), s.K, s.L, s.budgeted, s.temperature, top_k)
     return dict(zip(DIMENSIONS, (*values, s.prompts, s.max_new_tokens, s.batch_size, s.seed), strict=True))
 
 

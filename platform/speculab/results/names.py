@@ -163,7 +163,7 @@ AHEAD_METRICS: tuple[Metric, ...] = (  # drafter.ahead=ssd, and a draft actor dr
 )
 # A sweep's tables show these beside the headline where a point drafted ahead: why its speed is what it is
 AHEAD_TABLED = ("ahead_hit_rate", "ahead_tokens_hit", "ahead_tokens_miss", "ahead_drafts_per_round", "share_draft_idle")
-AUTO_L, LENGTHS_VARY = "algorithm.L=auto", "algorithm.L=auto or a confidence stop"
+LENGTHS_VARY = "algorithm.L=auto or a confidence stop"
 AUTO_B, POLICY = "algorithm.budget=auto", "algorithm.L=auto or algorithm.budget=auto"
 # algorithm.L=auto (`core.adaptive`), algorithm.budget=auto (`core.adaptive_budget`), algorithm.confidence_stop
 ADAPTIVE_METRICS: tuple[Metric, ...] = tuple(

@@ -143,9 +143,10 @@ class PointShape:
         return f"{self.tree} B={self.budgeted}" if self.budget is not None else self.tree
 
     @property
-    def budgeted(self) -> str:
-        """A best-first tree's budget as a name shows it: `64`, or `auto` for a budget chosen each round."""
-        return AUTO if self.budget_auto else str(self.budget)
+    def budgeted(self) -> int | str | None:
+        """A best-first tree's budget as names, tables and the report show it: 64, or `auto` for a budget
+        chosen each round (None: no budget)."""
+        return AUTO if self.budget_auto else self.budget
 
     @property
     def length(self) -> str:
@@ -173,7 +174,7 @@ class PointShape:
     def columns(self) -> dict[str, str | int | float]:
         """The shape as a table row's leading columns: algorithm, K or the tree (and a budget), L, T,
         drafter; a column the shape does not have is left out."""
-        draft = {"K": self.K, "tree": self.tree, "budget": AUTO if self.budget_auto else self.budget}
+        draft = {"K": self.K, "tree": self.tree, "budget": self.budgeted}
         shown = {key: value for key, value in draft.items() if value is not None}
         ahead = {} if self.ahead is None else {"ahead": self.ahead}
         stop = {"stop": self.stop} if self.stop else {}
